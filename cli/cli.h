@@ -1,0 +1,15 @@
+/*
+ * cli.h — the subcommands of the loragate binary. Each returns the process
+ * exit code: 0 success, 1 runtime failure (message on stderr, one line),
+ * 2 bad usage.
+ */
+#ifndef LG_CLI_H
+#define LG_CLI_H
+
+#define LG_VERSION "0.1.0"
+
+int lg_cmd_generate(int argc, char **argv);
+int lg_cmd_tokenize(int argc, char **argv);
+int lg_cmd_chat_template(int argc, char **argv);
+
+#endif

@@ -1,0 +1,155 @@
+/*
+ * backend.h — the compute backend interface (CPU, CUDA).
+ *
+ * Shaped after ggml-backend: a struct of function pointers (lg_backend_i)
+ * plus an opaque context. The engine (engine/model.c) describes the Llama
+ * forward pass as a sequence of these ops over device buffers; nothing in
+ * engine/ knows which backend it runs on. All ops are asynchronous on the
+ * backend's compute stream: they enqueue and return; lg_backend_sync waits.
+ * The CPU backend runs them immediately on its thread pool (its "stream" is
+ * the calling thread) and is the oracle every CUDA kernel is tested against.
+ *
+ * Memory: buffers come from be->alloc (device memory for CUDA) and are
+ * addressed by plain pointers. Tensor arguments are non-owning views passed
+ * by value (lg_tensor); the engine owns all memory.
+ *
+ * Batch layout: every step is one flattened varlen batch (vLLM V1 / SGLang
+ * style): the tokens of all scheduled sequences concatenated — prefill
+ * chunks and single decode tokens together — with per-sequence metadata in
+ * lg_step_meta (device-resident arrays, uploaded once per step). Linear
+ * layers run once over all tokens; attention walks each sequence's pages.
+ *
+ * Activations are in be->act_dtype (F32 on CPU; F16/BF16 on CUDA). Weights
+ * are in the model's weight dtype. Matmul accumulates in f32 everywhere.
+ */
+#ifndef LG_BACKEND_H
+#define LG_BACKEND_H
+
+#include "common.h"
+
+/* A 2-D row-major view: rows x cols, `stride` elements between rows. */
+typedef struct lg_tensor {
+    void *data;
+    lg_dtype dtype;
+    int64_t rows, cols, stride;
+} lg_tensor;
+
+static inline lg_tensor lg_tensor_2d(void *data, lg_dtype dt, int64_t rows, int64_t cols)
+{
+    lg_tensor t = {data, dt, rows, cols, cols};
+    return t;
+}
+/* Rows [r0, r0 + n) of t. */
+static inline lg_tensor lg_tensor_rows(lg_tensor t, int64_t r0, int64_t n)
+{
+    t.data = (char *)t.data + (size_t)r0 * (size_t)t.stride * lg_dtype_size(t.dtype);
+    t.rows = n;
+    return t;
+}
+/* Columns [c0, c0 + n) of every row of t (a strided view). */
+static inline lg_tensor lg_tensor_cols(lg_tensor t, int64_t c0, int64_t n)
+{
+    t.data = (char *)t.data + (size_t)c0 * lg_dtype_size(t.dtype);
+    t.cols = n;
+    return t;
+}
+
+/* Paged KV cache view for one layer. The pool is an array of equal pages; a
+ * page holds `page_tokens` consecutive token slots of one sequence for all
+ * layers. Inside a page, this layer's K block starts at k_off and V at
+ * v_off, each [page_tokens, n_kv_heads * head_dim] in `dtype`.
+ *   K(page p, slot s) = base + p * page_bytes + k_off + s * kv_dim * esize
+ */
+typedef struct lg_kv_view {
+    void *base;
+    size_t page_bytes;
+    size_t k_off, v_off;
+    int page_tokens;
+    int n_kv_heads, head_dim;
+    lg_dtype dtype;
+} lg_kv_view;
+
+/* Per-step metadata for the flattened batch. Arrays live in backend memory.
+ * Token t belongs to the sequence s with q_indptr[s] <= t < q_indptr[s+1];
+ * its position is pos[t]; positions of one sequence's new tokens are
+ * consecutive and end at kv_len[s] - 1 (its KV for this step is written
+ * before attention runs). */
+typedef struct lg_step_meta {
+    int n_tokens, n_seqs;
+    int max_q_len, max_kv_len;   /* host-side maxima, for launch shapes */
+    const int32_t *tok;          /* [n_tokens] token ids */
+    const int32_t *pos;          /* [n_tokens] positions */
+    const int32_t *slot;         /* [n_tokens] KV slot: page * page_tokens + offset */
+    const int32_t *q_indptr;     /* [n_seqs + 1] */
+    const int32_t *kv_len;       /* [n_seqs] */
+    const int32_t *page_indptr;  /* [n_seqs + 1] into page_ids */
+    const int32_t *page_ids;     /* pages of each sequence, in logical order */
+    const int32_t *logit_rows;   /* [n_logits] token rows that produce logits */
+    int n_logits;
+} lg_step_meta;
+
+typedef struct lg_backend lg_backend;
+
+typedef struct lg_backend_i {
+    const char *name;
+    void (*free)(lg_backend *be);
+
+    /* memory */
+    void *(*alloc)(lg_backend *be, size_t size);           /* NULL on failure */
+    void (*dealloc)(lg_backend *be, void *p);
+    int (*upload)(lg_backend *be, void *dst, const void *src, size_t n);   /* host -> device */
+    int (*download)(lg_backend *be, void *dst, const void *src, size_t n); /* device -> host, synchronous */
+    int (*copy)(lg_backend *be, void *dst, const void *src, size_t n);     /* device -> device */
+    int (*sync)(lg_backend *be);
+
+    /* ops; each returns 0 or -1 (shape/dtype errors are programming errors,
+     * reported, never fatal) */
+
+    /* out[t, :] = table[tok[t], :] */
+    int (*embed)(lg_backend *be, lg_tensor out, lg_tensor table, const int32_t *tok);
+    /* if delta.data: resid += delta; out = resid / rms(resid) * w  (per row) */
+    int (*add_rmsnorm)(lg_backend *be, lg_tensor resid, lg_tensor delta, lg_tensor w, lg_tensor out,
+                       float eps);
+    /* y[T, N] (+)= x[T, K] @ W[N, K]^T (+ bias[N] when bias.data). */
+    int (*matmul)(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tensor bias, bool accumulate);
+    /* rotate-half RoPE in place on q [T, n_heads*hd] and k [T, n_kv*hd];
+     * inv_freq [hd/2] f32 (scaling already folded in) */
+    int (*rope)(lg_backend *be, lg_tensor q, lg_tensor k, const int32_t *pos, const float *inv_freq,
+                int n_heads, int n_kv_heads, int head_dim);
+    /* K/V rows of this step into their slots */
+    int (*kv_write)(lg_backend *be, lg_kv_view kv, lg_tensor k, lg_tensor v, const int32_t *slot,
+                    int n_tokens);
+    /* causal attention of the step's queries over each sequence's pages */
+    int (*attention)(lg_backend *be, lg_tensor out, lg_tensor q, lg_kv_view kv, const lg_step_meta *m,
+                     int n_heads, float scale);
+    /* out[T, F] = silu(gu[T, :F]) * gu[T, F:] */
+    int (*silu_mul)(lg_backend *be, lg_tensor out, lg_tensor gate_up);
+    /* out[i, :] = x[rows[i], :] for i < n */
+    int (*get_rows)(lg_backend *be, lg_tensor out, lg_tensor x, const int32_t *rows, int n);
+    /* converts between dtypes, same shape */
+    int (*convert)(lg_backend *be, lg_tensor dst, lg_tensor src);
+} lg_backend_i;
+
+struct lg_backend {
+    lg_backend_i i;
+    void *ctx;
+    lg_dtype act_dtype;  /* activation / KV dtype this backend computes in */
+    int n_threads;       /* CPU: worker threads */
+};
+
+typedef struct lg_backend_opts {
+    int n_threads;   /* CPU: 0 = number of online cores */
+    int device;      /* CUDA: device ordinal */
+    lg_dtype act_dtype_hint; /* CUDA: F16 or BF16; ignored by CPU */
+} lg_backend_opts;
+
+/* Factory: "cpu" or "cuda". A backend that was not built returns a clear error. */
+int lg_backend_create(const char *name, const lg_backend_opts *opts, lg_backend **out, lg_err *err);
+void lg_backend_free(lg_backend *be); /* NULL is a no-op */
+
+int lg_backend_cpu_create(const lg_backend_opts *opts, lg_backend **out, lg_err *err);
+#ifdef LG_HAVE_CUDA
+int lg_backend_cuda_create(const lg_backend_opts *opts, lg_backend **out, lg_err *err);
+#endif
+
+#endif

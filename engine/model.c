@@ -1,0 +1,465 @@
+/*
+ * model.c — Llama forward pass over the backend ops (see model.h).
+ *
+ * Per layer, for the T tokens of the step (x is the f32/act residual stream):
+ *   xn  = rmsnorm(x (+ previous mlp out)) * ln1        add_rmsnorm
+ *   qkv = xn @ Wqkv^T (+ bqkv)                          matmul
+ *   rope(q, k); kv_write(k, v -> pages)                 rope, kv_write
+ *   a   = attention(q, pages)                           attention
+ *   o   = a @ Wo^T                                      matmul
+ *   xn  = rmsnorm(x += o) * ln2                         add_rmsnorm
+ *   gu  = xn @ Wgu^T;  h = silu(g) * u                  matmul, silu_mul
+ *   m   = h @ Wdown^T                                   matmul (added next layer)
+ * then xn = rmsnorm(x += m) * norm, gather the rows that need logits, and
+ * logits = rows @ lm_head^T.
+ *
+ * Memory: weights in one backend allocation (carved, llm.c style);
+ * activations in a second one sized for max_step_tokens; step metadata in a
+ * third, filled by one upload per step.
+ */
+#include "model.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+typedef struct layer_w {
+    lg_tensor ln1, ln2;  /* [1, d] f32 */
+    lg_tensor wqkv;      /* [(H + 2 Hkv) hd, d] */
+    lg_tensor bqkv;      /* [1, (H + 2 Hkv) hd] f32 or data NULL */
+    lg_tensor wo;        /* [d, H hd] */
+    lg_tensor wgu;       /* [2 F, d] */
+    lg_tensor wdown;     /* [d, F] */
+} layer_w;
+
+struct lg_model {
+    lg_backend *be;
+    lg_model_config cfg;
+    lg_model_opts opts;
+    void *wbuf;          /* all weights */
+    lg_tensor embed;     /* [V, d] */
+    lg_tensor norm;      /* [1, d] f32 */
+    lg_tensor lm_head;   /* [V, d] (may alias embed) */
+    layer_w *layers;
+    float *inv_freq;     /* device [hd/2] */
+    /* activations */
+    void *abuf;
+    lg_tensor x, xn, qkv, attn, o, gu, act, mlp, rows, logits;
+    /* step metadata (device) + host staging */
+    int32_t *meta_dev;
+    int32_t *meta_host;
+    size_t meta_cap;     /* int32 elements */
+    size_t page_bytes;
+};
+
+const lg_model_config *lg_model_cfg(const lg_model *m) { return &m->cfg; }
+const lg_model_opts *lg_model_options(const lg_model *m) { return &m->opts; }
+size_t lg_model_kv_page_bytes(const lg_model *m) { return m->page_bytes; }
+
+/* ---- weight upload ------------------------------------------------------------ */
+
+typedef struct upload_ctx {
+    lg_backend *be;
+    char *base;
+    size_t off, cap;
+    lg_err *err;
+} upload_ctx;
+
+static void *carve(upload_ctx *u, size_t n)
+{
+    size_t off = (u->off + 255) & ~(size_t)255;
+    if (off + n > u->cap)
+        return NULL;
+    u->off = off + n;
+    return u->base + off;
+}
+
+/* Uploads rows of `src` (any float dtype) converted to `dt` at dst + row offset. */
+static int upload_rows(upload_ctx *u, void *dst, lg_dtype dt, const lg_wtensor *src)
+{
+    int64_t rows = src->n_dims == 1 ? 1 : src->shape[0];
+    int64_t cols = src->n_dims == 1 ? src->shape[0] : src->shape[1];
+    size_t n = (size_t)rows * (size_t)cols;
+    if (src->dtype == dt)
+        return u->be->i.upload(u->be, dst, src->data, n * lg_dtype_size(dt));
+    /* convert in chunks of rows to bound host memory */
+    size_t chunk_rows = (size_t)(1 << 20) / (size_t)cols + 1;
+    float *tmp = malloc(chunk_rows * (size_t)cols * 4);
+    void *out = malloc(chunk_rows * (size_t)cols * lg_dtype_size(dt));
+    if (!tmp || !out) {
+        free(tmp);
+        free(out);
+        return lg_fail(u->err, "out of memory converting %s", src->name);
+    }
+    int rc = 0;
+    for (size_t r = 0; r < (size_t)rows && rc == 0; r += chunk_rows) {
+        size_t nr = (size_t)rows - r < chunk_rows ? (size_t)rows - r : chunk_rows;
+        size_t ne = nr * (size_t)cols;
+        lg_to_f32(tmp, (const char *)src->data + r * (size_t)cols * lg_dtype_size(src->dtype), src->dtype, ne);
+        lg_from_f32(out, dt, tmp, ne);
+        rc = u->be->i.upload(u->be, (char *)dst + r * (size_t)cols * lg_dtype_size(dt), out, ne * lg_dtype_size(dt));
+    }
+    free(tmp);
+    free(out);
+    return rc;
+}
+
+static const lg_wtensor *need(const lg_weights *w, lg_err *err, const char *fmt, int layer)
+{
+    char name[160];
+    snprintf(name, sizeof name, fmt, layer);
+    const lg_wtensor *t = lg_weights_get(w, name);
+    if (!t)
+        lg_fail(err, "model is missing tensor %s", name);
+    return t;
+}
+
+/* Concatenates tensors (same cols) along rows into one backend matrix of dtype dt. */
+static int upload_cat(upload_ctx *u, lg_tensor *out, lg_dtype dt, const lg_wtensor **parts, int n)
+{
+    int64_t rows = 0, cols = parts[0]->n_dims == 1 ? parts[0]->shape[0] : parts[0]->shape[1];
+    for (int i = 0; i < n; i++) rows += parts[i]->n_dims == 1 ? 1 : parts[i]->shape[0];
+    if (parts[0]->n_dims == 1) { /* biases: concatenate along cols into one row */
+        cols = 0;
+        for (int i = 0; i < n; i++) cols += parts[i]->shape[0];
+        rows = 1;
+    }
+    char *dst = carve(u, (size_t)rows * (size_t)cols * lg_dtype_size(dt));
+    if (!dst)
+        return lg_fail(u->err, "weight buffer overflow (internal size mismatch)");
+    *out = lg_tensor_2d(dst, dt, rows, cols);
+    size_t off = 0;
+    for (int i = 0; i < n; i++) {
+        if (upload_rows(u, dst + off, dt, parts[i]) != 0)
+            return lg_fail(u->err, "uploading %s failed", parts[i]->name);
+        off += parts[i]->nbytes / lg_dtype_size(parts[i]->dtype) * lg_dtype_size(dt);
+    }
+    return 0;
+}
+
+static size_t tensor_elems(const lg_wtensor *t)
+{
+    size_t n = 1;
+    for (int i = 0; i < t->n_dims; i++) n *= (size_t)t->shape[i];
+    return n;
+}
+
+/* Weight dtype on the backend for a stored dtype: the CPU keeps it as stored;
+ * a backend with 16-bit activations takes 16-bit weights. */
+static lg_dtype backend_wdtype(const lg_backend *be, lg_dtype stored)
+{
+    if (be->act_dtype == LG_F32)
+        return stored;
+    return be->act_dtype;
+}
+
+static void compute_inv_freq(const lg_model_config *c, const lg_weights *w, float *out)
+{
+    int half = c->head_dim / 2;
+    const lg_wtensor *rf = lg_weights_get(w, "rope_freqs");
+    float rfv[1024];
+    if (rf && (int)tensor_elems(rf) == half)
+        lg_to_f32(rfv, rf->data, rf->dtype, (size_t)half);
+    else
+        rf = NULL;
+    for (int i = 0; i < half; i++) {
+        double inv = 1.0 / pow((double)c->rope_theta, (double)(2 * i) / (double)c->head_dim);
+        if (c->rope_scaling == LG_ROPE_LINEAR) {
+            inv /= c->rope_factor;
+        } else if (c->rope_scaling == LG_ROPE_LLAMA3) {
+            double old = c->rope_orig_max_pos, lf = c->rope_low_freq_factor, hf = c->rope_high_freq_factor;
+            double low_wl = old / lf, high_wl = old / hf;
+            double wl = 2.0 * M_PI / inv;
+            if (wl > low_wl) {
+                inv = inv / c->rope_factor;
+            } else if (wl >= high_wl) {
+                double smooth = (old / wl - lf) / (hf - lf);
+                inv = (1.0 - smooth) * inv / c->rope_factor + smooth * inv;
+            }
+        }
+        if (rf)
+            inv /= rfv[i];
+        out[i] = (float)inv;
+    }
+}
+
+int lg_model_create(lg_backend *be, const lg_weights *w, const lg_model_opts *opts, lg_model **out, lg_err *err)
+{
+    *out = NULL;
+    const lg_model_config *c = lg_weights_config(w);
+    if (lg_model_config_validate(c, err) != 0)
+        return -1;
+    if (lg_weights_check_llama(w, err) != 0)
+        return -1;
+    lg_model *m = calloc(1, sizeof *m);
+    if (!m)
+        return lg_fail(err, "out of memory");
+    m->be = be;
+    m->cfg = *c;
+    m->opts = *opts;
+    if (m->opts.page_tokens <= 0) m->opts.page_tokens = 16;
+    if (m->opts.max_step_tokens <= 0) m->opts.max_step_tokens = 512;
+    if (m->opts.max_seqs <= 0) m->opts.max_seqs = 64;
+    if (m->opts.max_seqs > m->opts.max_step_tokens) m->opts.max_seqs = m->opts.max_step_tokens;
+    if (m->opts.max_context <= 0 || m->opts.max_context > c->max_pos) m->opts.max_context = c->max_pos;
+    m->layers = calloc((size_t)c->n_layers, sizeof(layer_w));
+    if (!m->layers) {
+        free(m);
+        return lg_fail(err, "out of memory");
+    }
+
+    const int L = c->n_layers, d = c->d_model, hd = c->head_dim;
+    const int64_t qdim = (int64_t)c->n_heads * hd, kvdim = (int64_t)c->n_kv_heads * hd;
+    const lg_wtensor *emb = lg_weights_get(w, "model.embed_tokens.weight");
+    const lg_wtensor *head = c->tie_embeddings ? NULL : lg_weights_get(w, "lm_head.weight");
+
+    /* sizes first: one allocation */
+    size_t total = 0;
+    for (int i = 0; i < lg_weights_count(w); i++) {
+        const lg_wtensor *t = lg_weights_at(w, i);
+        total += tensor_elems(t) * 4 + 256; /* upper bound: every tensor at 4 bytes */
+    }
+    total += (size_t)hd * 4 + 4096;
+    upload_ctx u = {be, NULL, 0, total, err};
+    u.base = be->i.alloc(be, total);
+    if (!u.base) {
+        lg_model_free(m);
+        return lg_fail(err, "cannot allocate %zu bytes of weights on backend %s", total, be->i.name);
+    }
+    m->wbuf = u.base;
+
+    lg_dtype edt = backend_wdtype(be, emb->dtype);
+    if (upload_cat(&u, &m->embed, edt, &emb, 1) != 0)
+        goto fail;
+    if (head) {
+        if (upload_cat(&u, &m->lm_head, backend_wdtype(be, head->dtype), &head, 1) != 0)
+            goto fail;
+    } else {
+        m->lm_head = m->embed;
+    }
+    const lg_wtensor *nw = lg_weights_get(w, "model.norm.weight");
+    if (upload_cat(&u, &m->norm, LG_F32, &nw, 1) != 0)
+        goto fail;
+
+    for (int l = 0; l < L; l++) {
+        layer_w *lw = &m->layers[l];
+        const lg_wtensor *ln1 = need(w, err, "model.layers.%d.input_layernorm.weight", l);
+        const lg_wtensor *ln2 = need(w, err, "model.layers.%d.post_attention_layernorm.weight", l);
+        const lg_wtensor *qkv[3] = {need(w, err, "model.layers.%d.self_attn.q_proj.weight", l),
+                                    need(w, err, "model.layers.%d.self_attn.k_proj.weight", l),
+                                    need(w, err, "model.layers.%d.self_attn.v_proj.weight", l)};
+        const lg_wtensor *wo = need(w, err, "model.layers.%d.self_attn.o_proj.weight", l);
+        const lg_wtensor *gu[2] = {need(w, err, "model.layers.%d.mlp.gate_proj.weight", l),
+                                   need(w, err, "model.layers.%d.mlp.up_proj.weight", l)};
+        const lg_wtensor *dn = need(w, err, "model.layers.%d.mlp.down_proj.weight", l);
+        if (!ln1 || !ln2 || !qkv[0] || !qkv[1] || !qkv[2] || !wo || !gu[0] || !gu[1] || !dn)
+            goto fail;
+        lg_dtype wdt = backend_wdtype(be, qkv[0]->dtype);
+        if (upload_cat(&u, &lw->ln1, LG_F32, &ln1, 1) || upload_cat(&u, &lw->ln2, LG_F32, &ln2, 1) ||
+            upload_cat(&u, &lw->wqkv, wdt, qkv, 3) || upload_cat(&u, &lw->wo, wdt, &wo, 1) ||
+            upload_cat(&u, &lw->wgu, wdt, gu, 2) || upload_cat(&u, &lw->wdown, wdt, &dn, 1))
+            goto fail;
+        if (c->qkv_bias) {
+            const lg_wtensor *b[3] = {need(w, err, "model.layers.%d.self_attn.q_proj.bias", l),
+                                      need(w, err, "model.layers.%d.self_attn.k_proj.bias", l),
+                                      need(w, err, "model.layers.%d.self_attn.v_proj.bias", l)};
+            if (!b[0] || !b[1] || !b[2])
+                goto fail;
+            if (upload_cat(&u, &lw->bqkv, LG_F32, b, 3) != 0)
+                goto fail;
+        }
+    }
+    {
+        float inv[1024];
+        compute_inv_freq(c, w, inv);
+        m->inv_freq = carve(&u, (size_t)(hd / 2) * 4);
+        if (!m->inv_freq || be->i.upload(be, m->inv_freq, inv, (size_t)(hd / 2) * 4) != 0)
+            goto fail;
+    }
+
+    /* activations */
+    {
+        const int64_t T = m->opts.max_step_tokens, S = m->opts.max_seqs, F = c->d_ff, V = c->vocab_size;
+        lg_dtype a = be->act_dtype;
+        size_t es = lg_dtype_size(a);
+        int64_t sizes[] = {T * d, T * d, T * (qdim + 2 * kvdim), T * qdim, T * d, T * 2 * F, T * F, T * d, S * d,
+                           S * V};
+        size_t tot = 0;
+        for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) tot += ((size_t)sizes[i] * es + 255) & ~(size_t)255;
+        upload_ctx ua = {be, be->i.alloc(be, tot), 0, tot, err};
+        if (!ua.base) {
+            lg_fail(err, "cannot allocate %zu bytes of activations", tot);
+            goto fail;
+        }
+        m->abuf = ua.base;
+        m->x = lg_tensor_2d(carve(&ua, (size_t)sizes[0] * es), a, T, d);
+        m->xn = lg_tensor_2d(carve(&ua, (size_t)sizes[1] * es), a, T, d);
+        m->qkv = lg_tensor_2d(carve(&ua, (size_t)sizes[2] * es), a, T, qdim + 2 * kvdim);
+        m->attn = lg_tensor_2d(carve(&ua, (size_t)sizes[3] * es), a, T, qdim);
+        m->o = lg_tensor_2d(carve(&ua, (size_t)sizes[4] * es), a, T, d);
+        m->gu = lg_tensor_2d(carve(&ua, (size_t)sizes[5] * es), a, T, 2 * F);
+        m->act = lg_tensor_2d(carve(&ua, (size_t)sizes[6] * es), a, T, F);
+        m->mlp = lg_tensor_2d(carve(&ua, (size_t)sizes[7] * es), a, T, d);
+        m->rows = lg_tensor_2d(carve(&ua, (size_t)sizes[8] * es), a, S, d);
+        m->logits = lg_tensor_2d(carve(&ua, (size_t)sizes[9] * 4), LG_F32, S, V);
+        /* logits are always f32: carve was sized with es; re-carve if es < 4 */
+        if (es < 4) {
+            void *lb = be->i.alloc(be, (size_t)S * V * 4);
+            if (!lb) {
+                lg_fail(err, "cannot allocate logits");
+                goto fail;
+            }
+            m->logits.data = lb;
+        }
+    }
+    /* metadata: tok, pos, slot [T]; q_indptr, page_indptr [S+1]; kv_len [S];
+     * logit_rows [S]; page ids [S * max pages per seq] */
+    {
+        size_t max_pages = (size_t)m->opts.max_seqs *
+                           ((size_t)(m->opts.max_context + m->opts.page_tokens - 1) / m->opts.page_tokens + 1);
+        m->meta_cap = 3 * (size_t)m->opts.max_step_tokens + 4 * ((size_t)m->opts.max_seqs + 1) + max_pages;
+        m->meta_dev = be->i.alloc(be, m->meta_cap * 4);
+        m->meta_host = malloc(m->meta_cap * 4);
+        if (!m->meta_dev || !m->meta_host) {
+            lg_fail(err, "cannot allocate step metadata");
+            goto fail;
+        }
+    }
+    m->page_bytes = (size_t)m->opts.page_tokens * (size_t)L * 2 * (size_t)kvdim * lg_dtype_size(be->act_dtype);
+    *out = m;
+    return 0;
+fail:
+    lg_model_free(m);
+    return -1;
+}
+
+void lg_model_free(lg_model *m)
+{
+    if (!m)
+        return;
+    lg_backend *be = m->be;
+    if (m->wbuf) be->i.dealloc(be, m->wbuf);
+    if (m->abuf) be->i.dealloc(be, m->abuf);
+    if (m->abuf && lg_dtype_size(be->act_dtype) < 4 && m->logits.data) be->i.dealloc(be, m->logits.data);
+    if (m->meta_dev) be->i.dealloc(be, m->meta_dev);
+    free(m->meta_host);
+    free(m->layers);
+    free(m);
+}
+
+/* ---- forward step ------------------------------------------------------------------ */
+
+#define TRY(call)                                                                         \
+    do {                                                                                  \
+        if ((call) != 0)                                                                  \
+            return lg_fail(err, "backend %s: op %s failed", be->i.name, #call);            \
+    } while (0)
+
+int lg_model_step(lg_model *m, lg_page_pool *pool, const lg_step_seq *seqs, int n_seqs, float *logits, lg_err *err)
+{
+    lg_backend *be = m->be;
+    const lg_model_config *c = &m->cfg;
+    const int pt = m->opts.page_tokens;
+    if (n_seqs <= 0 || n_seqs > m->opts.max_seqs)
+        return lg_fail(err, "step has %d sequences; the model was set up for 1..%d", n_seqs, m->opts.max_seqs);
+    if (lg_page_pool_page_bytes(pool) < m->page_bytes)
+        return lg_fail(err, "page pool pages (%zu bytes) are smaller than a KV page (%zu)",
+                       lg_page_pool_page_bytes(pool), m->page_bytes);
+
+    /* --- host metadata, laid out in one staging buffer --- */
+    int T = 0, n_pages = 0, n_logits = 0, max_q = 0, max_kv = 0;
+    for (int s = 0; s < n_seqs; s++) {
+        const lg_step_seq *q = &seqs[s];
+        if (q->n_tokens <= 0 || q->pos0 < 0 || q->pos0 + q->n_tokens > m->opts.max_context)
+            return lg_fail(err, "sequence %d: %d tokens at position %d exceed the context of %d", s, q->n_tokens,
+                           q->pos0, m->opts.max_context);
+        if ((int64_t)q->n_pages * pt < q->pos0 + q->n_tokens)
+            return lg_fail(err, "sequence %d: %d pages cannot hold %d positions", s, q->n_pages, q->pos0 + q->n_tokens);
+        T += q->n_tokens;
+        n_pages += (q->pos0 + q->n_tokens + pt - 1) / pt;
+        n_logits += q->want_logits;
+        if (q->n_tokens > max_q) max_q = q->n_tokens;
+        if (q->pos0 + q->n_tokens > max_kv) max_kv = q->pos0 + q->n_tokens;
+    }
+    if (T > m->opts.max_step_tokens)
+        return lg_fail(err, "step has %d tokens; the budget is %d", T, m->opts.max_step_tokens);
+    size_t need = 3 * (size_t)T + 2 * ((size_t)n_seqs + 1) + 2 * (size_t)n_seqs + (size_t)n_pages;
+    if (need > m->meta_cap)
+        return lg_fail(err, "step metadata too large (%zu > %zu)", need, m->meta_cap);
+    int32_t *h = m->meta_host;
+    int32_t *tok = h, *pos = tok + T, *slot = pos + T, *q_indptr = slot + T, *page_indptr = q_indptr + n_seqs + 1,
+            *kv_len = page_indptr + n_seqs + 1, *logit_rows = kv_len + n_seqs, *page_ids = logit_rows + n_seqs;
+    int t = 0, pg = 0, lr = 0;
+    for (int s = 0; s < n_seqs; s++) {
+        const lg_step_seq *q = &seqs[s];
+        q_indptr[s] = t;
+        page_indptr[s] = pg;
+        int np = (q->pos0 + q->n_tokens + pt - 1) / pt;
+        for (int i = 0; i < np; i++) page_ids[pg + i] = q->pages[i];
+        for (int i = 0; i < q->n_tokens; i++) {
+            int p = q->pos0 + i;
+            if (q->tokens[i] < 0 || q->tokens[i] >= c->vocab_size)
+                return lg_fail(err, "token id %d out of range [0, %d)", q->tokens[i], c->vocab_size);
+            tok[t + i] = q->tokens[i];
+            pos[t + i] = p;
+            slot[t + i] = q->pages[p / pt] * pt + p % pt;
+        }
+        t += q->n_tokens;
+        pg += np;
+        kv_len[s] = q->pos0 + q->n_tokens;
+        if (q->want_logits)
+            logit_rows[lr++] = t - 1;
+    }
+    q_indptr[n_seqs] = t;
+    page_indptr[n_seqs] = pg;
+    TRY(be->i.upload(be, m->meta_dev, h, need * 4));
+    int32_t *dv = m->meta_dev;
+    lg_step_meta meta = {
+        .n_tokens = T, .n_seqs = n_seqs, .max_q_len = max_q, .max_kv_len = max_kv,
+        .tok = dv, .pos = dv + (pos - h), .slot = dv + (slot - h), .q_indptr = dv + (q_indptr - h),
+        .kv_len = dv + (kv_len - h), .page_indptr = dv + (page_indptr - h), .page_ids = dv + (page_ids - h),
+        .logit_rows = dv + (logit_rows - h), .n_logits = n_logits,
+    };
+
+    /* --- forward --- */
+    const int hd = c->head_dim;
+    const int64_t qdim = (int64_t)c->n_heads * hd, kvdim = (int64_t)c->n_kv_heads * hd;
+    lg_tensor x = lg_tensor_rows(m->x, 0, T), xn = lg_tensor_rows(m->xn, 0, T), qkv = lg_tensor_rows(m->qkv, 0, T);
+    lg_tensor q = lg_tensor_cols(qkv, 0, qdim), k = lg_tensor_cols(qkv, qdim, kvdim),
+              v = lg_tensor_cols(qkv, qdim + kvdim, kvdim);
+    lg_tensor attn = lg_tensor_rows(m->attn, 0, T), o = lg_tensor_rows(m->o, 0, T), gu = lg_tensor_rows(m->gu, 0, T),
+              act = lg_tensor_rows(m->act, 0, T), mlp = lg_tensor_rows(m->mlp, 0, T);
+    lg_tensor none = {0};
+    const float scale = 1.0f / sqrtf((float)hd);
+    lg_kv_view kv = {
+        .base = lg_page_pool_base(pool), .page_bytes = lg_page_pool_page_bytes(pool), .page_tokens = pt,
+        .n_kv_heads = c->n_kv_heads, .head_dim = hd, .dtype = be->act_dtype,
+    };
+    const size_t kv_block = (size_t)pt * (size_t)kvdim * lg_dtype_size(be->act_dtype);
+
+    TRY(be->i.embed(be, x, m->embed, meta.tok));
+    for (int l = 0; l < c->n_layers; l++) {
+        const layer_w *lw = &m->layers[l];
+        kv.k_off = (size_t)l * 2 * kv_block;
+        kv.v_off = kv.k_off + kv_block;
+        TRY(be->i.add_rmsnorm(be, x, l ? mlp : none, lw->ln1, xn, c->rms_eps));
+        TRY(be->i.matmul(be, qkv, xn, lw->wqkv, lw->bqkv, false));
+        TRY(be->i.rope(be, q, k, meta.pos, m->inv_freq, c->n_heads, c->n_kv_heads, hd));
+        TRY(be->i.kv_write(be, kv, k, v, meta.slot, T));
+        TRY(be->i.attention(be, attn, q, kv, &meta, c->n_heads, scale));
+        TRY(be->i.matmul(be, o, attn, lw->wo, none, false));
+        TRY(be->i.add_rmsnorm(be, x, o, lw->ln2, xn, c->rms_eps));
+        TRY(be->i.matmul(be, gu, xn, lw->wgu, none, false));
+        TRY(be->i.silu_mul(be, act, gu));
+        TRY(be->i.matmul(be, mlp, act, lw->wdown, none, false));
+    }
+    if (n_logits > 0) {
+        lg_tensor rows = lg_tensor_rows(m->rows, 0, n_logits);
+        lg_tensor lg = lg_tensor_rows(m->logits, 0, n_logits);
+        TRY(be->i.add_rmsnorm(be, x, mlp, m->norm, xn, c->rms_eps));
+        TRY(be->i.get_rows(be, rows, xn, meta.logit_rows, n_logits));
+        TRY(be->i.matmul(be, lg, rows, m->lm_head, none, false));
+        TRY(be->i.download(be, logits, lg.data, (size_t)n_logits * (size_t)c->vocab_size * 4));
+    }
+    return 0;
+}

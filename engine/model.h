@@ -1,0 +1,56 @@
+/*
+ * model.h — the Llama-family forward pass as a sequence of backend ops over
+ * one flattened varlen batch (see backend.h), with a paged KV cache in a
+ * lg_page_pool.
+ *
+ * A step takes, per scheduled sequence, its new tokens (a prefill chunk or
+ * one decode token), the position of the first of them, and its page table
+ * (covering every position up to the last new token); it writes their K/V
+ * into the pages, and returns f32 logits on the host for the sequences that
+ * asked for them (at their last new token only).
+ *
+ * Weights are copied into one backend allocation at create time, with q/k/v
+ * fused into one [q+k+v, d] matrix and gate/up into one [2*d_ff, d] matrix
+ * (one GEMM each per layer).
+ */
+#ifndef LG_MODEL_H
+#define LG_MODEL_H
+
+#include "backend.h"
+#include "common.h"
+#include "model_config.h"
+#include "page_pool.h"
+#include "weights.h"
+
+typedef struct lg_model lg_model;
+
+typedef struct lg_model_opts {
+    int max_step_tokens; /* largest flattened batch (token budget per step) */
+    int max_seqs;        /* most sequences in one step */
+    int page_tokens;     /* tokens per KV page (16) */
+    int max_context;     /* longest sequence (positions) */
+} lg_model_opts;
+
+int lg_model_create(lg_backend *be, const lg_weights *w, const lg_model_opts *opts, lg_model **out, lg_err *err);
+void lg_model_free(lg_model *m); /* NULL is a no-op */
+
+const lg_model_config *lg_model_cfg(const lg_model *m);
+const lg_model_opts *lg_model_options(const lg_model *m);
+/* Bytes one KV page needs: page_tokens x n_layers x (K + V) x kv_dim x act dtype. */
+size_t lg_model_kv_page_bytes(const lg_model *m);
+
+typedef struct lg_step_seq {
+    const int32_t *tokens; /* [n_tokens] new tokens */
+    int n_tokens;
+    int pos0;              /* position of tokens[0] == tokens already in the KV cache */
+    const int32_t *pages;  /* page table, >= ceil((pos0 + n_tokens) / page_tokens) entries */
+    int n_pages;
+    bool want_logits;      /* logits at the last new token */
+} lg_step_seq;
+
+/* Runs one forward step. logits: host [n_wanted, vocab] f32, in the order of
+ * the sequences that want them. */
+int lg_model_step(lg_model *m, lg_page_pool *pool, const lg_step_seq *seqs, int n_seqs, float *logits,
+                  lg_err *err);
+
+#endif

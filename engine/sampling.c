@@ -1,0 +1,291 @@
+/*
+ * sampling.c — host-side next-token sampling: greedy, temperature, top-k,
+ * top-p, min-p, and the per-request xoshiro256** RNG.
+ *
+ * Workload: one call per generated token per request over the whole vocab
+ * (32k-152k logits), so the hot path is O(n_vocab) and never sorts the vocab:
+ *   1. candidates = tokens whose logit is finite (-inf and NaN never win);
+ *      l_i = logit_i / temperature
+ *   2. top-k: nth_element to find the k-th largest l, keep l >= it (ties at the
+ *      boundary kept, as HF's TopKLogitsWarper does)
+ *   3. w_i = expf(l_i - max l) (float), Z = sum w_i (double)
+ *   4. top-p: the smallest prefix, by (w desc, id asc), with sum w >= top_p * Z;
+ *      a one-pass histogram of (max l - l) bounds the prefix, so only the
+ *      tokens near the top are sorted
+ *   5. min-p: keep w_i >= min_p (that is p_i >= min_p * p_max)
+ *   6. draw u in [0, Z') over the survivors, in their array order
+ * Every filter keeps at least the most likely token. The result depends only on
+ * logits, params and the request's RNG state: batch composition can't change it.
+ *
+ * Ownership: lg_sampler owns its scratch (sized to n_vocab once); logits are
+ * borrowed for the duration of the call and never modified.
+ */
+#include "sampling.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+/* ---- RNG: xoshiro256** seeded by splitmix64 (Blackman & Vigna) ---------- */
+
+static uint64_t splitmix64(uint64_t *x)
+{
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+void lg_rng_seed(lg_rng *r, uint64_t seed)
+{
+    uint64_t x = seed;
+    for (int i = 0; i < 4; i++)
+        r->s[i] = splitmix64(&x);
+}
+
+static inline uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+uint64_t lg_rng_next(lg_rng *r)
+{
+    uint64_t *s = r->s;
+    uint64_t result = rotl(s[1] * 5, 7) * 9;
+    uint64_t t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = rotl(s[3], 45);
+    return result;
+}
+
+double lg_rng_uniform(lg_rng *r) { return (double)(lg_rng_next(r) >> 11) * 0x1.0p-53; }
+
+/* ---- params / sampler ------------------------------------------------------ */
+
+void lg_sampling_params_default(lg_sampling_params *p)
+{
+    p->temperature = 0.0f;
+    p->top_k = 0;
+    p->top_p = 1.0f;
+    p->min_p = 0.0f;
+    p->seed = 0;
+}
+
+typedef struct lg_cand {
+    float l;    /* logit / temperature */
+    float w;    /* exp(l - max l), filled at step 3 */
+    int32_t id;
+} lg_cand;
+
+struct lg_sampler {
+    int n_vocab;
+    lg_sampling_params p;
+    lg_rng rng;
+    lg_cand *c; /* [n_vocab] candidate scratch */
+};
+
+lg_sampler *lg_sampler_new(int n_vocab, const lg_sampling_params *p)
+{
+    if (n_vocab <= 0)
+        return NULL;
+    lg_sampler *s = calloc(1, sizeof *s);
+    if (!s)
+        return NULL;
+    s->n_vocab = n_vocab;
+    if (p)
+        s->p = *p;
+    else
+        lg_sampling_params_default(&s->p);
+    lg_rng_seed(&s->rng, s->p.seed);
+    s->c = malloc((size_t)n_vocab * sizeof *s->c);
+    if (!s->c) {
+        lg_sampler_free(s);
+        return NULL;
+    }
+    return s;
+}
+
+void lg_sampler_free(lg_sampler *s)
+{
+    if (!s)
+        return;
+    free(s->c);
+    free(s);
+}
+
+int32_t lg_argmax(const float *logits, int n)
+{
+    int32_t best = 0;
+    float bv = -INFINITY;
+    for (int i = 0; i < n; i++) {
+        if (logits[i] > bv) { /* strict: lowest id wins ties; NaN never compares greater */
+            bv = logits[i];
+            best = i;
+        }
+    }
+    return best;
+}
+
+/* Order: larger l first, then lower id (a strict total order). */
+static inline bool cand_before(lg_cand a, lg_cand b) { return a.l > b.l || (a.l == b.l && a.id < b.id); }
+
+static int cand_cmp(const void *pa, const void *pb)
+{
+    lg_cand a = *(const lg_cand *)pa, b = *(const lg_cand *)pb;
+    return cand_before(a, b) ? -1 : cand_before(b, a) ? 1 : 0;
+}
+
+/* Rearranges c[0..n) so c[k] is the element that would be there if sorted by
+ * cand_before, with all earlier ones before it (nth_element). */
+static void cand_select(lg_cand *c, int n, int k)
+{
+    int lo = 0, hi = n - 1;
+    uint32_t h = 0x9e3779b9u;
+    while (lo < hi) {
+        h = h * 1664525u + 1013904223u; /* deterministic pseudo-random pivot */
+        lg_cand piv = c[lo + (int)(h % (uint32_t)(hi - lo + 1))];
+        int i = lo, j = hi;
+        while (i <= j) {
+            while (cand_before(c[i], piv)) i++;
+            while (cand_before(piv, c[j])) j--;
+            if (i <= j) {
+                lg_cand t = c[i];
+                c[i] = c[j];
+                c[j] = t;
+                i++;
+                j--;
+            }
+        }
+        if (k <= j) hi = j;
+        else if (k >= i) lo = i;
+        else return;
+    }
+}
+
+/* Length of the smallest (l desc, id asc) prefix of c[0..n) whose mass (sum of
+ * w) reaches target. Reorders c so that prefix comes first, sorted.
+ * One pass buckets the candidates by distance below the max logit (width 1/8);
+ * walking buckets from the top finds the last bucket B the prefix needs; only
+ * the candidates of buckets <= B are gathered and sorted. */
+static int top_p_prefix(lg_cand *c, int n, float lmax, double target)
+{
+    enum { NB = 256 };
+    double mass[NB] = {0};
+    int cnt[NB] = {0};
+#define LG_BUCKET(l) ((lmax - (l)) * 8.0f < (float)(NB - 1) ? (int)((lmax - (l)) * 8.0f) : NB - 1)
+    for (int i = 0; i < n; i++) {
+        int b = LG_BUCKET(c[i].l);
+        mass[b] += c[i].w;
+        cnt[b]++;
+    }
+    double cum = 0.0;
+    int last = NB - 1, m = 0;
+    for (int b = 0; b < NB; b++) {
+        cum += mass[b];
+        m += cnt[b];
+        if (cum >= target) {
+            last = b;
+            break;
+        }
+    }
+    if (last == NB - 1) {
+        m = n;
+    } else {
+        int j = 0;
+        for (int i = 0; i < n; i++) {
+            if (LG_BUCKET(c[i].l) <= last) {
+                lg_cand t = c[j];
+                c[j] = c[i];
+                c[i] = t;
+                j++;
+            }
+        }
+        m = j;
+    }
+#undef LG_BUCKET
+    qsort(c, (size_t)m, sizeof *c, cand_cmp);
+    cum = 0.0;
+    for (int i = 0; i < m; i++) {
+        cum += c[i].w;
+        if (cum >= target)
+            return i + 1;
+    }
+    return m; /* rounding: the whole gathered set */
+}
+
+int32_t lg_sampler_sample(lg_sampler *s, const float *logits)
+{
+    const lg_sampling_params *p = &s->p;
+    int nv = s->n_vocab;
+    if (!(p->temperature > 0.0f))
+        return lg_argmax(logits, nv);
+
+    /* 1. candidates; +inf logits win outright (greedy among them) */
+    lg_cand *c = s->c;
+    int n = 0;
+    float inv_t = 1.0f / p->temperature;
+    for (int i = 0; i < nv; i++) {
+        float l = logits[i];
+        if (l > -INFINITY && l < INFINITY) {
+            c[n].l = l * inv_t;
+            c[n].id = i;
+            n++;
+        } else if (l == INFINITY) {
+            return i;
+        }
+    }
+    if (n == 0)
+        return lg_argmax(logits, nv);
+    for (int i = 0; i < n; i++) /* huge logit / tiny temperature can overflow */
+        if (!(c[i].l > -INFINITY && c[i].l < INFINITY))
+            c[i].l = c[i].l > 0 ? 3.0e38f : -3.0e38f;
+
+    /* 2. top-k (ties with the k-th value kept) */
+    if (p->top_k > 0 && p->top_k < n) {
+        cand_select(c, n, p->top_k - 1);
+        float thr = c[p->top_k - 1].l;
+        int m = p->top_k;
+        for (int i = p->top_k; i < n; i++)
+            if (c[i].l >= thr)
+                c[m++] = c[i];
+        n = m;
+    }
+
+    /* 3. weights */
+    float lmax = c[0].l;
+    for (int i = 1; i < n; i++)
+        if (c[i].l > lmax) lmax = c[i].l;
+    double z = 0.0;
+    for (int i = 0; i < n; i++) {
+        c[i].w = expf(c[i].l - lmax); /* in (0, 1]; float is plenty for sampling */
+        z += c[i].w;
+    }
+
+    /* 4. top-p */
+    if (p->top_p < 1.0f && n > 1) {
+        double target = p->top_p > 0.0f ? (double)p->top_p * z : 0.0;
+        n = top_p_prefix(c, n, lmax, target);
+    }
+
+    /* 5. min-p, then the final weights */
+    if (p->min_p > 0.0f) {
+        int m = 0;
+        for (int i = 0; i < n; i++)
+            if (c[i].w >= p->min_p || c[i].l == lmax)
+                c[m++] = c[i];
+        n = m;
+    }
+    z = 0.0;
+    for (int i = 0; i < n; i++)
+        z += c[i].w;
+
+    /* 6. draw */
+    double u = lg_rng_uniform(&s->rng) * z;
+    double cum = 0.0;
+    for (int i = 0; i < n; i++) {
+        cum += c[i].w;
+        if (u < cum)
+            return c[i].id;
+    }
+    return c[n - 1].id; /* u rounded up to z */
+}

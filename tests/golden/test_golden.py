@@ -1,0 +1,136 @@
+"""
+test_golden.py — loragate's forward and greedy decoding against HF transformers
+float64 references (fixtures written by make_fixtures.py; see its header).
+
+For every fixture and prompt it runs
+    $LG_BIN generate --model <fixture> --backend $LG_BACKEND --prompt-tokens ...
+            --max-tokens 12 --temperature 0 --json --logits
+and checks:
+  - last_logits: relative L2 error vs the float64 reference
+        < 1e-4 (f32 weights), < 2e-2 (f16/bf16 weights);
+  - tokens: equal to the reference greedy path step by step while the
+    reference step is clear (top1 - top2 > 1e-3 * max(1, |top1|) for f32,
+    > 0.05 for f16/bf16); from the first unclear step on, paths may
+    legitimately diverge and nothing more is compared. The engine may stop
+    early only on an EOS token that the reference also produced there.
+Env: LG_BIN (default <repo>/build/loragate), LG_BACKEND (default cpu),
+LG_GOLDEN_TIMEOUT (seconds per run, default 30).
+Also checks each fixture against the numpy float64 oracle (np_llama.py), which
+needs no binary.
+"""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+FIXTURES = os.path.join(HERE, "fixtures")
+sys.path.insert(0, HERE)
+import np_llama  # noqa: E402
+
+LG_BIN = os.path.abspath(os.environ.get("LG_BIN", os.path.join(ROOT, "build", "loragate")))
+LG_BACKEND = os.environ.get("LG_BACKEND", "cpu")
+TIMEOUT = float(os.environ.get("LG_GOLDEN_TIMEOUT", "30"))
+
+LOGIT_TOL = {"float32": 1e-4, "float16": 2e-2, "bfloat16": 2e-2}
+
+
+def _fixture_names():
+    if not os.path.isdir(FIXTURES):
+        return []
+    return sorted(n for n in os.listdir(FIXTURES) if os.path.isfile(os.path.join(FIXTURES, n, "reference.json")))
+
+
+def _load_ref(name):
+    with open(os.path.join(FIXTURES, name, "reference.json")) as f:
+        return json.load(f)
+
+
+CASES = [(n, i) for n in _fixture_names() for i in range(len(_load_ref(n)["prompts"]))]
+
+
+def test_fixtures_present():
+    assert CASES, f"no fixtures under {FIXTURES}: run tests/golden/make_fixtures.py"
+
+
+def clear_step(dtype, margin, top):
+    if dtype == "float32":
+        return margin > 1e-3 * max(1.0, abs(top))
+    return margin > 0.05
+
+
+def compare_tokens(ref, prompt, got):
+    """Returns None if got is acceptable, else a message."""
+    want = prompt["greedy"]
+    eos = set(ref.get("eos_token_ids") or [])
+    for step, (w, m, top) in enumerate(zip(want, prompt["margins"], prompt["top_logits"])):
+        if not clear_step(ref["weight_dtype"], m, top):
+            return None  # reference itself is ambiguous here: stop comparing
+        if step >= len(got):
+            if got and got[-1] in eos:
+                return None  # stopped on EOS, which matched the reference so far
+            return f"only {len(got)} tokens generated, reference has {len(want)}: got {got}, want {want}"
+        if got[step] != w:
+            return (f"step {step}: got {got[step]}, want {w} (ref margin {m:.4g}); "
+                    f"got {got}, want {want}")
+    return None
+
+
+def run_lg(model_dir, ids, n):
+    cmd = [LG_BIN, "generate", "--model", model_dir, "--backend", LG_BACKEND,
+           "--prompt-tokens", ",".join(map(str, ids)), "--max-tokens", str(n),
+           "--temperature", "0", "--json", "--logits"]
+    try:
+        p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=TIMEOUT)
+    except subprocess.TimeoutExpired as e:
+        err = e.stderr.decode(errors="replace") if isinstance(e.stderr, bytes) else (e.stderr or "")
+        pytest.fail(f"{' '.join(cmd)}\ntimed out after {TIMEOUT:g} s (LG_GOLDEN_TIMEOUT)\nstderr:\n{err[-2000:]}")
+    assert p.returncode == 0, f"{' '.join(cmd)}\nexit {p.returncode}\nstderr:\n{p.stderr[-4000:]}"
+    out = p.stdout.strip()
+    try:
+        return json.loads(out)
+    except json.JSONDecodeError:
+        # tolerate log lines before the JSON object: take the last line that parses
+        for line in reversed(out.splitlines()):
+            try:
+                return json.loads(line)
+            except json.JSONDecodeError:
+                continue
+        raise AssertionError(f"no JSON object on stdout of {' '.join(cmd)}:\n{out[-2000:]}")
+
+
+@pytest.mark.parametrize("name,pi", CASES, ids=[f"{n}-p{i}" for n, i in CASES])
+def test_golden(name, pi):
+    if not os.access(LG_BIN, os.X_OK):
+        pytest.skip(f"loragate binary not found at {LG_BIN} (build it, or set LG_BIN)")
+    ref = _load_ref(name)
+    prompt = ref["prompts"][pi]
+    res = run_lg(os.path.join(FIXTURES, name), prompt["ids"], ref["n_greedy"])
+    for key in ("tokens", "last_logits"):
+        assert key in res, f"output has no {key!r}: keys {sorted(res)}"
+    got = np.asarray(res["last_logits"], dtype=np.float64)
+    want = np.asarray(prompt["last_logits"], dtype=np.float64)
+    assert got.shape == want.shape, f"last_logits has {got.shape[0]} values, vocab is {want.shape[0]}"
+    assert np.all(np.isfinite(got)), "non-finite logits"
+    err = np_llama.rel_l2(got, want)
+    tol = LOGIT_TOL[ref["weight_dtype"]]
+    assert err < tol, (f"{name} prompt {pi} (len {len(prompt['ids'])}, {ref['weight_dtype']}): "
+                       f"last_logits rel L2 err {err:.3e} >= {tol:g}; "
+                       f"argmax got {int(got.argmax())} want {int(want.argmax())}")
+    msg = compare_tokens(ref, prompt, list(res["tokens"]))
+    assert msg is None, f"{name} prompt {pi}: {msg}"
+
+
+@pytest.mark.parametrize("name", _fixture_names())
+def test_fixture_matches_numpy_oracle(name):
+    """The committed files still produce the committed reference (needs no binary)."""
+    ref = _load_ref(name)
+    cfg, W = np_llama.load_dir(os.path.join(FIXTURES, name))
+    for p in ref["prompts"]:
+        logits = np_llama.forward(cfg, W, p["ids"])[-1]
+        assert np_llama.rel_l2(logits, p["last_logits"]) < 1e-7
+        assert int(np.argmax(logits)) == p["greedy"][0] or p["margins"][0] < 1e-6

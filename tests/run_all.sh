@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# run_all.sh — the whole CPU test suite from a clean clone:
+#   system deps -> Python test env (.venv) -> default model -> build -> ctest -> pytest
+#
+#   bash tests/run_all.sh
+#
+# Env knobs: LG_SKIP_DEPS=1 (skip apt; deps already there), LG_PYTHON=path
+# (use this interpreter instead of creating .venv), LG_BACKEND (golden tests'
+# backend, default cpu), LG_JOBS (build parallelism, default 2).
+# Exit status: non-zero if any step or any test fails. ctest and pytest both run
+# even if the other failed, so one run shows every failure.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+
+step() { printf '\n=== %s\n' "$*"; }
+die() { printf '[run_all] ERROR: %s\n' "$*" >&2; exit 1; }
+
+# --- 1. system packages -------------------------------------------------------
+if [ "${LG_SKIP_DEPS:-0}" != 1 ]; then
+  step "system dependencies (deploy/install-deps.sh)"
+  bash deploy/install-deps.sh || die "installing system dependencies failed"
+fi
+
+# --- 2. Python test environment ----------------------------------------------
+step "python test requirements (tests/requirements.txt)"
+if [ -n "${LG_PYTHON:-}" ]; then
+  PY="$LG_PYTHON"
+elif [ -x .venv/bin/python ] || python3 -m venv .venv; then
+  PY="$ROOT/.venv/bin/python"
+else
+  # no venv module: the interpreter itself (PEP 668 systems need the override)
+  PY="$(command -v python3)"
+  printf '[run_all] warning: python3 -m venv failed; installing into %s\n' "$PY" >&2
+fi
+pip_flags=(-q --disable-pip-version-check)
+if [ "$PY" != "$ROOT/.venv/bin/python" ] && "$PY" -c 'import sys, sysconfig, os; sys.exit(0 if os.path.exists(os.path.join(sysconfig.get_path("stdlib"), "EXTERNALLY-MANAGED")) else 1)'; then
+  pip_flags+=(--user --break-system-packages)
+fi
+"$PY" -m pip install "${pip_flags[@]}" -r tests/requirements.txt || die "pip install -r tests/requirements.txt failed"
+
+# --- 3. default model ---------------------------------------------------------
+step "default model (deploy/fetch-default-model.sh)"
+MODEL="$(PYTHON="$PY" bash deploy/fetch-default-model.sh)" || die "fetching the default model failed"
+echo "default model: $MODEL"
+
+# --- 4. build -------------------------------------------------------------------
+step "configure + build"
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release || die "cmake configure failed"
+cmake --build build -j"${LG_JOBS:-2}" || die "build failed"
+
+# --- 5. unit tests (ctest) ------------------------------------------------------
+status=0
+step "ctest"
+ctest --test-dir build --output-on-failure || { echo "[run_all] ctest FAILED"; status=1; }
+
+# --- 6. python suites ------------------------------------------------------------
+step "pytest"
+dirs=()
+for d in tests/golden tests/tokenizer tests/chat tests/e2e; do
+  [ -d "$d" ] && dirs+=("$d")
+done
+export LG_BIN="${LG_BIN:-$ROOT/build/loragate}"
+if [ ${#dirs[@]} -gt 0 ]; then
+  "$PY" -m pytest -q "${dirs[@]}" || { echo "[run_all] pytest FAILED"; status=1; }
+fi
+
+if [ $status -ne 0 ]; then
+  step "FAILED"
+  exit 1
+fi
+step "all tests passed"
