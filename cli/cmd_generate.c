@@ -10,6 +10,12 @@
  * distribution the first generated token was drawn from). --prompt-tokens
  * feeds ids as given, adding no BOS. Without --json the text streams to
  * stdout as it is generated.
+ *
+ * LoRA: --lora NAME=DIR (repeatable) loads PEFT adapters, --use-lora NAME
+ * picks one for the prompt. --batch FILE.jsonl submits every line
+ * ({"prompt_tokens":[...]} or {"prompt":"..."}, optional "lora",
+ * "max_tokens", "temperature", "seed") at once so they share batches, and
+ * prints one JSON line per input line, in input order.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -27,6 +33,7 @@
 #include "weights.h"
 
 #define MAX_STOPS 16
+#define MAX_LORAS 256
 
 typedef struct gen_opts {
     const char *model, *backend, *prompt, *prompt_tokens, *system, *chat_template;
@@ -37,6 +44,10 @@ typedef struct gen_opts {
     const char *stops[MAX_STOPS];
     int n_stops;
     lg_dtype dequant;
+    const char *loras[MAX_LORAS]; /* NAME=DIR */
+    int n_loras;
+    const char *use_lora, *batch;
+    int max_lora_rank;
 } gen_opts;
 
 /* state shared with the engine callbacks */
@@ -52,7 +63,7 @@ typedef struct gen_state {
     int n_vocab;
     char *text;          /* accumulated emitted text */
     size_t text_len, text_cap;
-    bool done, stopped_by_string;
+    bool done, stopped_by_string, failed, quiet;
     lg_finish_reason reason;
     lg_usage usage;
     char error[512];
@@ -79,7 +90,12 @@ static void usage(FILE *f)
             "  --stats                print prompt/decode speed to stderr\n"
             "  --threads N            CPU threads (default: all cores)\n"
             "  --ctx N                context length to allocate (default min(model, 4096))\n"
-            "  --dequant-dtype f16|f32  dtype quantized GGUF weights are expanded to (default f16)\n",
+            "  --dequant-dtype f16|f32  dtype quantized GGUF weights are expanded to (default f16)\n"
+            "  --lora NAME=DIR        load a PEFT LoRA adapter (repeatable)\n"
+            "  --use-lora NAME        run the prompt with that adapter\n"
+            "  --max-lora-rank N      largest adapter rank accepted (default 64)\n"
+            "  --batch FILE.jsonl     one request per line: {\"prompt_tokens\":[..]} or {\"prompt\":\"..\"},\n"
+            "                         optional \"lora\", \"max_tokens\", \"temperature\", \"seed\"; prints JSONL\n",
             MAX_STOPS);
 }
 
@@ -146,7 +162,7 @@ static void append_text(gen_state *st, const char *s, size_t n)
 {
     if (!n)
         return;
-    if (!st->o->json) {
+    if (!st->quiet) {
         fwrite(s, 1, n, stdout);
         fflush(stdout);
     }
@@ -221,7 +237,7 @@ static void on_finish(void *user, int64_t id, lg_finish_reason reason, const lg_
 static int parse_args(int argc, char **argv, gen_opts *o)
 {
     enum { O_MODEL = 1000, O_BACKEND, O_PROMPT, O_PTOK, O_CHAT, O_SYSTEM, O_TMPL, O_MAXTOK, O_TEMP, O_TOPP, O_TOPK,
-           O_MINP, O_SEED, O_STOP, O_JSON, O_LOGITS, O_STATS, O_THREADS, O_CTX, O_DQ, O_BUDGET, O_HELP };
+           O_MINP, O_SEED, O_STOP, O_JSON, O_LOGITS, O_STATS, O_THREADS, O_CTX, O_DQ, O_BUDGET, O_HELP, O_LORA, O_USELORA, O_BATCH, O_MAXRANK };
     static const struct option longopts[] = {
         {"model", required_argument, 0, O_MODEL}, {"backend", required_argument, 0, O_BACKEND},
         {"prompt", required_argument, 0, O_PROMPT}, {"prompt-tokens", required_argument, 0, O_PTOK},
@@ -233,9 +249,12 @@ static int parse_args(int argc, char **argv, gen_opts *o)
         {"json", no_argument, 0, O_JSON}, {"logits", no_argument, 0, O_LOGITS}, {"stats", no_argument, 0, O_STATS},
         {"threads", required_argument, 0, O_THREADS}, {"ctx", required_argument, 0, O_CTX},
         {"dequant-dtype", required_argument, 0, O_DQ}, {"step-tokens", required_argument, 0, O_BUDGET},
-        {"help", no_argument, 0, O_HELP}, {0, 0, 0, 0},
+        {"help", no_argument, 0, O_HELP}, {"lora", required_argument, 0, O_LORA},
+        {"use-lora", required_argument, 0, O_USELORA}, {"batch", required_argument, 0, O_BATCH},
+        {"max-lora-rank", required_argument, 0, O_MAXRANK}, {0, 0, 0, 0},
     };
-    *o = (gen_opts){.backend = "cpu", .max_tokens = 256, .top_p = 1.0f, .dequant = LG_F16, .budget = 512};
+    *o = (gen_opts){.backend = "cpu", .max_tokens = 256, .top_p = 1.0f, .dequant = LG_F16, .budget = 512,
+                    .max_lora_rank = 64};
     optind = 1;
     opterr = 0;
     int c;
@@ -284,6 +303,16 @@ static int parse_args(int argc, char **argv, gen_opts *o)
             }
             break;
         case O_HELP: usage(stdout); return 1000;
+        case O_LORA:
+            if (o->n_loras == MAX_LORAS || !strchr(optarg, '=') || optarg[0] == '=') {
+                fprintf(stderr, "loragate generate: --lora takes NAME=DIR (at most %d), got '%s'\n", MAX_LORAS, optarg);
+                return 2;
+            }
+            o->loras[o->n_loras++] = optarg;
+            break;
+        case O_USELORA: o->use_lora = optarg; break;
+        case O_BATCH: o->batch = optarg; break;
+        case O_MAXRANK: if (parse_int(optarg, "--max-lora-rank", 1, 1024, &v)) return 2; o->max_lora_rank = (int)v; break;
         default:
             fprintf(stderr, "loragate generate: unknown or incomplete option '%s'\n", argv[optind - 1]);
             usage(stderr);
@@ -298,15 +327,19 @@ static int parse_args(int argc, char **argv, gen_opts *o)
         fprintf(stderr, "loragate generate: --model is required\n");
         return 2;
     }
-    if (!o->prompt == !o->prompt_tokens) {
-        fprintf(stderr, "loragate generate: give exactly one of --prompt and --prompt-tokens\n");
+    if ((o->prompt != NULL) + (o->prompt_tokens != NULL) + (o->batch != NULL) != 1) {
+        fprintf(stderr, "loragate generate: give exactly one of --prompt, --prompt-tokens and --batch\n");
+        return 2;
+    }
+    if (o->batch && (o->chat || o->use_lora)) {
+        fprintf(stderr, "loragate generate: with --batch, put \"lora\" in each line; --chat is not available\n");
         return 2;
     }
     if (o->chat && o->prompt_tokens) {
         fprintf(stderr, "loragate generate: --chat needs --prompt text, not --prompt-tokens\n");
         return 2;
     }
-    if (o->logits && !o->json) {
+    if (o->logits && !o->json && !o->batch) {
         fprintf(stderr, "loragate generate: --logits needs --json\n");
         return 2;
     }
@@ -346,21 +379,25 @@ static int build_prompt(const gen_opts *o, const lg_weights *w, int32_t **ids, i
 static void print_json(const gen_state *st, const lg_engine_stats *es)
 {
     json_t *o = json_object();
-    json_t *toks = json_array();
-    for (int i = 0; i < st->n_out; i++) json_array_append_new(toks, json_integer(st->out[i]));
-    json_object_set_new(o, "tokens", toks);
-    json_object_set_new(o, "text", json_stringn(st->text ? st->text : "", st->text_len));
-    json_object_set_new(o, "finish_reason", json_string(lg_finish_reason_name(st->reason)));
-    json_t *u = json_object();
-    json_object_set_new(u, "prompt_tokens", json_integer(st->usage.prompt_tokens));
-    json_object_set_new(u, "completion_tokens", json_integer(st->usage.completion_tokens));
-    json_object_set_new(o, "usage", u);
-    if (st->o->logits && st->first_logits) {
-        json_t *l = json_array();
-        for (int i = 0; i < st->n_vocab; i++) json_array_append_new(l, json_real(st->first_logits[i]));
-        json_object_set_new(o, "last_logits", l);
+    if (st->failed) {
+        json_object_set_new(o, "error", json_string(st->error));
+    } else {
+        json_t *toks = json_array();
+        for (int i = 0; i < st->n_out; i++) json_array_append_new(toks, json_integer(st->out[i]));
+        json_object_set_new(o, "tokens", toks);
+        json_object_set_new(o, "text", json_stringn(st->text ? st->text : "", st->text_len));
+        json_object_set_new(o, "finish_reason", json_string(lg_finish_reason_name(st->reason)));
+        json_t *u = json_object();
+        json_object_set_new(u, "prompt_tokens", json_integer(st->usage.prompt_tokens));
+        json_object_set_new(u, "completion_tokens", json_integer(st->usage.completion_tokens));
+        json_object_set_new(o, "usage", u);
+        if (st->o->logits && st->first_logits) {
+            json_t *l = json_array();
+            for (int i = 0; i < st->n_vocab; i++) json_array_append_new(l, json_real(st->first_logits[i]));
+            json_object_set_new(o, "last_logits", l);
+        }
     }
-    if (st->o->stats) {
+    if (st->o->stats && es) {
         json_t *s = json_object();
         json_object_set_new(s, "prefill_tokens", json_integer(es->prefill_tokens));
         json_object_set_new(s, "prefill_seconds", json_real(es->prefill_seconds));
@@ -376,6 +413,125 @@ static void print_json(const gen_state *st, const lg_engine_stats *es)
     json_decref(o);
 }
 
+/* One request to run: its prompt and overrides (batch lines set them). */
+typedef struct gen_job {
+    int32_t *prompt;
+    int n_prompt;
+    int adapter_id;
+    int max_tokens;
+    float temperature;
+    uint64_t seed;
+    gen_state st;
+} gen_job;
+
+static int parse_batch_line(const char *line, int lineno, const gen_opts *o, const lg_weights *w, lg_engine *e,
+                            gen_job *j, lg_err *err)
+{
+    json_error_t je;
+    json_t *root = json_loads(line, 0, &je);
+    if (!root || !json_is_object(root)) {
+        json_decref(root);
+        return lg_fail(err, "--batch line %d: not a JSON object (%s)", lineno, root ? "" : je.text);
+    }
+    int rc = 0;
+    json_t *pt = json_object_get(root, "prompt_tokens"), *pr = json_object_get(root, "prompt");
+    json_t *lo = json_object_get(root, "lora"), *mt = json_object_get(root, "max_tokens");
+    json_t *te = json_object_get(root, "temperature"), *se = json_object_get(root, "seed");
+    j->max_tokens = o->max_tokens;
+    j->temperature = o->temperature;
+    j->seed = o->seed;
+    if (!pt == !pr) {
+        rc = lg_fail(err, "--batch line %d: give exactly one of \"prompt_tokens\" and \"prompt\"", lineno);
+    } else if (pt) {
+        size_t n = json_array_size(pt);
+        if (!json_is_array(pt) || n == 0 || n > (1u << 24)) {
+            rc = lg_fail(err, "--batch line %d: \"prompt_tokens\" must be a non-empty array of ids", lineno);
+        } else if (!(j->prompt = malloc(n * sizeof(int32_t)))) {
+            rc = lg_fail(err, "out of memory");
+        } else {
+            for (size_t i = 0; i < n && rc == 0; i++) {
+                json_t *v = json_array_get(pt, i);
+                if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > INT32_MAX)
+                    rc = lg_fail(err, "--batch line %d: prompt_tokens[%zu] is not a token id", lineno, i);
+                else
+                    j->prompt[i] = (int32_t)json_integer_value(v);
+            }
+            j->n_prompt = (int)n;
+        }
+    } else if (!json_is_string(pr)) {
+        rc = lg_fail(err, "--batch line %d: \"prompt\" must be a string", lineno);
+    } else {
+        const lg_tokenizer *tok = lg_weights_tokenizer(w);
+        if (!tok)
+            rc = lg_fail(err, "--batch line %d: the model has no tokenizer; use \"prompt_tokens\"", lineno);
+        else
+            rc = lg_tokenizer_encode(tok, json_string_value(pr), json_string_length(pr), lg_tokenizer_add_bos(tok),
+                                     true, &j->prompt, &j->n_prompt, err);
+    }
+    if (rc == 0 && lo && !json_is_null(lo)) {
+        if (!json_is_string(lo) || !(j->adapter_id = lg_engine_find_adapter(e, json_string_value(lo))))
+            rc = lg_fail(err, "--batch line %d: no adapter named %s was loaded with --lora", lineno,
+                         json_is_string(lo) ? json_string_value(lo) : "(not a string)");
+    }
+    if (rc == 0 && mt) {
+        if (!json_is_integer(mt) || json_integer_value(mt) < 1 || json_integer_value(mt) > (1 << 24))
+            rc = lg_fail(err, "--batch line %d: \"max_tokens\" must be a positive integer", lineno);
+        else
+            j->max_tokens = (int)json_integer_value(mt);
+    }
+    if (rc == 0 && te) {
+        if (!json_is_number(te) || json_number_value(te) < 0)
+            rc = lg_fail(err, "--batch line %d: \"temperature\" must be a number >= 0", lineno);
+        else
+            j->temperature = (float)json_number_value(te);
+    }
+    if (rc == 0 && se) {
+        if (!json_is_integer(se) || json_integer_value(se) < 0)
+            rc = lg_fail(err, "--batch line %d: \"seed\" must be a non-negative integer", lineno);
+        else
+            j->seed = (uint64_t)json_integer_value(se);
+    }
+    json_decref(root);
+    return rc;
+}
+
+/* Reads the --batch file into jobs. */
+static int load_batch(const gen_opts *o, const lg_weights *w, lg_engine *e, gen_job **jobs, int *n_jobs, lg_err *err)
+{
+    char *text;
+    size_t len;
+    if (lg_read_file(o->batch, (size_t)1 << 30, &text, &len, err) != 0)
+        return -1;
+    int cap = 16, n = 0, lineno = 0, rc = 0;
+    gen_job *js = calloc((size_t)cap, sizeof *js);
+    char *save = NULL;
+    for (char *line = strtok_r(text, "\n", &save); line && rc == 0 && js; line = strtok_r(NULL, "\n", &save)) {
+        lineno++;
+        while (*line == ' ' || *line == '\t' || *line == '\r') line++;
+        if (!*line)
+            continue;
+        if (n == cap) {
+            gen_job *nj = realloc(js, (size_t)(cap *= 2) * sizeof *nj);
+            if (!nj) {
+                rc = lg_fail(err, "out of memory");
+                break;
+            }
+            js = nj;
+        }
+        memset(&js[n], 0, sizeof js[n]);
+        rc = parse_batch_line(line, lineno, o, w, e, &js[n], err);
+        n++;
+    }
+    free(text);
+    if (!js)
+        return lg_fail(err, "out of memory");
+    if (rc == 0 && n == 0)
+        rc = lg_fail(err, "--batch file %s has no requests", o->batch);
+    *jobs = js;
+    *n_jobs = n;
+    return rc;
+}
+
 int lg_cmd_generate(int argc, char **argv)
 {
     gen_opts o;
@@ -388,15 +544,12 @@ int lg_cmd_generate(int argc, char **argv)
     lg_weights *w = NULL;
     lg_backend *be = NULL;
     lg_engine *e = NULL;
-    int32_t *prompt = NULL;
-    int n_prompt = 0;
-    gen_state st = {.o = &o};
+    gen_job *jobs = NULL;
+    int n_jobs = 0;
     int exit_code = 1;
 
     lg_load_opts lo = {.dequant_dtype = o.dequant, .progress = true};
     if (lg_weights_load(o.model, &lo, &w, &err) != 0)
-        goto out;
-    if (build_prompt(&o, w, &prompt, &n_prompt, &err) != 0)
         goto out;
     lg_backend_opts bo = {.n_threads = o.threads};
     if (lg_backend_create(o.backend, &bo, &be, &err) != 0)
@@ -405,60 +558,127 @@ int lg_cmd_generate(int argc, char **argv)
     int ctx = o.ctx ? o.ctx : (cfg->max_pos < 4096 ? cfg->max_pos : 4096);
     if (ctx > cfg->max_pos)
         ctx = cfg->max_pos;
-    if (n_prompt + 1 > ctx && !o.ctx) {
-        ctx = n_prompt + o.max_tokens;
-        if (ctx > cfg->max_pos) ctx = cfg->max_pos;
-    }
-    lg_engine_opts eo = {.model = {.max_step_tokens = o.budget, .max_seqs = 8, .page_tokens = 16, .max_context = ctx}};
+    lg_engine_opts eo = {
+        .model = {.max_step_tokens = o.budget, .max_seqs = 64, .page_tokens = 16, .max_context = ctx,
+                  .lora_max_rank = o.n_loras ? o.max_lora_rank : 0},
+    };
     if (lg_engine_create(be, w, &eo, &e, &err) != 0)
         goto out;
+    for (int i = 0; i < o.n_loras; i++) {
+        char name[256];
+        const char *eq = strchr(o.loras[i], '=');
+        snprintf(name, sizeof name, "%.*s", (int)(eq - o.loras[i]), o.loras[i]);
+        int id;
+        if (lg_engine_add_adapter(e, name, eq + 1, &id, &err) != 0) {
+            lg_err_prefix(&err, "--lora %s", name);
+            goto out;
+        }
+    }
+
+    if (o.batch) {
+        if (load_batch(&o, w, e, &jobs, &n_jobs, &err) != 0)
+            goto out;
+    } else {
+        jobs = calloc(1, sizeof *jobs);
+        n_jobs = 1;
+        if (!jobs) {
+            lg_fail(&err, "out of memory");
+            goto out;
+        }
+        jobs[0].max_tokens = o.max_tokens;
+        jobs[0].temperature = o.temperature;
+        jobs[0].seed = o.seed;
+        if (o.use_lora && !(jobs[0].adapter_id = lg_engine_find_adapter(e, o.use_lora))) {
+            lg_fail(&err, "--use-lora %s: no adapter of that name was loaded with --lora", o.use_lora);
+            goto out;
+        }
+        if (build_prompt(&o, w, &jobs[0].prompt, &jobs[0].n_prompt, &err) != 0)
+            goto out;
+    }
 
     const lg_tokenizer *tok = lg_weights_tokenizer(w);
-    st.engine = e;
-    st.tok = tok;
-    st.detok = tok ? lg_detok_new(tok, true) : NULL;
-    st.stopper = lg_stopper_new(o.stops, o.n_stops);
-    lg_request_params rp = {
-        .prompt = prompt, .n_prompt = n_prompt, .max_tokens = o.max_tokens,
-        .sampling = {.temperature = o.temperature, .top_k = o.top_k, .top_p = o.top_p, .min_p = o.min_p, .seed = o.seed},
-        .want_first_logits = o.logits, .cb = {on_token, on_finish}, .user = &st,
-    };
-    int64_t id;
-    if (lg_engine_submit(e, &rp, &id, &err) != 0)
-        goto out;
-    while (!st.done) {
+    bool json_out = o.json || o.batch;
+    int pending = 0;
+    for (int i = 0; i < n_jobs; i++) {
+        gen_job *j = &jobs[i];
+        gen_state *st = &j->st;
+        st->o = &o;
+        st->engine = e;
+        st->tok = tok;
+        st->quiet = json_out;
+        st->detok = tok ? lg_detok_new(tok, true) : NULL;
+        st->stopper = lg_stopper_new(o.stops, o.n_stops);
+        lg_request_params rp = {
+            .prompt = j->prompt, .n_prompt = j->n_prompt, .max_tokens = j->max_tokens,
+            .sampling = {.temperature = j->temperature, .top_k = o.top_k, .top_p = o.top_p, .min_p = o.min_p,
+                         .seed = j->seed},
+            .want_first_logits = o.logits, .adapter_id = j->adapter_id, .cb = {on_token, on_finish}, .user = st,
+        };
+        int64_t id;
+        lg_err rerr;
+        if (lg_engine_submit(e, &rp, &id, &rerr) != 0) {
+            if (!o.batch) {
+                err = rerr;
+                goto out;
+            }
+            st->failed = st->done = true; /* reported on its own output line */
+            snprintf(st->error, sizeof st->error, "%s", rerr.msg);
+            continue;
+        }
+        pending++;
+    }
+    for (;;) {
+        int done = 0;
+        for (int i = 0; i < n_jobs; i++) done += jobs[i].st.done;
+        if (done == n_jobs)
+            break;
         if (lg_engine_step(e, &err) != 0)
             break;
     }
-    if (!o.json && st.text_len && isatty(1))
+    if (!json_out && jobs[0].st.text_len)
         putchar('\n');
-    if (st.reason == LG_FINISH_ERROR) {
-        snprintf(err.msg, sizeof err.msg, "%s", st.error[0] ? st.error : err.msg);
+    fflush(stdout);
+    if (!o.batch && jobs[0].st.reason == LG_FINISH_ERROR) {
+        snprintf(err.msg, sizeof err.msg, "%s", jobs[0].st.error[0] ? jobs[0].st.error : err.msg);
         goto out;
     }
     lg_engine_stats es;
     lg_engine_get_stats(e, &es);
-    if (o.json)
-        print_json(&st, &es);
-    else if (!isatty(1) && st.text_len)
-        putchar('\n');
+    if (json_out)
+        for (int i = 0; i < n_jobs; i++) {
+            if (jobs[i].st.reason == LG_FINISH_ERROR && !jobs[i].st.failed) {
+                jobs[i].st.failed = true;
+                if (!jobs[i].st.error[0])
+                    snprintf(jobs[i].st.error, sizeof jobs[i].st.error, "%s", "generation failed");
+            }
+            print_json(&jobs[i].st, i == n_jobs - 1 ? &es : NULL);
+        }
     if (o.stats)
-        fprintf(stderr, "prompt: %lld tokens in %.3f s (%.1f tok/s); decode: %lld tokens in %.3f s (%.1f tok/s)\n",
+        fprintf(stderr,
+                "prompt: %lld tokens in %.3f s (%.1f tok/s); decode: %lld tokens in %.3f s (%.1f tok/s); "
+                "pages: %d total, %d kv, %d adapter, %d cached; adapter loads %lld, evictions %lld\n",
                 (long long)es.prefill_tokens, es.prefill_seconds,
                 es.prefill_seconds > 0 ? es.prefill_tokens / es.prefill_seconds : 0.0, (long long)es.decode_tokens,
-                es.decode_seconds, es.decode_seconds > 0 ? es.decode_tokens / es.decode_seconds : 0.0);
+                es.decode_seconds, es.decode_seconds > 0 ? es.decode_tokens / es.decode_seconds : 0.0,
+                es.pages_total, es.pages_kv, es.pages_adapter, es.pages_cached, (long long)es.adapter_loads,
+                (long long)es.adapter_evictions);
     exit_code = 0;
+    (void)pending;
 out:
     if (exit_code)
         fprintf(stderr, "loragate generate: %s\n", err.msg[0] ? err.msg : "failed");
     lg_engine_free(e);
+    for (int i = 0; i < n_jobs; i++) {
+        gen_state *st = &jobs[i].st;
+        lg_detok_free(st->detok);
+        lg_stopper_free(st->stopper);
+        free(st->out);
+        free(st->text);
+        free(st->first_logits);
+        free(jobs[i].prompt);
+    }
+    free(jobs);
     lg_backend_free(be);
     lg_weights_free(w);
-    lg_detok_free(st.detok);
-    lg_stopper_free(st.stopper);
-    free(st.out);
-    free(st.text);
-    free(st.first_logits);
-    free(prompt);
     return exit_code;
 }

@@ -88,6 +88,34 @@ typedef struct lg_step_meta {
     int n_logits;
 } lg_step_meta;
 
+/* LoRA weights of one (adapter, layer, module) as the kernels see them:
+ * pointers into pool pages (never gathered), the adapter's own rank.
+ * rank == 0 means "no LoRA here" (a no-adapter segment, or a module the
+ * adapter does not target). */
+typedef struct lg_lora_w {
+    const void *A;   /* [rank, in] row-major, act dtype */
+    const void *B;   /* [out, rank] row-major, act dtype */
+    int32_t rank;
+    float scale;     /* alpha / rank, or alpha / sqrt(rank) with rsLoRA */
+} lg_lora_w;
+
+/* Segmented-LoRA metadata for one step (Punica SGMV layout). The step's
+ * tokens are grouped by adapter into n_segs segments: segment s covers
+ * token rows [seg_indptr[s], seg_indptr[s+1]). w is a device array
+ * [n_segs][n_slots] with n_slots = n_layers * LG_LORA_N_MODULES; the
+ * weights of segment s for (layer l, module m) are
+ * w[s * n_slots + l * LG_LORA_N_MODULES + m]. max_rank bounds every rank in
+ * this step (the scratch width); it is never a padding size. */
+#define LG_LORA_N_MODULES 7 /* q, k, v, o, gate, up, down */
+typedef struct lg_lora_meta {
+    int n_segs;
+    int n_slots;
+    int max_rank;
+    const int32_t *seg_indptr; /* device [n_segs + 1] */
+    const lg_lora_w *w;        /* device [n_segs * n_slots] */
+    const int32_t *seg_indptr_host; /* host copy, for launch shapes */
+} lg_lora_meta;
+
 typedef struct lg_backend lg_backend;
 
 typedef struct lg_backend_i {
@@ -128,6 +156,15 @@ typedef struct lg_backend_i {
     int (*get_rows)(lg_backend *be, lg_tensor out, lg_tensor x, const int32_t *rows, int n);
     /* converts between dtypes, same shape */
     int (*convert)(lg_backend *be, lg_tensor dst, lg_tensor src);
+
+    /* SGMV shrink for slot `slot` (= layer * LG_LORA_N_MODULES + module):
+     *   for s, t in segment s, w = lm->w[s * n_slots + slot], w.rank > 0:
+     *     tmp[t, 0:w.rank] = x[t, :] @ w.A^T
+     * Rows of segments with rank 0 are left untouched. */
+    int (*lora_shrink)(lg_backend *be, lg_tensor tmp, lg_tensor x, const lg_lora_meta *lm, int slot);
+    /* SGMV expand, accumulating into y (a column slice of a fused output is fine):
+     *   for s, t in segment s, w.rank > 0:  y[t, :] += w.scale * tmp[t, 0:w.rank] @ w.B^T */
+    int (*lora_expand)(lg_backend *be, lg_tensor y, lg_tensor tmp, const lg_lora_meta *lm, int slot);
 } lg_backend_i;
 
 struct lg_backend {

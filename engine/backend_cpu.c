@@ -367,6 +367,87 @@ static int cpu_convert(lg_backend *be, lg_tensor dst, lg_tensor src)
     return 0;
 }
 
+/* ---- segmented LoRA (the reference semantics for the CUDA SGMV kernels) ---------
+ * Work item = (segment, block of 4 output columns / 4 ranks); each segment
+ * uses its own adapter's rank, A and B are read in place (pool pages). */
+typedef struct {
+    lg_tensor y, tmp, x;
+    const lg_lora_meta *lm;
+    int slot;
+    float **panels;
+} lora_job;
+
+static void shrink_task(void *arg, int tid, int64_t i0, int64_t i1)
+{
+    lora_job *j = arg;
+    for (int64_t s = i0; s < i1; s++) {
+        const lg_lora_w *w = &j->lm->w[s * j->lm->n_slots + j->slot];
+        int r0 = j->lm->seg_indptr[s], r1 = j->lm->seg_indptr[s + 1];
+        if (w->rank <= 0 || r1 <= r0)
+            continue;
+        lg_tensor x = lg_tensor_rows(j->x, r0, r1 - r0), t = lg_tensor_rows(j->tmp, r0, r1 - r0);
+        /* tmp[rows, 0:rank] = x @ A^T ; single-threaded inside a segment */
+        lg_cpu_matmul(NULL, &j->panels[tid], t.data, t.stride, x.data, x.stride, w->A, LG_F32, x.cols, NULL,
+                      r1 - r0, w->rank, x.cols, false);
+    }
+}
+
+static void expand_task(void *arg, int tid, int64_t i0, int64_t i1)
+{
+    lora_job *j = arg;
+    for (int64_t s = i0; s < i1; s++) {
+        const lg_lora_w *w = &j->lm->w[s * j->lm->n_slots + j->slot];
+        int r0 = j->lm->seg_indptr[s], r1 = j->lm->seg_indptr[s + 1];
+        if (w->rank <= 0 || r1 <= r0)
+            continue;
+        int64_t out = j->y.cols, rank = w->rank;
+        const float *B = w->B; /* [out, rank] */
+        for (int r = r0; r < r1; r++) {
+            const float *tr = (const float *)j->tmp.data + (size_t)r * j->tmp.stride;
+            float *yr = (float *)j->y.data + (size_t)r * j->y.stride;
+            for (int64_t o = 0; o < out; o++) {
+                const float *br = B + o * rank;
+                float acc = 0;
+                for (int64_t k = 0; k < rank; k++) acc += tr[k] * br[k];
+                yr[o] += w->scale * acc;
+            }
+        }
+    }
+}
+
+static int lora_check(lg_backend *be, lg_tensor a, lg_tensor b, const lg_lora_meta *lm, int slot)
+{
+    if (a.dtype != LG_F32 || b.dtype != LG_F32 || slot < 0 || slot >= lm->n_slots)
+        return -1;
+    for (int s = 0; s < lm->n_segs; s++)
+        if (lm->w[s * lm->n_slots + slot].rank > lm->max_rank)
+            return -1;
+    return 0;
+}
+
+static int cpu_lora_shrink(lg_backend *be, lg_tensor tmp, lg_tensor x, const lg_lora_meta *lm, int slot)
+{
+    cpu_ctx *c = CTX(be);
+    if (lora_check(be, tmp, x, lm, slot) != 0 || tmp.cols < lm->max_rank)
+        return -1;
+    size_t cap = (size_t)c->panel_k * 4;
+    if (grow_per_thread(c->panels, c->nt, &cap, (size_t)x.cols * 4) != 0)
+        return -1;
+    c->panel_k = (int64_t)(cap / 4);
+    lora_job j = {.tmp = tmp, .x = x, .lm = lm, .slot = slot, .panels = c->panels};
+    lg_threadpool_for(c->tp, lm->n_segs, 1, shrink_task, &j);
+    return 0;
+}
+
+static int cpu_lora_expand(lg_backend *be, lg_tensor y, lg_tensor tmp, const lg_lora_meta *lm, int slot)
+{
+    if (lora_check(be, y, tmp, lm, slot) != 0)
+        return -1;
+    lora_job j = {.y = y, .tmp = tmp, .lm = lm, .slot = slot};
+    lg_threadpool_for(CTX(be)->tp, lm->n_segs, 1, expand_task, &j);
+    return 0;
+}
+
 static void cpu_free(lg_backend *be)
 {
     cpu_ctx *c = CTX(be);
@@ -420,6 +501,8 @@ int lg_backend_cpu_create(const lg_backend_opts *opts, lg_backend **out, lg_err 
         .silu_mul = cpu_silu_mul,
         .get_rows = cpu_get_rows,
         .convert = cpu_convert,
+        .lora_shrink = cpu_lora_shrink,
+        .lora_expand = cpu_lora_expand,
     };
     *out = be;
     return 0;

@@ -14,6 +14,7 @@
  * (plus those allocated for the current step); waiting requests hold none.
  */
 #include "engine.h"
+#include "adapters/adapter_cache.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -34,6 +35,7 @@ typedef struct request {
     lg_sampler *sampler;
     lg_request_params p;
     int n_generated;
+    const lg_lora_w *lora;   /* adapter slot table while pinned, else NULL */
     bool cancel;
     lg_finish_reason cancel_reason;
     struct request *next;    /* inbox / lists */
@@ -43,6 +45,7 @@ struct lg_engine {
     lg_backend *be;
     lg_model *model;
     lg_page_pool *pool;
+    lg_adapter_cache *adapters; /* NULL without LoRA */
     lg_model_config cfg;
     int page_tokens, budget, max_seqs, max_context;
     /* inbox (thread-safe) */
@@ -95,10 +98,17 @@ int lg_engine_create(lg_backend *be, const lg_weights *w, const lg_engine_opts *
     e->budget = mo->max_step_tokens;
     e->max_seqs = mo->max_seqs;
     e->max_context = mo->max_context;
+    /* one page size for both kinds: a KV block, or the largest adapter tensor */
     size_t pb = lg_model_kv_page_bytes(e->model);
+    if (mo->lora_max_rank > 0) {
+        size_t ab = lg_adapter_max_tensor_bytes(&e->cfg, mo->lora_max_rank, be->act_dtype);
+        if (ab > pb)
+            pb = ab;
+    }
+    pb = (pb + 255) & ~(size_t)255;
     int n_pages = opts->n_pages;
     if (n_pages <= 0) {
-        size_t bytes = opts->kv_bytes ? opts->kv_bytes : (size_t)256 << 20;
+        size_t bytes = opts->pool_bytes ? opts->pool_bytes : (size_t)256 << 20;
         n_pages = (int)(bytes / pb);
     }
     /* at least one full-context sequence must fit */
@@ -108,6 +118,13 @@ int lg_engine_create(lg_backend *be, const lg_weights *w, const lg_engine_opts *
     if (lg_page_pool_create(be, pb, n_pages, &e->pool, err) != 0) {
         lg_engine_free(e);
         return -1;
+    }
+    if (mo->lora_max_rank > 0) {
+        lg_adapter_cache_opts ao = {.max_rank = mo->lora_max_rank, .host_bytes = opts->adapter_host_bytes};
+        if (lg_adapter_cache_create(be, e->pool, &e->cfg, &ao, &e->adapters, err) != 0) {
+            lg_engine_free(e);
+            return -1;
+        }
     }
     e->seqs = calloc((size_t)e->max_seqs, sizeof *e->seqs);
     e->sched = calloc((size_t)e->max_seqs, sizeof *e->sched);
@@ -132,10 +149,20 @@ static void request_free(request *r)
     free(r);
 }
 
-static void finish(lg_engine *e, request *r, lg_finish_reason reason, const char *msg)
+/* Gives back a request's pool resources: KV pages and its adapter pin. */
+static void drop_residency(lg_engine *e, request *r)
 {
     lg_page_pool_release(e->pool, r->pages, r->n_pages);
     r->n_pages = 0;
+    if (r->lora) {
+        lg_adapter_cache_release(e->adapters, r->p.adapter_id - 1);
+        r->lora = NULL;
+    }
+}
+
+static void finish(lg_engine *e, request *r, lg_finish_reason reason, const char *msg)
+{
+    drop_residency(e, r);
     lg_usage u = {.prompt_tokens = r->n_prompt, .completion_tokens = r->n_generated, .cached_tokens = 0};
     if (r->p.cb.on_finish)
         r->p.cb.on_finish(r->p.user, r->id, reason, &u, msg);
@@ -161,6 +188,7 @@ void lg_engine_free(lg_engine *e)
     free(e->sched);
     free(e->chunk);
     free(e->logits);
+    lg_adapter_cache_free(e->adapters);
     lg_page_pool_free(e->pool);
     lg_model_free(e->model);
     pthread_mutex_destroy(&e->mu);
@@ -178,6 +206,8 @@ int lg_engine_submit(lg_engine *e, const lg_request_params *p, int64_t *id, lg_e
     if (p->n_prompt >= e->max_context)
         return lg_fail(err, "the prompt has %d tokens; this model's context is %d, leaving no room to generate",
                        p->n_prompt, e->max_context);
+    if (p->adapter_id != 0 && (!e->adapters || !lg_adapter_cache_name(e->adapters, p->adapter_id - 1)))
+        return lg_fail(err, "no adapter with id %d is loaded", p->adapter_id);
     if (p->n_stop_ids < 0 || p->n_stop_ids > LG_MAX_STOP_IDS)
         return lg_fail(err, "too many stop token ids (max %d)", LG_MAX_STOP_IDS);
     const lg_sampling_params *sp = &p->sampling;
@@ -247,7 +277,35 @@ bool lg_engine_busy(lg_engine *e)
 void lg_engine_get_stats(const lg_engine *e, lg_engine_stats *s)
 {
     *s = e->stats;
-    s->pages_free = lg_page_pool_n_free(e->pool);
+    lg_pool_stats ps;
+    lg_page_pool_stats(e->pool, &ps);
+    s->pages_total = ps.pages_total;
+    s->pages_free = ps.pages_free;
+    s->pages_kv = ps.pages_kv;
+    s->pages_adapter = ps.pages_adapter;
+    s->pages_cached = ps.pages_cached;
+    if (e->adapters) {
+        lg_adapter_cache_stats as;
+        lg_adapter_cache_get_stats(e->adapters, &as);
+        s->adapter_loads = as.pool_loads;
+        s->adapter_evictions = as.pool_evictions;
+    }
+}
+
+int lg_engine_add_adapter(lg_engine *e, const char *name, const char *dir, int *adapter_id, lg_err *err)
+{
+    if (!e->adapters)
+        return lg_fail(err, "this engine was created without LoRA support (set a maximum LoRA rank)");
+    int id;
+    if (lg_adapter_cache_register(e->adapters, name, dir, &id, err) != 0)
+        return -1;
+    *adapter_id = id + 1;
+    return 0;
+}
+
+int lg_engine_find_adapter(const lg_engine *e, const char *name)
+{
+    return e->adapters ? lg_adapter_cache_find(e->adapters, name) + 1 : 0;
 }
 
 /* Moves the inbox into the live list and applies cancellations. */
@@ -300,8 +358,7 @@ static void remove_live(lg_engine *e, int i)
 
 static void preempt(lg_engine *e, request *r)
 {
-    lg_page_pool_release(e->pool, r->pages, r->n_pages);
-    r->n_pages = 0;
+    drop_residency(e, r);
     r->n_computed = 0;
     r->state = RQ_WAITING;
     e->stats.preemptions++;
@@ -313,7 +370,7 @@ static void preempt(lg_engine *e, request *r)
 static bool reserve_pages(lg_engine *e, request *r, int upto, int n_sched)
 {
     int need = (upto + e->page_tokens - 1) / e->page_tokens - r->n_pages;
-    while (need > 0 && lg_page_pool_n_free(e->pool) < need) {
+    while (need > 0 && lg_page_pool_n_available(e->pool) < need) {
         request *victim = NULL;
         for (int i = e->n_live - 1; i >= 0; i--) {
             request *c = e->live[i];
@@ -332,7 +389,7 @@ static bool reserve_pages(lg_engine *e, request *r, int upto, int n_sched)
         preempt(e, victim);
     }
     if (need > 0) {
-        if (lg_page_pool_alloc(e->pool, need, r->pages + r->n_pages) != 0)
+        if (lg_page_pool_alloc(e->pool, LG_PAGE_KV, need, r->pages + r->n_pages) != 0)
             return false;
         r->n_pages += need;
     }
@@ -377,6 +434,17 @@ int lg_engine_step(lg_engine *e, lg_err *err)
             if ((pass == 0) != is_decode)
                 continue;
             int c = remaining < budget ? remaining : budget;
+            if (r->p.adapter_id && !r->lora) { /* adapter residency first: it may evict idle data */
+                lg_err aerr;
+                int rc = lg_adapter_cache_acquire(e->adapters, r->p.adapter_id - 1, &r->lora, &aerr);
+                if (rc < 0) {
+                    r->cancel = true;
+                    r->cancel_reason = LG_FINISH_ERROR;
+                    continue;
+                }
+                if (rc > 0)
+                    continue; /* pool full of pinned data: try again next step */
+            }
             if (!reserve_pages(e, r, r->n_computed + c, n)) {
                 if (pass == 0)
                     continue; /* could not keep it: it was not preempted either; retry next step */
@@ -388,6 +456,7 @@ int lg_engine_step(lg_engine *e, lg_err *err)
             e->seqs[n] = (lg_step_seq){
                 .tokens = r->tokens + r->n_computed, .n_tokens = c, .pos0 = r->n_computed,
                 .pages = r->pages, .n_pages = r->n_pages, .want_logits = r->n_computed + c == r->n_tokens,
+                .lora = r->lora,
             };
             if (!is_decode)
                 any_prefill = true;
@@ -397,8 +466,26 @@ int lg_engine_step(lg_engine *e, lg_err *err)
     }
     /* a preemption inside reserve_pages may have hit a request scheduled in
      * pass 0 only if it was younger: those are skipped, so sched is valid. */
+    /* requests whose adapter failed to load */
+    for (int i = 0; i < e->n_live;) {
+        request *r = e->live[i];
+        if (r->cancel && r->cancel_reason == LG_FINISH_ERROR) {
+            finish(e, r, LG_FINISH_ERROR, "the request's adapter could not be loaded");
+            request_free(r);
+            remove_live(e, i);
+        } else {
+            i++;
+        }
+    }
     if (n == 0)
         return 0;
+    /* group sequences by adapter (stable): one SGMV segment per adapter */
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && e->sched[j]->p.adapter_id < e->sched[j - 1]->p.adapter_id; j--) {
+            request *tr = e->sched[j]; e->sched[j] = e->sched[j - 1]; e->sched[j - 1] = tr;
+            int tc = e->chunk[j]; e->chunk[j] = e->chunk[j - 1]; e->chunk[j - 1] = tc;
+            lg_step_seq ts = e->seqs[j]; e->seqs[j] = e->seqs[j - 1]; e->seqs[j - 1] = ts;
+        }
 
     int n_tok = e->budget - budget;
     double t0 = lg_now();

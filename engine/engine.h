@@ -7,7 +7,10 @@
  * fills the rest of the token budget with prefill chunks (chunked prefill),
  * oldest request first. KV pages come from the page pool; when it runs dry
  * the youngest running request is preempted (its pages freed, its tokens —
- * prompt and what it generated — recomputed later).
+ * prompt and what it generated — recomputed later). A request that names an
+ * adapter runs only once its adapter is resident in the pool (pinned while
+ * the request holds pages); the step's sequences are ordered by adapter so
+ * each adapter is one SGMV segment.
  *
  * Threads: lg_engine_submit and lg_engine_cancel may be called from any
  * thread (they post to an inbox under a mutex). lg_engine_step and the
@@ -56,14 +59,16 @@ typedef struct lg_request_params {
     int n_stop_ids;
     bool ignore_eos;
     bool want_first_logits;  /* pass logits with the first token */
+    int adapter_id;          /* from lg_engine_add_adapter; 0 = base model */
     lg_request_cb cb;
     void *user;
 } lg_request_params;
 
 typedef struct lg_engine_opts {
-    lg_model_opts model;     /* token budget, max seqs, page size, context */
-    int n_pages;             /* KV pages in the pool (0: derive from kv_bytes) */
-    size_t kv_bytes;         /* pool size when n_pages is 0 */
+    lg_model_opts model;     /* token budget, max seqs, page size, context, LoRA max rank */
+    int n_pages;             /* pages in the unified pool (0: derive from pool_bytes) */
+    size_t pool_bytes;       /* pool size when n_pages is 0 (default 256 MiB) */
+    size_t adapter_host_bytes; /* host-tier budget for adapter images (default 1 GiB) */
 } lg_engine_opts;
 
 /* Takes ownership of nothing: be and w must outlive the engine (weights may
@@ -73,6 +78,13 @@ int lg_engine_create(lg_backend *be, const lg_weights *w, const lg_engine_opts *
 void lg_engine_free(lg_engine *e); /* NULL is a no-op; unfinished requests get on_finish(CANCELLED) */
 
 const lg_model_config *lg_engine_config(const lg_engine *e);
+
+/* Loads and validates a PEFT adapter directory under `name` (owner thread,
+ * before or between steps). *adapter_id (>= 1) goes into
+ * lg_request_params.adapter_id. Needs opts.model.lora_max_rank > 0. */
+int lg_engine_add_adapter(lg_engine *e, const char *name, const char *dir, int *adapter_id, lg_err *err);
+/* 0 if no adapter has that name. */
+int lg_engine_find_adapter(const lg_engine *e, const char *name);
 
 /* Validates and enqueues; returns 0 with *id set, or -1 with err set (the
  * callbacks are then never called). Thread-safe. */
@@ -91,6 +103,8 @@ typedef struct lg_engine_stats {
     int64_t steps, prefill_tokens, decode_tokens, preemptions;
     double prefill_seconds, decode_seconds; /* time in steps that had prefill / decode-only */
     int pages_total, pages_free;
+    int pages_kv, pages_adapter, pages_cached;
+    int64_t adapter_loads, adapter_evictions; /* into / out of the pool */
 } lg_engine_stats;
 void lg_engine_get_stats(const lg_engine *e, lg_engine_stats *s);
 

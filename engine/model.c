@@ -45,6 +45,9 @@ struct lg_model {
     /* activations */
     void *abuf;
     lg_tensor x, xn, qkv, attn, o, gu, act, mlp, rows, logits;
+    lg_tensor lora_tmp;  /* [T, lora_max_rank] */
+    lg_lora_w *lora_w_dev, *lora_w_host; /* [max_seqs * n_slots] */
+    int32_t *lora_seg_dev, *lora_seg_host; /* [max_seqs + 1] */
     /* step metadata (device) + host staging */
     int32_t *meta_dev;
     int32_t *meta_host;
@@ -325,6 +328,24 @@ int lg_model_create(lg_backend *be, const lg_weights *w, const lg_model_opts *op
             goto fail;
         }
     }
+    if (m->opts.lora_max_rank > 0) {
+        size_t n_slots = (size_t)L * LG_LORA_N_MODULES, S = (size_t)m->opts.max_seqs;
+        size_t tmp_bytes = (size_t)m->opts.max_step_tokens * (size_t)m->opts.lora_max_rank * lg_dtype_size(be->act_dtype);
+        void *tmp = be->i.alloc(be, tmp_bytes);
+        m->lora_w_dev = be->i.alloc(be, S * n_slots * sizeof(lg_lora_w));
+        m->lora_w_host = malloc(S * n_slots * sizeof(lg_lora_w));
+        m->lora_seg_dev = be->i.alloc(be, (S + 1) * sizeof(int32_t));
+        m->lora_seg_host = malloc((S + 1) * sizeof(int32_t));
+        m->lora_tmp = lg_tensor_2d(tmp, be->act_dtype, m->opts.max_step_tokens, m->opts.lora_max_rank);
+        if (!tmp || !m->lora_w_dev || !m->lora_w_host || !m->lora_seg_dev || !m->lora_seg_host) {
+            lg_fail(err, "cannot allocate LoRA step buffers");
+            goto fail;
+        }
+        if (!be->i.lora_shrink || !be->i.lora_expand) {
+            lg_fail(err, "backend %s has no LoRA ops", be->i.name);
+            goto fail;
+        }
+    }
     m->page_bytes = (size_t)m->opts.page_tokens * (size_t)L * 2 * (size_t)kvdim * lg_dtype_size(be->act_dtype);
     *out = m;
     return 0;
@@ -343,11 +364,24 @@ void lg_model_free(lg_model *m)
     if (m->abuf && lg_dtype_size(be->act_dtype) < 4 && m->logits.data) be->i.dealloc(be, m->logits.data);
     if (m->meta_dev) be->i.dealloc(be, m->meta_dev);
     free(m->meta_host);
+    if (m->lora_tmp.data) be->i.dealloc(be, m->lora_tmp.data);
+    if (m->lora_w_dev) be->i.dealloc(be, m->lora_w_dev);
+    if (m->lora_seg_dev) be->i.dealloc(be, m->lora_seg_dev);
+    free(m->lora_w_host);
+    free(m->lora_seg_host);
     free(m->layers);
     free(m);
 }
 
 /* ---- forward step ------------------------------------------------------------------ */
+
+/* y += scale * (x A^T) B^T for every segment's adapter at this slot. */
+static int lora_apply(lg_backend *be, lg_tensor tmp, lg_tensor y, lg_tensor x, const lg_lora_meta *lm, int slot)
+{
+    if (be->i.lora_shrink(be, tmp, x, lm, slot) != 0)
+        return -1;
+    return be->i.lora_expand(be, y, tmp, lm, slot);
+}
 
 #define TRY(call)                                                                         \
     do {                                                                                  \
@@ -421,6 +455,40 @@ int lg_model_step(lg_model *m, lg_page_pool *pool, const lg_step_seq *seqs, int 
         .logit_rows = dv + (logit_rows - h), .n_logits = n_logits,
     };
 
+    /* --- LoRA segments: runs of adjacent sequences with the same adapter --- */
+    lg_lora_meta lm = {0};
+    const lg_lora_meta *lora = NULL;
+    for (int s = 0; s < n_seqs; s++)
+        if (seqs[s].lora)
+            lora = &lm;
+    if (lora) {
+        if (m->opts.lora_max_rank <= 0)
+            return lg_fail(err, "a sequence uses an adapter but the model was set up without LoRA");
+        const int n_slots = c->n_layers * LG_LORA_N_MODULES;
+        int ns = 0, tt = 0;
+        for (int s = 0; s < n_seqs; s++) {
+            if (s == 0 || seqs[s].lora != seqs[s - 1].lora) {
+                m->lora_seg_host[ns] = tt;
+                lg_lora_w *dst = m->lora_w_host + (size_t)ns * n_slots;
+                if (seqs[s].lora)
+                    memcpy(dst, seqs[s].lora, (size_t)n_slots * sizeof(lg_lora_w));
+                else
+                    memset(dst, 0, (size_t)n_slots * sizeof(lg_lora_w));
+                for (int k = 0; k < n_slots; k++)
+                    if (dst[k].rank > m->opts.lora_max_rank)
+                        return lg_fail(err, "adapter rank %d exceeds the step's maximum %d", dst[k].rank,
+                                       m->opts.lora_max_rank);
+                ns++;
+            }
+            tt += seqs[s].n_tokens;
+        }
+        m->lora_seg_host[ns] = tt;
+        TRY(be->i.upload(be, m->lora_w_dev, m->lora_w_host, (size_t)ns * n_slots * sizeof(lg_lora_w)));
+        TRY(be->i.upload(be, m->lora_seg_dev, m->lora_seg_host, (size_t)(ns + 1) * sizeof(int32_t)));
+        lm = (lg_lora_meta){.n_segs = ns, .n_slots = n_slots, .max_rank = m->opts.lora_max_rank,
+                            .seg_indptr = m->lora_seg_dev, .w = m->lora_w_dev, .seg_indptr_host = m->lora_seg_host};
+    }
+
     /* --- forward --- */
     const int hd = c->head_dim;
     const int64_t qdim = (int64_t)c->n_heads * hd, kvdim = (int64_t)c->n_kv_heads * hd;
@@ -437,6 +505,7 @@ int lg_model_step(lg_model *m, lg_page_pool *pool, const lg_step_seq *seqs, int 
     };
     const size_t kv_block = (size_t)pt * (size_t)kvdim * lg_dtype_size(be->act_dtype);
 
+    lg_tensor tmp = lora ? lg_tensor_rows(m->lora_tmp, 0, T) : none;
     TRY(be->i.embed(be, x, m->embed, meta.tok));
     for (int l = 0; l < c->n_layers; l++) {
         const layer_w *lw = &m->layers[l];
@@ -444,14 +513,28 @@ int lg_model_step(lg_model *m, lg_page_pool *pool, const lg_step_seq *seqs, int 
         kv.v_off = kv.k_off + kv_block;
         TRY(be->i.add_rmsnorm(be, x, l ? mlp : none, lw->ln1, xn, c->rms_eps));
         TRY(be->i.matmul(be, qkv, xn, lw->wqkv, lw->bqkv, false));
+        if (lora) {
+            const int sl = l * LG_LORA_N_MODULES;
+            TRY(lora_apply(be, tmp, q, xn, lora, sl + 0));
+            TRY(lora_apply(be, tmp, k, xn, lora, sl + 1));
+            TRY(lora_apply(be, tmp, v, xn, lora, sl + 2));
+        }
         TRY(be->i.rope(be, q, k, meta.pos, m->inv_freq, c->n_heads, c->n_kv_heads, hd));
         TRY(be->i.kv_write(be, kv, k, v, meta.slot, T));
         TRY(be->i.attention(be, attn, q, kv, &meta, c->n_heads, scale));
         TRY(be->i.matmul(be, o, attn, lw->wo, none, false));
+        if (lora)
+            TRY(lora_apply(be, tmp, o, attn, lora, l * LG_LORA_N_MODULES + 3));
         TRY(be->i.add_rmsnorm(be, x, o, lw->ln2, xn, c->rms_eps));
         TRY(be->i.matmul(be, gu, xn, lw->wgu, none, false));
+        if (lora) {
+            TRY(lora_apply(be, tmp, lg_tensor_cols(gu, 0, c->d_ff), xn, lora, l * LG_LORA_N_MODULES + 4));
+            TRY(lora_apply(be, tmp, lg_tensor_cols(gu, c->d_ff, c->d_ff), xn, lora, l * LG_LORA_N_MODULES + 5));
+        }
         TRY(be->i.silu_mul(be, act, gu));
         TRY(be->i.matmul(be, mlp, act, lw->wdown, none, false));
+        if (lora)
+            TRY(lora_apply(be, tmp, mlp, act, lora, l * LG_LORA_N_MODULES + 6));
     }
     if (n_logits > 0) {
         lg_tensor rows = lg_tensor_rows(m->rows, 0, n_logits);

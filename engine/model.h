@@ -9,6 +9,10 @@
  * into the pages, and returns f32 logits on the host for the sequences that
  * asked for them (at their last new token only).
  *
+ * LoRA: per layer, each targeted projection gets y += scale * (x A^T) B^T as
+ * two segmented backend ops (lora_shrink, lora_expand) over runs of
+ * sequences that share an adapter; a step with no adapter runs none.
+ *
  * Weights are copied into one backend allocation at create time, with q/k/v
  * fused into one [q+k+v, d] matrix and gate/up into one [2*d_ff, d] matrix
  * (one GEMM each per layer).
@@ -29,6 +33,7 @@ typedef struct lg_model_opts {
     int max_seqs;        /* most sequences in one step */
     int page_tokens;     /* tokens per KV page (16) */
     int max_context;     /* longest sequence (positions) */
+    int lora_max_rank;   /* largest adapter rank a step may carry; 0 = no LoRA */
 } lg_model_opts;
 
 int lg_model_create(lg_backend *be, const lg_weights *w, const lg_model_opts *opts, lg_model **out, lg_err *err);
@@ -46,6 +51,10 @@ typedef struct lg_step_seq {
     const int32_t *pages;  /* page table, >= ceil((pos0 + n_tokens) / page_tokens) entries */
     int n_pages;
     bool want_logits;      /* logits at the last new token */
+    /* LoRA slot table of this sequence's adapter ([n_layers * LG_LORA_N_MODULES],
+     * device pointers into pool pages) or NULL for the base model. Sequences
+     * with the same table should be adjacent: each run is one SGMV segment. */
+    const lg_lora_w *lora;
 } lg_step_seq;
 
 /* Runs one forward step. logits: host [n_wanted, vocab] f32, in the order of

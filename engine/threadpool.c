@@ -24,6 +24,13 @@ struct lg_threadpool {
     atomic_int active;       /* workers still inside the job */
 };
 
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__)
+    __builtin_ia32_pause();
+#endif
+}
+
 typedef struct {
     lg_threadpool *tp;
     int tid;
@@ -55,10 +62,13 @@ static void *worker_main(void *p)
         /* spin a while, then sleep */
         int spins = 0;
         while (atomic_load_explicit(&tp->gen, memory_order_acquire) == seen && !atomic_load(&tp->stop)) {
-            if (++spins < 20000) {
-#if defined(__x86_64__)
-                __builtin_ia32_pause();
-#endif
+            ++spins;
+            if (spins < 4000) {
+                cpu_relax();
+                continue;
+            }
+            if (spins < 4100) { /* let a thread we may be starving run */
+                sched_yield();
                 continue;
             }
             pthread_mutex_lock(&tp->mu);
@@ -142,9 +152,12 @@ void lg_threadpool_for(lg_threadpool *tp, int64_t n, int64_t grain, lg_task_fn f
     pthread_cond_broadcast(&tp->cv);
     pthread_mutex_unlock(&tp->mu);
     run_chunks(tp, 0);
-    while (atomic_load_explicit(&tp->active, memory_order_acquire) > 0) {
-#if defined(__x86_64__)
-        __builtin_ia32_pause();
-#endif
+    /* wait for the workers; yield after a short spin in case a worker was
+     * preempted (an oversubscribed machine would otherwise burn our slice) */
+    for (int spins = 0; atomic_load_explicit(&tp->active, memory_order_acquire) > 0; spins++) {
+        if (spins < 2000)
+            cpu_relax();
+        else
+            sched_yield();
     }
 }
