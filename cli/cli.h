@@ -9,6 +9,7 @@
 #define LG_VERSION "0.1.0"
 
 int lg_cmd_generate(int argc, char **argv);
+int lg_cmd_bench(int argc, char **argv);
 int lg_cmd_tokenize(int argc, char **argv);
 int lg_cmd_chat_template(int argc, char **argv);
 

@@ -13,6 +13,7 @@ static void usage(FILE *f)
             "\n"
             "commands:\n"
             "  generate       run a prompt through a model (loragate generate --help)\n"
+            "  bench          time a fixed batch, optionally with many adapters\n"
             "  tokenize       encode JSON lines of text with a model's tokenizer\n"
             "  chat-template  render chat messages with a model's chat template\n"
             "  version        print the version\n");
@@ -27,6 +28,8 @@ int main(int argc, char **argv)
     const char *cmd = argv[1];
     if (!strcmp(cmd, "generate"))
         return lg_cmd_generate(argc - 1, argv + 1);
+    if (!strcmp(cmd, "bench"))
+        return lg_cmd_bench(argc - 1, argv + 1);
     if (!strcmp(cmd, "tokenize"))
         return lg_cmd_tokenize(argc - 1, argv + 1);
     if (!strcmp(cmd, "chat-template"))

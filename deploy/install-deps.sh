@@ -16,7 +16,7 @@ die() { printf '[install-deps] ERROR: %s\n' "$*" >&2; exit 1; }
 
 PKGS=(
   build-essential cmake pkg-config git ca-certificates curl
-  libjansson-dev libpcre2-dev libh2o-evloop-dev libssl-dev zlib1g-dev libsqlite3-dev
+  libjansson-dev libpcre2-dev libutf8proc-dev libh2o-evloop-dev libssl-dev zlib1g-dev libsqlite3-dev
   python3 python3-pip python3-venv
 )
 # shellcheck disable=SC2206

@@ -506,9 +506,11 @@ int lg_engine_step(lg_engine *e, lg_err *err)
     double dt = lg_now() - t0;
     e->stats.steps++;
     if (any_prefill) {
+        e->stats.prefill_steps++;
         e->stats.prefill_seconds += dt;
         e->stats.prefill_tokens += n_tok;
     } else {
+        e->stats.decode_steps++;
         e->stats.decode_seconds += dt;
         e->stats.decode_tokens += n_tok;
     }

@@ -100,7 +100,7 @@ int lg_engine_step(lg_engine *e, lg_err *err);
 bool lg_engine_busy(lg_engine *e);
 
 typedef struct lg_engine_stats {
-    int64_t steps, prefill_tokens, decode_tokens, preemptions;
+    int64_t steps, prefill_steps, decode_steps, prefill_tokens, decode_tokens, preemptions;
     double prefill_seconds, decode_seconds; /* time in steps that had prefill / decode-only */
     int pages_total, pages_free;
     int pages_kv, pages_adapter, pages_cached;

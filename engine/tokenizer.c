@@ -22,9 +22,9 @@
  *     if the whole run is valid UTF-8, else one U+FFFD per byte (HF
  *     ByteFallback), so a run is held until it ends; Strip(' ', N) drops up
  *     to N leading spaces of the whole output.
- * Known gap: an NFC normalizer (Qwen2) is accepted but applied as identity,
- * so only already-NFC text (most text) tokenizes exactly like HF there.
+ * The NFC normalizer (Qwen2) is Unicode NFC as libutf8proc computes it.
  */
+#include <utf8proc.h>
 #include "tokenizer_impl.h"
 
 #include <stdio.h>
@@ -577,10 +577,18 @@ static int lg_normalize(const lg_tokenizer *t, const char *s, size_t n, lg_tbuf 
                 goto oom;
             break;
         }
-        case LG_NORM_NFC: /* identity: see the design note */
-            if (lg_tbuf_put(&b, a.p, a.n))
+        case LG_NORM_NFC: { /* Unicode NFC via utf8proc (input is valid UTF-8) */
+            utf8proc_uint8_t *nfc = NULL;
+            utf8proc_ssize_t nn = a.n ? utf8proc_map((const utf8proc_uint8_t *)a.p, (utf8proc_ssize_t)a.n, &nfc,
+                                                     UTF8PROC_STABLE | UTF8PROC_COMPOSE)
+                                      : 0;
+            if (nn < 0 || lg_tbuf_put(&b, nfc ? (const char *)nfc : "", (size_t)(nn > 0 ? nn : 0))) {
+                free(nfc);
                 goto oom;
+            }
+            free(nfc);
             break;
+        }
         }
         lg_tbuf tmp = a;
         a = b;

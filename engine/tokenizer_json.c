@@ -7,7 +7,7 @@
  *   model        BPE (vocab object, merges as "a b" strings or [a, b] pairs,
  *                unk_token, fuse_unk, byte_fallback, ignore_merges; no
  *                dropout, continuing_subword_prefix, end_of_word_suffix)
- *   normalizer   null, Sequence, Prepend, Replace(String), NFC (identity)
+ *   normalizer   null, Sequence, Prepend, Replace(String), NFC (libutf8proc)
  *   pre_tokenizer null, Sequence, ByteLevel, Split(Regex|String), Digits,
  *                Metaspace
  *   decoder      null, ByteLevel, Metaspace, Sequence of Replace(U+2581->' '),

@@ -72,6 +72,9 @@ def _v_llama3(j):
 
 
 def _v_qwen2(j):
+    # Qwen2's tokenizer.json: NFC normalizer, then its split regex and ByteLevel
+    # (49 corpus strings are not NFC, so the normalizer is exercised)
+    j["normalizer"] = {"type": "NFC"}
     j["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [_split(QWEN2_RE, "Isolated"), _bytelevel(False)]}
 
 
