@@ -77,6 +77,11 @@ int lg_adapter_cache_create(lg_backend *be, lg_page_pool *pool, const lg_model_c
     c->page_bytes = lg_page_pool_page_bytes(pool);
     c->n_slots = cfg->n_layers * LG_LORA_N_MODULES;
     size_t need = lg_adapter_max_tensor_bytes(cfg, c->opts.max_rank, c->dt);
+    if (c->page_bytes % 256 != 0) { /* tensors are placed at 256-byte offsets inside pages */
+        lg_fail(err, "pool pages of %zu bytes are not a multiple of 256 bytes", c->page_bytes);
+        free(c);
+        return -1;
+    }
     if (need > c->page_bytes) {
         lg_fail(err, "pool pages of %zu bytes cannot hold an adapter tensor at rank %d (%zu bytes)", c->page_bytes,
                 c->opts.max_rank, need);

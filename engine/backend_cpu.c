@@ -33,7 +33,7 @@ typedef struct cpu_ctx {
 static void *cpu_alloc(lg_backend *be, size_t size)
 {
     void *p = NULL;
-    if (posix_memalign(&p, 64, size ? size : 64) != 0)
+    if (posix_memalign(&p, 256, size ? size : 256) != 0) /* cudaMalloc-like alignment */
         return NULL;
     return p;
 }

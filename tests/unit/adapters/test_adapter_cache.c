@@ -1,0 +1,652 @@
+/*
+ * test_adapter_cache.c — the adapter cache's three tiers (disk -> host image
+ * -> unified-pool pages) against the PEFT fixtures of
+ * tests/fixtures/peft/make_fixtures.py, on the CPU backend so the pool arena
+ * is host memory the test can read back.
+ *
+ * What is checked: registration (names, rejection of bad dirs), the slot
+ * table after acquire (ranks, scales, bytes in the pool equal the adapter
+ * converted to the act dtype, placement: inside the arena, inside one page,
+ * 256-byte aligned, no overlaps), eviction under KV pressure and reload,
+ * pins blocking eviction, "retry later" when the pool is full of pinned KV,
+ * host-tier LRU and reload from disk, refusal of an adapter whose files
+ * changed on disk, and lg_adapter_max_tensor_bytes. Run from the repository
+ * root, under ASan/UBSan.
+ */
+#include "adapters/adapter_cache.h"
+#include "adapters/peft.h"
+#include "test.h"
+
+#include <stdint.h>
+#include <unistd.h>
+
+#define FIX "tests/fixtures/peft/"
+#define MAX_RANK 8
+#define PAGE_BYTES 4096 /* >= 8 * 128 * 4: the largest tensor at MAX_RANK in f32 */
+
+/* The tiny base model of make_fixtures.py:
+ * n_layers 2, d_model 64, n_heads 4, n_kv_heads 2, head_dim 16, d_ff 128. */
+static lg_model_config base_config(void)
+{
+    lg_model_config c;
+    memset(&c, 0, sizeof c);
+    snprintf(c.arch, sizeof c.arch, "llama");
+    c.n_layers = 2;
+    c.d_model = 64;
+    c.n_heads = 4;
+    c.n_kv_heads = 2;
+    c.head_dim = 16;
+    c.d_ff = 128;
+    c.vocab_size = 100;
+    c.max_pos = 128;
+    c.rope_theta = 10000.0f;
+    c.rms_eps = 1e-5f;
+    c.weight_dtype = LG_F32;
+    c.bos_id = -1;
+    return c;
+}
+
+static const char *VALID[] = {"list_f16", "all_linear_f32", "regex", "patterns", "layers_int",
+                              "layers_list", "fan_in_fan_out", "rslora", "default_bf16"};
+#define N_VALID ((int)(sizeof VALID / sizeof VALID[0]))
+
+static lg_backend *g_be;
+static lg_model_config g_cfg;
+
+static lg_adapter *load_ref(const char *dir)
+{
+    lg_adapter *a = NULL;
+    lg_err err = {{0}};
+    int rc = lg_adapter_load(dir, "ref", &g_cfg, MAX_RANK, &a, &err);
+    CHECK_MSG(rc == 0 && a, "%s: %s", dir, err.msg);
+    return a;
+}
+
+/* Compares `n` elements at pool pointer p (act dtype f32) with src (dtype st). */
+static bool same_values(const void *p, const void *src, lg_dtype st, size_t n)
+{
+    float *ref = malloc(n * sizeof(float));
+    lg_to_f32(ref, src, st, n);
+    bool ok = memcmp(p, ref, n * sizeof(float)) == 0;
+    free(ref);
+    return ok;
+}
+
+typedef struct span {
+    uintptr_t lo, hi; /* [lo, hi) */
+} span;
+
+static int span_cmp(const void *a, const void *b)
+{
+    const span *x = a, *y = b;
+    return x->lo < y->lo ? -1 : x->lo > y->lo;
+}
+
+/* The slot table of an acquired adapter matches the adapter loaded from dir.
+ * Appends every tensor's byte range to spans (may be NULL). Returns the
+ * number of failed checks. */
+static int check_slots(const lg_lora_w *slots, const char *dir, lg_page_pool *pool, span *spans, int *n_spans)
+{
+    int fail0 = lg_t_fail;
+    lg_adapter *a = load_ref(dir);
+    if (!a)
+        return 1;
+    const char *base = lg_page_pool_base(pool);
+    size_t pb = lg_page_pool_page_bytes(pool);
+    uintptr_t lo = (uintptr_t)base, hi = lo + pb * (size_t)lg_page_pool_n_pages(pool);
+    int n_slots = g_cfg.n_layers * LG_LORA_N_MODULES;
+    int adapted = 0;
+    for (int s = 0; s < n_slots; s++) {
+        int layer = s / LG_LORA_N_MODULES;
+        lg_lora_target t = (lg_lora_target)(s % LG_LORA_N_MODULES);
+        const lg_lora_module *m = lg_adapter_find(a, layer, t);
+        const lg_lora_w *w = &slots[s];
+        if (!m) {
+            CHECK_MSG(w->rank == 0, "%s slot %d: rank %d for an untargeted module", dir, s, w->rank);
+            continue;
+        }
+        adapted++;
+        CHECK_MSG(w->rank == m->rank, "%s slot %d: rank %d, want %d", dir, s, w->rank, m->rank);
+        CHECK_MSG(w->scale == m->scale, "%s slot %d: scale %g, want %g", dir, s, w->scale, m->scale);
+        if (w->rank != m->rank || !w->A || !w->B)
+            continue;
+        size_t na = (size_t)m->rank * m->in_dim, nb = (size_t)m->out_dim * m->rank;
+        CHECK_MSG(same_values(w->A, m->A, lg_adapter_dtype(a), na), "%s layer %d %s: A differs", dir, layer,
+                  lg_lora_target_name(t));
+        CHECK_MSG(same_values(w->B, m->B, lg_adapter_dtype(a), nb), "%s layer %d %s: B differs", dir, layer,
+                  lg_lora_target_name(t));
+        const void *ptr[2] = {w->A, w->B};
+        size_t bytes[2] = {na * 4, nb * 4};
+        for (int k = 0; k < 2; k++) {
+            uintptr_t p = (uintptr_t)ptr[k], e = p + bytes[k];
+            CHECK_MSG(p >= lo && e <= hi, "%s slot %d %c: outside the arena", dir, s, "AB"[k]);
+            CHECK_MSG((p - lo) / pb == (e - 1 - lo) / pb, "%s slot %d %c: straddles a page", dir, s, "AB"[k]);
+            CHECK_MSG((p - lo) % 256 == 0, "%s slot %d %c: offset %zu in the arena not 256-aligned", dir, s,
+                      "AB"[k], (size_t)(p - lo));
+            if (spans)
+                spans[(*n_spans)++] = (span){p, e};
+        }
+    }
+    CHECK_MSG(adapted == lg_adapter_n_modules(a), "%s: %d slots adapted, adapter has %d modules", dir, adapted,
+              lg_adapter_n_modules(a));
+    lg_adapter_free(a);
+    return lg_t_fail - fail0;
+}
+
+static int n_overlaps(span *s, int n)
+{
+    qsort(s, (size_t)n, sizeof *s, span_cmp);
+    int bad = 0;
+    for (int i = 1; i < n; i++)
+        bad += s[i].lo < s[i - 1].hi;
+    return bad;
+}
+
+static lg_page_pool *make_pool(int n_pages)
+{
+    lg_page_pool *p = NULL;
+    lg_err err = {{0}};
+    int rc = lg_page_pool_create(g_be, PAGE_BYTES, n_pages, &p, &err);
+    CHECK_MSG(rc == 0, "pool: %s", err.msg);
+    return p;
+}
+
+static lg_adapter_cache *make_cache(lg_page_pool *pool, size_t host_bytes)
+{
+    lg_adapter_cache *c = NULL;
+    lg_err err = {{0}};
+    lg_adapter_cache_opts o = {.max_rank = MAX_RANK, .host_bytes = host_bytes};
+    int rc = lg_adapter_cache_create(g_be, pool, &g_cfg, &o, &c, &err);
+    CHECK_MSG(rc == 0, "cache: %s", err.msg);
+    return c;
+}
+
+static int reg(lg_adapter_cache *c, const char *name, const char *dir)
+{
+    int id = -1;
+    lg_err err = {{0}};
+    int rc = lg_adapter_cache_register(c, name, dir, &id, &err);
+    CHECK_MSG(rc == 0 && id >= 0, "register %s (%s): %s", name, dir, err.msg);
+    return id;
+}
+
+static lg_adapter_cache_stats stats(const lg_adapter_cache *c)
+{
+    lg_adapter_cache_stats s;
+    lg_adapter_cache_get_stats(c, &s);
+    return s;
+}
+
+static int pool_adapter_pages(const lg_page_pool *p)
+{
+    lg_pool_stats s;
+    lg_page_pool_stats(p, &s);
+    return s.pages_adapter;
+}
+
+/* 1. registration, lookup, duplicate and bad directories */
+static void test_register(void)
+{
+    lg_page_pool *pool = make_pool(64);
+    lg_adapter_cache *c = make_cache(pool, 0);
+    if (!c) {
+        lg_page_pool_free(pool);
+        return;
+    }
+    char dir[256];
+    int ids[N_VALID];
+    for (int i = 0; i < N_VALID; i++) {
+        snprintf(dir, sizeof dir, FIX "%s", VALID[i]);
+        ids[i] = reg(c, VALID[i], dir);
+    }
+    for (int i = 0; i < N_VALID; i++) {
+        CHECK(lg_adapter_cache_find(c, VALID[i]) == ids[i]);
+        CHECK(lg_adapter_cache_name(c, ids[i]) && !strcmp(lg_adapter_cache_name(c, ids[i]), VALID[i]));
+    }
+    CHECK(lg_adapter_cache_find(c, "nope") == -1);
+    CHECK(lg_adapter_cache_name(c, -1) == NULL && lg_adapter_cache_name(c, N_VALID) == NULL);
+
+    /* digest of list_f16 = the recorded sha256 */
+    char want[80] = {0};
+    FILE *f = fopen(FIX "list_f16.sha256", "r");
+    CHECK(f && fgets(want, sizeof want, f));
+    if (f)
+        fclose(f);
+    const char *dg = lg_adapter_cache_digest(c, ids[0]);
+    CHECK_MSG(dg && !strncmp(dg, want, 64), "digest %s, want %.64s", dg ? dg : "(null)", want);
+
+    lg_adapter_cache_stats s = stats(c);
+    CHECK(s.registered == N_VALID && s.resident == 0 && s.pool_loads == 0);
+    CHECK(s.host_loads == N_VALID && s.host_evictions == 0 && s.host_bytes > 0);
+    CHECK(pool_adapter_pages(pool) == 0); /* registration does not touch the pool */
+
+    /* duplicate name, even with another dir */
+    lg_err err = {{0}};
+    int id = 77;
+    CHECK(lg_adapter_cache_register(c, "regex", FIX "list_f16", &id, &err) == -1);
+    CHECK_MSG(strstr(err.msg, "regex") && strstr(err.msg, "already"), "duplicate: '%s'", err.msg);
+
+    /* bad dirs: message, nothing registered */
+    const char *bad[] = {FIX "reject/dora_config", FIX "reject/rank_config", FIX "reject/missing_files",
+                         FIX "reject/truncated", FIX "does_not_exist"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        memset(&err, 0, sizeof err);
+        CHECK_MSG(lg_adapter_cache_register(c, "bad", bad[i], &id, &err) == -1, "%s accepted", bad[i]);
+        CHECK_MSG(err.msg[0] != 0, "%s: no message", bad[i]);
+        CHECK(lg_adapter_cache_find(c, "bad") == -1);
+    }
+    lg_adapter_cache_stats s2 = stats(c);
+    CHECK(s2.registered == N_VALID && s2.host_loads == s.host_loads && s2.host_bytes == s.host_bytes);
+
+    /* rank above the cache's max_rank: rank 6 of patterns vs max_rank 4 */
+    lg_adapter_cache *c4 = NULL;
+    lg_adapter_cache_opts o4 = {.max_rank = 4};
+    CHECK(lg_adapter_cache_create(g_be, pool, &g_cfg, &o4, &c4, &err) == 0);
+    if (c4) {
+        memset(&err, 0, sizeof err);
+        CHECK(lg_adapter_cache_register(c4, "p", FIX "patterns", &id, &err) == -1 && err.msg[0]);
+        CHECK(lg_adapter_cache_find(c4, "p") == -1);
+        lg_adapter_cache_free(c4);
+    }
+
+    /* pages too small for max_rank */
+    lg_adapter_cache *c64 = NULL;
+    lg_adapter_cache_opts o64 = {.max_rank = 64};
+    memset(&err, 0, sizeof err);
+    CHECK(lg_adapter_cache_create(g_be, pool, &g_cfg, &o64, &c64, &err) == -1 && !c64 && err.msg[0]);
+
+    /* pages that are not a multiple of 256 bytes cannot keep tensors aligned */
+    lg_page_pool *odd = NULL;
+    CHECK(lg_page_pool_create(g_be, PAGE_BYTES + 64, 8, &odd, &err) == 0);
+    if (odd) {
+        lg_adapter_cache *co = NULL;
+        lg_adapter_cache_opts oo = {.max_rank = MAX_RANK};
+        memset(&err, 0, sizeof err);
+        CHECK(lg_adapter_cache_create(g_be, odd, &g_cfg, &oo, &co, &err) == -1 && !co);
+        CHECK_MSG(strstr(err.msg, "256"), "odd page size: '%s'", err.msg);
+        lg_adapter_cache_free(co);
+        lg_page_pool_free(odd);
+    }
+
+    lg_adapter_cache_free(c);
+    lg_adapter_cache_free(NULL);
+    lg_page_pool_free(pool);
+}
+
+/* 2. acquire -> slot table, for every valid fixture, all resident at once */
+static void test_slots(void)
+{
+    lg_page_pool *pool = make_pool(128);
+    lg_adapter_cache *c = make_cache(pool, 0);
+    if (!c) {
+        lg_page_pool_free(pool);
+        return;
+    }
+    char dir[N_VALID][256];
+    int ids[N_VALID];
+    const lg_lora_w *slots[N_VALID];
+    for (int i = 0; i < N_VALID; i++) {
+        snprintf(dir[i], sizeof dir[i], FIX "%s", VALID[i]);
+        ids[i] = reg(c, VALID[i], dir[i]);
+    }
+    int n_slots = g_cfg.n_layers * LG_LORA_N_MODULES;
+    span *spans = malloc((size_t)N_VALID * (size_t)n_slots * 2 * sizeof *spans);
+    int n_spans = 0;
+    for (int i = 0; i < N_VALID; i++) {
+        lg_err err = {{0}};
+        slots[i] = NULL;
+        int rc = lg_adapter_cache_acquire(c, ids[i], &slots[i], &err);
+        CHECK_MSG(rc == 0 && slots[i], "acquire %s: rc %d %s", VALID[i], rc, err.msg);
+    }
+    lg_adapter_cache_stats s = stats(c);
+    CHECK(s.resident == N_VALID && s.pool_loads == N_VALID && s.pool_evictions == 0);
+    for (int i = 0; i < N_VALID; i++)
+        if (slots[i])
+            check_slots(slots[i], dir[i], pool, spans, &n_spans);
+    CHECK_MSG(n_overlaps(spans, n_spans) == 0, "overlapping tensors in the pool");
+    /* tensors sit at 256-byte offsets in the arena (checked above); they are
+     * 256-byte aligned pointers only if the arena base is */
+    void *base = lg_page_pool_base(pool);
+    CHECK_MSG((uintptr_t)base % 256 == 0, "pool arena base %p is not 256-byte aligned, so adapter tensors are "
+              "not either (engine/backend_cpu.c cpu_alloc aligns to 64)", base);
+
+    /* a second acquire of a resident adapter gives the same table, no load */
+    const lg_lora_w *again = NULL;
+    lg_err err = {{0}};
+    CHECK(lg_adapter_cache_acquire(c, ids[1], &again, &err) == 0 && again == slots[1]);
+    CHECK(stats(c).pool_loads == N_VALID);
+    lg_adapter_cache_release(c, ids[1]);
+
+    /* bad id */
+    memset(&err, 0, sizeof err);
+    CHECK(lg_adapter_cache_acquire(c, N_VALID, &again, &err) == -1 && err.msg[0]);
+    CHECK(lg_adapter_cache_acquire(c, -1, &again, &err) == -1);
+
+    for (int i = 0; i < N_VALID; i++)
+        lg_adapter_cache_release(c, ids[i]);
+    lg_pool_stats ps;
+    lg_page_pool_stats(pool, &ps);
+    CHECK(ps.pages_cached == ps.pages_adapter && ps.pages_adapter > 0);
+    free(spans);
+    lg_adapter_cache_free(c);
+    lg_page_pool_stats(pool, &ps);
+    CHECK_MSG(ps.pages_free == ps.pages_total, "free: %d of %d pages free", ps.pages_free, ps.pages_total);
+    lg_page_pool_free(pool);
+}
+
+/* Number of pool pages adapter `dir` takes (measured in a private pool). */
+static int pages_of(const char *dir)
+{
+    lg_page_pool *pool = make_pool(64);
+    lg_adapter_cache *c = make_cache(pool, 0);
+    int n = -1;
+    if (c) {
+        int id = reg(c, "x", dir);
+        const lg_lora_w *sl;
+        lg_err err = {{0}};
+        if (id >= 0 && lg_adapter_cache_acquire(c, id, &sl, &err) == 0)
+            n = pool_adapter_pages(pool);
+        lg_adapter_cache_free(c);
+    }
+    lg_page_pool_free(pool);
+    return n;
+}
+
+/* 3. the unified pool: KV pressure evicts a cached adapter, never a pinned one */
+static void test_pool_pressure(void)
+{
+    const char *dx = FIX "all_linear_f32";
+    int need = pages_of(dx);
+    CHECK_MSG(need >= 2, "all_linear_f32 takes %d pages", need);
+    if (need < 1)
+        return;
+    const int n_pages = need + 3;
+    lg_page_pool *pool = make_pool(n_pages);
+    lg_adapter_cache *c = make_cache(pool, 0);
+    if (!c) {
+        lg_page_pool_free(pool);
+        return;
+    }
+    int x = reg(c, "x", dx);
+    const lg_lora_w *sl = NULL;
+    lg_err err = {{0}};
+    int32_t kv[64];
+
+    /* acquire + release: cached */
+    CHECK(lg_adapter_cache_acquire(c, x, &sl, &err) == 0);
+    CHECK(pool_adapter_pages(pool) == need);
+    lg_adapter_cache_release(c, x);
+    lg_adapter_cache_stats s0 = stats(c);
+    CHECK(s0.resident == 1 && s0.pool_loads == 1 && s0.pool_evictions == 0);
+    CHECK(lg_page_pool_n_free(pool) == 3 && lg_page_pool_n_available(pool) == n_pages);
+
+    /* 4 KV pages: only 3 free, X must go */
+    CHECK(lg_page_pool_alloc(pool, LG_PAGE_KV, 4, kv) == 0);
+    lg_adapter_cache_stats s1 = stats(c);
+    CHECK_MSG(s1.pool_evictions == s0.pool_evictions + 1 && s1.resident == s0.resident - 1,
+              "evictions %lld resident %d", (long long)s1.pool_evictions, s1.resident);
+    CHECK(pool_adapter_pages(pool) == 0);
+    /* the KV pages overwrite X's old pages: the reload must really re-upload */
+    memset(lg_page_pool_base(pool), 0xA5, (size_t)n_pages * PAGE_BYTES);
+    lg_page_pool_release(pool, kv, 4);
+
+    sl = NULL;
+    CHECK(lg_adapter_cache_acquire(c, x, &sl, &err) == 0 && sl);
+    lg_adapter_cache_stats s2 = stats(c);
+    CHECK(s2.pool_loads == s1.pool_loads + 1 && s2.resident == 1 && s2.host_loads == 1);
+    if (sl)
+        CHECK(check_slots(sl, dx, pool, NULL, NULL) == 0);
+
+    /* pinned (twice): a KV alloc that needs its pages fails and takes nothing */
+    const lg_lora_w *sl2 = NULL;
+    CHECK(lg_adapter_cache_acquire(c, x, &sl2, &err) == 0 && sl2 == sl);
+    CHECK(lg_page_pool_alloc(pool, LG_PAGE_KV, 4, kv) == -1);
+    CHECK(lg_page_pool_n_free(pool) == 3);
+    lg_adapter_cache_release(c, x); /* one pin left */
+    CHECK(lg_page_pool_alloc(pool, LG_PAGE_KV, 4, kv) == -1);
+    lg_adapter_cache_stats s3 = stats(c);
+    CHECK(s3.resident == 1 && s3.pool_evictions == s2.pool_evictions);
+    if (sl)
+        CHECK(check_slots(sl, dx, pool, NULL, NULL) == 0);
+    lg_adapter_cache_release(c, x); /* now cached */
+
+    /* the pool full of pinned KV pages: acquire says "retry later" */
+    CHECK(lg_page_pool_alloc(pool, LG_PAGE_KV, n_pages, kv) == 0); /* evicts X */
+    lg_adapter_cache_stats s4 = stats(c);
+    CHECK(s4.resident == 0 && s4.pool_evictions == s3.pool_evictions + 1);
+    memset(&err, 0, sizeof err);
+    CHECK(lg_adapter_cache_acquire(c, x, &sl, &err) == 1);
+    /* still not enough with one page short */
+    lg_page_pool_release(pool, kv, need - 1);
+    CHECK(lg_adapter_cache_acquire(c, x, &sl, &err) == 1);
+    lg_adapter_cache_stats s5 = stats(c);
+    CHECK(s5.resident == 0 && s5.pool_loads == s4.pool_loads);
+    CHECK(lg_page_pool_n_free(pool) == need - 1);
+    /* one more page: it fits */
+    lg_page_pool_release(pool, kv + need - 1, 1);
+    sl = NULL;
+    CHECK(lg_adapter_cache_acquire(c, x, &sl, &err) == 0 && sl);
+    if (sl)
+        CHECK(check_slots(sl, dx, pool, NULL, NULL) == 0);
+    CHECK(stats(c).pool_loads == s5.pool_loads + 1);
+    lg_adapter_cache_release(c, x);
+    lg_page_pool_release(pool, kv + need, n_pages - need);
+
+    /* release when not resident is a no-op */
+    CHECK(lg_page_pool_alloc(pool, LG_PAGE_KV, n_pages, kv) == 0);
+    lg_adapter_cache_release(c, x);
+    CHECK(stats(c).resident == 0);
+    lg_page_pool_release(pool, kv, n_pages);
+
+    lg_adapter_cache_free(c);
+    CHECK(lg_page_pool_n_free(pool) == n_pages);
+    lg_page_pool_free(pool);
+}
+
+static int copy_file(const char *src, const char *dst)
+{
+    FILE *in = fopen(src, "rb"), *out = fopen(dst, "wb");
+    int rc = in && out ? 0 : -1;
+    char buf[4096];
+    size_t n;
+    while (rc == 0 && (n = fread(buf, 1, sizeof buf, in)) > 0)
+        if (fwrite(buf, 1, n, out) != n)
+            rc = -1;
+    if (in) fclose(in);
+    if (out && fclose(out) != 0) rc = -1;
+    return rc;
+}
+
+/* Evicts every cached pool entry by taking (and giving back) all pages. */
+static void flush_pool(lg_page_pool *pool)
+{
+    int n = lg_page_pool_n_available(pool);
+    int32_t *kv = malloc((size_t)n * sizeof *kv);
+    CHECK(lg_page_pool_alloc(pool, LG_PAGE_KV, n, kv) == 0);
+    lg_page_pool_release(pool, kv, n);
+    free(kv);
+}
+
+/* 4. host tier: LRU under a byte budget, reload from disk, changed files */
+static void test_host_tier(void)
+{
+    const char *dx = FIX "all_linear_f32", *dy = FIX "patterns", *dz = FIX "list_f16";
+    int px = pages_of(dx), py = pages_of(dy), pz = pages_of(dz);
+    CHECK(px > 0 && py > 0 && pz > 0);
+    if (px <= 0 || py <= 0 || pz <= 0)
+        return;
+    size_t ix = (size_t)px * PAGE_BYTES, iy = (size_t)py * PAGE_BYTES, iz = (size_t)pz * PAGE_BYTES;
+    size_t budget = ix > iy ? ix : iy;
+    if (iz > budget) budget = iz;
+    /* room for any one image, never for two */
+    CHECK(budget < ix + iy && budget < ix + iz && budget < iy + iz);
+
+    lg_page_pool *pool = make_pool(64);
+    lg_adapter_cache *c = make_cache(pool, budget);
+    if (!c) {
+        lg_page_pool_free(pool);
+        return;
+    }
+    lg_err err = {{0}};
+    const lg_lora_w *sl = NULL;
+    int x = reg(c, "x", dx);
+    CHECK(lg_adapter_cache_acquire(c, x, &sl, &err) == 0);
+    lg_adapter_cache_release(c, x); /* resident, cached */
+    lg_adapter_cache_stats s0 = stats(c);
+    CHECK(s0.host_loads == 1 && s0.host_evictions == 0 && s0.host_bytes == ix);
+
+    int y = reg(c, "y", dy); /* X's image must go */
+    lg_adapter_cache_stats s1 = stats(c);
+    CHECK_MSG(s1.host_loads == 2 && s1.host_evictions == 1 && s1.host_bytes == iy,
+              "host loads %lld evictions %lld bytes %zu", (long long)s1.host_loads, (long long)s1.host_evictions,
+              s1.host_bytes);
+    CHECK(s1.resident == 1); /* the pool copy is untouched */
+
+    /* resident without a host image: acquire still works, no disk read */
+    sl = NULL;
+    CHECK(lg_adapter_cache_acquire(c, x, &sl, &err) == 0 && sl);
+    if (sl)
+        CHECK(check_slots(sl, dx, pool, NULL, NULL) == 0);
+    CHECK(stats(c).host_loads == 2);
+    lg_adapter_cache_release(c, x);
+
+    /* out of the pool too: the next acquire rebuilds from disk */
+    flush_pool(pool);
+    lg_adapter_cache_stats s2 = stats(c);
+    CHECK(s2.resident == 0 && s2.pool_evictions == s1.pool_evictions + 1);
+    memset(lg_page_pool_base(pool), 0x5A, 64 * (size_t)PAGE_BYTES);
+    sl = NULL;
+    CHECK(lg_adapter_cache_acquire(c, x, &sl, &err) == 0 && sl);
+    lg_adapter_cache_stats s3 = stats(c);
+    CHECK_MSG(s3.host_loads == s2.host_loads + 1, "host loads %lld", (long long)s3.host_loads);
+    CHECK(s3.host_evictions == s2.host_evictions + 1 && s3.host_bytes == ix); /* Y's image went */
+    CHECK(s3.pool_loads == s2.pool_loads + 1 && s3.resident == 1);
+    if (sl)
+        CHECK(check_slots(sl, dx, pool, NULL, NULL) == 0);
+    lg_adapter_cache_release(c, x);
+    /* and Y, whose image went, reloads from disk too */
+    sl = NULL;
+    CHECK(lg_adapter_cache_acquire(c, y, &sl, &err) == 0 && sl);
+    if (sl)
+        CHECK(check_slots(sl, dy, pool, NULL, NULL) == 0);
+    CHECK(stats(c).host_loads == s3.host_loads + 1);
+    lg_adapter_cache_release(c, y);
+
+    /* a private copy that changes on disk after registration */
+    char tmpl[] = "/tmp/lg_adapter_cache_XXXXXX";
+    char *tmp = mkdtemp(tmpl);
+    CHECK(tmp != NULL);
+    if (!tmp) {
+        lg_adapter_cache_free(c);
+        lg_page_pool_free(pool);
+        return;
+    }
+    char cfg_path[512], st_path[512];
+    snprintf(cfg_path, sizeof cfg_path, "%s/adapter_config.json", tmp);
+    snprintf(st_path, sizeof st_path, "%s/adapter_model.safetensors", tmp);
+    CHECK(copy_file(FIX "list_f16/adapter_config.json", cfg_path) == 0);
+    CHECK(copy_file(FIX "list_f16/adapter_model.safetensors", st_path) == 0);
+    int z = reg(c, "z", tmp);
+    CHECK(z >= 0 && strcmp(lg_adapter_cache_digest(c, z), lg_adapter_cache_digest(c, x)) != 0);
+    sl = NULL;
+    CHECK(lg_adapter_cache_acquire(c, z, &sl, &err) == 0 && sl);
+    if (sl)
+        CHECK(check_slots(sl, tmp, pool, NULL, NULL) == 0);
+    lg_adapter_cache_release(c, z);
+    /* out of the host tier (register another adapter), then out of the pool */
+    int x2 = reg(c, "x2", dx);
+    (void)x2;
+    flush_pool(pool);
+    lg_adapter_cache_stats s4 = stats(c);
+    CHECK(s4.resident == 0);
+
+    /* change one value in the last tensor: still valid, another digest */
+    FILE *f = fopen(st_path, "r+b");
+    CHECK(f != NULL);
+    if (f) {
+        CHECK(fseek(f, -2, SEEK_END) == 0);
+        int b = fgetc(f);
+        CHECK(b != EOF);
+        CHECK(fseek(f, -2, SEEK_END) == 0);
+        fputc(b ^ 1, f); /* low mantissa bit of the last f16 element */
+        fclose(f);
+    }
+    memset(&err, 0, sizeof err);
+    sl = NULL;
+    CHECK(lg_adapter_cache_acquire(c, z, &sl, &err) == -1);
+    CHECK_MSG(strstr(err.msg, "changed on disk") && strstr(err.msg, "digest"), "changed: '%s'", err.msg);
+    lg_adapter_cache_stats s5 = stats(c);
+    CHECK(s5.resident == 0 && s5.pool_loads == s4.pool_loads && s5.host_bytes == s4.host_bytes);
+    CHECK(pool_adapter_pages(pool) == 0);
+
+    /* a file that no longer validates against the config: -1, says reloading */
+    CHECK(copy_file(FIX "rslora/adapter_model.safetensors", st_path) == 0);
+    memset(&err, 0, sizeof err);
+    CHECK(lg_adapter_cache_acquire(c, z, &sl, &err) == -1);
+    CHECK_MSG(strstr(err.msg, "reloading") && strstr(err.msg, "'z'"), "invalid: '%s'", err.msg);
+
+    /* the original bytes back: acquirable again */
+    CHECK(copy_file(FIX "list_f16/adapter_model.safetensors", st_path) == 0);
+    sl = NULL;
+    memset(&err, 0, sizeof err);
+    CHECK_MSG(lg_adapter_cache_acquire(c, z, &sl, &err) == 0 && sl, "restored: %s", err.msg);
+    if (sl)
+        CHECK(check_slots(sl, tmp, pool, NULL, NULL) == 0);
+    lg_adapter_cache_release(c, z);
+
+    unlink(cfg_path);
+    unlink(st_path);
+    rmdir(tmp);
+    lg_adapter_cache_free(c);
+    lg_page_pool_free(pool);
+}
+
+/* 5. lg_adapter_max_tensor_bytes */
+static void test_max_tensor_bytes(void)
+{
+    int dims[7][2] = {
+        {g_cfg.d_model, g_cfg.n_heads * g_cfg.head_dim},      /* q */
+        {g_cfg.d_model, g_cfg.n_kv_heads * g_cfg.head_dim},   /* k */
+        {g_cfg.d_model, g_cfg.n_kv_heads * g_cfg.head_dim},   /* v */
+        {g_cfg.n_heads * g_cfg.head_dim, g_cfg.d_model},      /* o */
+        {g_cfg.d_model, g_cfg.d_ff},                          /* gate */
+        {g_cfg.d_model, g_cfg.d_ff},                          /* up */
+        {g_cfg.d_ff, g_cfg.d_model},                          /* down */
+    };
+    int ranks[] = {1, 2, 4, 8, 16, 64};
+    for (size_t i = 0; i < sizeof ranks / sizeof ranks[0]; i++) {
+        size_t want = 0;
+        for (int t = 0; t < 7; t++) {
+            int mx = dims[t][0] > dims[t][1] ? dims[t][0] : dims[t][1];
+            size_t b = (size_t)ranks[i] * (size_t)mx * 4;
+            if (b > want) want = b;
+        }
+        size_t got = lg_adapter_max_tensor_bytes(&g_cfg, ranks[i], LG_F32);
+        CHECK_MSG(got == want, "rank %d: %zu, want %zu", ranks[i], got, want);
+        CHECK(lg_adapter_max_tensor_bytes(&g_cfg, ranks[i], LG_F16) == want / 2);
+    }
+    CHECK(lg_adapter_max_tensor_bytes(&g_cfg, 8, LG_F32) == 8 * 128 * 4);
+    /* a config whose widest layer is the attention (d_ff < n_heads * head_dim) */
+    lg_model_config w = g_cfg;
+    w.n_heads = 16; /* q/o: 64 <-> 256 */
+    w.d_ff = 32;
+    CHECK(lg_adapter_max_tensor_bytes(&w, 4, LG_F32) == 4 * 256 * 4);
+}
+
+int main(void)
+{
+    g_cfg = base_config();
+    lg_err err = {{0}};
+    if (lg_backend_create("cpu", &(lg_backend_opts){.n_threads = 1}, &g_be, &err) != 0) {
+        fprintf(stderr, "cpu backend: %s\n", err.msg);
+        return 1;
+    }
+    CHECK(g_be->act_dtype == LG_F32);
+    test_register();
+    test_slots();
+    test_pool_pressure();
+    test_host_tier();
+    test_max_tensor_bytes();
+    lg_backend_free(g_be);
+    TEST_DONE();
+}
