@@ -48,6 +48,7 @@ typedef struct gen_opts {
     int n_loras;
     const char *use_lora, *batch;
     int max_lora_rank;
+    int pool_mb;
 } gen_opts;
 
 /* state shared with the engine callbacks */
@@ -94,6 +95,8 @@ static void usage(FILE *f)
             "  --lora NAME=DIR        load a PEFT LoRA adapter (repeatable)\n"
             "  --use-lora NAME        run the prompt with that adapter\n"
             "  --max-lora-rank N      largest adapter rank accepted (default 64)\n"
+            "  --pool-mb N            size of the unified KV + adapter page pool (default 256; at least\n"
+            "                         one full-context sequence always fits)\n"
             "  --batch FILE.jsonl     one request per line: {\"prompt_tokens\":[..]} or {\"prompt\":\"..\"},\n"
             "                         optional \"lora\", \"max_tokens\", \"temperature\", \"seed\"; prints JSONL\n",
             MAX_STOPS);
@@ -237,7 +240,7 @@ static void on_finish(void *user, int64_t id, lg_finish_reason reason, const lg_
 static int parse_args(int argc, char **argv, gen_opts *o)
 {
     enum { O_MODEL = 1000, O_BACKEND, O_PROMPT, O_PTOK, O_CHAT, O_SYSTEM, O_TMPL, O_MAXTOK, O_TEMP, O_TOPP, O_TOPK,
-           O_MINP, O_SEED, O_STOP, O_JSON, O_LOGITS, O_STATS, O_THREADS, O_CTX, O_DQ, O_BUDGET, O_HELP, O_LORA, O_USELORA, O_BATCH, O_MAXRANK };
+           O_MINP, O_SEED, O_STOP, O_JSON, O_LOGITS, O_STATS, O_THREADS, O_CTX, O_DQ, O_BUDGET, O_HELP, O_LORA, O_USELORA, O_BATCH, O_MAXRANK, O_POOL };
     static const struct option longopts[] = {
         {"model", required_argument, 0, O_MODEL}, {"backend", required_argument, 0, O_BACKEND},
         {"prompt", required_argument, 0, O_PROMPT}, {"prompt-tokens", required_argument, 0, O_PTOK},
@@ -251,7 +254,8 @@ static int parse_args(int argc, char **argv, gen_opts *o)
         {"dequant-dtype", required_argument, 0, O_DQ}, {"step-tokens", required_argument, 0, O_BUDGET},
         {"help", no_argument, 0, O_HELP}, {"lora", required_argument, 0, O_LORA},
         {"use-lora", required_argument, 0, O_USELORA}, {"batch", required_argument, 0, O_BATCH},
-        {"max-lora-rank", required_argument, 0, O_MAXRANK}, {0, 0, 0, 0},
+        {"max-lora-rank", required_argument, 0, O_MAXRANK}, {"pool-mb", required_argument, 0, O_POOL},
+        {0, 0, 0, 0},
     };
     *o = (gen_opts){.backend = "cpu", .max_tokens = 256, .top_p = 1.0f, .dequant = LG_F16, .budget = 512,
                     .max_lora_rank = 64};
@@ -313,6 +317,7 @@ static int parse_args(int argc, char **argv, gen_opts *o)
         case O_USELORA: o->use_lora = optarg; break;
         case O_BATCH: o->batch = optarg; break;
         case O_MAXRANK: if (parse_int(optarg, "--max-lora-rank", 1, 1024, &v)) return 2; o->max_lora_rank = (int)v; break;
+        case O_POOL: if (parse_int(optarg, "--pool-mb", 1, 1 << 20, &v)) return 2; o->pool_mb = (int)v; break;
         default:
             fprintf(stderr, "loragate generate: unknown or incomplete option '%s'\n", argv[optind - 1]);
             usage(stderr);
@@ -561,6 +566,7 @@ int lg_cmd_generate(int argc, char **argv)
     lg_engine_opts eo = {
         .model = {.max_step_tokens = o.budget, .max_seqs = 64, .page_tokens = 16, .max_context = ctx,
                   .lora_max_rank = o.n_loras ? o.max_lora_rank : 0},
+        .pool_bytes = (size_t)o.pool_mb << 20,
     };
     if (lg_engine_create(be, w, &eo, &e, &err) != 0)
         goto out;

@@ -25,6 +25,7 @@ LG_GOLDEN_TIMEOUT (seconds for the batch run, default 120).
 """
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -76,6 +77,22 @@ def _lora_args(names):
 @pytest.fixture(scope="module")
 def batch_results(tmp_path_factory):
     """Runs the binary once over every case; returns the list of output objects."""
+    return _run_batch(tmp_path_factory, [])[0]
+
+
+# A pool far too small for the whole batch: 1 MiB holds ~16 of this model's
+# 64 KiB pages, raised by the engine to one full 64-token context. Adapters must
+# be evicted and reloaded, and sequences preempted and recomputed, mid-batch;
+# every output must still match the references.
+TINY_POOL = ["--pool-mb", "1", "--ctx", "64", "--stats"]
+
+
+@pytest.fixture(scope="module")
+def tiny_pool_results(tmp_path_factory):
+    return _run_batch(tmp_path_factory, TINY_POOL)
+
+
+def _run_batch(tmp_path_factory, extra):
     _need_binary()
     path = tmp_path_factory.mktemp("lora_batch") / "batch.jsonl"
     with open(path, "w") as f:
@@ -86,7 +103,7 @@ def batch_results(tmp_path_factory):
             f.write(json.dumps(line) + "\n")
     cmd = [LG_BIN, "generate", "--model", os.path.join(FIX, REF["base"]), "--backend", LG_BACKEND,
            *_lora_args(ADAPTERS), "--batch", str(path), "--logits",
-           "--max-tokens", str(REF["n_greedy"]), "--temperature", "0"]
+           "--max-tokens", str(REF["n_greedy"]), "--temperature", "0", *extra]
     try:
         p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=TIMEOUT)
     except subprocess.TimeoutExpired as e:
@@ -104,7 +121,7 @@ def batch_results(tmp_path_factory):
             continue
     assert len(objs) == len(CASES), (f"{len(objs)} JSON objects on stdout for {len(CASES)} batch lines:\n"
                                      f"{p.stdout[-2000:]}\nstderr:\n{p.stderr[-2000:]}")
-    return objs
+    return objs, p.stderr
 
 
 def clear_step(margin, top):
@@ -185,8 +202,27 @@ def test_fixtures_present():
 
 @pytest.mark.parametrize("ci", range(len(CASES)), ids=[_case_id(c) for c in CASES])
 def test_lora_golden(batch_results, ci):
+    _check_case(ci, batch_results[ci])
+
+
+@pytest.mark.parametrize("ci", range(len(CASES)), ids=[_case_id(c) for c in CASES])
+def test_lora_golden_tiny_pool(tiny_pool_results, ci):
+    _check_case(ci, tiny_pool_results[0][ci])
+
+
+def test_tiny_pool_evicts_and_reloads(tiny_pool_results):
+    """The tiny-pool run really exercised the unified pool: idle adapters were
+    evicted by pressure (the counters --stats prints). Reloading an evicted
+    adapter is covered by tests/unit/adapters/test_adapter_cache.c."""
+    stderr = tiny_pool_results[1]
+    m = re.search(r"adapter loads (\d+), evictions (\d+)", stderr)
+    assert m, f"no pool counters in stderr:\n{stderr[-2000:]}"
+    loads, evictions = int(m.group(1)), int(m.group(2))
+    assert evictions > 0 and loads >= len(ADAPTERS), f"loads {loads}, evictions {evictions}: no pool pressure"
+
+
+def _check_case(ci, res):
     case = CASES[ci]
-    res = batch_results[ci]
     what = f"{_case_id(case)} (prompt len {len(case['ids'])})"
     assert "error" not in res, f"{what}: engine reported error: {res['error']}"
     for key in ("tokens", "last_logits"):
