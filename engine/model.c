@@ -330,13 +330,14 @@ int lg_model_create(lg_backend *be, const lg_weights *w, const lg_model_opts *op
     }
     if (m->opts.lora_max_rank > 0) {
         size_t n_slots = (size_t)L * LG_LORA_N_MODULES, S = (size_t)m->opts.max_seqs;
-        size_t tmp_bytes = (size_t)m->opts.max_step_tokens * (size_t)m->opts.lora_max_rank * lg_dtype_size(be->act_dtype);
+        /* shrink output kept in f32 whatever the act dtype (more accurate expand) */
+        size_t tmp_bytes = (size_t)m->opts.max_step_tokens * (size_t)m->opts.lora_max_rank * sizeof(float);
         void *tmp = be->i.alloc(be, tmp_bytes);
         m->lora_w_dev = be->i.alloc(be, S * n_slots * sizeof(lg_lora_w));
         m->lora_w_host = malloc(S * n_slots * sizeof(lg_lora_w));
         m->lora_seg_dev = be->i.alloc(be, (S + 1) * sizeof(int32_t));
         m->lora_seg_host = malloc((S + 1) * sizeof(int32_t));
-        m->lora_tmp = lg_tensor_2d(tmp, be->act_dtype, m->opts.max_step_tokens, m->opts.lora_max_rank);
+        m->lora_tmp = lg_tensor_2d(tmp, LG_F32, m->opts.max_step_tokens, m->opts.lora_max_rank);
         if (!tmp || !m->lora_w_dev || !m->lora_w_host || !m->lora_seg_dev || !m->lora_seg_host) {
             lg_fail(err, "cannot allocate LoRA step buffers");
             goto fail;

@@ -1,0 +1,276 @@
+/*
+ * backend_cuda.cu — the CUDA backend's context and memory slots; the ops
+ * live one per file beside this (see ops.cuh).
+ *
+ * Context: one device, a compute stream that every op, upload, download and
+ * copy is ordered on, a cuBLAS handle bound to that stream (with its own
+ * workspace, so cuBLAS never allocates mid-step), a grow-only op workspace,
+ * and two pinned staging buffers for uploads from pageable memory.
+ *
+ * upload: the caller's buffer may be reused as soon as upload returns
+ * (small or pageable copies go through pinned staging; each staging buffer
+ * is reused only after the event of its previous copy has fired). download
+ * is synchronous. alloc is cudaMalloc (pool-sized, rare); dealloc is
+ * cudaFree (synchronises the device: never on the step path).
+ *
+ * Activation dtype: F16, or BF16 when opts->act_dtype_hint == LG_BF16.
+ */
+#include "ops.cuh"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#define STAGE_BYTES ((size_t)8 << 20)
+#define BLAS_WS_BYTES ((size_t)32 << 20)
+
+int cu_fail_at(cuda_ctx *c, const char *file, int line, const char *fmt, ...)
+{
+    char buf[512];
+    const char *base = strrchr(file, '/');
+    int n = snprintf(buf, sizeof buf, "%s:%d: ", base ? base + 1 : file, line);
+    va_list ap;
+    va_start(ap, fmt);
+    if (n >= 0 && (size_t)n < sizeof buf)
+        vsnprintf(buf + n, sizeof buf - (size_t)n, fmt, ap);
+    va_end(ap);
+    if (c)
+        memcpy(c->last_err, buf, sizeof buf);
+    fprintf(stderr, "cuda backend: %s\n", buf);
+    return -1;
+}
+
+int cu_check_view(cuda_ctx *c, const char *what, lg_tensor t, const char *file, int line)
+{
+    if (!t.data)
+        return cu_fail_at(c, file, line, "%s: expected data, found NULL", what);
+    if (!cu_is_float(t.dtype))
+        return cu_fail_at(c, file, line, "%s: expected f32/f16/bf16, found %s", what, cu_dtype_name(t.dtype));
+    if (t.rows < 0 || t.cols <= 0 || t.stride < t.cols || t.rows > INT32_MAX || t.cols > INT32_MAX ||
+        t.stride > INT32_MAX)
+        return cu_fail_at(c, file, line, "%s: bad shape rows=%lld cols=%lld stride=%lld", what, (long long)t.rows,
+                          (long long)t.cols, (long long)t.stride);
+    return 0;
+}
+
+void *cu_workspace(cuda_ctx *c, size_t n)
+{
+    if (n <= c->ws_size)
+        return c->ws;
+    /* the old buffer may still be in use by enqueued work */
+    if (cudaStreamSynchronize(c->stream) != cudaSuccess)
+        return NULL;
+    cudaFree(c->ws);
+    c->ws = NULL;
+    c->ws_size = 0;
+    size_t sz = n + n / 2;
+    if (cudaMalloc(&c->ws, sz) != cudaSuccess) {
+        c->ws = NULL;
+        return NULL;
+    }
+    c->ws_size = sz;
+    return c->ws;
+}
+
+/* ---- memory ------------------------------------------------------------------ */
+
+static void *cuda_alloc(lg_backend *be, size_t size)
+{
+    void *p = NULL;
+    if (cudaMalloc(&p, size ? size : 256) != cudaSuccess) {
+        cudaGetLastError(); /* clear the (non-sticky) allocation error */
+        CU_FAIL(CU_CTX(be), "cudaMalloc of %zu bytes failed", size);
+        return NULL;
+    }
+    return p;
+}
+
+static void cuda_dealloc(lg_backend *be, void *p)
+{
+    if (p)
+        cudaFree(p);
+}
+
+static bool is_pinned(const void *p)
+{
+    cudaPointerAttributes a;
+    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+        cudaGetLastError();
+        return false;
+    }
+    return a.type == cudaMemoryTypeHost;
+}
+
+static int cuda_upload(lg_backend *be, void *dst, const void *src, size_t n)
+{
+    cuda_ctx *c = CU_CTX(be);
+    if (!n)
+        return 0;
+    if (is_pinned(src) && n > STAGE_BYTES) {
+        /* large pinned source: direct DMA; the caller keeps src until sync */
+        CU_TRY(c, cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, c->stream));
+        return 0;
+    }
+    for (size_t off = 0; off < n; off += c->stage_size) {
+        size_t len = n - off < c->stage_size ? n - off : c->stage_size;
+        int i = c->stage_next;
+        c->stage_next ^= 1;
+        CU_TRY(c, cudaEventSynchronize(c->stage_done[i]));
+        memcpy(c->stage[i], (const char *)src + off, len);
+        CU_TRY(c, cudaMemcpyAsync((char *)dst + off, c->stage[i], len, cudaMemcpyHostToDevice, c->stream));
+        CU_TRY(c, cudaEventRecord(c->stage_done[i], c->stream));
+    }
+    return 0;
+}
+
+static int cuda_download(lg_backend *be, void *dst, const void *src, size_t n)
+{
+    cuda_ctx *c = CU_CTX(be);
+    if (!n)
+        return 0;
+    CU_TRY(c, cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, c->stream));
+    CU_TRY(c, cudaStreamSynchronize(c->stream));
+    return 0;
+}
+
+static int cuda_copy(lg_backend *be, void *dst, const void *src, size_t n)
+{
+    cuda_ctx *c = CU_CTX(be);
+    if (!n)
+        return 0;
+    CU_TRY(c, cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, c->stream));
+    return 0;
+}
+
+static int cuda_sync(lg_backend *be)
+{
+    cuda_ctx *c = CU_CTX(be);
+    CU_TRY(c, cudaStreamSynchronize(c->stream));
+    CU_TRY(c, cudaGetLastError());
+    return 0;
+}
+
+static void cuda_free(lg_backend *be)
+{
+    if (!be)
+        return;
+    cuda_ctx *c = CU_CTX(be);
+    if (c) {
+        cudaSetDevice(c->device);
+        if (c->stream)
+            cudaStreamSynchronize(c->stream);
+        if (c->blas)
+            cublasDestroy(c->blas);
+        cudaFree(c->blas_ws);
+        cudaFree(c->ws);
+        for (int i = 0; i < 2; i++) {
+            if (c->stage[i])
+                cudaFreeHost(c->stage[i]);
+            if (c->stage_done[i])
+                cudaEventDestroy(c->stage_done[i]);
+        }
+        if (c->upload_stream)
+            cudaStreamDestroy(c->upload_stream);
+        if (c->stream)
+            cudaStreamDestroy(c->stream);
+        free(c);
+    }
+    free(be);
+}
+
+static int create_fail(lg_err *err, lg_backend *be, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int create_fail(lg_err *err, lg_backend *be, const char *fmt, ...)
+{
+    if (err) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+        va_end(ap);
+    }
+    cuda_free(be);
+    return -1;
+}
+
+extern "C" int lg_backend_cuda_create(const lg_backend_opts *opts, lg_backend **out, lg_err *err)
+{
+    *out = NULL;
+    int dev = opts ? opts->device : 0, n_dev = 0;
+    cudaError_t e = cudaGetDeviceCount(&n_dev);
+    if (e != cudaSuccess || n_dev == 0) {
+        cudaGetLastError();
+        return create_fail(err, NULL, "cuda backend: no usable CUDA device (%s)",
+                           e != cudaSuccess ? cudaGetErrorString(e) : "device count is 0");
+    }
+    if (dev < 0 || dev >= n_dev)
+        return create_fail(err, NULL, "cuda backend: device %d requested, %d present", dev, n_dev);
+    lg_dtype act = opts && opts->act_dtype_hint == LG_BF16 ? LG_BF16 : LG_F16;
+    if (opts && opts->act_dtype_hint != LG_F16 && opts->act_dtype_hint != LG_BF16 && opts->act_dtype_hint != LG_F32)
+        return create_fail(err, NULL, "cuda backend: act dtype hint must be f16 or bf16");
+
+    lg_backend *be = (lg_backend *)calloc(1, sizeof *be);
+    cuda_ctx *c = (cuda_ctx *)calloc(1, sizeof *c);
+    if (!be || !c) {
+        free(c);
+        return create_fail(err, be, "cuda backend: out of host memory");
+    }
+    be->ctx = c;
+    c->device = dev;
+#define CREATE_TRY(call)                                                                          \
+    do {                                                                                          \
+        cudaError_t e_ = (call);                                                                  \
+        if (e_ != cudaSuccess)                                                                    \
+            return create_fail(err, be, "cuda backend: %s failed: %s", #call, cudaGetErrorString(e_)); \
+    } while (0)
+    CREATE_TRY(cudaSetDevice(dev));
+    cudaDeviceProp prop;
+    CREATE_TRY(cudaGetDeviceProperties(&prop, dev));
+    if (prop.major < 8)
+        return create_fail(err, be, "cuda backend: device %d (%s) has compute capability %d.%d; 8.0+ needed", dev,
+                           prop.name, prop.major, prop.minor);
+    c->n_sm = prop.multiProcessorCount;
+    c->max_smem_optin = prop.sharedMemPerBlockOptin;
+    CREATE_TRY(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
+    CREATE_TRY(cudaStreamCreateWithFlags(&c->upload_stream, cudaStreamNonBlocking));
+    c->stage_size = STAGE_BYTES;
+    for (int i = 0; i < 2; i++) {
+        CREATE_TRY(cudaMallocHost(&c->stage[i], c->stage_size));
+        CREATE_TRY(cudaEventCreateWithFlags(&c->stage_done[i], cudaEventDisableTiming));
+        CREATE_TRY(cudaEventRecord(c->stage_done[i], c->stream));
+    }
+    c->blas_ws_size = BLAS_WS_BYTES;
+    CREATE_TRY(cudaMalloc(&c->blas_ws, c->blas_ws_size));
+    if (cublasCreate(&c->blas) != CUBLAS_STATUS_SUCCESS) {
+        c->blas = NULL;
+        return create_fail(err, be, "cuda backend: cublasCreate failed");
+    }
+    if (cublasSetStream(c->blas, c->stream) != CUBLAS_STATUS_SUCCESS ||
+        cublasSetWorkspace(c->blas, c->blas_ws, c->blas_ws_size) != CUBLAS_STATUS_SUCCESS ||
+        cublasSetMathMode(c->blas, CUBLAS_DEFAULT_MATH) != CUBLAS_STATUS_SUCCESS)
+        return create_fail(err, be, "cuda backend: configuring cuBLAS failed");
+#undef CREATE_TRY
+
+    be->act_dtype = act;
+    be->n_threads = 1;
+    lg_backend_i *i = &be->i;
+    i->name = "cuda";
+    i->free = cuda_free;
+    i->alloc = cuda_alloc;
+    i->dealloc = cuda_dealloc;
+    i->upload = cuda_upload;
+    i->download = cuda_download;
+    i->copy = cuda_copy;
+    i->sync = cuda_sync;
+    i->embed = cu_embed;
+    i->add_rmsnorm = cu_add_rmsnorm;
+    i->matmul = cu_matmul;
+    i->rope = cu_rope;
+    i->kv_write = cu_kv_write;
+    i->attention = cu_attention;
+    i->silu_mul = cu_silu_mul;
+    i->get_rows = cu_get_rows;
+    i->convert = cu_convert;
+    i->lora_shrink = cu_lora_shrink;
+    i->lora_expand = cu_lora_expand;
+    *out = be;
+    return 0;
+}

@@ -1,0 +1,131 @@
+/*
+ * cuda_common.cuh — what every CUDA op file shares: the backend context,
+ * error reporting, dtype dispatch and element load/store helpers.
+ *
+ * Error convention: host launchers return 0 or -1. On failure they print one
+ * line "file:line: what was expected, what was found" to stderr (the op
+ * signature in backend.h has no lg_err) and keep it in cuda_ctx.last_err.
+ * Nothing here calls exit(); nothing here calls into lgcore either (lgcuda
+ * links after lgcore, so it must stand alone).
+ *
+ * Dtypes: activations and the KV cache are F16 or BF16 (be->act_dtype);
+ * some ops also take F32 tensors (matmul output for logits, norm weights,
+ * biases, LoRA scratch). Kernels are templated on element types; the
+ * launchers switch on lg_dtype once, in plain code.
+ */
+#ifndef LG_CUDA_COMMON_CUH
+#define LG_CUDA_COMMON_CUH
+
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+extern "C" {
+#include "backend.h"
+}
+
+typedef struct cuda_ctx {
+    int device;
+    int n_sm;
+    size_t max_smem_optin;    /* bytes of shared memory a block may opt into */
+    cudaStream_t stream;      /* compute stream: every op and upload/download */
+    cudaStream_t upload_stream; /* reserved for adapter prefetch (not used by the backend.h ops) */
+    cublasHandle_t blas;      /* bound to `stream` */
+    void *blas_ws;            /* cuBLAS workspace */
+    size_t blas_ws_size;
+    void *ws;                 /* op workspace (attention split-K partials), grown on demand */
+    size_t ws_size;
+    void *stage[2];           /* pinned staging for pageable uploads */
+    cudaEvent_t stage_done[2];
+    size_t stage_size;
+    int stage_next;
+    char last_err[512];
+} cuda_ctx;
+
+#define CU_CTX(be) ((cuda_ctx *)(be)->ctx)
+
+/* Formats into ctx->last_err (ctx may be NULL) and stderr; returns -1. */
+int cu_fail_at(cuda_ctx *c, const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+#define CU_FAIL(c, ...) cu_fail_at((c), __FILE__, __LINE__, __VA_ARGS__)
+/* Checks a CUDA runtime status; on error reports it and returns -1 from the caller. */
+#define CU_TRY(c, call)                                                                          \
+    do {                                                                                         \
+        cudaError_t e_ = (call);                                                                 \
+        if (e_ != cudaSuccess)                                                                   \
+            return CU_FAIL((c), "%s failed: %s", #call, cudaGetErrorString(e_));                  \
+    } while (0)
+/* After a launch: catches bad configurations (a kernel's own faults surface at sync). */
+#define CU_LAUNCHED(c) CU_TRY((c), cudaGetLastError())
+
+/* Op workspace of at least n bytes on the compute stream; NULL on failure. */
+void *cu_workspace(cuda_ctx *c, size_t n);
+
+static inline size_t cu_dtype_size(lg_dtype t)
+{
+    return t == LG_F32 || t == LG_I32 ? 4 : 2;
+}
+static inline const char *cu_dtype_name(lg_dtype t)
+{
+    switch (t) {
+    case LG_F32: return "f32";
+    case LG_F16: return "f16";
+    case LG_BF16: return "bf16";
+    case LG_I32: return "i32";
+    }
+    return "?";
+}
+static inline bool cu_is_float(lg_dtype t) { return t == LG_F32 || t == LG_F16 || t == LG_BF16; }
+static inline bool cu_is_half(lg_dtype t) { return t == LG_F16 || t == LG_BF16; }
+__host__ __device__ static inline bool cu_aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
+
+/* ---- element conversion (device) ---- */
+__device__ __forceinline__ float to_f32(float x) { return x; }
+__device__ __forceinline__ float to_f32(__half x) { return __half2float(x); }
+__device__ __forceinline__ float to_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
+template <typename T> __device__ __forceinline__ T from_f32(float x);
+template <> __device__ __forceinline__ float from_f32<float>(float x) { return x; }
+template <> __device__ __forceinline__ __half from_f32<__half>(float x) { return __float2half_rn(x); }
+template <> __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+
+/* Loads one element of a runtime-typed float array (f32/f16/bf16) as float:
+ * for small side arrays (norm weights, biases) where a switch costs nothing. */
+__device__ __forceinline__ float load_any(const void *p, lg_dtype t, int64_t i)
+{
+    if (t == LG_F32) return ((const float *)p)[i];
+    if (t == LG_F16) return __half2float(((const __half *)p)[i]);
+    return __bfloat162float(((const __nv_bfloat16 *)p)[i]);
+}
+
+/* 8 half-precision elements <-> 8 floats through one 16-byte word. */
+template <typename T> __device__ __forceinline__ void unpack8(uint4 u, float *f)
+{
+    const T *h = (const T *)&u;
+#pragma unroll
+    for (int i = 0; i < 8; i++) f[i] = to_f32(h[i]);
+}
+template <typename T> __device__ __forceinline__ uint4 pack8(const float *f)
+{
+    uint4 u;
+    T *h = (T *)&u;
+#pragma unroll
+    for (int i = 0; i < 8; i++) h[i] = from_f32<T>(f[i]);
+    return u;
+}
+
+__device__ __forceinline__ float warp_sum(float v)
+{
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ float warp_max(float v)
+{
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+#endif

@@ -1,0 +1,68 @@
+/*
+ * kv_write.cu — this step's K/V rows into their page slots.
+ *
+ *   for t < n_tokens with slot[t] >= 0:
+ *     page = slot[t] / page_tokens, s = slot[t] % page_tokens
+ *     K(page, s)[:] = k[t, :];  V(page, s)[:] = v[t, :]        (kv_dim = n_kv_heads * head_dim)
+ *   K(page, s) = base + page * page_bytes + k_off + s * kv_dim * esize   (backend.h)
+ *
+ * k, v and the cache share one dtype (the act dtype): a byte copy, 16 bytes
+ * per thread when every address is 16-byte aligned, else 2 bytes.
+ */
+#include "ops.cuh"
+
+template <typename W>
+__global__ void kv_write_kernel(char *base, size_t page_bytes, size_t k_off, size_t v_off, int page_tokens,
+                                const char *k, size_t ldk_bytes, const char *v, size_t ldv_bytes, const int32_t *slot,
+                                int row_words)
+{
+    const int t = blockIdx.x;
+    const int32_t sl = slot[t];
+    if (sl < 0)
+        return;
+    const size_t row_bytes = (size_t)row_words * sizeof(W);
+    char *pg = base + (size_t)(sl / page_tokens) * page_bytes + (size_t)(sl % page_tokens) * row_bytes;
+    W *dk = (W *)(pg + k_off), *dv = (W *)(pg + v_off);
+    const W *sk = (const W *)(k + (size_t)t * ldk_bytes), *sv = (const W *)(v + (size_t)t * ldv_bytes);
+    for (int i = threadIdx.x; i < row_words; i += blockDim.x) {
+        dk[i] = sk[i];
+        dv[i] = sv[i];
+    }
+}
+
+int cu_kv_write(lg_backend *be, lg_kv_view kv, lg_tensor k, lg_tensor v, const int32_t *slot, int n_tokens)
+{
+    cuda_ctx *c = CU_CTX(be);
+    CU_CHECK_VIEW(c, "kv_write k", k);
+    CU_CHECK_VIEW(c, "kv_write v", v);
+    if (k.dtype != kv.dtype || v.dtype != kv.dtype)
+        return CU_FAIL(c, "kv_write: k %s, v %s, cache %s must match", cu_dtype_name(k.dtype), cu_dtype_name(v.dtype),
+                       cu_dtype_name(kv.dtype));
+    const int64_t kvdim = (int64_t)kv.n_kv_heads * kv.head_dim;
+    if (k.cols != kvdim || v.cols != kvdim || k.rows < n_tokens || v.rows < n_tokens || kv.page_tokens <= 0)
+        return CU_FAIL(c, "kv_write: k [%lld,%lld] v [%lld,%lld] vs kv_dim %lld, %d tokens, page_tokens %d",
+                       (long long)k.rows, (long long)k.cols, (long long)v.rows, (long long)v.cols, (long long)kvdim,
+                       n_tokens, kv.page_tokens);
+    if (!kv.base || !slot)
+        return CU_FAIL(c, "kv_write: NULL cache base or slot array");
+    if (n_tokens == 0)
+        return 0;
+    const size_t es = cu_dtype_size(kv.dtype), row = (size_t)kvdim * es;
+    const size_t ldk = (size_t)k.stride * es, ldv = (size_t)v.stride * es;
+    bool vec = row % 16 == 0 && ldk % 16 == 0 && ldv % 16 == 0 && kv.page_bytes % 16 == 0 && kv.k_off % 16 == 0 &&
+               kv.v_off % 16 == 0 && cu_aligned16(kv.base) && cu_aligned16(k.data) && cu_aligned16(v.data);
+    if (vec)
+        kv_write_kernel<uint4><<<n_tokens, 128, 0, c->stream>>>((char *)kv.base, kv.page_bytes, kv.k_off, kv.v_off,
+                                                                kv.page_tokens, (const char *)k.data, ldk,
+                                                                (const char *)v.data, ldv, slot, (int)(row / 16));
+    else if (es == 2)
+        kv_write_kernel<uint16_t><<<n_tokens, 128, 0, c->stream>>>((char *)kv.base, kv.page_bytes, kv.k_off,
+                                                                   kv.v_off, kv.page_tokens, (const char *)k.data, ldk,
+                                                                   (const char *)v.data, ldv, slot, (int)(row / 2));
+    else
+        kv_write_kernel<uint32_t><<<n_tokens, 128, 0, c->stream>>>((char *)kv.base, kv.page_bytes, kv.k_off,
+                                                                   kv.v_off, kv.page_tokens, (const char *)k.data, ldk,
+                                                                   (const char *)v.data, ldv, slot, (int)(row / 4));
+    CU_LAUNCHED(c);
+    return 0;
+}

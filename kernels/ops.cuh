@@ -1,0 +1,42 @@
+/*
+ * ops.cuh — the host launchers of the CUDA backend, one per file in
+ * kernels/. Each checks shapes and dtypes, enqueues on the backend's
+ * compute stream and returns 0 or -1 (see cuda_common.cuh). Signatures
+ * follow lg_backend_i in engine/backend.h; backend_cuda.cu wires them in.
+ */
+#ifndef LG_CUDA_OPS_CUH
+#define LG_CUDA_OPS_CUH
+
+#include "cuda_common.cuh"
+
+int cu_embed(lg_backend *be, lg_tensor out, lg_tensor table, const int32_t *tok);
+int cu_add_rmsnorm(lg_backend *be, lg_tensor resid, lg_tensor delta, lg_tensor w, lg_tensor out, float eps);
+int cu_matmul(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tensor bias, bool accumulate);
+int cu_rope(lg_backend *be, lg_tensor q, lg_tensor k, const int32_t *pos, const float *inv_freq, int n_heads,
+            int n_kv_heads, int head_dim);
+int cu_kv_write(lg_backend *be, lg_kv_view kv, lg_tensor k, lg_tensor v, const int32_t *slot, int n_tokens);
+int cu_attention(lg_backend *be, lg_tensor out, lg_tensor q, lg_kv_view kv, const lg_step_meta *m, int n_heads,
+                 float scale);
+int cu_silu_mul(lg_backend *be, lg_tensor out, lg_tensor gate_up);
+int cu_get_rows(lg_backend *be, lg_tensor out, lg_tensor x, const int32_t *rows, int n);
+int cu_convert(lg_backend *be, lg_tensor dst, lg_tensor src);
+int cu_lora_shrink(lg_backend *be, lg_tensor tmp, lg_tensor x, const lg_lora_meta *lm, int slot);
+int cu_lora_expand(lg_backend *be, lg_tensor y, lg_tensor tmp, const lg_lora_meta *lm, int slot);
+
+/* The two attention paths behind cu_attention (attention.cu picks one):
+ * decode: any q length, split-K over the context, CUDA cores, any head_dim % 8 == 0;
+ * prefill: FlashAttention-2 style on tensor cores (wmma), head_dim % 16 == 0. */
+int cu_attention_decode(lg_backend *be, lg_tensor out, lg_tensor q, lg_kv_view kv, const lg_step_meta *m,
+                        int n_heads, float scale);
+int cu_attention_prefill(lg_backend *be, lg_tensor out, lg_tensor q, lg_kv_view kv, const lg_step_meta *m,
+                         int n_heads, float scale);
+
+/* Checks a view: float dtype, positive shape, stride >= cols, data non-NULL. */
+int cu_check_view(cuda_ctx *c, const char *what, lg_tensor t, const char *file, int line);
+#define CU_CHECK_VIEW(c, what, t)                                                                \
+    do {                                                                                         \
+        if (cu_check_view((c), (what), (t), __FILE__, __LINE__) != 0)                            \
+            return -1;                                                                           \
+    } while (0)
+
+#endif

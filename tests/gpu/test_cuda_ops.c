@@ -1,0 +1,813 @@
+/*
+ * test_cuda_ops.c — every CUDA backend op against the CPU backend (the
+ * oracle; LoRA shrink/expand against a plain f64 loop here, until the CPU
+ * backend has them), on fresh random inputs, in f16 and bf16.
+ *
+ * Each GPU buffer carries 256 guard bytes on both sides and, for strided
+ * views, gap bytes between rows: all hold a known pattern that is checked
+ * after the op. Outputs are poisoned (0xFF bytes: NaN in every float type)
+ * before the op, so an unwritten element shows up as NaN. Inputs fed to
+ * the CPU are the values after rounding to the GPU's dtype, so the error
+ * measured is the kernels' own: relative L2 ||gpu - cpu|| / ||cpu||.
+ *
+ * Then times the decode-critical kernels (host clock around 50 launches
+ * between syncs) and prints one table: op, case, dtype, error, limit, us.
+ * Usage: test_cuda_ops [--no-bench]. Exit status 0 only if all passed.
+ * Needs a GPU; built and run by tests/gpu/build_and_test.sh.
+ */
+#include "backend.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define GUARD 256
+#define PATTERN 0xA5
+
+static lg_backend *G, *C; /* GPU under test, CPU oracle */
+static int n_fail, n_pass;
+static uint64_t rng_s = 0x9E3779B97F4A7C15ull;
+
+static uint32_t rnd(void)
+{
+    rng_s ^= rng_s << 13;
+    rng_s ^= rng_s >> 7;
+    rng_s ^= rng_s << 17;
+    return (uint32_t)(rng_s >> 11);
+}
+static float frand(void) { return (float)((rnd() & 0xFFFFFF) / (double)0x800000 - 1.0); } /* [-1, 1) */
+static int irand(int n) { return (int)(rnd() % (uint32_t)n); }
+
+/* ---- result table ---- */
+typedef struct {
+    char op[24], cas[48];
+    const char *dt;
+    double err, lim, us;
+    int ok;
+} row_t;
+static row_t rows[256];
+static int n_rows;
+
+static void record(const char *op, const char *cas, lg_dtype dt, double err, double lim, int ok_extra)
+{
+    int ok = ok_extra && err <= lim && !isnan(err);
+    row_t *r = &rows[n_rows < 255 ? n_rows++ : 255];
+    snprintf(r->op, sizeof r->op, "%s", op);
+    snprintf(r->cas, sizeof r->cas, "%s", cas);
+    r->dt = lg_dtype_name(dt);
+    r->err = err;
+    r->lim = lim;
+    r->us = -1;
+    r->ok = ok;
+    if (ok) n_pass++;
+    else {
+        n_fail++;
+        fprintf(stderr, "FAIL %s %s %s: err %.3g (limit %.3g)%s\n", op, cas, r->dt, err, lim,
+                ok_extra ? "" : ", guard/poison/status check failed");
+    }
+}
+static double lim_for(lg_dtype dt) { return dt == LG_BF16 ? 1e-2 : 1e-3; }
+
+/* ---- guarded device tensors ---- */
+typedef struct {
+    lg_dtype dt;
+    int64_t rows, cols, stride;
+    size_t bytes;       /* whole buffer incl. guards */
+    unsigned char *img; /* host image of the whole buffer: what it must hold */
+    void *base;         /* device */
+    lg_tensor t;        /* the view */
+    float *f;           /* [rows * cols] the view's values as floats (after rounding) */
+} gt;
+
+static size_t esz(lg_dtype dt) { return lg_dtype_size(dt); }
+
+static gt gt_new(lg_dtype dt, int64_t rows, int64_t cols, int64_t pad)
+{
+    gt b = {0};
+    b.dt = dt;
+    b.rows = rows;
+    b.cols = cols;
+    b.stride = cols + pad;
+    b.bytes = (size_t)(rows ? rows : 1) * (size_t)b.stride * esz(dt) + 2 * GUARD;
+    b.img = malloc(b.bytes);
+    memset(b.img, PATTERN, b.bytes);
+    b.base = G->i.alloc(G, b.bytes);
+    b.f = calloc((size_t)(rows ? rows : 1) * (size_t)cols, sizeof(float));
+    if (!b.img || !b.base || !b.f) {
+        fprintf(stderr, "allocation failed\n");
+        exit(2);
+    }
+    b.t = (lg_tensor){(char *)b.base + GUARD, dt, rows, cols, b.stride};
+    G->i.upload(G, b.base, b.img, b.bytes);
+    return b;
+}
+static void gt_free(gt *b)
+{
+    G->i.sync(G);
+    G->i.dealloc(G, b->base);
+    free(b->img);
+    free(b->f);
+    memset(b, 0, sizeof *b);
+}
+static unsigned char *elem(gt *b, int64_t r, int64_t c)
+{
+    return b->img + GUARD + ((size_t)r * (size_t)b->stride + (size_t)c) * esz(b->dt);
+}
+/* Sets the view from v (or random when v is NULL), rounding through dt; uploads. */
+static void gt_set(gt *b, const float *v, float amp)
+{
+    for (int64_t r = 0; r < b->rows; r++) {
+        float *fr = b->f + r * b->cols;
+        for (int64_t c = 0; c < b->cols; c++) fr[c] = v ? v[r * b->cols + c] : frand() * amp;
+        lg_from_f32(elem(b, r, 0), b->dt, fr, (size_t)b->cols);
+        lg_to_f32(fr, elem(b, r, 0), b->dt, (size_t)b->cols);
+    }
+    G->i.upload(G, b->base, b->img, b->bytes);
+}
+static void gt_poison(gt *b)
+{
+    for (int64_t r = 0; r < b->rows; r++) memset(elem(b, r, 0), 0xFF, (size_t)b->cols * esz(b->dt));
+    G->i.upload(G, b->base, b->img, b->bytes);
+}
+/* Downloads; checks every byte outside the view against the image; fills out
+ * (rows*cols floats, may be NULL) and returns 0 if guards held and the view
+ * is finite (allow_nan_rows: rows whose poison is expected to survive). */
+static int gt_get(gt *b, float *out, const unsigned char *allow_nan_rows)
+{
+    unsigned char *d = malloc(b->bytes);
+    int bad = 0;
+    if (G->i.sync(G) != 0 || G->i.download(G, d, b->base, b->bytes) != 0) {
+        free(d);
+        return -1;
+    }
+    size_t es = esz(b->dt), vb = (size_t)b->cols * es;
+    size_t o = 0;
+    for (int64_t r = 0; r <= b->rows; r++) { /* bytes before row r's view (gap/guard), then skip the view */
+        size_t start = r < b->rows ? (size_t)(elem(b, r, 0) - b->img) : b->bytes;
+        for (; o < start; o++)
+            if (d[o] != b->img[o]) bad++;
+        o = start + vb;
+    }
+    if (bad)
+        fprintf(stderr, "  %d guard/gap bytes overwritten\n", bad);
+    for (int64_t r = 0; r < b->rows && out; r++) {
+        float *fr = out + r * b->cols;
+        lg_to_f32(fr, d + (elem(b, r, 0) - b->img), b->dt, (size_t)b->cols);
+        if (allow_nan_rows && allow_nan_rows[r])
+            continue;
+        for (int64_t c = 0; c < b->cols; c++)
+            if (!isfinite(fr[c])) {
+                if (bad < 1000000) fprintf(stderr, "  non-finite at [%lld, %lld]\n", (long long)r, (long long)c);
+                bad += 1000000;
+                break;
+            }
+    }
+    /* keep the image in sync with what the device holds inside the view */
+    for (int64_t r = 0; r < b->rows; r++) memcpy(elem(b, r, 0), d + (elem(b, r, 0) - b->img), vb);
+    free(d);
+    return bad ? -1 : 0;
+}
+static double rel_l2(const float *a, const float *ref, size_t n)
+{
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        double e = (double)a[i] - (double)ref[i];
+        num += e * e;
+        den += (double)ref[i] * ref[i];
+    }
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+static int32_t *dev_i32(const int32_t *h, size_t n)
+{
+    int32_t *d = G->i.alloc(G, n * 4 + 4);
+    G->i.upload(G, d, h, n * 4);
+    return d;
+}
+static float *fdup(const float *v, size_t n)
+{
+    float *d = malloc(n * 4);
+    memcpy(d, v, n * 4);
+    return d;
+}
+static lg_tensor host_t(float *p, int64_t rows, int64_t cols) { return lg_tensor_2d(p, LG_F32, rows, cols); }
+
+/* ---- simple ops ----------------------------------------------------------------- */
+
+static void test_embed(lg_dtype dt, int T, int V, int D)
+{
+    gt tab = gt_new(dt, V, D, 0), out = gt_new(dt, T, D, 8);
+    gt_set(&tab, NULL, 1.0f);
+    int32_t *tok = malloc(T * 4);
+    for (int t = 0; t < T; t++) tok[t] = t == 1 ? -1 : t == 2 ? V : irand(V);
+    int32_t *dtok = dev_i32(tok, T);
+    gt_poison(&out);
+    int rc = G->i.embed(G, out.t, tab.t, dtok);
+    float *got = malloc((size_t)T * D * 4), *ref = calloc((size_t)T * D, 4);
+    int g = gt_get(&out, got, NULL);
+    C->i.embed(C, host_t(ref, T, D), host_t(tab.f, V, D), tok);
+    char cas[48];
+    snprintf(cas, sizeof cas, "T%d V%d D%d oob ids", T, V, D);
+    record("embed", cas, dt, rel_l2(got, ref, (size_t)T * D), 0, rc == 0 && g == 0);
+    G->i.dealloc(G, dtok);
+    free(tok), free(got), free(ref);
+    gt_free(&tab), gt_free(&out);
+}
+
+static void test_add_rmsnorm(lg_dtype dt, int T, int D, int with_delta)
+{
+    gt resid = gt_new(dt, T, D, 16), delta = gt_new(dt, T, D, 0), out = gt_new(dt, T, D, 8);
+    gt_set(&resid, NULL, 2.0f);
+    gt_set(&delta, NULL, 1.0f);
+    float *w = malloc(D * 4);
+    for (int i = 0; i < D; i++) w[i] = 1.0f + 0.5f * frand();
+    float *dw = G->i.alloc(G, D * 4);
+    G->i.upload(G, dw, w, D * 4);
+    gt_poison(&out);
+    lg_tensor none = {0};
+    int rc = G->i.add_rmsnorm(G, resid.t, with_delta ? delta.t : none, lg_tensor_2d(dw, LG_F32, 1, D), out.t, 1e-5f);
+    size_t n = (size_t)T * D;
+    float *gr = malloc(n * 4), *go = malloc(n * 4), *rr = fdup(resid.f, n), *ro = calloc(n, 4);
+    int g1 = gt_get(&resid, gr, NULL), g2 = gt_get(&out, go, NULL);
+    C->i.add_rmsnorm(C, host_t(rr, T, D), with_delta ? host_t(delta.f, T, D) : none, host_t(w, 1, D),
+                     host_t(ro, T, D), 1e-5f);
+    char cas[48];
+    snprintf(cas, sizeof cas, "T%d D%d %s", T, D, with_delta ? "+delta" : "no delta");
+    double e = fmax(rel_l2(go, ro, n), rel_l2(gr, rr, n));
+    record("add_rmsnorm", cas, dt, e, lim_for(dt), rc == 0 && g1 == 0 && g2 == 0);
+    G->i.dealloc(G, dw);
+    free(w), free(gr), free(go), free(rr), free(ro);
+    gt_free(&resid), gt_free(&delta), gt_free(&out);
+}
+
+static void test_matmul(lg_dtype dt, int T, int N, int K, int f32_out, int bias, int accumulate, int ypad)
+{
+    lg_dtype ydt = f32_out ? LG_F32 : dt;
+    gt x = gt_new(dt, T, K, 8), W = gt_new(dt, N, K, 0), y = gt_new(ydt, T, N, ypad);
+    gt_set(&x, NULL, 1.0f);
+    gt_set(&W, NULL, 0.1f);
+    size_t n = (size_t)T * N;
+    float *ry = calloc(n, 4);
+    if (accumulate) {
+        gt_set(&y, NULL, 1.0f);
+        memcpy(ry, y.f, n * 4);
+    } else {
+        gt_poison(&y);
+    }
+    float *b = malloc(N * 4);
+    for (int i = 0; i < N; i++) b[i] = frand();
+    float *db = G->i.alloc(G, N * 4);
+    G->i.upload(G, db, b, N * 4);
+    lg_tensor none = {0}, bt = lg_tensor_2d(db, LG_F32, 1, N);
+    int rc = G->i.matmul(G, y.t, x.t, W.t, bias ? bt : none, accumulate);
+    float *gy = malloc(n * 4);
+    int g = gt_get(&y, gy, NULL);
+    C->i.matmul(C, host_t(ry, T, N), host_t(x.f, T, K), host_t(W.f, N, K), bias ? host_t(b, 1, N) : none, accumulate);
+    char cas[48];
+    snprintf(cas, sizeof cas, "T%d N%d K%d%s%s%s", T, N, K, f32_out ? " y32" : "", bias ? " bias" : "",
+             accumulate ? " acc" : "");
+    record("matmul", cas, dt, rel_l2(gy, ry, n), lim_for(f32_out ? LG_F16 : dt) * (f32_out ? 0.5 : 1), rc == 0 && g == 0);
+    G->i.dealloc(G, db);
+    free(ry), free(b), free(gy);
+    gt_free(&x), gt_free(&W), gt_free(&y);
+}
+
+static void test_rope(lg_dtype dt, int T, int nh, int nkv, int hd, int max_pos)
+{
+    int qdim = nh * hd, kvdim = nkv * hd, W = qdim + 2 * kvdim;
+    gt qkv = gt_new(dt, T, W, 8);
+    gt_set(&qkv, NULL, 1.0f);
+    int32_t *pos = malloc(T * 4);
+    for (int t = 0; t < T; t++) pos[t] = irand(max_pos);
+    float *inv = malloc(hd / 2 * 4);
+    for (int i = 0; i < hd / 2; i++) inv[i] = (float)(1.0 / pow(500000.0, 2.0 * i / hd));
+    int32_t *dpos = dev_i32(pos, T);
+    float *dinv = G->i.alloc(G, hd / 2 * 4);
+    G->i.upload(G, dinv, inv, hd / 2 * 4);
+    lg_tensor q = lg_tensor_cols(qkv.t, 0, qdim), k = lg_tensor_cols(qkv.t, qdim, kvdim);
+    int rc = G->i.rope(G, q, k, dpos, dinv, nh, nkv, hd);
+    size_t n = (size_t)T * W;
+    float *got = malloc(n * 4), *ref = fdup(qkv.f, n);
+    int g = gt_get(&qkv, got, NULL);
+    lg_tensor hq = {ref, LG_F32, T, qdim, W}, hk = {ref + qdim, LG_F32, T, kvdim, W};
+    C->i.rope(C, hq, hk, pos, inv, nh, nkv, hd);
+    char cas[48];
+    snprintf(cas, sizeof cas, "T%d h%d/%d hd%d pos<%d", T, nh, nkv, hd, max_pos);
+    record("rope", cas, dt, rel_l2(got, ref, n), lim_for(dt), rc == 0 && g == 0);
+    G->i.dealloc(G, dpos), G->i.dealloc(G, dinv);
+    free(pos), free(inv), free(got), free(ref);
+    gt_free(&qkv);
+}
+
+static void test_silu_mul(lg_dtype dt, int T, int F)
+{
+    gt gu = gt_new(dt, T, 2 * F, 0), out = gt_new(dt, T, F, 24);
+    gt_set(&gu, NULL, 4.0f);
+    gt_poison(&out);
+    int rc = G->i.silu_mul(G, out.t, gu.t);
+    size_t n = (size_t)T * F;
+    float *got = malloc(n * 4), *ref = calloc(n, 4);
+    int g = gt_get(&out, got, NULL);
+    C->i.silu_mul(C, host_t(ref, T, F), host_t(gu.f, T, 2 * F));
+    char cas[48];
+    snprintf(cas, sizeof cas, "T%d F%d", T, F);
+    record("silu_mul", cas, dt, rel_l2(got, ref, n), lim_for(dt), rc == 0 && g == 0);
+    free(got), free(ref);
+    gt_free(&gu), gt_free(&out);
+}
+
+static void test_get_rows(lg_dtype dt, int T, int D, int n)
+{
+    gt x = gt_new(dt, T, D, 8), out = gt_new(dt, n, D, 0);
+    gt_set(&x, NULL, 1.0f);
+    gt_poison(&out);
+    int32_t *r = malloc(n * 4);
+    for (int i = 0; i < n; i++) r[i] = irand(T);
+    int32_t *dr = dev_i32(r, n);
+    int rc = G->i.get_rows(G, out.t, x.t, dr, n);
+    float *got = malloc((size_t)n * D * 4), *ref = calloc((size_t)n * D, 4);
+    int g = gt_get(&out, got, NULL);
+    C->i.get_rows(C, host_t(ref, n, D), host_t(x.f, T, D), r, n);
+    char cas[48];
+    snprintf(cas, sizeof cas, "T%d D%d n%d", T, D, n);
+    record("get_rows", cas, dt, rel_l2(got, ref, (size_t)n * D), 0, rc == 0 && g == 0);
+    G->i.dealloc(G, dr);
+    free(r), free(got), free(ref);
+    gt_free(&x), gt_free(&out);
+}
+
+static void test_convert(lg_dtype from, lg_dtype to, int R, int Cc)
+{
+    gt s = gt_new(from, R, Cc, 4), d = gt_new(to, R, Cc, 12);
+    gt_set(&s, NULL, 3.0f);
+    gt_poison(&d);
+    int rc = G->i.convert(G, d.t, s.t);
+    size_t n = (size_t)R * Cc;
+    float *got = malloc(n * 4), *ref = malloc(n * 4);
+    int g = gt_get(&d, got, NULL);
+    /* reference: round s.f through `to` on the host */
+    void *tmp = malloc(n * 4);
+    lg_from_f32(tmp, to, s.f, n);
+    lg_to_f32(ref, tmp, to, n);
+    char cas[48];
+    snprintf(cas, sizeof cas, "%s->%s %dx%d", lg_dtype_name(from), lg_dtype_name(to), R, Cc);
+    record("convert", cas, to == LG_F32 ? from : to, rel_l2(got, ref, n), 0, rc == 0 && g == 0);
+    free(got), free(ref), free(tmp);
+    gt_free(&s), gt_free(&d);
+}
+
+/* ---- kv_write + attention ----------------------------------------------------------- */
+
+typedef struct {
+    int n_seqs;
+    const int *q_len, *kv_len; /* new tokens, and kv length after this step */
+} attn_case;
+
+static double bench_us(int (*fn)(void *), void *arg, int iters);
+
+typedef struct {
+    lg_tensor out, q;
+    lg_kv_view kv;
+    lg_step_meta m;
+    int nh;
+    float scale;
+} attn_bench;
+static int attn_bench_fn(void *p)
+{
+    attn_bench *a = p;
+    return G->i.attention(G, a->out, a->q, a->kv, &a->m, a->nh, a->scale);
+}
+
+static void test_attention(lg_dtype dt, const char *name, const attn_case *ac, int nh, int nkv, int hd, int bench)
+{
+    const int pt = 16, L = 2, layer = 1;
+    const int S = ac->n_seqs, kvdim = nkv * hd, qdim = nh * hd;
+    int T = 0, max_q = 0, max_kv = 0, n_pages_used = 0;
+    for (int s = 0; s < S; s++) {
+        T += ac->q_len[s];
+        if (ac->q_len[s] > max_q) max_q = ac->q_len[s];
+        if (ac->kv_len[s] > max_kv) max_kv = ac->kv_len[s];
+        n_pages_used += (ac->kv_len[s] + pt - 1) / pt;
+    }
+    const int n_pages = n_pages_used + 7;
+    /* pages scattered over the pool: a random permutation */
+    int *perm = malloc(n_pages * 4);
+    for (int i = 0; i < n_pages; i++) perm[i] = i;
+    for (int i = n_pages - 1; i > 0; i--) {
+        int j = irand(i + 1), t = perm[i];
+        perm[i] = perm[j];
+        perm[j] = t;
+    }
+    int32_t *tok_pos = malloc(T * 4), *slot = malloc(T * 4), *q_indptr = malloc((S + 1) * 4),
+            *kv_len = malloc(S * 4), *page_indptr = malloc((S + 1) * 4), *page_ids = malloc(n_pages_used * 4);
+    int t = 0, pg = 0;
+    for (int s = 0; s < S; s++) {
+        q_indptr[s] = t;
+        page_indptr[s] = pg;
+        kv_len[s] = ac->kv_len[s];
+        int np = (ac->kv_len[s] + pt - 1) / pt;
+        for (int i = 0; i < np; i++) page_ids[pg + i] = perm[pg + i];
+        for (int i = 0; i < ac->q_len[s]; i++) {
+            int p = ac->kv_len[s] - ac->q_len[s] + i;
+            tok_pos[t + i] = p;
+            slot[t + i] = page_ids[pg + p / pt] * pt + p % pt;
+        }
+        t += ac->q_len[s];
+        pg += np;
+    }
+    q_indptr[S] = t;
+    page_indptr[S] = pg;
+
+    /* pools: GPU (dt) and CPU (f32), same logical content, random everywhere */
+    const size_t es = esz(dt), kv_block_g = (size_t)pt * kvdim * es, kv_block_c = (size_t)pt * kvdim * 4;
+    const size_t pb_g = (size_t)L * 2 * kv_block_g, pb_c = (size_t)L * 2 * kv_block_c;
+    size_t n_el = (size_t)n_pages * L * 2 * pt * kvdim;
+    float *cpool = malloc(n_el * 4);
+    for (size_t i = 0; i < n_el; i++) cpool[i] = frand();
+    void *hp = malloc(n_el * es);
+    lg_from_f32(hp, dt, cpool, n_el);
+    lg_to_f32(cpool, hp, dt, n_el);
+    void *gpool = G->i.alloc(G, n_el * es);
+    G->i.upload(G, gpool, hp, n_el * es);
+    lg_kv_view kvg = {gpool, pb_g, layer * 2 * kv_block_g, layer * 2 * kv_block_g + kv_block_g, pt, nkv, hd, dt};
+    lg_kv_view kvc = {cpool, pb_c, layer * 2 * kv_block_c, layer * 2 * kv_block_c + kv_block_c, pt, nkv, hd, LG_F32};
+
+    /* this step's q, k, v as column slices of one qkv buffer */
+    gt qkv = gt_new(dt, T, qdim + 2 * kvdim, 8), out = gt_new(dt, T, qdim, 8);
+    gt_set(&qkv, NULL, 1.5f);
+    gt_poison(&out);
+    lg_tensor q = lg_tensor_cols(qkv.t, 0, qdim), k = lg_tensor_cols(qkv.t, qdim, kvdim),
+              v = lg_tensor_cols(qkv.t, qdim + kvdim, kvdim);
+    int W = qdim + 2 * kvdim;
+    lg_tensor hq = {qkv.f, LG_F32, T, qdim, W}, hk = {qkv.f + qdim, LG_F32, T, kvdim, W},
+              hv = {qkv.f + qdim + kvdim, LG_F32, T, kvdim, W};
+
+    int32_t *d_pos = dev_i32(tok_pos, T), *d_slot = dev_i32(slot, T), *d_qi = dev_i32(q_indptr, S + 1),
+            *d_kvl = dev_i32(kv_len, S), *d_pi = dev_i32(page_indptr, S + 1), *d_pids = dev_i32(page_ids, pg);
+    lg_step_meta mg = {.n_tokens = T, .n_seqs = S, .max_q_len = max_q, .max_kv_len = max_kv, .pos = d_pos,
+                       .slot = d_slot, .q_indptr = d_qi, .kv_len = d_kvl, .page_indptr = d_pi, .page_ids = d_pids};
+    lg_step_meta mc = {.n_tokens = T, .n_seqs = S, .max_q_len = max_q, .max_kv_len = max_kv, .pos = tok_pos,
+                       .slot = slot, .q_indptr = q_indptr, .kv_len = kv_len, .page_indptr = page_indptr,
+                       .page_ids = page_ids};
+    const float scale = 1.0f / sqrtf((float)hd);
+    char cas[48];
+
+    /* kv_write: compare the whole pool */
+    int rc = G->i.kv_write(G, kvg, k, v, d_slot, T);
+    C->i.kv_write(C, kvc, hk, hv, slot, T);
+    {
+        void *back = malloc(n_el * es);
+        float *bf = malloc(n_el * 4);
+        int ok = G->i.sync(G) == 0 && G->i.download(G, back, gpool, n_el * es) == 0;
+        lg_to_f32(bf, back, dt, n_el);
+        snprintf(cas, sizeof cas, "%s T%d", name, T);
+        record("kv_write", cas, dt, rel_l2(bf, cpool, n_el), 0, rc == 0 && ok);
+        free(back), free(bf);
+    }
+    rc = G->i.attention(G, out.t, q, kvg, &mg, nh, scale);
+    size_t n = (size_t)T * qdim;
+    float *got = malloc(n * 4), *ref = calloc(n, 4);
+    int g = gt_get(&out, got, NULL);
+    C->i.attention(C, host_t(ref, T, qdim), hq, kvc, &mc, nh, scale);
+    snprintf(cas, sizeof cas, "%s h%d/%d hd%d", name, nh, nkv, hd);
+    record("attention", cas, dt, rel_l2(got, ref, n), lim_for(dt) * 2, rc == 0 && g == 0);
+    if (bench) {
+        attn_bench ab = {out.t, q, kvg, mg, nh, scale};
+        rows[n_rows - 1].us = bench_us(attn_bench_fn, &ab, 50);
+    }
+
+    G->i.dealloc(G, d_pos), G->i.dealloc(G, d_slot), G->i.dealloc(G, d_qi), G->i.dealloc(G, d_kvl);
+    G->i.dealloc(G, d_pi), G->i.dealloc(G, d_pids), G->i.dealloc(G, gpool);
+    free(perm), free(tok_pos), free(slot), free(q_indptr), free(kv_len), free(page_indptr), free(page_ids);
+    free(cpool), free(hp), free(got), free(ref);
+    gt_free(&qkv), gt_free(&out);
+}
+
+/* ---- LoRA (SGMV) ------------------------------------------------------------------- */
+
+typedef struct {
+    lg_tensor a, b;
+    lg_lora_meta lm;
+    int slot;
+} lora_bench;
+static int shrink_fn(void *p)
+{
+    lora_bench *l = p;
+    return G->i.lora_shrink(G, l->a, l->b, &l->lm, l->slot);
+}
+static int expand_fn(void *p)
+{
+    lora_bench *l = p;
+    return G->i.lora_expand(G, l->a, l->b, &l->lm, l->slot);
+}
+
+/* seg_len[s] tokens per segment, rank[s] (0 = no LoRA). in -> out, y a column
+ * slice at column y_c0 of a fused [T, y_total] buffer. */
+static void test_lora(lg_dtype dt, lg_dtype tmp_dt, const char *name, int n_segs, const int *seg_len, const int *rank,
+                      int in, int out_dim, int y_c0, int y_total, int bench)
+{
+    const int n_slots = 2 * LG_LORA_N_MODULES, slot = LG_LORA_N_MODULES + 4;
+    int T = 0, max_rank = 1;
+    int32_t *indptr = malloc((n_segs + 1) * 4);
+    for (int s = 0; s < n_segs; s++) {
+        indptr[s] = T;
+        T += seg_len[s];
+        if (rank[s] > max_rank) max_rank = rank[s];
+    }
+    indptr[n_segs] = T;
+    /* adapter weights: scattered through one "pool" allocation at random 16-byte aligned offsets */
+    size_t es = esz(dt), need = 0;
+    for (int s = 0; s < n_segs; s++) need += (size_t)rank[s] * (in + out_dim) * es + 4096;
+    size_t pool_bytes = need * 2 + 65536;
+    char *pool = G->i.alloc(G, pool_bytes);
+    unsigned char *hpool = malloc(pool_bytes);
+    memset(hpool, PATTERN, pool_bytes);
+    float **A = calloc(n_segs, sizeof(float *)), **B = calloc(n_segs, sizeof(float *));
+    lg_lora_w *w = calloc((size_t)n_segs * n_slots, sizeof(lg_lora_w));
+    for (size_t i = 0; i < (size_t)n_segs * n_slots; i++) w[i].rank = 1 + irand(8); /* other slots: decoys */
+    size_t off = (size_t)irand(64) * 16;
+    for (int s = 0; s < n_segs; s++) {
+        lg_lora_w *ws = &w[(size_t)s * n_slots + slot];
+        ws->rank = rank[s];
+        ws->scale = 0.5f + frand() * 0.25f;
+        ws->A = ws->B = NULL;
+        if (!rank[s]) continue;
+        size_t na = (size_t)rank[s] * in, nb = (size_t)out_dim * rank[s];
+        A[s] = malloc(na * 4);
+        B[s] = malloc(nb * 4);
+        for (size_t i = 0; i < na; i++) A[s][i] = frand() * 0.1f;
+        for (size_t i = 0; i < nb; i++) B[s][i] = frand() * 0.1f;
+        off += (size_t)irand(32) * 16;
+        lg_from_f32(hpool + off, dt, A[s], na);
+        lg_to_f32(A[s], hpool + off, dt, na);
+        ws->A = pool + off;
+        off = (off + na * es + 15) & ~(size_t)15;
+        off += (size_t)irand(32) * 16;
+        lg_from_f32(hpool + off, dt, B[s], nb);
+        lg_to_f32(B[s], hpool + off, dt, nb);
+        ws->B = pool + off;
+        off = (off + nb * es + 15) & ~(size_t)15;
+    }
+    G->i.upload(G, pool, hpool, pool_bytes);
+    lg_lora_w *dw = G->i.alloc(G, (size_t)n_segs * n_slots * sizeof(lg_lora_w));
+    G->i.upload(G, dw, w, (size_t)n_segs * n_slots * sizeof(lg_lora_w));
+    int32_t *dind = dev_i32(indptr, n_segs + 1);
+    lg_lora_meta lm = {n_segs, n_slots, max_rank, dind, dw, indptr};
+
+    gt x = gt_new(dt, T, in, 8), tmp = gt_new(tmp_dt, T, max_rank, 3), yf = gt_new(dt, T, y_total, 0);
+    gt_set(&x, NULL, 1.0f);
+    gt_set(&yf, NULL, 1.0f);
+    gt_poison(&tmp);
+    lg_tensor y = lg_tensor_cols(yf.t, y_c0, out_dim);
+
+    /* reference in f64 */
+    double *rt = calloc((size_t)T * max_rank, 8);
+    float *ry = fdup(yf.f, (size_t)T * y_total);
+    unsigned char *untouched = calloc(T, 1);
+    for (int s = 0; s < n_segs; s++)
+        for (int t = indptr[s]; t < indptr[s + 1]; t++) {
+            if (!rank[s]) {
+                untouched[t] = 1;
+                continue;
+            }
+            for (int j = 0; j < rank[s]; j++) {
+                double acc = 0;
+                for (int kk = 0; kk < in; kk++) acc += (double)x.f[(size_t)t * in + kk] * A[s][(size_t)j * in + kk];
+                rt[(size_t)t * max_rank + j] = acc;
+            }
+        }
+    int rc = G->i.lora_shrink(G, tmp.t, x.t, &lm, slot);
+    float *gtmp = malloc((size_t)T * max_rank * 4);
+    unsigned char *all = malloc(T);
+    memset(all, 1, T);
+    int g0 = gt_get(&tmp, gtmp, all); /* guards only: finiteness checked per segment below */
+    free(all);
+    /* error over the written part; poison must survive in rank-0 rows and columns >= rank */
+    double num = 0, den = 0;
+    int poison_ok = 1;
+    for (int s = 0; s < n_segs; s++)
+        for (int t = indptr[s]; t < indptr[s + 1]; t++)
+            for (int j = 0; j < max_rank; j++) {
+                float gv = gtmp[(size_t)t * max_rank + j];
+                if (j < rank[s]) {
+                    double e = gv - rt[(size_t)t * max_rank + j];
+                    num += isfinite(gv) ? e * e : 1e30;
+                    den += rt[(size_t)t * max_rank + j] * rt[(size_t)t * max_rank + j];
+                } else if (!isnan(gv)) {
+                    poison_ok = 0;
+                }
+            }
+    char cas[48];
+    snprintf(cas, sizeof cas, "%s tmp %s", name, lg_dtype_name(tmp_dt));
+    record("lora_shrink", cas, dt, den > 0 ? sqrt(num / den) : sqrt(num), lim_for(tmp_dt == LG_F32 ? LG_F16 : tmp_dt),
+           rc == 0 && g0 == 0 && poison_ok);
+    lora_bench lb = {tmp.t, x.t, lm, slot};
+    if (bench)
+        rows[n_rows - 1].us = bench_us(shrink_fn, &lb, 50);
+
+    /* expand from the GPU's tmp (as rounded there), reference in f64 */
+    for (int s = 0; s < n_segs; s++)
+        for (int t = indptr[s]; t < indptr[s + 1] && rank[s]; t++)
+            for (int n2 = 0; n2 < out_dim; n2++) {
+                double acc = 0;
+                for (int j = 0; j < rank[s]; j++)
+                    acc += (double)gtmp[(size_t)t * max_rank + j] * B[s][(size_t)n2 * rank[s] + j];
+                const lg_lora_w *ws = &w[(size_t)s * n_slots + slot];
+                ry[(size_t)t * y_total + y_c0 + n2] += (float)(ws->scale * acc);
+            }
+    rc = G->i.lora_expand(G, y, tmp.t, &lm, slot);
+    float *gy = malloc((size_t)T * y_total * 4);
+    int g = gt_get(&yf, gy, NULL);
+    /* the reference rounded once to dt, as the kernel's single store does */
+    for (int t = 0; t < T; t++) {
+        float *r = ry + (size_t)t * y_total;
+        unsigned char tmpb[8];
+        for (int c = 0; c < y_total; c++) {
+            lg_from_f32(tmpb, dt, &r[c], 1);
+            lg_to_f32(&r[c], tmpb, dt, 1);
+        }
+    }
+    /* error relative to the LoRA delta itself (y - y0), and exact equality outside it */
+    num = den = 0;
+    int outside_ok = 1;
+    for (int t = 0; t < T; t++)
+        for (int c = 0; c < y_total; c++) {
+            size_t i = (size_t)t * y_total + c;
+            if (c < y_c0 || c >= y_c0 + out_dim || untouched[t]) {
+                if (gy[i] != yf.f[i]) outside_ok = 0;
+                continue;
+            }
+            double e = (double)gy[i] - ry[i], d = (double)ry[i] - yf.f[i];
+            num += e * e;
+            den += d * d;
+        }
+    record("lora_expand", cas, dt, den > 0 ? sqrt(num / den) : sqrt(num), lim_for(dt) * 4,
+           rc == 0 && g == 0 && outside_ok);
+    if (bench) {
+        lora_bench le = {y, tmp.t, lm, slot};
+        rows[n_rows - 1].us = bench_us(expand_fn, &le, 50);
+    }
+
+    for (int s = 0; s < n_segs; s++) free(A[s]), free(B[s]);
+    free(A), free(B), free(w), free(indptr), free(hpool), free(rt), free(ry), free(untouched), free(gtmp), free(gy);
+    G->i.dealloc(G, pool), G->i.dealloc(G, dw), G->i.dealloc(G, dind);
+    gt_free(&x), gt_free(&tmp), gt_free(&yf);
+}
+
+/* ---- benchmarks ---------------------------------------------------------------------- */
+
+#include <time.h>
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+/* Median of 5 runs of `iters` back-to-back launches; us per launch. */
+static double bench_us(int (*fn)(void *), void *arg, int iters)
+{
+    double best[5];
+    for (int i = 0; i < 3; i++) fn(arg);
+    G->i.sync(G);
+    for (int r = 0; r < 5; r++) {
+        double t0 = now_s();
+        for (int i = 0; i < iters; i++) fn(arg);
+        G->i.sync(G);
+        best[r] = (now_s() - t0) / iters * 1e6;
+    }
+    for (int i = 0; i < 5; i++)
+        for (int j = i + 1; j < 5; j++)
+            if (best[j] < best[i]) {
+                double t = best[i];
+                best[i] = best[j];
+                best[j] = t;
+            }
+    return best[2];
+}
+
+typedef struct {
+    lg_tensor y, x, W;
+} mm_bench;
+static int mm_fn(void *p)
+{
+    mm_bench *m = p;
+    lg_tensor none = {0};
+    return G->i.matmul(G, m->y, m->x, m->W, none, false);
+}
+static void bench_matmul(lg_dtype dt, int T, int N, int K)
+{
+    gt x = gt_new(dt, T, K, 0), W = gt_new(dt, N, K, 0), y = gt_new(dt, T, N, 0);
+    gt_set(&x, NULL, 1.0f);
+    gt_set(&W, NULL, 0.1f);
+    mm_bench mb = {y.t, x.t, W.t};
+    char cas[48];
+    snprintf(cas, sizeof cas, "bench T%d N%d K%d", T, N, K);
+    record("matmul", cas, dt, 0, 1, 1);
+    rows[n_rows - 1].us = bench_us(mm_fn, &mb, 50);
+    gt_free(&x), gt_free(&W), gt_free(&y);
+}
+
+int main(int argc, char **argv)
+{
+    int bench = !(argc > 1 && !strcmp(argv[1], "--no-bench"));
+    lg_err err = {0};
+    lg_backend_opts o = {0};
+    if (lg_backend_cpu_create(&o, &C, &err) != 0) {
+        fprintf(stderr, "cpu backend: %s\n", err.msg);
+        return 2;
+    }
+    for (int di = 0; di < 2; di++) {
+        lg_dtype dt = di ? LG_BF16 : LG_F16;
+        o.act_dtype_hint = dt;
+        if (lg_backend_create("cuda", &o, &G, &err) != 0) {
+            fprintf(stderr, "cuda backend: %s\n", err.msg);
+            return 3;
+        }
+        if (G->act_dtype != dt) {
+            fprintf(stderr, "act dtype %s, expected %s\n", lg_dtype_name(G->act_dtype), lg_dtype_name(dt));
+            n_fail++;
+        }
+        rng_s = 0x9E3779B97F4A7C15ull + (uint64_t)di * 7919;
+
+        test_embed(dt, 37, 1000, 520);
+        test_add_rmsnorm(dt, 33, 1000, 1);
+        test_add_rmsnorm(dt, 5, 4096, 0);
+        test_matmul(dt, 7, 1000, 520, 0, 0, 0, 0);
+        test_matmul(dt, 64, 768, 1024, 0, 1, 0, 256);
+        test_matmul(dt, 3, 384, 256, 0, 1, 1, 40);
+        test_matmul(dt, 5, 32000, 256, 1, 0, 0, 0);
+        test_rope(dt, 19, 8, 2, 64, 4096);
+        test_rope(dt, 7, 4, 4, 16, 100);
+        test_rope(dt, 9, 32, 8, 128, 32768);
+        test_silu_mul(dt, 13, 1376);
+        test_get_rows(dt, 50, 520, 9);
+        test_convert(LG_F32, dt, 17, 333);
+        test_convert(dt, LG_F32, 17, 333);
+        test_convert(dt, dt == LG_F16 ? LG_BF16 : LG_F16, 5, 64);
+
+        {   /* attention */
+            int q1[] = {37, 1, 100}, k1[] = {37, 51, 300};
+            attn_case prefill = {3, q1, k1};
+            test_attention(dt, "prefill", &prefill, 8, 2, 64, 0);
+            test_attention(dt, "prefill", &prefill, 4, 4, 16, 0);
+            test_attention(dt, "prefill", &prefill, 6, 2, 32, 0);
+            test_attention(dt, "prefill", &prefill, 12, 4, 80, 0);
+            test_attention(dt, "prefill", &prefill, 4, 2, 256, 0);
+            int q2[] = {1, 1, 1, 1, 1}, k2[] = {1, 17, 300, 2000, 5000};
+            attn_case dec = {5, q2, k2};
+            test_attention(dt, "decode", &dec, 32, 8, 128, 0);
+            test_attention(dt, "decode", &dec, 16, 1, 128, 0);
+            test_attention(dt, "decode", &dec, 12, 4, 80, 0);
+            test_attention(dt, "decode", &dec, 8, 8, 64, 0);
+            int q3[] = {1, 200, 1, 33}, k3[] = {3000, 200, 70, 1500};
+            attn_case mixed = {4, q3, k3};
+            test_attention(dt, "mixed", &mixed, 32, 8, 128, 0);
+            test_attention(dt, "mixed", &mixed, 28, 4, 128, 0);
+        }
+        {   /* LoRA */
+            int len1[] = {1, 5, 17, 1, 0, 64, 3, 1, 9}, r1[] = {8, 0, 64, 1, 16, 13, 32, 0, 2};
+            test_lora(dt, LG_F32, "ragged", 9, len1, r1, 1024, 768, 256, 2048, 0);
+            test_lora(dt, dt, "ragged", 9, len1, r1, 1000, 333, 5, 400, 0);
+            int len2[32], r2[32];
+            for (int i = 0; i < 32; i++) len2[i] = 1, r2[i] = (int[]){0, 1, 4, 8, 16, 32, 64, 7}[i % 8];
+            test_lora(dt, LG_F32, "decode 32x1", 32, len2, r2, 4096, 4096, 0, 4096, 0);
+        }
+        if (bench) {
+            bench_matmul(dt, 1, 4096, 4096);
+            bench_matmul(dt, 32, 4096, 4096);
+            bench_matmul(dt, 32, 28672, 4096);
+            bench_matmul(dt, 2048, 4096, 4096);
+            int qd[64], kd[64];
+            for (int i = 0; i < 32; i++) qd[i] = 1, kd[i] = 2048;
+            attn_case d32 = {32, qd, kd};
+            test_attention(dt, "bench dec 32x2048", &d32, 32, 8, 128, 1);
+            int qa[] = {1}, ka[] = {32768};
+            attn_case d1 = {1, qa, ka};
+            test_attention(dt, "bench dec 1x32k", &d1, 32, 8, 128, 1);
+            int qp[] = {2048}, kp[] = {2048};
+            attn_case p1 = {1, qp, kp};
+            test_attention(dt, "bench prefill 2048", &p1, 32, 8, 128, 1);
+            int ls[64], rs[64];
+            for (int i = 0; i < 64; i++) ls[i] = 1, rs[i] = 64;
+            test_lora(dt, LG_F32, "bench dec 64x1 r64", 64, ls, rs, 4096, 4096, 0, 4096, 1);
+            for (int i = 0; i < 64; i++) rs[i] = 16;
+            test_lora(dt, LG_F32, "bench dec 64x1 r16", 64, ls, rs, 4096, 4096, 0, 4096, 1);
+            int lp[] = {512}, rp[] = {16};
+            test_lora(dt, LG_F32, "bench pre 1x512 r16", 1, lp, rp, 4096, 4096, 0, 4096, 1);
+        }
+        lg_backend_free(G);
+        G = NULL;
+    }
+    lg_backend_free(C);
+
+    printf("\n%-12s %-32s %-5s %10s %8s %10s  %s\n", "op", "case", "dtype", "rel_l2", "limit", "us", "result");
+    for (int i = 0; i < n_rows; i++) {
+        row_t *r = &rows[i];
+        char us[32] = "";
+        if (r->us >= 0) snprintf(us, sizeof us, "%.1f", r->us);
+        printf("%-12s %-32s %-5s %10.2e %8.0e %10s  %s\n", r->op, r->cas, r->dt, r->err, r->lim, us,
+               r->ok ? "ok" : "FAIL");
+    }
+    printf("%d passed, %d failed\n", n_pass, n_fail);
+    return n_fail ? 1 : 0;
+}
