@@ -49,6 +49,7 @@ typedef struct gen_opts {
     const char *use_lora, *batch;
     int max_lora_rank;
     int pool_mb;
+    const char *act_dtype; /* "auto" or a dtype name */
 } gen_opts;
 
 /* state shared with the engine callbacks */
@@ -95,6 +96,8 @@ static void usage(FILE *f)
             "  --lora NAME=DIR        load a PEFT LoRA adapter (repeatable)\n"
             "  --use-lora NAME        run the prompt with that adapter\n"
             "  --max-lora-rank N      largest adapter rank accepted (default 64)\n"
+            "  --dtype auto|f32|f16|bf16  GPU compute dtype (default auto: the model's weight dtype;\n"
+            "                         the CPU backend always computes in f32)\n"
             "  --pool-mb N            size of the unified KV + adapter page pool (default 256; at least\n"
             "                         one full-context sequence always fits)\n"
             "  --batch FILE.jsonl     one request per line: {\"prompt_tokens\":[..]} or {\"prompt\":\"..\"},\n"
@@ -240,7 +243,7 @@ static void on_finish(void *user, int64_t id, lg_finish_reason reason, const lg_
 static int parse_args(int argc, char **argv, gen_opts *o)
 {
     enum { O_MODEL = 1000, O_BACKEND, O_PROMPT, O_PTOK, O_CHAT, O_SYSTEM, O_TMPL, O_MAXTOK, O_TEMP, O_TOPP, O_TOPK,
-           O_MINP, O_SEED, O_STOP, O_JSON, O_LOGITS, O_STATS, O_THREADS, O_CTX, O_DQ, O_BUDGET, O_HELP, O_LORA, O_USELORA, O_BATCH, O_MAXRANK, O_POOL };
+           O_MINP, O_SEED, O_STOP, O_JSON, O_LOGITS, O_STATS, O_THREADS, O_CTX, O_DQ, O_BUDGET, O_HELP, O_LORA, O_USELORA, O_BATCH, O_MAXRANK, O_POOL, O_DTYPE };
     static const struct option longopts[] = {
         {"model", required_argument, 0, O_MODEL}, {"backend", required_argument, 0, O_BACKEND},
         {"prompt", required_argument, 0, O_PROMPT}, {"prompt-tokens", required_argument, 0, O_PTOK},
@@ -255,6 +258,7 @@ static int parse_args(int argc, char **argv, gen_opts *o)
         {"help", no_argument, 0, O_HELP}, {"lora", required_argument, 0, O_LORA},
         {"use-lora", required_argument, 0, O_USELORA}, {"batch", required_argument, 0, O_BATCH},
         {"max-lora-rank", required_argument, 0, O_MAXRANK}, {"pool-mb", required_argument, 0, O_POOL},
+        {"dtype", required_argument, 0, O_DTYPE},
         {0, 0, 0, 0},
     };
     *o = (gen_opts){.backend = "cpu", .max_tokens = 256, .top_p = 1.0f, .dequant = LG_F16, .budget = 512,
@@ -317,6 +321,15 @@ static int parse_args(int argc, char **argv, gen_opts *o)
         case O_USELORA: o->use_lora = optarg; break;
         case O_BATCH: o->batch = optarg; break;
         case O_MAXRANK: if (parse_int(optarg, "--max-lora-rank", 1, 1024, &v)) return 2; o->max_lora_rank = (int)v; break;
+        case O_DTYPE: {
+            lg_dtype d;
+            if (strcmp(optarg, "auto") && (lg_dtype_parse(optarg, &d) != 0 || d == LG_I32)) {
+                fprintf(stderr, "loragate generate: --dtype must be auto, f32, f16 or bf16, got '%s'\n", optarg);
+                return 2;
+            }
+            o->act_dtype = optarg;
+            break;
+        }
         case O_POOL: if (parse_int(optarg, "--pool-mb", 1, 1 << 20, &v)) return 2; o->pool_mb = (int)v; break;
         default:
             fprintf(stderr, "loragate generate: unknown or incomplete option '%s'\n", argv[optind - 1]);
@@ -556,10 +569,12 @@ int lg_cmd_generate(int argc, char **argv)
     lg_load_opts lo = {.dequant_dtype = o.dequant, .progress = true};
     if (lg_weights_load(o.model, &lo, &w, &err) != 0)
         goto out;
-    lg_backend_opts bo = {.n_threads = o.threads};
+    const lg_model_config *cfg = lg_weights_config(w);
+    lg_backend_opts bo = {.n_threads = o.threads, .act_dtype_hint = cfg->weight_dtype};
+    if (o.act_dtype && strcmp(o.act_dtype, "auto"))
+        lg_dtype_parse(o.act_dtype, &bo.act_dtype_hint);
     if (lg_backend_create(o.backend, &bo, &be, &err) != 0)
         goto out;
-    const lg_model_config *cfg = lg_weights_config(w);
     int ctx = o.ctx ? o.ctx : (cfg->max_pos < 4096 ? cfg->max_pos : 4096);
     if (ctx > cfg->max_pos)
         ctx = cfg->max_pos;

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# run_device.sh — everything the GPU test machine checks and measures, in one
+# call: build with CUDA, the op tests against the CPU backend, the golden
+# HF/peft fixtures end to end on the CUDA backend, and the benchmarks of
+# docs/benchmarks.md next to their HF references.
+#
+#   bash tests/gpu/run_device.sh [all|test|bench]     (from the repo root)
+#
+# Needs nvcc, cmake, python3 with torch/transformers/peft/pytest (the GPU
+# machine's image). Missing Debian libraries (jansson, pcre2, utf8proc) are
+# taken from .deps/*.deb when present (see tests/gpu/build_and_test.sh).
+# Logs and JSON results go to $OUT (default build-cuda/out); a summary is
+# printed last.
+set -uo pipefail
+ROOT=$(pwd)
+OUT=${OUT:-$ROOT/build-cuda/out}
+mkdir -p "$OUT"
+WHAT=${1:-all}
+export PYTHONUNBUFFERED=1
+
+if ls .deps/*.deb >/dev/null 2>&1; then
+  mkdir -p .deps/root
+  for f in .deps/*.deb; do dpkg -x "$f" .deps/root; done
+  export PKG_CONFIG_SYSROOT_DIR=$ROOT/.deps/root
+  export PKG_CONFIG_PATH=$ROOT/.deps/root/usr/lib/x86_64-linux-gnu/pkgconfig
+  export LD_LIBRARY_PATH=$ROOT/.deps/root/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
+  export LIBRARY_PATH=$ROOT/.deps/root/usr/lib/x86_64-linux-gnu:${LIBRARY_PATH:-}
+fi
+
+summary=()
+note() { summary+=("$*"); echo "== $*"; }
+
+t0=$(date +%s)
+cmake -S . -B build-cuda -DCMAKE_BUILD_TYPE=Release >"$OUT/cmake.log" 2>&1 || { tail -20 "$OUT/cmake.log"; exit 1; }
+cmake --build build-cuda -j"$(nproc)" >"$OUT/build.log" 2>&1 || { grep -E "error" "$OUT/build.log" | head -30; exit 1; }
+note "build: $(( $(date +%s) - t0 )) s; $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)"
+BIN=$ROOT/build-cuda/loragate
+
+if [ "$WHAT" = all ] || [ "$WHAT" = test ]; then
+  build-cuda/test_cuda_ops >"$OUT/test_cuda_ops.log" 2>&1
+  note "op tests: rc=$? $(grep -E 'passed|failed' "$OUT/test_cuda_ops.log" | tail -1)"
+  for dt in f16 bf16; do
+    cdt=$([ $dt = bf16 ] && echo bfloat16 || echo float16)
+    LG_BIN=$BIN LG_BACKEND=cuda LG_GENERATE_EXTRA="--dtype $dt" LG_COMPUTE_DTYPE=$cdt python3 -m pytest -q tests/golden \
+      >"$OUT/golden_cuda_$dt.log" 2>&1
+    note "golden on cuda (--dtype $dt): $(tail -1 "$OUT/golden_cuda_$dt.log")"
+  done
+fi
+
+if [ "$WHAT" = all ] || [ "$WHAT" = bench ]; then
+  M=tests/bench/llama2-7b-shape
+  W1="--model $M --load-format dummy --backend cuda --dtype f16 --num-seqs 32 --prompt-len 128 --output-len 64"
+  $BIN bench $W1 --adapters 32 --rank 16 --targets q,k,v,o --json >"$OUT/w1_lora.json" 2>"$OUT/w1_lora.err"
+  note "W1 ours, 32 rank-16 adapters: $(cat "$OUT/w1_lora.json") $(tail -1 "$OUT/w1_lora.err")"
+  $BIN bench $W1 --json >"$OUT/w1_base.json" 2>"$OUT/w1_base.err"
+  note "W1 ours, no adapters: $(cat "$OUT/w1_base.json") $(tail -1 "$OUT/w1_base.err")"
+  $BIN bench --model $M --load-format dummy --backend cuda --dtype f16 --num-seqs 1 --prompt-len 128 \
+    --output-len 128 --json >"$OUT/b1.json" 2>"$OUT/b1.err"
+  note "batch-1 decode: $(cat "$OUT/b1.json")"
+  $BIN bench --model $M --load-format dummy --backend cuda --dtype f16 --num-seqs 1 --prompt-len 2048 \
+    --output-len 1 --step-tokens 2048 --json >"$OUT/pf2048.json" 2>"$OUT/pf2048.err"
+  note "prefill 2048: $(cat "$OUT/pf2048.json")"
+  python3 tests/bench/hf_w1.py --mode base >"$OUT/hf_base.json" 2>"$OUT/hf_base.err"
+  note "W1 HF transformers: $(tail -1 "$OUT/hf_base.json")"
+  python3 tests/bench/hf_w1.py --mode peft --adapters 32 --rank 16 >"$OUT/hf_peft.json" 2>"$OUT/hf_peft.err"
+  note "W1 HF peft: $(tail -1 "$OUT/hf_peft.json") $(tail -2 "$OUT/hf_peft.err" | head -1)"
+fi
+
+echo
+echo "================ summary ================"
+printf '%s\n' "${summary[@]}"
