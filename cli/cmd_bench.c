@@ -291,7 +291,8 @@ int lg_cmd_bench(int argc, char **argv)
     };
     if (lg_engine_create(be, w, &eo, &e, &err) != 0)
         goto out;
-    lg_weights_free(w); /* copied to the backend */
+    cfg = lg_engine_config(e); /* the weights' config goes away with them */
+    lg_weights_free(w);         /* copied to the backend */
     w = NULL;
 
     int *ids = calloc((size_t)(o.adapters + 1), sizeof(int));
