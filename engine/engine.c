@@ -406,7 +406,17 @@ static bool is_stop(const lg_engine *e, const request *r, int32_t tok)
     return false;
 }
 
+static int engine_step(lg_engine *e, lg_err *err);
+
 int lg_engine_step(lg_engine *e, lg_err *err)
+{
+    double t0 = lg_now();
+    int rc = engine_step(e, err);
+    e->stats.step_seconds += lg_now() - t0;
+    return rc;
+}
+
+static int engine_step(lg_engine *e, lg_err *err)
 {
     drain_inbox(e);
     /* finish cancelled requests */
@@ -516,6 +526,7 @@ int lg_engine_step(lg_engine *e, lg_err *err)
     }
 
     /* sample and advance */
+    double ts = lg_now();
     int li = 0;
     for (int s = 0; s < n; s++) {
         request *r = e->sched[s];
@@ -537,6 +548,7 @@ int lg_engine_step(lg_engine *e, lg_err *err)
             r->cancel_reason = LG_FINISH_LENGTH;
         }
     }
+    e->stats.sample_seconds += lg_now() - ts;
     for (int i = 0; i < e->n_live;) {
         request *r = e->live[i];
         if (r->cancel && (r->cancel_reason == LG_FINISH_STOP || r->cancel_reason == LG_FINISH_LENGTH)) {

@@ -101,7 +101,9 @@ bool lg_engine_busy(lg_engine *e);
 
 typedef struct lg_engine_stats {
     int64_t steps, prefill_steps, decode_steps, prefill_tokens, decode_tokens, preemptions;
-    double prefill_seconds, decode_seconds; /* time in steps that had prefill / decode-only */
+    double prefill_seconds, decode_seconds; /* forward time of steps with prefill / decode-only */
+    double step_seconds;     /* whole lg_engine_step calls (scheduling, forward, sampling, callbacks) */
+    double sample_seconds;   /* sampling and token callbacks */
     int pages_total, pages_free;
     int pages_kv, pages_adapter, pages_cached;
     int64_t adapter_loads, adapter_evictions; /* into / out of the pool */
