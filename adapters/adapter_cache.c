@@ -30,6 +30,8 @@ typedef struct entry {
     lg_pool_entry pe;
     int32_t *pages;         /* [n_pages] pool pages when resident */
     bool resident;
+    bool loading;           /* pages allocated, async upload in flight */
+    uint64_t ticket;        /* of the last page's upload */
     lg_lora_w *slots;       /* [n_slots] device pointers when resident */
 } entry;
 
@@ -92,12 +94,32 @@ int lg_adapter_cache_create(lg_backend *be, lg_page_pool *pool, const lg_model_c
     return 0;
 }
 
+/* Host images live in page-locked memory when the backend offers it, so the
+ * pool uploads from them are truly asynchronous. */
+static unsigned char *image_alloc(lg_adapter_cache *c, size_t bytes)
+{
+    unsigned char *p = c->be->i.alloc_host ? c->be->i.alloc_host(c->be, bytes) : malloc(bytes);
+    if (p)
+        memset(p, 0, bytes);
+    return p;
+}
+
+static void image_free(lg_adapter_cache *c, unsigned char *p)
+{
+    if (!p)
+        return;
+    if (c->be->i.alloc_host)
+        c->be->i.free_host(c->be, p);
+    else
+        free(p);
+}
+
 static void entry_free_host(lg_adapter_cache *c, entry *e)
 {
     if (!e->image)
         return;
     c->be->i.sync(c->be); /* an upload from the image may still be in flight */
-    free(e->image);
+    image_free(c, e->image);
     e->image = NULL;
     c->st.host_bytes -= (size_t)e->n_pages * c->page_bytes;
     c->st.host_evictions++;
@@ -113,6 +135,8 @@ void lg_adapter_cache_free(lg_adapter_cache *c)
         entry *e = c->e[i];
         if (e->resident)
             lg_page_pool_entry_drop(c->pool, &e->pe);
+        else if (e->loading)
+            lg_page_pool_release(c->pool, e->pages, e->n_pages);
         free(e->name);
         free(e->dir);
         free(e->page_used);
@@ -120,7 +144,7 @@ void lg_adapter_cache_free(lg_adapter_cache *c)
         free(e->scale);
         free(e->pa);
         free(e->pb);
-        free(e->image);
+        image_free(c, e->image);
         free(e->pages);
         free(e->slots);
         free(e);
@@ -170,7 +194,7 @@ static int build_image(lg_adapter_cache *c, entry *e, const lg_adapter *a, bool 
             return lg_fail(err, "adapter has no modules");
     }
     size_t bytes = (size_t)e->n_pages * c->page_bytes;
-    e->image = calloc(1, bytes);
+    e->image = image_alloc(c, bytes);
     if (!e->image)
         return lg_fail(err, "out of memory for a %zu-byte adapter image", bytes);
     float *tmp = NULL;
@@ -208,7 +232,7 @@ static void trim_host(lg_adapter_cache *c, const entry *keep)
         entry *victim = NULL;
         for (int i = 0; i < c->n; i++) {
             entry *e = c->e[i];
-            if (e != keep && e->image && (!victim || e->host_tick < victim->host_tick))
+            if (e != keep && e->image && !e->loading && (!victim || e->host_tick < victim->host_tick))
                 victim = e;
         }
         if (!victim)
@@ -251,7 +275,7 @@ int lg_adapter_cache_register(lg_adapter_cache *c, const char *name, const char 
     if (rc != 0) {
         if (e->image) c->st.host_bytes -= (size_t)e->n_pages * c->page_bytes;
         free(e->name); free(e->dir); free(e->page_used); free(e->rank); free(e->scale);
-        free(e->pa); free(e->pb); free(e->image); free(e->pages); free(e->slots);
+        free(e->pa); free(e->pb); image_free(c, e->image); free(e->pages); free(e->slots);
         free(e);
         return -1;
     }
@@ -301,9 +325,9 @@ int lg_adapter_cache_acquire(lg_adapter_cache *c, int id, const lg_lora_w **slot
         *slots = e->slots;
         return 0;
     }
-    if (lg_page_pool_n_available(c->pool) < e->n_pages)
+    if (!e->loading && lg_page_pool_n_available(c->pool) < e->n_pages)
         return 1;
-    if (!e->image) { /* rebuild the host image from disk */
+    if (!e->loading && !e->image) { /* rebuild the host image from disk */
         lg_adapter *a = NULL;
         if (lg_adapter_load(e->dir, e->name, &c->cfg, c->opts.max_rank, &a, err) != 0) {
             lg_err_prefix(err, "reloading adapter '%s'", e->name);
@@ -319,16 +343,40 @@ int lg_adapter_cache_acquire(lg_adapter_cache *c, int id, const lg_lora_w **slot
             return -1;
         trim_host(c, e);
     }
+    char *base = lg_page_pool_base(c->pool);
+    if (e->loading) { /* an async upload was started by an earlier call */
+        int d = c->be->i.upload_done(c->be, e->ticket);
+        if (d == 0)
+            return 1;
+        e->loading = false;
+        if (d < 0) {
+            lg_page_pool_release(c->pool, e->pages, e->n_pages);
+            return lg_fail(err, "uploading adapter '%s' failed", e->name);
+        }
+        goto placed;
+    }
     e->host_tick = ++c->tick;
     if (lg_page_pool_alloc(c->pool, LG_PAGE_ADAPTER, e->n_pages, e->pages) != 0)
         return 1;
-    char *base = lg_page_pool_base(c->pool);
+    if (c->be->i.upload_async) {
+        /* copy on the upload stream; the requests that need it wait, the rest run */
+        for (int p = 0; p < e->n_pages; p++)
+            if (c->be->i.upload_async(c->be, base + (size_t)e->pages[p] * c->page_bytes,
+                                      e->image + (size_t)p * c->page_bytes, e->page_used[p], &e->ticket) != 0) {
+                c->be->i.sync(c->be);
+                lg_page_pool_release(c->pool, e->pages, e->n_pages);
+                return lg_fail(err, "uploading adapter '%s' failed", e->name);
+            }
+        e->loading = true;
+        return 1;
+    }
     for (int p = 0; p < e->n_pages; p++)
         if (c->be->i.upload(c->be, base + (size_t)e->pages[p] * c->page_bytes, e->image + (size_t)p * c->page_bytes,
                             e->page_used[p]) != 0) {
             lg_page_pool_release(c->pool, e->pages, e->n_pages);
             return lg_fail(err, "uploading adapter '%s' failed", e->name);
         }
+placed:
     for (int s = 0; s < c->n_slots; s++) {
         lg_lora_w *w = &e->slots[s];
         w->rank = e->rank[s];

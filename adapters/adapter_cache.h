@@ -5,8 +5,9 @@
  *   disk  — the adapter's directory (adapter_config.json +
  *           adapter_model.safetensors), validated once at registration;
  *   host  — a packed image of the adapter in the backend's compute dtype,
- *           laid out exactly as it will sit in pool pages, kept under a byte
- *           budget (LRU); an evicted image is rebuilt from disk on demand;
+ *           laid out exactly as it will sit in pool pages, in page-locked
+ *           memory when the backend has it, kept under a byte budget (LRU);
+ *           an evicted image is rebuilt from disk on demand;
  *   pool  — the image copied into pages of the unified page pool
  *           (engine/page_pool.h), as one pool entry of kind ADAPTER: pinned
  *           while any scheduled sequence uses it, cached (evictable, LRU
@@ -62,9 +63,12 @@ const char *lg_adapter_cache_name(const lg_adapter_cache *c, int id);
 const char *lg_adapter_cache_digest(const lg_adapter_cache *c, int id);
 
 /* Makes adapter id resident and pins it once. On success *slots points at
- * its slot table (valid while pinned). Returns 0; 1 if the pool cannot hold
- * it right now (everything pinned: retry later, nothing changed); -1 on a
- * hard error (err set, e.g. the directory changed and no longer validates). */
+ * its slot table (valid while pinned). Returns 0; 1 if it is not ready yet:
+ * the pool cannot hold it right now (everything pinned), or — on a backend
+ * with upload_async — its pages are being copied on the upload stream
+ * (started by this or an earlier call; the compute stream keeps running other
+ * requests meanwhile): call again on a later step. -1 on a hard error (err
+ * set, e.g. the directory changed and no longer validates). */
 int lg_adapter_cache_acquire(lg_adapter_cache *c, int id, const lg_lora_w **slots, lg_err *err);
 /* Drops one pin taken by acquire. */
 void lg_adapter_cache_release(lg_adapter_cache *c, int id);

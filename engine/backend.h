@@ -116,6 +116,16 @@ typedef struct lg_lora_meta {
     const int32_t *seg_indptr_host; /* host copy, for launch shapes */
 } lg_lora_meta;
 
+/* Per-row sampling parameters for the device sampler (see sampling.h for the
+ * rules; u is the request's next uniform in [0, 1), drawn on the host). */
+typedef struct lg_sample_row {
+    float temperature; /* 0: greedy */
+    int32_t top_k;     /* <= 0: off */
+    float top_p;       /* >= 1: off */
+    float min_p;       /* <= 0: off */
+    float u;
+} lg_sample_row;
+
 typedef struct lg_backend lg_backend;
 
 typedef struct lg_backend_i {
@@ -165,6 +175,25 @@ typedef struct lg_backend_i {
     /* SGMV expand, accumulating into y (a column slice of a fused output is fine):
      *   for s, t in segment s, w.rank > 0:  y[t, :] += w.scale * tmp[t, 0:w.rank] @ w.B^T */
     int (*lora_expand)(lg_backend *be, lg_tensor y, lg_tensor tmp, const lg_lora_meta *lm, int slot);
+
+    /* ---- optional slots (NULL: the engine falls back as noted) ---- */
+
+    /* Page-locked host memory for data that is copied to the device often
+     * (the adapter host tier). NULL: malloc/free. */
+    void *(*alloc_host)(lg_backend *be, size_t size);
+    void (*free_host)(lg_backend *be, void *p);
+    /* Asynchronous host-to-device copy on the backend's upload stream (not the
+     * compute stream), from memory of alloc_host that must stay untouched until
+     * the copy is done; *ticket identifies it. upload_done: 1 when finished,
+     * 0 while in flight, -1 on error. The engine launches no op that reads dst
+     * before upload_done says 1. NULL: the engine uses `upload`. */
+    int (*upload_async)(lg_backend *be, void *dst, const void *src, size_t n, uint64_t *ticket);
+    int (*upload_done)(lg_backend *be, uint64_t ticket);
+    /* Sampling on the device: for each row i < n of logits (f32 [n, V]),
+     * params rows[i] (device memory), out_ids[i] (device) = the token chosen
+     * by exactly the rules of engine/sampling.h given the uniform rows[i].u.
+     * NULL: logits are downloaded and sampled on the host. */
+    int (*sample)(lg_backend *be, int32_t *out_ids, const float *logits, int n, int V, const struct lg_sample_row *rows);
 } lg_backend_i;
 
 struct lg_backend {
