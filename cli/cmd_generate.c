@@ -277,10 +277,28 @@ static int parse_args(int argc, char **argv, gen_opts *o)
         case O_SYSTEM: o->system = optarg; break;
         case O_TMPL: o->chat_template = optarg; break;
         case O_MAXTOK: if (parse_int(optarg, "--max-tokens", 1, 1 << 24, &v)) return 2; o->max_tokens = (int)v; break;
-        case O_TEMP: if (parse_float(optarg, "--temperature", &o->temperature) || o->temperature < 0) return 2; break;
-        case O_TOPP: if (parse_float(optarg, "--top-p", &o->top_p) || o->top_p <= 0 || o->top_p > 1) return 2; break;
+        case O_TEMP:
+            if (parse_float(optarg, "--temperature", &o->temperature)) return 2;
+            if (o->temperature < 0) {
+                fprintf(stderr, "loragate generate: --temperature must be >= 0, got %s\n", optarg);
+                return 2;
+            }
+            break;
+        case O_TOPP:
+            if (parse_float(optarg, "--top-p", &o->top_p)) return 2;
+            if (o->top_p <= 0 || o->top_p > 1) {
+                fprintf(stderr, "loragate generate: --top-p must be in (0, 1], got %s\n", optarg);
+                return 2;
+            }
+            break;
         case O_TOPK: if (parse_int(optarg, "--top-k", 0, 1 << 24, &v)) return 2; o->top_k = (int)v; break;
-        case O_MINP: if (parse_float(optarg, "--min-p", &o->min_p) || o->min_p < 0 || o->min_p > 1) return 2; break;
+        case O_MINP:
+            if (parse_float(optarg, "--min-p", &o->min_p)) return 2;
+            if (o->min_p < 0 || o->min_p > 1) {
+                fprintf(stderr, "loragate generate: --min-p must be in [0, 1], got %s\n", optarg);
+                return 2;
+            }
+            break;
         case O_SEED: {
             char *end;
             errno = 0;

@@ -1,0 +1,121 @@
+"""
+test_cli.py — the `loragate` command line as a user meets it: the generate
+contract on the real default model (SmolLM2 GGUF), and bad input answered by
+one clear line on stderr with the documented exit code (2 usage, 1 runtime),
+never a crash.
+
+Env: LG_BIN (default <repo>/build/loragate), LG_SMOLLM2_GGUF (default
+<repo>/.models/SmolLM2-135M-Instruct.Q4_1.gguf).
+"""
+import json
+import os
+import subprocess
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+LG_BIN = os.environ.get("LG_BIN", os.path.join(ROOT, "build", "loragate"))
+GGUF = os.environ.get("LG_SMOLLM2_GGUF", os.path.join(ROOT, ".models", "SmolLM2-135M-Instruct.Q4_1.gguf"))
+TINY = os.path.join(ROOT, "tests", "golden", "fixtures", "llama_mha_f32")
+
+
+def run(*args, timeout=120):
+    if not os.access(LG_BIN, os.X_OK):
+        pytest.skip(f"loragate binary not found at {LG_BIN}")
+    return subprocess.run([LG_BIN, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+
+
+def need_model():
+    if not os.path.exists(GGUF):
+        pytest.skip(f"default model not found at {GGUF} (bash deploy/fetch-default-model.sh)")
+
+
+def one_line_error(p, code):
+    assert p.returncode == code, f"exit {p.returncode}, want {code}; stderr: {p.stderr!r}"
+    lines = [l for l in p.stderr.splitlines() if l.strip()]
+    assert lines and lines[0].startswith("loragate"), f"stderr: {p.stderr!r}"
+    assert not any("Segmentation" in l or "Aborted" in l for l in lines)
+
+
+def test_chat_answers_the_capital_of_france():
+    need_model()
+    p = run("generate", "--model", GGUF, "--chat", "--prompt", "What is the capital of France?", "--max-tokens", "40")
+    assert p.returncode == 0, p.stderr
+    assert "Paris" in p.stdout
+
+
+def test_json_contract_and_determinism():
+    need_model()
+    args = ["generate", "--model", GGUF, "--prompt", "Once upon a time", "--max-tokens", "12", "--temperature", "0.8",
+            "--top-p", "0.9", "--top-k", "40", "--seed", "7", "--json"]
+    a, b = run(*args), run(*args)
+    assert a.returncode == 0 and b.returncode == 0, a.stderr + b.stderr
+    ja, jb = json.loads(a.stdout), json.loads(b.stdout)
+    assert ja["tokens"] == jb["tokens"], "same seed must give the same output"
+    assert len(ja["tokens"]) == 12 and isinstance(ja["text"], str) and ja["finish_reason"] == "length"
+
+
+def test_prompt_tokens_and_logits():
+    p = run("generate", "--model", TINY, "--prompt-tokens", "5,6,7", "--max-tokens", "3", "--json", "--logits")
+    assert p.returncode == 0, p.stderr
+    j = json.loads(p.stdout)
+    with open(os.path.join(TINY, "config.json")) as f:
+        vocab = json.load(f)["vocab_size"]
+    assert len(j["tokens"]) == 3 and len(j["last_logits"]) == vocab
+    assert j["usage"] == {"prompt_tokens": 3, "completion_tokens": 3}
+
+
+def test_stop_string_is_not_in_the_output():
+    need_model()
+    base = run("generate", "--model", GGUF, "--prompt", "1, 2, 3, 4,", "--max-tokens", "16", "--json")
+    text = json.loads(base.stdout)["text"]
+    assert "7" in text, text
+    p = run("generate", "--model", GGUF, "--prompt", "1, 2, 3, 4,", "--max-tokens", "16", "--json", "--stop", "7")
+    j = json.loads(p.stdout)
+    assert j["finish_reason"] == "stop" and "7" not in j["text"] and text.startswith(j["text"])
+
+
+@pytest.mark.parametrize("args,code", [
+    (["generate"], 2),
+    (["generate", "--model", "x"], 2),
+    (["generate", "--model", "x", "--prompt", "a", "--prompt-tokens", "1"], 2),
+    (["generate", "--model", "x", "--prompt", "a", "--temperature", "-1"], 2),
+    (["generate", "--model", "x", "--prompt", "a", "--top-p", "0"], 2),
+    (["generate", "--model", "x", "--prompt", "a", "--max-tokens", "zero"], 2),
+    (["generate", "--model", "x", "--prompt", "a", "--bogus"], 2),
+    (["generate", "--model", "x", "--prompt-tokens", "1,-2"], 1),
+    (["generate", "--model", "/nonexistent/model", "--prompt", "a"], 1),
+    (["generate", "--model", TINY, "--prompt", "a"], 1),                         # no tokenizer
+    (["generate", "--model", TINY, "--prompt-tokens", "1,2,99999"], 1),          # id outside the vocab
+    (["generate", "--model", TINY, "--prompt-tokens", "1", "--backend", "tpu"], 1),
+    (["generate", "--model", TINY, "--prompt-tokens", "1", "--lora", "a=/nonexistent"], 1),
+    (["generate", "--model", TINY, "--prompt-tokens", "1", "--use-lora", "a"], 1),
+    (["nosuchcommand"], 2),
+])
+def test_bad_input_gives_one_clear_line(args, code):
+    one_line_error(run(*args), code)
+
+
+def test_truncated_and_garbage_model_files(tmp_path):
+    need_model()
+    with open(GGUF, "rb") as f:
+        head = f.read(1 << 20)
+    for n in (0, 3, 100, 4096, 1 << 20):
+        bad = tmp_path / f"t{n}.gguf"
+        bad.write_bytes(head[:n])
+        one_line_error(run("generate", "--model", str(bad), "--prompt", "a"), 1)
+    junk = tmp_path / "junk.gguf"
+    junk.write_bytes(os.urandom(5000))
+    one_line_error(run("generate", "--model", str(junk), "--prompt", "a"), 1)
+
+
+def test_batch_reports_bad_lines_in_place(tmp_path):
+    f = tmp_path / "b.jsonl"
+    f.write_text('{"prompt_tokens":[5,6]}\n{"prompt_tokens":[5,999999]}\n{"prompt_tokens":[7], "max_tokens": 2}\n')
+    p = run("generate", "--model", TINY, "--batch", str(f), "--max-tokens", "3")
+    assert p.returncode == 0, p.stderr
+    out = [json.loads(l) for l in p.stdout.splitlines()]
+    assert len(out) == 3 and "tokens" in out[0] and "error" in out[1] and len(out[2]["tokens"]) == 2
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"prompt_tokens":[5,6]}\nnot json\n')
+    one_line_error(run("generate", "--model", TINY, "--batch", str(bad)), 1)
