@@ -76,7 +76,10 @@ typedef struct lg_kv_view {
  * before attention runs). */
 typedef struct lg_step_meta {
     int n_tokens, n_seqs;
-    int max_q_len, max_kv_len;   /* host-side maxima, for launch shapes */
+    int max_q_len;               /* host-side maximum of the query runs, for launch shapes */
+    int max_kv_len;              /* host-side upper bound of every kv_len, for launch shapes; not
+                                  * necessarily tight (decode steps round it up to a bucket, see
+                                  * model.c); kernels take each sequence's length from kv_len/pos */
     const int32_t *tok;          /* [n_tokens] token ids */
     const int32_t *pos;          /* [n_tokens] positions */
     const int32_t *slot;         /* [n_tokens] KV slot: page * page_tokens + offset */
@@ -194,7 +197,46 @@ typedef struct lg_backend_i {
      * by exactly the rules of engine/sampling.h given the uniform rows[i].u.
      * NULL: logits are downloaded and sampled on the host. */
     int (*sample)(lg_backend *be, int32_t *out_ids, const float *logits, int n, int V, const struct lg_sample_row *rows);
+
+    /* Several LoRA slots over one input in one launch (q,k,v; gate,up). With
+     * R = lm->max_rank and tmp [T, k * R]:
+     *   for i < k:  lora_shrink(be, cols [i*R, i*R + R) of tmp, x, lm, slots[i])
+     * and
+     *   for i < k:  lora_expand(be, ys[i], cols [i*R, i*R + R) of tmp, lm, slots[i])
+     * k <= LG_LORA_MULTI_MAX; the ys are disjoint (column slices of one fused
+     * output, typically). Results equal the single-slot ops'. NULL: model.c
+     * calls lora_shrink/lora_expand once per slot. */
+    int (*lora_shrink_multi)(lg_backend *be, lg_tensor tmp, lg_tensor x, const lg_lora_meta *lm, const int *slots,
+                             int k);
+    int (*lora_expand_multi)(lg_backend *be, const lg_tensor *ys, lg_tensor tmp, const lg_lora_meta *lm,
+                             const int *slots, int k);
+
+    /* Step graphs (CUDA graphs): record a step's ops once per shape, replay after.
+     * graph_begin looks up `key` (key_len <= LG_GRAPH_KEY_MAX bytes, compared
+     * exactly). Found: the recorded ops are launched on the compute stream,
+     * *replayed = true, and the caller enqueues nothing until graph_end.
+     * Not found: the backend starts recording (*replayed = false); the caller
+     * enqueues the ops as usual (recorded, not run) and graph_end(be, true)
+     * keeps the recording (LRU of LG_GRAPH_CACHE) and launches it;
+     * graph_end(be, false) drops a recording after an op failed (nothing ran).
+     * graph_end after a replay returns 0.
+     * Caller's contract: (1) equal keys mean equal op arguments: the same
+     * pointers, and every host value a launch shape depends on (token and
+     * sequence counts, n_logits, LoRA segment count and lengths, max_kv_len)
+     * is in the key; (2) what changes between steps lives in fixed device
+     * buffers uploaded before graph_begin (ordered before the replay on the
+     * stream); (3) no upload/download/sync between begin and end.
+     * A replay computes bit-identical results to running the ops eagerly.
+     * graph_reset drops every recording: call it before freeing a buffer that
+     * a recording names. NULL: no graphs, ops run eagerly. */
+    int (*graph_begin)(lg_backend *be, const void *key, size_t key_len, bool *replayed);
+    int (*graph_end)(lg_backend *be, bool ok);
+    void (*graph_reset)(lg_backend *be);
 } lg_backend_i;
+
+#define LG_LORA_MULTI_MAX 3
+#define LG_GRAPH_KEY_MAX 64
+#define LG_GRAPH_CACHE 32
 
 struct lg_backend {
     lg_backend_i i;

@@ -16,12 +16,26 @@
  * Memory: weights in one backend allocation (carved, llm.c style);
  * activations in a second one sized for max_step_tokens; step metadata in a
  * third, filled by one upload per step.
+ *
+ * Step graphs: a decode-shaped step (every query run 1 token) is recorded
+ * by the backend the first time its shape key is seen and replayed after
+ * (backend.h graph_begin). The key holds every host value a launch shape
+ * depends on: token/sequence/logit counts, max_kv_len rounded up to a
+ * bucket (kv_bucket; attention's split count derives from it), the LoRA
+ * segment count and longest segment, the set of LoRA modules in use, and the
+ * KV pool. Everything else a step changes is in the metadata buffers,
+ * uploaded before the replay. Prefill steps run eagerly. LG_NO_GRAPHS=1
+ * turns graphs off (eager and replayed steps compute bit-identical results).
+ *
+ * LoRA: q,k,v share one shrink and one expand launch (lora_*_multi), and so
+ * do gate,up; modules that no adapter of the step targets are skipped.
  */
 #include "model.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 typedef struct layer_w {
     lg_tensor ln1, ln2;  /* [1, d] f32 */
@@ -53,6 +67,7 @@ struct lg_model {
     int32_t *meta_host;
     size_t meta_cap;     /* int32 elements */
     size_t page_bytes;
+    bool no_graphs;      /* step graphs off: backend lacks them, LG_NO_GRAPHS is set, or recording failed */
 };
 
 const lg_model_config *lg_model_cfg(const lg_model *m) { return &m->cfg; }
@@ -331,13 +346,15 @@ int lg_model_create(lg_backend *be, const lg_weights *w, const lg_model_opts *op
     if (m->opts.lora_max_rank > 0) {
         size_t n_slots = (size_t)L * LG_LORA_N_MODULES, S = (size_t)m->opts.max_seqs;
         /* shrink output kept in f32 whatever the act dtype (more accurate expand) */
-        size_t tmp_bytes = (size_t)m->opts.max_step_tokens * (size_t)m->opts.lora_max_rank * sizeof(float);
+        /* LG_LORA_MULTI_MAX slots side by side for the multi-slot ops */
+        size_t tmp_bytes = (size_t)m->opts.max_step_tokens * LG_LORA_MULTI_MAX * (size_t)m->opts.lora_max_rank *
+                           sizeof(float);
         void *tmp = be->i.alloc(be, tmp_bytes);
         m->lora_w_dev = be->i.alloc(be, S * n_slots * sizeof(lg_lora_w));
         m->lora_w_host = malloc(S * n_slots * sizeof(lg_lora_w));
         m->lora_seg_dev = be->i.alloc(be, (S + 1) * sizeof(int32_t));
         m->lora_seg_host = malloc((S + 1) * sizeof(int32_t));
-        m->lora_tmp = lg_tensor_2d(tmp, LG_F32, m->opts.max_step_tokens, m->opts.lora_max_rank);
+        m->lora_tmp = lg_tensor_2d(tmp, LG_F32, m->opts.max_step_tokens, LG_LORA_MULTI_MAX * m->opts.lora_max_rank);
         if (!tmp || !m->lora_w_dev || !m->lora_w_host || !m->lora_seg_dev || !m->lora_seg_host) {
             lg_fail(err, "cannot allocate LoRA step buffers");
             goto fail;
@@ -346,6 +363,12 @@ int lg_model_create(lg_backend *be, const lg_weights *w, const lg_model_opts *op
             lg_fail(err, "backend %s has no LoRA ops", be->i.name);
             goto fail;
         }
+    }
+    {
+        const char *ng = getenv("LG_NO_GRAPHS");
+        m->no_graphs = !be->i.graph_begin || !be->i.graph_end || (ng && *ng && strcmp(ng, "0") != 0);
+        if (be->i.graph_reset)
+            be->i.graph_reset(be); /* recordings of an earlier model name other buffers */
     }
     m->page_bytes = (size_t)m->opts.page_tokens * (size_t)L * 2 * (size_t)kvdim * lg_dtype_size(be->act_dtype);
     *out = m;
@@ -360,6 +383,8 @@ void lg_model_free(lg_model *m)
     if (!m)
         return;
     lg_backend *be = m->be;
+    if (be->i.graph_reset)
+        be->i.graph_reset(be); /* recordings name this model's buffers */
     if (m->wbuf) be->i.dealloc(be, m->wbuf);
     if (m->abuf) be->i.dealloc(be, m->abuf);
     if (m->abuf && lg_dtype_size(be->act_dtype) < 4 && m->logits.data) be->i.dealloc(be, m->logits.data);
@@ -384,11 +409,114 @@ static int lora_apply(lg_backend *be, lg_tensor tmp, lg_tensor y, lg_tensor x, c
     return be->i.lora_expand(be, y, tmp, lm, slot);
 }
 
+/* The same for k slots over one x (ys[i] gets slot slots[i]): one launch
+ * pair when the backend has the multi-slot ops, else k single-slot pairs. */
+static int lora_apply_multi(lg_backend *be, lg_tensor tmp, const lg_tensor *ys, lg_tensor x, const lg_lora_meta *lm,
+                            const int *slots, int k)
+{
+    if (k > 1 && be->i.lora_shrink_multi && be->i.lora_expand_multi) {
+        if (be->i.lora_shrink_multi(be, tmp, x, lm, slots, k) != 0)
+            return -1;
+        return be->i.lora_expand_multi(be, ys, tmp, lm, slots, k);
+    }
+    for (int i = 0; i < k; i++)
+        if (lora_apply(be, tmp, ys[i], x, lm, slots[i]) != 0)
+            return -1;
+    return 0;
+}
+
 #define TRY(call)                                                                         \
     do {                                                                                  \
         if ((call) != 0)                                                                  \
             return lg_fail(err, "backend %s: op %s failed", be->i.name, #call);            \
     } while (0)
+
+/* Upper bound of a decode step's kv lengths for launch shapes: rounded up
+ * to 256 (to 512 past 4096, ...) so that a recorded graph serves many steps. */
+static int kv_bucket(int kv)
+{
+    int g = 256;
+    while (kv > 16 * g) g *= 2;
+    return (kv + g - 1) / g * g;
+}
+
+/* Shape key of a recorded decode step (see the file comment). */
+typedef struct step_key {
+    int32_t n_tokens, n_seqs, n_logits, max_kv_len;
+    int32_t lora_segs, lora_max_seg, lora_mods;
+    int32_t pad;
+    uint64_t kv_base, kv_page_bytes;
+} step_key;
+
+/* Everything from embed to the logits matmul, enqueued on the backend.
+ * lora_mods: bit m set when some segment uses module m (else skipped). */
+static int forward(lg_model *m, const lg_kv_view *kv0, const lg_step_meta *meta, const lg_lora_meta *lora,
+                   unsigned lora_mods, lg_err *err)
+{
+    lg_backend *be = m->be;
+    const lg_model_config *c = &m->cfg;
+    const int T = meta->n_tokens, n_logits = meta->n_logits, pt = m->opts.page_tokens;
+    const int hd = c->head_dim;
+    const int64_t qdim = (int64_t)c->n_heads * hd, kvdim = (int64_t)c->n_kv_heads * hd;
+    lg_tensor x = lg_tensor_rows(m->x, 0, T), xn = lg_tensor_rows(m->xn, 0, T), qkv = lg_tensor_rows(m->qkv, 0, T);
+    lg_tensor q = lg_tensor_cols(qkv, 0, qdim), k = lg_tensor_cols(qkv, qdim, kvdim),
+              v = lg_tensor_cols(qkv, qdim + kvdim, kvdim);
+    lg_tensor attn = lg_tensor_rows(m->attn, 0, T), o = lg_tensor_rows(m->o, 0, T), gu = lg_tensor_rows(m->gu, 0, T),
+              act = lg_tensor_rows(m->act, 0, T), mlp = lg_tensor_rows(m->mlp, 0, T);
+    lg_tensor none = {0};
+    const float scale = 1.0f / sqrtf((float)hd);
+    lg_kv_view kv = *kv0;
+    const size_t kv_block = (size_t)pt * (size_t)kvdim * lg_dtype_size(be->act_dtype);
+    const lg_tensor qkv_ys[3] = {q, k, v};
+    const lg_tensor gu_ys[2] = {lg_tensor_cols(gu, 0, c->d_ff), lg_tensor_cols(gu, c->d_ff, c->d_ff)};
+
+    lg_tensor tmp = lora ? lg_tensor_rows(m->lora_tmp, 0, T) : none;
+    TRY(be->i.embed(be, x, m->embed, meta->tok));
+    for (int l = 0; l < c->n_layers; l++) {
+        const layer_w *lw = &m->layers[l];
+        const int sl = l * LG_LORA_N_MODULES;
+        kv.k_off = (size_t)l * 2 * kv_block;
+        kv.v_off = kv.k_off + kv_block;
+        TRY(be->i.add_rmsnorm(be, x, l ? mlp : none, lw->ln1, xn, c->rms_eps));
+        TRY(be->i.matmul(be, qkv, xn, lw->wqkv, lw->bqkv, false));
+        if (lora && (lora_mods & 7u)) {
+            lg_tensor ys[3];
+            int slots[3], n = 0;
+            for (int j = 0; j < 3; j++)
+                if (lora_mods & (1u << j))
+                    ys[n] = qkv_ys[j], slots[n++] = sl + j;
+            TRY(lora_apply_multi(be, tmp, ys, xn, lora, slots, n));
+        }
+        TRY(be->i.rope(be, q, k, meta->pos, m->inv_freq, c->n_heads, c->n_kv_heads, hd));
+        TRY(be->i.kv_write(be, kv, k, v, meta->slot, T));
+        TRY(be->i.attention(be, attn, q, kv, meta, c->n_heads, scale));
+        TRY(be->i.matmul(be, o, attn, lw->wo, none, false));
+        if (lora && (lora_mods & 8u))
+            TRY(lora_apply(be, tmp, o, attn, lora, sl + 3));
+        TRY(be->i.add_rmsnorm(be, x, o, lw->ln2, xn, c->rms_eps));
+        TRY(be->i.matmul(be, gu, xn, lw->wgu, none, false));
+        if (lora && (lora_mods & 0x30u)) {
+            lg_tensor ys[2];
+            int slots[2], n = 0;
+            for (int j = 0; j < 2; j++)
+                if (lora_mods & (1u << (4 + j)))
+                    ys[n] = gu_ys[j], slots[n++] = sl + 4 + j;
+            TRY(lora_apply_multi(be, tmp, ys, xn, lora, slots, n));
+        }
+        TRY(be->i.silu_mul(be, act, gu));
+        TRY(be->i.matmul(be, mlp, act, lw->wdown, none, false));
+        if (lora && (lora_mods & 0x40u))
+            TRY(lora_apply(be, tmp, mlp, act, lora, sl + 6));
+    }
+    if (n_logits > 0) {
+        lg_tensor rows = lg_tensor_rows(m->rows, 0, n_logits);
+        lg_tensor lg = lg_tensor_rows(m->logits, 0, n_logits);
+        TRY(be->i.add_rmsnorm(be, x, mlp, m->norm, xn, c->rms_eps));
+        TRY(be->i.get_rows(be, rows, xn, meta->logit_rows, n_logits));
+        TRY(be->i.matmul(be, lg, rows, m->lm_head, none, false));
+    }
+    return 0;
+}
 
 int lg_model_step(lg_model *m, lg_page_pool *pool, const lg_step_seq *seqs, int n_seqs, float *logits, lg_err *err)
 {
@@ -450,7 +578,7 @@ int lg_model_step(lg_model *m, lg_page_pool *pool, const lg_step_seq *seqs, int 
     TRY(be->i.upload(be, m->meta_dev, h, need * 4));
     int32_t *dv = m->meta_dev;
     lg_step_meta meta = {
-        .n_tokens = T, .n_seqs = n_seqs, .max_q_len = max_q, .max_kv_len = max_kv,
+        .n_tokens = T, .n_seqs = n_seqs, .max_q_len = max_q, .max_kv_len = max_q == 1 ? kv_bucket(max_kv) : max_kv,
         .tok = dv, .pos = dv + (pos - h), .slot = dv + (slot - h), .q_indptr = dv + (q_indptr - h),
         .kv_len = dv + (kv_len - h), .page_indptr = dv + (page_indptr - h), .page_ids = dv + (page_ids - h),
         .logit_rows = dv + (logit_rows - h), .n_logits = n_logits,
@@ -459,6 +587,8 @@ int lg_model_step(lg_model *m, lg_page_pool *pool, const lg_step_seq *seqs, int 
     /* --- LoRA segments: runs of adjacent sequences with the same adapter --- */
     lg_lora_meta lm = {0};
     const lg_lora_meta *lora = NULL;
+    unsigned lora_mods = 0; /* bit m: some segment has rank > 0 at module m in some layer */
+    int lora_max_seg = 0;
     for (int s = 0; s < n_seqs; s++)
         if (seqs[s].lora)
             lora = &lm;
@@ -475,75 +605,65 @@ int lg_model_step(lg_model *m, lg_page_pool *pool, const lg_step_seq *seqs, int 
                     memcpy(dst, seqs[s].lora, (size_t)n_slots * sizeof(lg_lora_w));
                 else
                     memset(dst, 0, (size_t)n_slots * sizeof(lg_lora_w));
-                for (int k = 0; k < n_slots; k++)
+                for (int k = 0; k < n_slots; k++) {
                     if (dst[k].rank > m->opts.lora_max_rank)
                         return lg_fail(err, "adapter rank %d exceeds the step's maximum %d", dst[k].rank,
                                        m->opts.lora_max_rank);
+                    if (dst[k].rank > 0)
+                        lora_mods |= 1u << (k % LG_LORA_N_MODULES);
+                }
                 ns++;
             }
             tt += seqs[s].n_tokens;
         }
         m->lora_seg_host[ns] = tt;
+        for (int i = 0; i < ns; i++)
+            if (m->lora_seg_host[i + 1] - m->lora_seg_host[i] > lora_max_seg)
+                lora_max_seg = m->lora_seg_host[i + 1] - m->lora_seg_host[i];
         TRY(be->i.upload(be, m->lora_w_dev, m->lora_w_host, (size_t)ns * n_slots * sizeof(lg_lora_w)));
         TRY(be->i.upload(be, m->lora_seg_dev, m->lora_seg_host, (size_t)(ns + 1) * sizeof(int32_t)));
         lm = (lg_lora_meta){.n_segs = ns, .n_slots = n_slots, .max_rank = m->opts.lora_max_rank,
                             .seg_indptr = m->lora_seg_dev, .w = m->lora_w_dev, .seg_indptr_host = m->lora_seg_host};
     }
 
-    /* --- forward --- */
-    const int hd = c->head_dim;
-    const int64_t qdim = (int64_t)c->n_heads * hd, kvdim = (int64_t)c->n_kv_heads * hd;
-    lg_tensor x = lg_tensor_rows(m->x, 0, T), xn = lg_tensor_rows(m->xn, 0, T), qkv = lg_tensor_rows(m->qkv, 0, T);
-    lg_tensor q = lg_tensor_cols(qkv, 0, qdim), k = lg_tensor_cols(qkv, qdim, kvdim),
-              v = lg_tensor_cols(qkv, qdim + kvdim, kvdim);
-    lg_tensor attn = lg_tensor_rows(m->attn, 0, T), o = lg_tensor_rows(m->o, 0, T), gu = lg_tensor_rows(m->gu, 0, T),
-              act = lg_tensor_rows(m->act, 0, T), mlp = lg_tensor_rows(m->mlp, 0, T);
-    lg_tensor none = {0};
-    const float scale = 1.0f / sqrtf((float)hd);
+    /* --- forward: recorded/replayed for decode-shaped steps, else eager --- */
     lg_kv_view kv = {
         .base = lg_page_pool_base(pool), .page_bytes = lg_page_pool_page_bytes(pool), .page_tokens = pt,
-        .n_kv_heads = c->n_kv_heads, .head_dim = hd, .dtype = be->act_dtype,
+        .n_kv_heads = c->n_kv_heads, .head_dim = c->head_dim, .dtype = be->act_dtype,
     };
-    const size_t kv_block = (size_t)pt * (size_t)kvdim * lg_dtype_size(be->act_dtype);
-
-    lg_tensor tmp = lora ? lg_tensor_rows(m->lora_tmp, 0, T) : none;
-    TRY(be->i.embed(be, x, m->embed, meta.tok));
-    for (int l = 0; l < c->n_layers; l++) {
-        const layer_w *lw = &m->layers[l];
-        kv.k_off = (size_t)l * 2 * kv_block;
-        kv.v_off = kv.k_off + kv_block;
-        TRY(be->i.add_rmsnorm(be, x, l ? mlp : none, lw->ln1, xn, c->rms_eps));
-        TRY(be->i.matmul(be, qkv, xn, lw->wqkv, lw->bqkv, false));
-        if (lora) {
-            const int sl = l * LG_LORA_N_MODULES;
-            TRY(lora_apply(be, tmp, q, xn, lora, sl + 0));
-            TRY(lora_apply(be, tmp, k, xn, lora, sl + 1));
-            TRY(lora_apply(be, tmp, v, xn, lora, sl + 2));
+    bool eager = true;
+    if (max_q == 1 && !m->no_graphs) {
+        step_key key;
+        memset(&key, 0, sizeof key);
+        key.n_tokens = T;
+        key.n_seqs = n_seqs;
+        key.n_logits = n_logits;
+        key.max_kv_len = meta.max_kv_len;
+        key.lora_segs = lora ? lm.n_segs : -1;
+        key.lora_max_seg = lora ? lora_max_seg : -1;
+        key.lora_mods = (int32_t)lora_mods;
+        key.kv_base = (uint64_t)(uintptr_t)kv.base;
+        key.kv_page_bytes = (uint64_t)kv.page_bytes;
+        bool replayed = false;
+        if (be->i.graph_begin(be, &key, sizeof key, &replayed) == 0) {
+            eager = false;
+            if (!replayed) {
+                int rc = forward(m, &kv, &meta, lora, lora_mods, err);
+                if (be->i.graph_end(be, rc == 0) != 0) {
+                    if (rc != 0)
+                        return -1; /* err says which op */
+                    /* the recording failed, nothing ran: eager from now on */
+                    m->no_graphs = true;
+                    eager = true;
+                }
+            }
+        } else {
+            m->no_graphs = true;
         }
-        TRY(be->i.rope(be, q, k, meta.pos, m->inv_freq, c->n_heads, c->n_kv_heads, hd));
-        TRY(be->i.kv_write(be, kv, k, v, meta.slot, T));
-        TRY(be->i.attention(be, attn, q, kv, &meta, c->n_heads, scale));
-        TRY(be->i.matmul(be, o, attn, lw->wo, none, false));
-        if (lora)
-            TRY(lora_apply(be, tmp, o, attn, lora, l * LG_LORA_N_MODULES + 3));
-        TRY(be->i.add_rmsnorm(be, x, o, lw->ln2, xn, c->rms_eps));
-        TRY(be->i.matmul(be, gu, xn, lw->wgu, none, false));
-        if (lora) {
-            TRY(lora_apply(be, tmp, lg_tensor_cols(gu, 0, c->d_ff), xn, lora, l * LG_LORA_N_MODULES + 4));
-            TRY(lora_apply(be, tmp, lg_tensor_cols(gu, c->d_ff, c->d_ff), xn, lora, l * LG_LORA_N_MODULES + 5));
-        }
-        TRY(be->i.silu_mul(be, act, gu));
-        TRY(be->i.matmul(be, mlp, act, lw->wdown, none, false));
-        if (lora)
-            TRY(lora_apply(be, tmp, mlp, act, lora, l * LG_LORA_N_MODULES + 6));
     }
-    if (n_logits > 0) {
-        lg_tensor rows = lg_tensor_rows(m->rows, 0, n_logits);
-        lg_tensor lg = lg_tensor_rows(m->logits, 0, n_logits);
-        TRY(be->i.add_rmsnorm(be, x, mlp, m->norm, xn, c->rms_eps));
-        TRY(be->i.get_rows(be, rows, xn, meta.logit_rows, n_logits));
-        TRY(be->i.matmul(be, lg, rows, m->lm_head, none, false));
-        TRY(be->i.download(be, logits, lg.data, (size_t)n_logits * (size_t)c->vocab_size * 4));
-    }
+    if (eager && forward(m, &kv, &meta, lora, lora_mods, err) != 0)
+        return -1;
+    if (n_logits > 0)
+        TRY(be->i.download(be, logits, m->logits.data, (size_t)n_logits * (size_t)c->vocab_size * 4));
     return 0;
 }

@@ -4,23 +4,26 @@
  *
  * Workload: one call per generated token per request over the whole vocab
  * (32k-152k logits), so the hot path is O(n_vocab) and never sorts the vocab:
- *   1. candidates = tokens whose logit is finite (-inf and NaN never win);
- *      l_i = logit_i / temperature
- *   2. top-k: nth_element to find the k-th largest l, keep l >= it (ties at the
- *      boundary kept, as HF's TopKLogitsWarper does)
- *   3. w_i = expf(l_i - max l) (float), Z = sum w_i (double)
- *   4. top-p: the smallest prefix, by (w desc, id asc), with sum w >= top_p * Z;
- *      a one-pass histogram of (max l - l) bounds the prefix, so only the
- *      tokens near the top are sorted
- *   5. min-p: keep w_i >= min_p (that is p_i >= min_p * p_max)
- *   6. draw u in [0, Z') over the survivors, in their array order
+ *   1. candidates = tokens whose logit is finite (-inf and NaN never win)
+ *   2. top-k: nth_element to find the k-th largest logit, keep logit >= it
+ *      (ties at the boundary kept, as HF's TopKLogitsWarper does)
+ *   3. W_i = lg_sample_weight (fixed point, sampling_weight.h), Z = sum W
+ *   4. top-p: the smallest prefix, by (logit desc, id asc), with sum W >=
+ *      top_p * Z; a one-pass histogram of the scaled distance below the max
+ *      bounds the prefix, so only the tokens near the top are sorted
+ *   5. min-p: keep W_i >= min_p * 2^31 (that is p_i >= min_p * p_max)
+ *   6. the kept tokens in id order (a filtered pass over the logits when 2 or
+ *      4 reordered the scratch), then the inverse-CDF draw of sampling.h
  * Every filter keeps at least the most likely token. The result depends only on
- * logits, params and the request's RNG state: batch composition can't change it.
+ * logits, params and u: batch composition can't change it, and the device
+ * sampler (kernels/sample.cu) computes the same token from the same u.
  *
  * Ownership: lg_sampler owns its scratch (sized to n_vocab once); logits are
  * borrowed for the duration of the call and never modified.
  */
 #include "sampling.h"
+
+#include "sampling_weight.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -72,8 +75,8 @@ void lg_sampling_params_default(lg_sampling_params *p)
 }
 
 typedef struct lg_cand {
-    float l;    /* logit / temperature */
-    float w;    /* exp(l - max l), filled at step 3 */
+    float l;    /* the raw logit (finite) */
+    uint32_t w; /* lg_sample_weight, filled at step 3 */
     int32_t id;
 } lg_cand;
 
@@ -126,7 +129,7 @@ int32_t lg_argmax(const float *logits, int n)
     return best;
 }
 
-/* Order: larger l first, then lower id (a strict total order). */
+/* Order: larger logit first, then lower id (a strict total order). */
 static inline bool cand_before(lg_cand a, lg_cand b) { return a.l > b.l || (a.l == b.l && a.id < b.id); }
 
 static int cand_cmp(const void *pa, const void *pb)
@@ -162,28 +165,40 @@ static void cand_select(lg_cand *c, int n, int k)
     }
 }
 
-/* Length of the smallest (l desc, id asc) prefix of c[0..n) whose mass (sum of
- * w) reaches target. Reorders c so that prefix comes first, sorted.
- * One pass buckets the candidates by distance below the max logit (width 1/8);
- * walking buckets from the top finds the last bucket B the prefix needs; only
- * the candidates of buckets <= B are gathered and sorted. */
-static int top_p_prefix(lg_cand *c, int n, float lmax, double target)
+/* Histogram bucket of a logit for top_p_prefix: 8 buckets per unit of scaled
+ * distance below the max. Only monotonicity matters (a larger logit never
+ * lands in a later bucket), not exactness. */
+static inline int top_p_bucket(float l, float lmax, float inv_t)
 {
     enum { NB = 256 };
-    double mass[NB] = {0};
+    float d = l - lmax;
+    if (d == 0.0f)
+        return 0;
+    float y = -(d * inv_t) * 8.0f;
+    return y < (float)(NB - 1) ? (int)y : NB - 1;
+}
+
+/* Length of the smallest (logit desc, id asc) prefix of c[0..n) whose mass
+ * (sum of w) reaches target. Reorders c so that prefix comes first, sorted.
+ * One pass buckets the candidates by distance below the max logit; walking
+ * buckets from the top finds the last bucket B the prefix needs; only the
+ * candidates of buckets <= B are gathered and sorted. */
+static int top_p_prefix(lg_cand *c, int n, float lmax, float inv_t, double target)
+{
+    enum { NB = 256 };
+    uint64_t mass[NB] = {0};
     int cnt[NB] = {0};
-#define LG_BUCKET(l) ((lmax - (l)) * 8.0f < (float)(NB - 1) ? (int)((lmax - (l)) * 8.0f) : NB - 1)
     for (int i = 0; i < n; i++) {
-        int b = LG_BUCKET(c[i].l);
+        int b = top_p_bucket(c[i].l, lmax, inv_t);
         mass[b] += c[i].w;
         cnt[b]++;
     }
-    double cum = 0.0;
+    uint64_t cum = 0;
     int last = NB - 1, m = 0;
     for (int b = 0; b < NB; b++) {
         cum += mass[b];
         m += cnt[b];
-        if (cum >= target) {
+        if ((double)cum >= target) {
             last = b;
             break;
         }
@@ -193,7 +208,7 @@ static int top_p_prefix(lg_cand *c, int n, float lmax, double target)
     } else {
         int j = 0;
         for (int i = 0; i < n; i++) {
-            if (LG_BUCKET(c[i].l) <= last) {
+            if (top_p_bucket(c[i].l, lmax, inv_t) <= last) {
                 lg_cand t = c[j];
                 c[j] = c[i];
                 c[i] = t;
@@ -202,90 +217,123 @@ static int top_p_prefix(lg_cand *c, int n, float lmax, double target)
         }
         m = j;
     }
-#undef LG_BUCKET
     qsort(c, (size_t)m, sizeof *c, cand_cmp);
-    cum = 0.0;
+    cum = 0;
     for (int i = 0; i < m; i++) {
         cum += c[i].w;
-        if (cum >= target)
+        if ((double)cum >= target)
             return i + 1;
     }
-    return m; /* rounding: the whole gathered set */
+    return m; /* unreachable: sums are exact and target < Z */
 }
 
+double lg_sampler_next_u(lg_sampler *s) { return (double)(lg_rng_next(&s->rng) >> 40) * 0x1.0p-24; }
+
 int32_t lg_sampler_sample(lg_sampler *s, const float *logits)
+{
+    return lg_sampler_sample_u(s, logits, lg_sampler_next_u(s));
+}
+
+int32_t lg_sampler_sample_u(lg_sampler *s, const float *logits, double u)
 {
     const lg_sampling_params *p = &s->p;
     int nv = s->n_vocab;
     if (!(p->temperature > 0.0f))
         return lg_argmax(logits, nv);
+    float inv_t = 1.0f / p->temperature;
+    u = lg_sample_clamp_u(u);
 
-    /* 1. candidates; +inf logits win outright (greedy among them) */
+    /* 1. candidates, in id order; +inf logits win outright (the lowest id) */
     lg_cand *c = s->c;
     int n = 0;
-    float inv_t = 1.0f / p->temperature;
+    float lmax = -INFINITY;
     for (int i = 0; i < nv; i++) {
         float l = logits[i];
         if (l > -INFINITY && l < INFINITY) {
-            c[n].l = l * inv_t;
+            c[n].l = l;
             c[n].id = i;
             n++;
+            lmax = l > lmax ? l : lmax;
         } else if (l == INFINITY) {
             return i;
         }
     }
     if (n == 0)
         return lg_argmax(logits, nv);
-    for (int i = 0; i < n; i++) /* huge logit / tiny temperature can overflow */
-        if (!(c[i].l > -INFINITY && c[i].l < INFINITY))
-            c[i].l = c[i].l > 0 ? 3.0e38f : -3.0e38f;
+    bool id_order = true;
 
     /* 2. top-k (ties with the k-th value kept) */
-    if (p->top_k > 0 && p->top_k < n) {
+    bool has_k = p->top_k > 0 && p->top_k < n;
+    float thr_k = -INFINITY;
+    if (has_k) {
         cand_select(c, n, p->top_k - 1);
-        float thr = c[p->top_k - 1].l;
+        thr_k = c[p->top_k - 1].l;
         int m = p->top_k;
         for (int i = p->top_k; i < n; i++)
-            if (c[i].l >= thr)
+            if (c[i].l >= thr_k)
                 c[m++] = c[i];
         n = m;
+        id_order = false;
     }
 
     /* 3. weights */
-    float lmax = c[0].l;
-    for (int i = 1; i < n; i++)
-        if (c[i].l > lmax) lmax = c[i].l;
-    double z = 0.0;
+    uint64_t z = 0;
     for (int i = 0; i < n; i++) {
-        c[i].w = expf(c[i].l - lmax); /* in (0, 1]; float is plenty for sampling */
+        c[i].w = lg_sample_weight(c[i].l, lmax, inv_t);
         z += c[i].w;
     }
 
-    /* 4. top-p */
-    if (p->top_p < 1.0f && n > 1) {
-        double target = p->top_p > 0.0f ? (double)p->top_p * z : 0.0;
-        n = top_p_prefix(c, n, lmax, target);
+    /* 4. top-p: the prefix ends at (thr_p, id_p) in (logit desc, id asc) order */
+    bool has_p = p->top_p < 1.0f && n > 1;
+    float thr_p = 0.0f;
+    int32_t id_p = 0;
+    if (has_p) {
+        double target = p->top_p > 0.0f ? (double)p->top_p * (double)z : 0.0;
+        int m = top_p_prefix(c, n, lmax, inv_t, target);
+        thr_p = c[m - 1].l;
+        id_p = c[m - 1].id;
+        id_order = false;
     }
 
-    /* 5. min-p, then the final weights */
-    if (p->min_p > 0.0f) {
+    /* 5. min-p, with the kept tokens back in id order */
+    bool has_m = p->min_p > 0.0f;
+    double min_w = lg_sample_minp_w(p->min_p);
+    if (id_order) {
         int m = 0;
         for (int i = 0; i < n; i++)
-            if (c[i].w >= p->min_p || c[i].l == lmax)
+            if (!has_m || (double)c[i].w >= min_w || c[i].l == lmax)
                 c[m++] = c[i];
         n = m;
+    } else { /* the same predicate kernels/sample.cu evaluates per token */
+        n = 0;
+        for (int i = 0; i < nv; i++) {
+            float l = logits[i];
+            if (!(l > -INFINITY && l < INFINITY))
+                continue;
+            if (has_k && !(l >= thr_k))
+                continue;
+            if (has_p && !(l > thr_p || (l == thr_p && i <= id_p)))
+                continue;
+            uint32_t w = lg_sample_weight(l, lmax, inv_t);
+            if (has_m && !((double)w >= min_w || l == lmax))
+                continue;
+            c[n].l = l;
+            c[n].w = w;
+            c[n].id = i;
+            n++;
+        }
     }
-    z = 0.0;
+
+    /* 6. draw: the first token in id order whose cumulative weight exceeds u * Z' */
+    z = 0;
     for (int i = 0; i < n; i++)
         z += c[i].w;
-
-    /* 6. draw */
-    double u = lg_rng_uniform(&s->rng) * z;
-    double cum = 0.0;
+    double target = u * (double)z;
+    uint64_t cum = 0;
     for (int i = 0; i < n; i++) {
         cum += c[i].w;
-        if (u < cum)
+        if ((double)cum > target)
             return c[i].id;
     }
-    return c[n - 1].id; /* u rounded up to z */
+    return c[n - 1].id; /* unreachable: Z' >= 2^31 and u <= 1 - 2^-24 */
 }

@@ -2,12 +2,32 @@
  * sampling.h — choosing the next token from logits, on the host.
  *
  * Order of operations (as HF transformers' and vLLM's samplers apply them):
- * temperature 0 => greedy (argmax, lowest id on ties). Otherwise logits /
- * temperature, then top-k, then top-p (nucleus, smallest set whose
- * probability mass >= top_p), then min-p (drop tokens whose probability is
- * below min_p * max probability), then draw from the renormalised
- * distribution with the request's own RNG (xoshiro256**, seeded from `seed`),
+ * temperature 0 => greedy (argmax, lowest id on ties, NaN never chosen).
+ * Otherwise logits / temperature, then top-k, then top-p (nucleus, smallest
+ * set whose probability mass >= top_p), then min-p (drop tokens whose
+ * probability is below min_p * max probability), then one draw with a
+ * uniform u from the request's own RNG (xoshiro256**, seeded from `seed`),
  * so the same seed gives the same output regardless of batch composition.
+ *
+ * The exact rules, which the device sampler (backend slot `sample`,
+ * kernels/sample.cu) reproduces token for token given the same u:
+ *   - a +inf logit wins outright (the lowest such id); NaN and -inf are never
+ *     candidates; no candidate at all => lg_argmax (that is, id 0).
+ *   - weights: W_i = lg_sample_weight(logit_i, lmax, 1.0f / temperature)
+ *     (sampling_weight.h: exp((logit_i - lmax) / T) in 2^-31 fixed point),
+ *     lmax = the largest finite logit; every sum below is an exact integer.
+ *   - top-k (0 < k < n candidates): keep logit >= the k-th largest logit
+ *     (ties with it kept). Orders use the raw logits (T > 0 is monotone).
+ *   - top-p (top_p < 1): order the survivors by (logit desc, id asc); keep
+ *     the shortest prefix whose sum W >= top_p * Z, where Z = sum W of the
+ *     survivors and the product is one double multiply (top_p <= 0: just the
+ *     first token). A tie group at the boundary is cut by id.
+ *   - min-p (min_p > 0): keep W_i >= min_p * 2^31, or logit_i == lmax.
+ *   - draw: Z' = sum W of the kept tokens, target = u * Z' (one double
+ *     multiply, u clamped into [0, 1 - 2^-24]); walk the kept tokens in
+ *     increasing id and take the first whose cumulative W exceeds target.
+ * lg_sampler_next_u draws u as a multiple of 2^-24, so it is exact in a float
+ * (lg_sample_row.u) and host and device see the same number.
  *
  * Stop conditions (stop token ids, stop strings, max tokens) live in
  * lg_stop_* below; the engine applies them after each sampled token.
@@ -38,8 +58,15 @@ double lg_rng_uniform(lg_rng *r); /* [0, 1) */
 typedef struct lg_sampler lg_sampler;
 lg_sampler *lg_sampler_new(int n_vocab, const lg_sampling_params *p);
 void lg_sampler_free(lg_sampler *s); /* NULL is a no-op */
-/* Picks a token from logits[n_vocab] (not modified). */
+/* Picks a token from logits[n_vocab] (not modified):
+ * exactly lg_sampler_sample_u(s, logits, lg_sampler_next_u(s)). Every call
+ * consumes one uniform, greedy ones too. */
 int32_t lg_sampler_sample(lg_sampler *s, const float *logits);
+/* The request's next uniform in [0, 1), a multiple of 2^-24 (exact as float). */
+double lg_sampler_next_u(lg_sampler *s);
+/* Picks a token by the rules above with the given uniform; the sampler's RNG
+ * is not touched (its scratch is). */
+int32_t lg_sampler_sample_u(lg_sampler *s, const float *logits, double u);
 
 /* Greedy helper usable without a sampler. */
 int32_t lg_argmax(const float *logits, int n);

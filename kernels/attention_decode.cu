@@ -13,7 +13,14 @@
  * (GQA reuse): a row is split over `lpr` lanes (16 bytes = 8 elements
  * each), so a warp covers 32 / lpr keys at a time. Scores of the chunk sit
  * in shared memory ([GMAX][C] f32), then softmax, then P V with per-lane
- * f32 accumulators reduced through shared atomics.
+ * f32 accumulators reduced through shared memory, warp by warp in a
+ * fixed order (deterministic).
+ * The chunk's page ids are staged in shared memory first, so each K/V load
+ * depends on a shared-memory read, not on a global one.
+ * Launch shape (chunk size, grid.y) depends only on n_tokens, the head
+ * layout and max_kv_len (an upper bound: each block takes its sequence's
+ * length from pos), so a graph recorded for a bucketed max_kv_len replays
+ * correctly for any lengths under it.
  * Works for any query length (it is also the prefill fallback for head_dim
  * % 16 != 0) and any head_dim % 8 == 0 up to 256.
  */
@@ -59,6 +66,7 @@ __global__ void __launch_bounds__(DEC_THREADS) attn_decode_kernel(dec_args a)
     float *o_s = q_s + GMAX * hd;     /* [GMAX][hd] */
     float *s_s = o_s + GMAX * hd;     /* [GMAX][C] */
     float *ml_s = s_s + GMAX * C;     /* [GMAX][2] */
+    int *pid_s = (int *)(ml_s + 2 * GMAX); /* [C / page_tokens + 2] page ids of this chunk */
 
     const int hs = blockIdx.x % a.n_hsub, kh = (blockIdx.x / a.n_hsub) % a.nkv, t = blockIdx.x / (a.n_hsub * a.nkv);
     const int ch = blockIdx.y;
@@ -70,6 +78,10 @@ __global__ void __launch_bounds__(DEC_THREADS) attn_decode_kernel(dec_args a)
     const int h0 = kh * a.group + hs * GMAX, gc = min(GMAX, a.group - hs * GMAX);
     const int s = seq_of_token(a.q_indptr, a.n_seqs, t);
     const int32_t *pages = a.page_ids + a.page_indptr[s];
+    /* the chunk's page ids, staged once: K/V loads below index shared memory
+     * instead of waiting on a dependent global load per row */
+    const int pg0 = j0 / a.page_tokens, n_pg = (j1 - 1) / a.page_tokens - pg0 + 1;
+    for (int i = threadIdx.x; i < n_pg; i += DEC_THREADS) pid_s[i] = pages[pg0 + i];
 
     const T *qrow = (const T *)a.q + (int64_t)t * a.ldq + (int64_t)h0 * hd;
     for (int i = threadIdx.x; i < GMAX * hd; i += DEC_THREADS) {
@@ -98,7 +110,7 @@ __global__ void __launch_bounds__(DEC_THREADS) attn_decode_kernel(dec_args a)
             const int jr = jb + u * row_step + lane / lpr, j = j0 + jr;
             ku[u] = make_uint4(0, 0, 0, 0);
             if (active && jr < len) {
-                const char *pg = a.kv_base + (size_t)pages[j / a.page_tokens] * a.page_bytes;
+                const char *pg = a.kv_base + (size_t)pid_s[j / a.page_tokens - pg0] * a.page_bytes;
                 ku[u] = *(const uint4 *)(pg + a.k_off + (size_t)(j % a.page_tokens) * row_bytes + head_off);
             }
         }
@@ -158,7 +170,7 @@ __global__ void __launch_bounds__(DEC_THREADS) attn_decode_kernel(dec_args a)
             const int jr = jb + u * row_step + lane / lpr, j = j0 + jr;
             vu[u] = make_uint4(0, 0, 0, 0);
             if (active && jr < len) {
-                const char *pg = a.kv_base + (size_t)pages[j / a.page_tokens] * a.page_bytes;
+                const char *pg = a.kv_base + (size_t)pid_s[j / a.page_tokens - pg0] * a.page_bytes;
                 vu[u] = *(const uint4 *)(pg + a.v_off + (size_t)(j % a.page_tokens) * row_bytes + head_off);
             }
         }
@@ -183,14 +195,18 @@ __global__ void __launch_bounds__(DEC_THREADS) attn_decode_kernel(dec_args a)
 #pragma unroll
         for (int e = 0; e < 8; e++)
             for (int o = lpr; o < 32; o <<= 1) acc[r][e] += __shfl_xor_sync(0xffffffffu, acc[r][e], o);
-    if (lane < lpr && active) {
+    /* warps add in a fixed order (no atomics): results are bit-reproducible,
+     * which graph replays promise (backend.h) */
+    for (int w = 0; w < DEC_WARPS; w++) {
+        if (warp == w && lane < lpr && active) {
 #pragma unroll
-        for (int r = 0; r < GMAX; r++)
-            if (r < gc)
+            for (int r = 0; r < GMAX; r++)
+                if (r < gc)
 #pragma unroll
-                for (int e = 0; e < 8; e++) atomicAdd(&o_s[r * hd + sub * 8 + e], acc[r][e]);
+                    for (int e = 0; e < 8; e++) o_s[r * hd + sub * 8 + e] += acc[r][e];
+        }
+        __syncthreads();
     }
-    __syncthreads();
 
     if (gridDim.y == 1) {
         for (int i = threadIdx.x; i < gc * hd; i += DEC_THREADS) {
@@ -275,7 +291,8 @@ int cu_attention_decode(lg_backend *be, lg_tensor out, lg_tensor q, lg_kv_view k
     if (C >= max_kv)
         C = (max_kv + 31) / 32 * 32;
     const int max_chunks = (max_kv + C - 1) / C;
-    size_t smem = ((size_t)2 * gmax * hd + (size_t)gmax * C + 2 * gmax) * sizeof(float);
+    size_t smem = ((size_t)2 * gmax * hd + (size_t)gmax * C + 2 * gmax) * sizeof(float) +
+                  ((size_t)C / (size_t)kv.page_tokens + 2) * sizeof(int);
     if (smem > c->max_smem_optin)
         return CU_FAIL(c, "attention decode: %zu bytes of shared memory needed, %zu available", smem,
                        c->max_smem_optin);

@@ -10,12 +10,14 @@
  * upload: the caller's buffer may be reused as soon as upload returns
  * (small or pageable copies go through pinned staging; each staging buffer
  * is reused only after the event of its previous copy has fired). download
- * is synchronous. alloc is cudaMalloc (pool-sized, rare); dealloc is
+ * is synchronous; a large one into pageable memory is pipelined through
+ * the pinned staging buffers in DOWN_CHUNK pieces. alloc is cudaMalloc (pool-sized, rare); dealloc is
  * cudaFree (synchronises the device: never on the step path).
  *
  * Activation dtype: F16, or BF16 when opts->act_dtype_hint == LG_BF16.
  */
 #include "ops.cuh"
+#include "sample_ops.cuh" /* optional slots: sample.cu, host_mem.cu */
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -23,6 +25,7 @@
 
 #define STAGE_BYTES ((size_t)8 << 20)
 #define BLAS_WS_BYTES ((size_t)32 << 20)
+#define DOWN_CHUNK ((size_t)512 << 10) /* pageable downloads at least this large go through staging */
 
 int cu_fail_at(cuda_ctx *c, const char *file, int line, const char *fmt, ...)
 {
@@ -57,10 +60,18 @@ void *cu_workspace(cuda_ctx *c, size_t n)
 {
     if (n <= c->ws_size)
         return c->ws;
-    /* the old buffer may still be in use by enqueued work */
-    if (cudaStreamSynchronize(c->stream) != cudaSuccess)
-        return NULL;
-    cudaFree(c->ws);
+    /* the old buffer may be in use by enqueued work or named by a recorded
+     * graph: retire it (no sync, so this is legal while recording) */
+    if (c->ws) {
+        if (c->n_ws_retired == (int)(sizeof c->ws_retired / sizeof *c->ws_retired)) {
+            if (c->capturing)
+                return NULL;
+            cu_graph_reset_ctx(c); /* syncs; no recording names a retired buffer after this */
+            for (int i = 0; i < c->n_ws_retired; i++) cudaFree(c->ws_retired[i]);
+            c->n_ws_retired = 0;
+        }
+        c->ws_retired[c->n_ws_retired++] = c->ws;
+    }
     c->ws = NULL;
     c->ws_size = 0;
     size_t sz = n + n / 2;
@@ -128,8 +139,30 @@ static int cuda_download(lg_backend *be, void *dst, const void *src, size_t n)
     cuda_ctx *c = CU_CTX(be);
     if (!n)
         return 0;
-    CU_TRY(c, cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, c->stream));
-    CU_TRY(c, cudaStreamSynchronize(c->stream));
+    if (n < DOWN_CHUNK || is_pinned(dst)) {
+        CU_TRY(c, cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, c->stream));
+        CU_TRY(c, cudaStreamSynchronize(c->stream));
+        return 0;
+    }
+    /* large pageable destination (the step's logits): DMA chunks into the two
+     * pinned staging buffers and copy each out while the next one is in flight */
+    size_t prev_off = 0, prev_len = 0;
+    int prev = -1;
+    for (size_t off = 0; off < n; off += DOWN_CHUNK) {
+        size_t len = n - off < DOWN_CHUNK ? n - off : DOWN_CHUNK;
+        int i = c->stage_next;
+        c->stage_next ^= 1;
+        CU_TRY(c, cudaEventSynchronize(c->stage_done[i])); /* an earlier upload from this buffer */
+        CU_TRY(c, cudaMemcpyAsync(c->stage[i], (const char *)src + off, len, cudaMemcpyDeviceToHost, c->stream));
+        CU_TRY(c, cudaEventRecord(c->stage_done[i], c->stream));
+        if (prev >= 0) {
+            CU_TRY(c, cudaEventSynchronize(c->stage_done[prev]));
+            memcpy((char *)dst + prev_off, c->stage[prev], prev_len);
+        }
+        prev = i, prev_off = off, prev_len = len;
+    }
+    CU_TRY(c, cudaEventSynchronize(c->stage_done[prev]));
+    memcpy((char *)dst + prev_off, c->stage[prev], prev_len);
     return 0;
 }
 
@@ -162,7 +195,9 @@ static void cuda_free(lg_backend *be)
         if (c->blas)
             cublasDestroy(c->blas);
         cudaFree(c->blas_ws);
+        cu_graph_reset_ctx(c);
         cudaFree(c->ws);
+        for (int i = 0; i < c->n_ws_retired; i++) cudaFree(c->ws_retired[i]);
         for (int i = 0; i < 2; i++) {
             if (c->stage[i])
                 cudaFreeHost(c->stage[i]);
@@ -271,6 +306,16 @@ extern "C" int lg_backend_cuda_create(const lg_backend_opts *opts, lg_backend **
     i->convert = cu_convert;
     i->lora_shrink = cu_lora_shrink;
     i->lora_expand = cu_lora_expand;
+    i->lora_shrink_multi = cu_lora_shrink_multi;
+    i->lora_expand_multi = cu_lora_expand_multi;
+    i->graph_begin = cu_graph_begin;
+    i->graph_end = cu_graph_end;
+    i->graph_reset = cu_graph_reset;
+    /* optional slots (sample.cu, host_mem.cu): device sampling; pinned host
+     * memory + async uploads (attach also wraps i->free to release its ring) */
+    i->sample = cu_sample;
+    if (cu_host_mem_attach(be) != 0)
+        return create_fail(err, be, "cuda backend: %s", c->last_err);
     *out = be;
     return 0;
 }

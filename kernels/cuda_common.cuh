@@ -41,6 +41,19 @@ typedef struct cuda_ctx {
     cudaEvent_t stage_done[2];
     size_t stage_size;
     int stage_next;
+    void *ws_retired[16];     /* outgrown workspaces: graphs may still name them (freed at cuda_free) */
+    int n_ws_retired;
+    /* step graphs (graph.cu): an LRU of instantiated recordings */
+    struct cu_graph_entry {
+        unsigned char key[LG_GRAPH_KEY_MAX];
+        size_t key_len;
+        cudaGraphExec_t exec;
+        uint64_t used;        /* LRU clock; 0 = empty entry */
+    } graphs[LG_GRAPH_CACHE];
+    uint64_t graph_clock;
+    int capturing;            /* 1 between a recording graph_begin and its graph_end */
+    unsigned char cap_key[LG_GRAPH_KEY_MAX];
+    size_t cap_key_len;
     char last_err[512];
 } cuda_ctx;
 
@@ -60,7 +73,9 @@ int cu_fail_at(cuda_ctx *c, const char *file, int line, const char *fmt, ...)
 /* After a launch: catches bad configurations (a kernel's own faults surface at sync). */
 #define CU_LAUNCHED(c) CU_TRY((c), cudaGetLastError())
 
-/* Op workspace of at least n bytes on the compute stream; NULL on failure. */
+/* Op workspace of at least n bytes on the compute stream; NULL on failure.
+ * Growth never frees the old buffer (a recorded graph may name it): it is
+ * retired and freed with the backend; so growth is legal while recording. */
 void *cu_workspace(cuda_ctx *c, size_t n);
 
 static inline size_t cu_dtype_size(lg_dtype t)

@@ -13,6 +13,9 @@
  * rank row and keeps SH_TT accumulators; x rows (SH_TT x in) are re-read
  * per rank row from L1/L2. Rank groups spread a decode batch over the chip.
  * Segments of one token (decode) use the SH_TT = 1 instantiation.
+ * Multi-slot form (cu_lora_shrink_multi): k slots over the same x in one
+ * launch; slot i writes columns [i * max_rank, i * max_rank + rank) of tmp
+ * (grid.y = k * rank groups). The single-slot op is the k = 1 case.
  * Contract: A is 16-byte aligned and in % 8 == 0 for the vector path (the
  * kernel checks A's alignment itself and falls back to 2-byte loads).
  */
@@ -21,19 +24,27 @@
 #define SH_THREADS 256
 #define SH_WARPS (SH_THREADS / 32)
 
+struct sh_slots {
+    int slot[LG_LORA_MULTI_MAX];
+    int ng;      /* rank groups per slot (grid.y = k * ng) */
+    int col_off; /* tmp column offset between slots (max_rank) */
+};
+
 template <typename T, typename TT_, int TT>
 __global__ void __launch_bounds__(SH_THREADS)
     lora_shrink_kernel(TT_ *tmp, int64_t ldt, const T *x, int64_t ldx, int in, const int32_t *seg_indptr,
-                       const lg_lora_w *w, int n_slots, int slot, bool x_vec)
+                       const lg_lora_w *w, int n_slots, sh_slots sl, bool x_vec)
 {
     const int s = blockIdx.z;
-    const lg_lora_w lw = w[(size_t)s * n_slots + slot];
-    const int j = blockIdx.y * SH_WARPS + (threadIdx.x >> 5);
+    const int si = blockIdx.y / sl.ng, gy = blockIdx.y % sl.ng;
+    const lg_lora_w lw = w[(size_t)s * n_slots + sl.slot[si]];
+    const int j = gy * SH_WARPS + (threadIdx.x >> 5);
     if (j >= lw.rank) /* also rank 0 */
         return;
     const int t0 = seg_indptr[s] + blockIdx.x * TT, t_end = seg_indptr[s + 1];
     if (t0 >= t_end)
         return;
+    tmp += (int64_t)si * sl.col_off;
     const int nt = min(TT, t_end - t0);
     const int lane = threadIdx.x & 31;
     const T *A = (const T *)lw.A;
@@ -77,28 +88,28 @@ __global__ void __launch_bounds__(SH_THREADS)
 }
 
 template <typename T, typename TT_>
-static void launch(cuda_ctx *c, lg_tensor tmp, lg_tensor x, const lg_lora_meta *lm, int slot, int max_seg)
+static void launch(cuda_ctx *c, lg_tensor tmp, lg_tensor x, const lg_lora_meta *lm, sh_slots sl, int k, int max_seg)
 {
     const bool x_vec = x.cols % 8 == 0 && x.stride % 8 == 0 && cu_aligned16(x.data);
-    const int ng = (lm->max_rank + SH_WARPS - 1) / SH_WARPS; /* rank groups */
     if (max_seg == 1) {
-        dim3 grid(1, (unsigned)ng, (unsigned)lm->n_segs);
+        dim3 grid(1, (unsigned)(sl.ng * k), (unsigned)lm->n_segs);
         lora_shrink_kernel<T, TT_, 1><<<grid, SH_THREADS, 0, c->stream>>>(
             (TT_ *)tmp.data, tmp.stride, (const T *)x.data, x.stride, (int)x.cols, lm->seg_indptr, lm->w,
-            lm->n_slots, slot, x_vec);
+            lm->n_slots, sl, x_vec);
     } else {
-        dim3 grid((unsigned)((max_seg + 3) / 4), (unsigned)ng, (unsigned)lm->n_segs);
+        dim3 grid((unsigned)((max_seg + 3) / 4), (unsigned)(sl.ng * k), (unsigned)lm->n_segs);
         lora_shrink_kernel<T, TT_, 4><<<grid, SH_THREADS, 0, c->stream>>>(
             (TT_ *)tmp.data, tmp.stride, (const T *)x.data, x.stride, (int)x.cols, lm->seg_indptr, lm->w,
-            lm->n_slots, slot, x_vec);
+            lm->n_slots, sl, x_vec);
     }
 }
 
 template <typename T>
-static void launch_t(cuda_ctx *c, lg_tensor tmp, lg_tensor x, const lg_lora_meta *lm, int slot, int max_seg)
+static void launch_t(cuda_ctx *c, lg_tensor tmp, lg_tensor x, const lg_lora_meta *lm, sh_slots sl, int k,
+                     int max_seg)
 {
-    if (tmp.dtype == LG_F32) launch<T, float>(c, tmp, x, lm, slot, max_seg);
-    else launch<T, T>(c, tmp, x, lm, slot, max_seg);
+    if (tmp.dtype == LG_F32) launch<T, float>(c, tmp, x, lm, sl, k, max_seg);
+    else launch<T, T>(c, tmp, x, lm, sl, k, max_seg);
 }
 
 /* Longest segment, from the host copy of seg_indptr; -1 when malformed. */
@@ -114,21 +125,27 @@ int cu_lora_max_seg(const lg_lora_meta *lm)
     return mx;
 }
 
-int cu_lora_shrink(lg_backend *be, lg_tensor tmp, lg_tensor x, const lg_lora_meta *lm, int slot)
+int cu_lora_shrink_multi(lg_backend *be, lg_tensor tmp, lg_tensor x, const lg_lora_meta *lm, const int *slots, int k)
 {
     cuda_ctx *c = CU_CTX(be);
     CU_CHECK_VIEW(c, "lora_shrink tmp", tmp);
     CU_CHECK_VIEW(c, "lora_shrink x", x);
-    if (!lm || !lm->seg_indptr || !lm->w || !lm->seg_indptr_host)
-        return CU_FAIL(c, "lora_shrink: lora meta or its arrays are NULL");
+    if (!lm || !lm->seg_indptr || !lm->w || !lm->seg_indptr_host || !slots)
+        return CU_FAIL(c, "lora_shrink: lora meta, its arrays or the slot list are NULL");
     if (!cu_is_half(x.dtype) || (tmp.dtype != LG_F32 && tmp.dtype != x.dtype))
         return CU_FAIL(c, "lora_shrink: x must be f16/bf16 and tmp f32 or x's dtype, found x %s, tmp %s",
                        cu_dtype_name(x.dtype), cu_dtype_name(tmp.dtype));
-    if (slot < 0 || slot >= lm->n_slots || lm->n_segs < 0 || lm->n_segs > 65535)
-        return CU_FAIL(c, "lora_shrink: slot %d of %d, %d segments", slot, lm->n_slots, lm->n_segs);
-    if (tmp.cols < lm->max_rank || tmp.rows < x.rows)
-        return CU_FAIL(c, "lora_shrink: tmp [%lld,%lld] is narrower than max_rank %d or shorter than x (%lld rows)",
-                       (long long)tmp.rows, (long long)tmp.cols, lm->max_rank, (long long)x.rows);
+    if (k < 1 || k > LG_LORA_MULTI_MAX || lm->n_segs < 0 || lm->n_segs > 65535)
+        return CU_FAIL(c, "lora_shrink: %d slots (1..%d), %d segments", k, LG_LORA_MULTI_MAX, lm->n_segs);
+    sh_slots sl;
+    for (int i = 0; i < k; i++) {
+        if (slots[i] < 0 || slots[i] >= lm->n_slots)
+            return CU_FAIL(c, "lora_shrink: slot %d of %d", slots[i], lm->n_slots);
+        sl.slot[i] = slots[i];
+    }
+    if (tmp.cols < (int64_t)k * lm->max_rank || tmp.rows < x.rows)
+        return CU_FAIL(c, "lora_shrink: tmp [%lld,%lld] is narrower than %d x max_rank %d or shorter than x (%lld rows)",
+                       (long long)tmp.rows, (long long)tmp.cols, k, lm->max_rank, (long long)x.rows);
     if (lm->n_segs == 0 || lm->max_rank <= 0)
         return 0;
     int max_seg = cu_lora_max_seg(lm);
@@ -136,8 +153,15 @@ int cu_lora_shrink(lg_backend *be, lg_tensor tmp, lg_tensor x, const lg_lora_met
         return CU_FAIL(c, "lora_shrink: segments are malformed or cover more than x's %lld rows", (long long)x.rows);
     if (max_seg == 0)
         return 0;
-    if (x.dtype == LG_F16) launch_t<__half>(c, tmp, x, lm, slot, max_seg);
-    else launch_t<__nv_bfloat16>(c, tmp, x, lm, slot, max_seg);
+    sl.ng = (lm->max_rank + SH_WARPS - 1) / SH_WARPS;
+    sl.col_off = lm->max_rank;
+    if (x.dtype == LG_F16) launch_t<__half>(c, tmp, x, lm, sl, k, max_seg);
+    else launch_t<__nv_bfloat16>(c, tmp, x, lm, sl, k, max_seg);
     CU_LAUNCHED(c);
     return 0;
+}
+
+int cu_lora_shrink(lg_backend *be, lg_tensor tmp, lg_tensor x, const lg_lora_meta *lm, int slot)
+{
+    return cu_lora_shrink_multi(be, tmp, x, lm, &slot, 1);
 }

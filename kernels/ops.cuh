@@ -22,6 +22,14 @@ int cu_get_rows(lg_backend *be, lg_tensor out, lg_tensor x, const int32_t *rows,
 int cu_convert(lg_backend *be, lg_tensor dst, lg_tensor src);
 int cu_lora_shrink(lg_backend *be, lg_tensor tmp, lg_tensor x, const lg_lora_meta *lm, int slot);
 int cu_lora_expand(lg_backend *be, lg_tensor y, lg_tensor tmp, const lg_lora_meta *lm, int slot);
+int cu_lora_shrink_multi(lg_backend *be, lg_tensor tmp, lg_tensor x, const lg_lora_meta *lm, const int *slots, int k);
+int cu_lora_expand_multi(lg_backend *be, const lg_tensor *ys, lg_tensor tmp, const lg_lora_meta *lm,
+                         const int *slots, int k);
+/* step graphs (graph.cu) */
+int cu_graph_begin(lg_backend *be, const void *key, size_t key_len, bool *replayed);
+int cu_graph_end(lg_backend *be, bool ok);
+void cu_graph_reset(lg_backend *be);
+void cu_graph_reset_ctx(cuda_ctx *c); /* syncs the stream, destroys every recording */
 
 /* The two attention paths behind cu_attention (attention.cu picks one):
  * decode: any q length, split-K over the context, CUDA cores, any head_dim % 8 == 0;

@@ -10,7 +10,8 @@
 # machine's image). Missing Debian libraries (jansson, pcre2, utf8proc) are
 # taken from .deps/*.deb when present (see tests/gpu/build_and_test.sh).
 # Logs and JSON results go to $OUT (default build-cuda/out); a summary is
-# printed last.
+# printed last. SKIP_HF=1 skips the HF baselines; BENCH_EAGER=1 adds the W1
+# runs with step graphs off (LG_NO_GRAPHS=1).
 set -uo pipefail
 ROOT=$(pwd)
 OUT=${OUT:-$ROOT/build-cuda/out}
@@ -63,6 +64,15 @@ if [ "$WHAT" = all ] || [ "$WHAT" = bench ]; then
   $BIN bench --model $M --load-format dummy --backend cuda --dtype f16 --num-seqs 1 --prompt-len 2048 \
     --output-len 1 --step-tokens 2048 --json >"$OUT/pf2048.json" 2>"$OUT/pf2048.err"
   note "prefill 2048: $(cat "$OUT/pf2048.json")"
+  if [ -n "${BENCH_EAGER:-}" ]; then  # the same W1 runs without step graphs, for comparison
+    LG_NO_GRAPHS=1 $BIN bench $W1 --adapters 32 --rank 16 --targets q,k,v,o --json >"$OUT/w1_lora_eager.json" 2>&1
+    note "W1 ours, 32 adapters, LG_NO_GRAPHS=1: $(cat "$OUT/w1_lora_eager.json")"
+    LG_NO_GRAPHS=1 $BIN bench $W1 --json >"$OUT/w1_base_eager.json" 2>&1
+    note "W1 ours, no adapters, LG_NO_GRAPHS=1: $(cat "$OUT/w1_base_eager.json")"
+  fi
+  if [ -n "${SKIP_HF:-}" ]; then
+    echo; echo "================ summary ================"; printf '%s\n' "${summary[@]}"; exit 0
+  fi
   python3 tests/bench/hf_w1.py --mode base >"$OUT/hf_base.json" 2>"$OUT/hf_base.err"
   note "W1 HF transformers: $(tail -1 "$OUT/hf_base.json")"
   python3 tests/bench/hf_w1.py --mode peft --adapters 32 --rank 16 >"$OUT/hf_peft.json" 2>"$OUT/hf_peft.err"

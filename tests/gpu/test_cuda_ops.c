@@ -10,6 +10,10 @@
  * the CPU are the values after rounding to the GPU's dtype, so the error
  * measured is the kernels' own: relative L2 ||gpu - cpu|| / ||cpu||.
  *
+ * Step graphs: a one-layer decode step recorded once and replayed while its
+ * inputs change must give bit-identical logits to eager runs; the
+ * multi-slot LoRA ops must equal the single-slot ones bit for bit.
+ *
  * Then times the decode-critical kernels (host clock around 50 launches
  * between syncs) and prints one table: op, case, dtype, error, limit, us.
  * Usage: test_cuda_ops [--no-bench]. Exit status 0 only if all passed.
@@ -654,6 +658,210 @@ static void test_lora(lg_dtype dt, lg_dtype tmp_dt, const char *name, int n_segs
     gt_free(&x), gt_free(&tmp), gt_free(&yf);
 }
 
+/* ---- step graphs and multi-slot LoRA ------------------------------------------------ */
+
+/* A one-layer decode step over the backend ops (embed .. logits), as
+ * engine/model.c enqueues it; every per-step input sits in fixed device
+ * buffers. Graph replays must give bit-identical logits to eager runs while
+ * tokens, positions, kv lengths, pages and adapter weights change. */
+typedef struct {
+    lg_dtype dt;
+    int S, d, nh, nkv, hd, V, R, pt, n_pages, multi;
+    void *emb, *wqkv, *wo, *head, *ln, *pool, *lora_pool;
+    void *x, *xn, *qkv, *attn, *o, *rows, *logits, *tmp;
+    float *inv_freq;
+    int32_t *meta;      /* device: tok[S] pos[S] slot[S] q_indptr[S+1] kv_len[S] page_indptr[S+1] logit_rows[S] page_ids[..] */
+    int32_t *seg_dev, *seg_host;
+    lg_lora_w *w_dev;
+    int n_segs, max_pages;
+    lg_step_meta m;
+    lg_lora_meta lm;
+} mini;
+
+static void *dev_rand(lg_dtype dt, size_t n, float amp)
+{
+    float *f = malloc(n * 4);
+    void *h = malloc(n * esz(dt));
+    for (size_t i = 0; i < n; i++) f[i] = frand() * amp;
+    lg_from_f32(h, dt, f, n);
+    void *d = G->i.alloc(G, n * esz(dt));
+    G->i.upload(G, d, h, n * esz(dt));
+    G->i.sync(G);
+    free(f), free(h);
+    return d;
+}
+
+static int mini_forward(mini *k)
+{
+    lg_backend *be = G;
+    const int S = k->S, d = k->d, qd = k->nh * k->hd, kvd = k->nkv * k->hd, W = qd + 2 * kvd;
+    lg_dtype a = k->dt;
+    lg_tensor none = {0};
+    lg_tensor x = lg_tensor_2d(k->x, a, S, d), xn = lg_tensor_2d(k->xn, a, S, d), qkv = lg_tensor_2d(k->qkv, a, S, W);
+    lg_tensor q = lg_tensor_cols(qkv, 0, qd), kk = lg_tensor_cols(qkv, qd, kvd), v = lg_tensor_cols(qkv, qd + kvd, kvd);
+    lg_tensor attn = lg_tensor_2d(k->attn, a, S, qd), o = lg_tensor_2d(k->o, a, S, d);
+    lg_tensor ln = lg_tensor_2d(k->ln, LG_F32, 1, d), tmp = lg_tensor_2d(k->tmp, LG_F32, S, 3 * k->R);
+    size_t kv_block = (size_t)k->pt * kvd * esz(a);
+    lg_kv_view kv = {k->pool, 2 * kv_block, 0, kv_block, k->pt, k->nkv, k->hd, a};
+    int rc = 0;
+    rc |= be->i.embed(be, x, lg_tensor_2d(k->emb, a, k->V, d), k->m.tok);
+    rc |= be->i.add_rmsnorm(be, x, none, ln, xn, 1e-5f);
+    rc |= be->i.matmul(be, qkv, xn, lg_tensor_2d(k->wqkv, a, W, d), none, false);
+    int slots[3] = {0, 1, 2};
+    lg_tensor ys[3] = {q, kk, v};
+    if (k->multi) {
+        rc |= be->i.lora_shrink_multi(be, tmp, xn, &k->lm, slots, 3);
+        rc |= be->i.lora_expand_multi(be, ys, tmp, &k->lm, slots, 3);
+    } else {
+        for (int i = 0; i < 3; i++) {
+            rc |= be->i.lora_shrink(be, tmp, xn, &k->lm, slots[i]);
+            rc |= be->i.lora_expand(be, ys[i], tmp, &k->lm, slots[i]);
+        }
+    }
+    rc |= be->i.rope(be, q, kk, k->m.pos, k->inv_freq, k->nh, k->nkv, k->hd);
+    rc |= be->i.kv_write(be, kv, kk, v, k->m.slot, S);
+    rc |= be->i.attention(be, attn, q, kv, &k->m, k->nh, 1.0f / sqrtf((float)k->hd));
+    rc |= be->i.matmul(be, o, attn, lg_tensor_2d(k->wo, a, d, qd), none, false);
+    rc |= be->i.lora_shrink(be, tmp, attn, &k->lm, 3);
+    rc |= be->i.lora_expand(be, o, tmp, &k->lm, 3);
+    rc |= be->i.add_rmsnorm(be, x, o, ln, xn, 1e-5f);
+    lg_tensor rows = lg_tensor_2d(k->rows, a, S, d);
+    rc |= be->i.get_rows(be, rows, xn, k->m.logit_rows, S);
+    rc |= be->i.matmul(be, lg_tensor_2d(k->logits, LG_F32, S, k->V), rows, lg_tensor_2d(k->head, a, k->V, d), none,
+                       false);
+    return rc;
+}
+
+/* New per-step inputs: kv lengths in (lo, hi], fresh pages, tokens, adapter weights. */
+static void mini_new_step(mini *k, int lo, int hi)
+{
+    const int S = k->S, pt = k->pt;
+    int32_t *h = calloc(8 * S + 8 + k->max_pages, 4);
+    int32_t *tok = h, *pos = tok + S, *slot = pos + S, *qi = slot + S, *kvl = qi + S + 1, *pi = kvl + S,
+            *lr = pi + S + 1, *pids = lr + S;
+    int *perm = malloc(k->n_pages * sizeof(int));
+    for (int i = 0; i < k->n_pages; i++) perm[i] = i;
+    for (int i = k->n_pages - 1; i > 0; i--) {
+        int j = irand(i + 1), t = perm[i];
+        perm[i] = perm[j], perm[j] = t;
+    }
+    int pg = 0, max_kv = 0;
+    for (int s = 0; s < S; s++) {
+        int L = lo + 1 + irand(hi - lo), np = (L + pt - 1) / pt;
+        if (L > max_kv) max_kv = L;
+        qi[s] = s, pi[s] = pg, kvl[s] = L, lr[s] = s;
+        for (int i = 0; i < np; i++) pids[pg + i] = perm[pg + i];
+        tok[s] = irand(k->V), pos[s] = L - 1, slot[s] = pids[pg + (L - 1) / pt] * pt + (L - 1) % pt;
+        pg += np;
+    }
+    qi[S] = S, pi[S] = pg;
+    G->i.upload(G, k->meta, h, (size_t)(8 * S + 8 + k->max_pages) * 4);
+    int32_t *dv = k->meta;
+    k->m = (lg_step_meta){.n_tokens = S, .n_seqs = S, .max_q_len = 1, .max_kv_len = (hi + 255) / 256 * 256,
+                          .tok = dv, .pos = dv + S, .slot = dv + 2 * S, .q_indptr = dv + 3 * S,
+                          .kv_len = dv + 4 * S + 1, .page_indptr = dv + 5 * S + 1, .logit_rows = dv + 6 * S + 2,
+                          .page_ids = dv + 7 * S + 2, .n_logits = S};
+    (void)max_kv;
+    /* adapters: each segment picks random rank-R weights for slots 0..3 out of 4 sets in lora_pool */
+    const int n_slots = LG_LORA_N_MODULES, d = k->d, qd = k->nh * k->hd, kvd = k->nkv * k->hd;
+    const int outs[4] = {qd, kvd, kvd, d}, ins[4] = {d, d, d, qd};
+    lg_lora_w *w = calloc((size_t)k->n_segs * n_slots, sizeof *w);
+    size_t es = esz(k->dt), set_bytes = (size_t)k->R * (d + qd) * es * 2 + (size_t)k->R * 4 * d * es;
+    for (int s = 0; s < k->n_segs; s++)
+        for (int m = 0; m < 4; m++) {
+            lg_lora_w *x = &w[(size_t)s * n_slots + m];
+            char *base = (char *)k->lora_pool + (size_t)irand(4) * set_bytes + (size_t)m * (set_bytes / 4);
+            x->rank = (s == 1 && m == 2) ? 0 : k->R - 4 * irand(2); /* a rank-0 slot and mixed ranks */
+            x->scale = 0.5f + 0.1f * (float)irand(4);
+            x->A = base;
+            x->B = base + (size_t)k->R * ins[m] * es;
+            (void)outs;
+        }
+    G->i.upload(G, k->w_dev, w, (size_t)k->n_segs * n_slots * sizeof *w);
+    free(w), free(h), free(perm);
+}
+
+static void test_graph(lg_dtype dt)
+{
+    if (!G->i.graph_begin || !G->i.lora_shrink_multi) {
+        record("graph", "slots missing", dt, 1, 0, 0);
+        return;
+    }
+    mini k = {0};
+    k.dt = dt, k.S = 6, k.d = 256, k.nh = 8, k.nkv = 2, k.hd = 64, k.V = 1000, k.R = 16, k.pt = 16;
+    const int qd = k.nh * k.hd, kvd = k.nkv * k.hd, W = qd + 2 * kvd, S = k.S, d = k.d;
+    k.max_pages = S * (512 / k.pt + 1);
+    k.n_pages = k.max_pages + 13;
+    k.emb = dev_rand(dt, (size_t)k.V * d, 1.0f);
+    k.wqkv = dev_rand(dt, (size_t)W * d, 0.1f);
+    k.wo = dev_rand(dt, (size_t)d * qd, 0.1f);
+    k.head = dev_rand(dt, (size_t)k.V * d, 0.1f);
+    k.pool = dev_rand(dt, (size_t)k.n_pages * 2 * k.pt * kvd, 1.0f);
+    size_t set_bytes = (size_t)k.R * (d + qd) * esz(dt) * 2 + (size_t)k.R * 4 * d * esz(dt);
+    k.lora_pool = dev_rand(dt, 4 * set_bytes / esz(dt) + 4096, 0.1f);
+    {
+        float ln[4096], inv[512];
+        for (int i = 0; i < d; i++) ln[i] = 1.0f + 0.1f * frand();
+        for (int i = 0; i < k.hd / 2; i++) inv[i] = powf(10000.0f, -2.0f * i / k.hd);
+        k.ln = G->i.alloc(G, d * 4);
+        k.inv_freq = G->i.alloc(G, k.hd * 2);
+        G->i.upload(G, k.ln, ln, d * 4);
+        G->i.upload(G, k.inv_freq, inv, k.hd * 2);
+    }
+    size_t es = esz(dt);
+    k.x = G->i.alloc(G, S * d * es), k.xn = G->i.alloc(G, S * d * es), k.qkv = G->i.alloc(G, S * W * es);
+    k.attn = G->i.alloc(G, S * qd * es), k.o = G->i.alloc(G, S * d * es), k.rows = G->i.alloc(G, S * d * es);
+    k.logits = G->i.alloc(G, (size_t)S * k.V * 4), k.tmp = G->i.alloc(G, S * 3 * k.R * 4);
+    k.meta = G->i.alloc(G, (size_t)(8 * S + 8 + k.max_pages) * 4);
+    /* segments: [0,1) [1,4) [4,6): a longest segment of 3 (the tiled kernels) */
+    k.n_segs = 3;
+    int32_t seg[4] = {0, 1, 4, 6};
+    k.seg_host = seg;
+    k.seg_dev = dev_i32(seg, 4);
+    k.w_dev = G->i.alloc(G, (size_t)k.n_segs * LG_LORA_N_MODULES * sizeof(lg_lora_w));
+    k.lm = (lg_lora_meta){k.n_segs, LG_LORA_N_MODULES, k.R, k.seg_dev, k.w_dev, k.seg_host};
+
+    size_t nl = (size_t)S * k.V;
+    float *eager = malloc(nl * 4), *graph = malloc(nl * 4), *single = malloc(nl * 4);
+    int n_same = 0, n_replayed = 0, n_multi_same = 0, rc_all = 0, finite = 1;
+    const int n_steps = 6;
+    const char key[] = "mini-step";
+    for (int step = 0; step < n_steps; step++) {
+        mini_new_step(&k, 100 + 20 * step, 250); /* one bucket (256): one recording */
+        k.multi = 1;
+        rc_all |= mini_forward(&k);
+        rc_all |= G->i.download(G, eager, k.logits, nl * 4);
+        bool replayed = false;
+        rc_all |= G->i.graph_begin(G, key, sizeof key, &replayed);
+        if (!replayed)
+            rc_all |= G->i.graph_end(G, mini_forward(&k) == 0);
+        else
+            rc_all |= G->i.graph_end(G, true);
+        rc_all |= G->i.download(G, graph, k.logits, nl * 4);
+        n_replayed += replayed;
+        n_same += memcmp(eager, graph, nl * 4) == 0;
+        k.multi = 0;
+        rc_all |= mini_forward(&k);
+        rc_all |= G->i.download(G, single, k.logits, nl * 4);
+        n_multi_same += memcmp(eager, single, nl * 4) == 0;
+        for (size_t i = 0; i < nl; i++) finite &= isfinite(eager[i]) != 0;
+    }
+    rc_all |= G->i.sync(G);
+    char cas[48];
+    snprintf(cas, sizeof cas, "replay==eager %d/%d steps", n_same, n_steps);
+    record("graph", cas, dt, n_steps - n_same, 0, rc_all == 0 && n_replayed == n_steps - 1 && finite);
+    snprintf(cas, sizeof cas, "lora multi==single %d/%d", n_multi_same, n_steps);
+    record("lora_multi", cas, dt, n_steps - n_multi_same, 0, rc_all == 0);
+    if (n_replayed != n_steps - 1)
+        fprintf(stderr, "graph: %d replays, expected %d\n", n_replayed, n_steps - 1);
+    G->i.graph_reset(G);
+    void *bufs[] = {k.emb, k.wqkv, k.wo, k.head, k.pool, k.lora_pool, k.ln, k.inv_freq, k.x, k.xn, k.qkv, k.attn,
+                    k.o, k.rows, k.logits, k.tmp, k.meta, k.seg_dev, k.w_dev};
+    G->i.sync(G);
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) G->i.dealloc(G, bufs[i]);
+    free(eager), free(graph), free(single);
+}
+
 /* ---- benchmarks ---------------------------------------------------------------------- */
 
 #include <time.h>
@@ -772,6 +980,7 @@ int main(int argc, char **argv)
             for (int i = 0; i < 32; i++) len2[i] = 1, r2[i] = (int[]){0, 1, 4, 8, 16, 32, 64, 7}[i % 8];
             test_lora(dt, LG_F32, "decode 32x1", 32, len2, r2, 4096, 4096, 0, 4096, 0);
         }
+        test_graph(dt);
         if (bench) {
             bench_matmul(dt, 1, 4096, 4096);
             bench_matmul(dt, 32, 4096, 4096);

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 
 #include "sampling.h"
+#include "sampling_weight.h"
 #include "test.h"
 
 typedef struct ref_item {
@@ -336,6 +337,159 @@ static void test_large_vocab(void)
     free(prob);
 }
 
+
+/* lg_sampler_sample is exactly sample_u(next_u): same seed, same tokens. */
+static void test_sample_is_sample_u_of_next_u(void)
+{
+    enum { N = 3000 };
+    float *l = malloc(sizeof *l * N);
+    lg_rng r;
+    lg_rng_seed(&r, 21);
+    for (int i = 0; i < N; i++)
+        l[i] = (float)(lg_rng_uniform(&r) * 8.0 - 4.0);
+    lg_sampling_params ps[] = {params(0.9f, 0, 1, 0, 1), params(1.0f, 40, 0.9f, 0.02f, 2), params(0, 0, 1, 0, 3),
+                               params(1.2f, 0, 0.7f, 0, 4)};
+    for (size_t c = 0; c < sizeof ps / sizeof ps[0]; c++) {
+        lg_sampler *a = lg_sampler_new(N, &ps[c]), *b = lg_sampler_new(N, &ps[c]);
+        int same = 1, exact_f = 1;
+        for (int t = 0; t < 300; t++) {
+            double u = lg_sampler_next_u(b);
+            exact_f &= (double)(float)u == u && u >= 0 && u < 1 && u * 0x1p24 == floor(u * 0x1p24);
+            same &= lg_sampler_sample(a, l) == lg_sampler_sample_u(b, l, u);
+        }
+        CHECK_MSG(same && exact_f, "case %zu: same %d, u exact in float %d", c, same, exact_f);
+        lg_sampler_free(a);
+        lg_sampler_free(b);
+    }
+    free(l);
+}
+
+/* The draw walks the kept tokens in id order: with equal weights, u picks
+ * the floor(u * n)-th kept token; u = 0 the lowest kept id. */
+static void test_draw_order(void)
+{
+    float l[8] = {1.0f, -INFINITY, 1.0f, 1.0f, NAN, 1.0f, -50.0f, 0.99999f};
+    lg_sampling_params p = params(1, 4, 1, 0, 0); /* keeps ids 0, 2, 3, 5 (ties at the 4th) */
+    lg_sampler *s = lg_sampler_new(8, &p);
+    const int32_t want[4] = {0, 2, 3, 5};
+    int ok = 1;
+    for (int q = 0; q < 4; q++) {
+        ok &= lg_sampler_sample_u(s, l, q * 0.25 + 0.01) == want[q];
+        ok &= lg_sampler_sample_u(s, l, q * 0.25 + 0.24) == want[q];
+    }
+    ok &= lg_sampler_sample_u(s, l, 0.0) == 0 && lg_sampler_sample_u(s, l, 0.9999999) == 5;
+    ok &= lg_sampler_sample_u(s, l, -1.0) == 0 && lg_sampler_sample_u(s, l, 1.0) == 5 && lg_sampler_sample_u(s, l, NAN) == 0;
+    CHECK(ok);
+    lg_sampler_free(s);
+}
+
+/* ---- the rules of sampling.h written as plainly as possible (sort all) ---- */
+typedef struct spec_item {
+    float l;
+    int id;
+} spec_item;
+static int spec_cmp(const void *a, const void *b)
+{
+    const spec_item *x = a, *y = b;
+    if (x->l != y->l)
+        return x->l > y->l ? -1 : 1;
+    return x->id - y->id;
+}
+static int32_t spec_sample(const float *lg, int n, const lg_sampling_params *p, double u)
+{
+    if (!(p->temperature > 0))
+        return lg_argmax(lg, n);
+    for (int i = 0; i < n; i++)
+        if (lg[i] == INFINITY)
+            return i;
+    float inv_t = 1.0f / p->temperature;
+    spec_item *it = malloc(sizeof *it * n);
+    char *keep = calloc(n, 1);
+    int m = 0;
+    for (int i = 0; i < n; i++)
+        if (isfinite(lg[i]))
+            it[m++] = (spec_item){lg[i], i};
+    if (m == 0) {
+        free(it);
+        free(keep);
+        return lg_argmax(lg, n);
+    }
+    qsort(it, m, sizeof *it, spec_cmp);
+    float lmax = it[0].l;
+    int nk = m;
+    if (p->top_k > 0 && p->top_k < m)
+        for (nk = p->top_k; nk < m && it[nk].l >= it[p->top_k - 1].l; nk++) {}
+    if (p->top_p < 1.0f && nk > 1) {
+        uint64_t z = 0, cum = 0;
+        for (int i = 0; i < nk; i++)
+            z += lg_sample_weight(it[i].l, lmax, inv_t);
+        double target = p->top_p > 0 ? (double)p->top_p * (double)z : 0.0;
+        int j = 0;
+        while (j < nk) {
+            cum += lg_sample_weight(it[j].l, lmax, inv_t);
+            j++;
+            if ((double)cum >= target)
+                break;
+        }
+        nk = j;
+    }
+    for (int i = 0; i < nk; i++) {
+        uint32_t w = lg_sample_weight(it[i].l, lmax, inv_t);
+        if (!(p->min_p > 0) || (double)w >= (double)p->min_p * 2147483648.0 || it[i].l == lmax)
+            keep[it[i].id] = 1;
+    }
+    uint64_t z = 0, cum = 0;
+    for (int i = 0; i < n; i++)
+        if (keep[i])
+            z += lg_sample_weight(lg[i], lmax, inv_t);
+    double target = lg_sample_clamp_u(u) * (double)z;
+    int32_t got = -1;
+    for (int i = 0; i < n && got < 0; i++)
+        if (keep[i] && (double)(cum += lg_sample_weight(lg[i], lmax, inv_t)) > target)
+            got = i;
+    free(it);
+    free(keep);
+    return got;
+}
+
+/* lg_sampler_sample_u == the plain statement of the rules, token for token,
+ * on logits full of ties (quantised) and over every filter combination. */
+static void test_sample_u_matches_rules(void)
+{
+    enum { N = 4000 };
+    float *l = malloc(sizeof *l * N);
+    lg_rng r;
+    lg_rng_seed(&r, 31);
+    int bad = 0, total = 0;
+    for (int t = 0; t < 400; t++) {
+        double q = t % 3 == 0 ? 0.25 : t % 3 == 1 ? 1.0 / 64 : 0; /* 0: no quantisation */
+        double spread = 1.0 + lg_rng_uniform(&r) * 12.0;
+        for (int i = 0; i < N; i++) {
+            double v = (lg_rng_uniform(&r) * 2.0 - 1.0) * spread;
+            l[i] = (float)(q > 0 ? floor(v / q) * q : v);
+            if (lg_rng_next(&r) % 97 == 0)
+                l[i] = lg_rng_next(&r) & 1 ? -INFINITY : NAN;
+        }
+        float temps[] = {0.0f, 0.3f, 0.7f, 1.0f, 1.6f};
+        float tps[] = {1.0f, 0.9f, 0.5f, 0.05f, 0.0f};
+        int tks[] = {0, 1, 5, 50, 700};
+        float mps[] = {0.0f, 0.05f, 0.3f};
+        lg_sampling_params p = params(temps[t % 5], tks[(t / 5) % 5], tps[(t / 25) % 5], mps[(t / 7) % 3], 0);
+        lg_sampler *s = lg_sampler_new(N, &p);
+        for (int k = 0; k < 20; k++) {
+            double u = (double)(lg_rng_next(&r) >> 40) * 0x1.0p-24;
+            int32_t a = lg_sampler_sample_u(s, l, u), b = spec_sample(l, N, &p, u);
+            total++;
+            if (a != b && bad++ < 5)
+                fprintf(stderr, "case %d (T %g k %d p %g minp %g) u %.8f: sampler %d, rules %d\n", t, p.temperature,
+                        p.top_k, p.top_p, p.min_p, u, a, b);
+        }
+        lg_sampler_free(s);
+    }
+    CHECK_MSG(bad == 0, "%d of %d draws differ from the rules", bad, total);
+    free(l);
+}
+
 int main(void)
 {
     test_rng();
@@ -346,5 +500,8 @@ int main(void)
     test_threshold_discriminates();
     test_edges();
     test_large_vocab();
+    test_sample_is_sample_u_of_next_u();
+    test_draw_order();
+    test_sample_u_matches_rules();
     TEST_DONE();
 }

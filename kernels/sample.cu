@@ -1,0 +1,466 @@
+/*
+ * sample.cu — the device sampler (backend.h slot `sample`): one block of
+ * 1024 threads per row, the exact rules of engine/sampling.h, bit-identical
+ * to lg_sampler_sample_u given the same u.
+ *
+ * Why it can be exact: token weights come from lg_sample_weight
+ * (engine/sampling_weight.h, shared with the host) as integers, every sum is
+ * an exact uint64, and each remaining floating-point step (T = top_p * Z,
+ * target = u * Z', the comparisons) is one IEEE operation on exact inputs.
+ * So no reduction order matters, and no threshold is ever approximated:
+ *
+ *   pass A   argmax (greedy rows stop here), lowest +inf id, count of finite
+ *            logits, lmax; the top-k level-0 histogram rides along
+ *   top-k    k-th largest logit: radix select over order-preserving 32-bit
+ *            keys of the logits (-0 folded into +0), 8 bits a level, 4 levels
+ *            of counts
+ *   top-p    the same radix walk over the survivors, on sums of W instead of
+ *            counts: finds v* = the logit of the prefix's last token and
+ *            S = sum W above it; the first r tokens (by id) of the tie group
+ *            at v* are kept, r smallest with S + r * W(v*) >= T, as the
+ *            host's (logit desc, id asc) walk does
+ *   draw     Z' = sum W of kept tokens per warp segment (warp w owns the ids
+ *            [w * seg, (w + 1) * seg)); the segment where the cumulative sum
+ *            crosses u * Z' is rescanned in id order by its warp
+ * Every pass is a coalesced sweep of the row (L2-resident for a batch of
+ * rows); filters that are off cost no pass. Histograms are per warp (96 KiB
+ * of dynamic shared memory) with same-digit lanes combined, so neither
+ * smooth rows nor rows of ties serialise on shared-memory atomics. Worst case (top-k + top-p,
+ * ties cut) is about 11 sweeps, W (a few FMAs) recomputed where needed.
+ */
+#include "sample_ops.cuh"
+
+extern "C" {
+#include "sampling_weight.h"
+}
+
+#define SM_THREADS 1024
+#define SM_WARPS (SM_THREADS / 32)
+#define FULL 0xffffffffu
+
+typedef unsigned long long u64;
+
+__device__ __forceinline__ bool is_fin(float v) { return v > -INFINITY && v < INFINITY; }
+
+/* Order-preserving key: a < b (as floats, -0 == +0) <=> key(a) < key(b). */
+__device__ __forceinline__ uint32_t fkey(float f)
+{
+    uint32_t b = __float_as_uint(f == 0.0f ? 0.0f : f);
+    return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+}
+__device__ __forceinline__ float key_float(uint32_t k)
+{
+    return __uint_as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k);
+}
+
+__device__ __forceinline__ u64 warp_sum_u64(u64 v)
+{
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(FULL, v, o);
+    return v;
+}
+__device__ __forceinline__ u64 warp_scan_u64(u64 v) /* inclusive, by lane */
+{
+    int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+        u64 t = __shfl_up_sync(FULL, v, o);
+        if (lane >= o) v += t;
+    }
+    return v;
+}
+
+/* Pass A's per-thread state and its combination. */
+struct scan_a {
+    float bv;   /* argmax value (NaN never taken) */
+    int bi;     /* its lowest id; INT_MAX: none above -inf */
+    int inf_id; /* lowest +inf id; INT_MAX: none */
+    int nfin;
+    float lmax;
+};
+__device__ __forceinline__ scan_a combine(scan_a a, scan_a b)
+{
+    scan_a r;
+    bool bfirst = b.bv > a.bv || (b.bv == a.bv && b.bi < a.bi);
+    r.bv = bfirst ? b.bv : a.bv;
+    r.bi = bfirst ? b.bi : a.bi;
+    r.inf_id = min(a.inf_id, b.inf_id);
+    r.nfin = a.nfin + b.nfin;
+    r.lmax = fmaxf(a.lmax, b.lmax);
+    return r;
+}
+__device__ __forceinline__ scan_a shfl_a(scan_a a, int o)
+{
+    a.bv = __shfl_xor_sync(FULL, a.bv, o);
+    a.bi = __shfl_xor_sync(FULL, a.bi, o);
+    a.inf_id = __shfl_xor_sync(FULL, a.inf_id, o);
+    a.nfin = __shfl_xor_sync(FULL, a.nfin, o);
+    a.lmax = __shfl_xor_sync(FULL, a.lmax, o);
+    return a;
+}
+
+struct sample_smem {
+    u64 hist[256];     /* radix level, merged: count (top-k) or sum W (top-p) per digit */
+    uint32_t cnt[256]; /* top-p: tokens per digit */
+    u64 wsum[SM_WARPS], wpre[SM_WARPS];
+    scan_a red[SM_WARPS];
+    uint32_t b_prefix;
+    u64 b_above, b_total;
+    int b_warp, b_idx;
+};
+
+/* Radix histograms: each warp owns a private [256] slice of the dynamic shared
+ * memory (no atomics across warps); lanes that hit the same digit are
+ * combined first (match_any + reduce_add), so rows full of ties cost no
+ * serialisation. hist_merge folds the slices into sm.hist / sm.cnt. */
+#define HIST_SMEM (SM_WARPS * 256 * (sizeof(u64) + sizeof(uint32_t)))
+struct warp_hist {
+    u64 *mass;      /* [SM_WARPS][256] */
+    uint32_t *cnt;  /* [SM_WARPS][256] */
+};
+__device__ __forceinline__ warp_hist hist_of(unsigned char *dyn)
+{
+    warp_hist h = {(u64 *)dyn, (uint32_t *)(dyn + SM_WARPS * 256 * sizeof(u64))};
+    return h;
+}
+__device__ __forceinline__ void hist_clear(warp_hist h)
+{
+    for (int j = threadIdx.x; j < SM_WARPS * 256; j += SM_THREADS) {
+        h.mass[j] = 0;
+        h.cnt[j] = 0;
+    }
+}
+/* Warp-uniform: every lane calls, `on` says whether its token counts. */
+__device__ __forceinline__ void hist_add(warp_hist h, bool on, int d, uint32_t wt)
+{
+    int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    unsigned m = __match_any_sync(FULL, on ? d : -1);
+    unsigned lo = __reduce_add_sync(m, wt & 0xffffu), hi = __reduce_add_sync(m, wt >> 16);
+    if (on && lane == __ffs(m) - 1) {
+        h.mass[w * 256 + d] += ((u64)hi << 16) + lo;
+        h.cnt[w * 256 + d] += __popc(m);
+    }
+    __syncwarp(); /* this iteration's updates before the next one's (another leader lane may read them) */
+}
+
+/* Warp 0: walking digits 255..0 with the running sum starting at `base`,
+ * the first digit d where base + sum(h[255..d]) >= target. *above = base +
+ * sum(h[255..d+1]). Needs target <= base + sum(h) (else returns digit 0). */
+__device__ int radix_walk(const u64 *h, u64 base, double target, u64 *above)
+{
+    int lane = threadIdx.x & 31;
+    u64 s = 0;
+#pragma unroll
+    for (int j = 0; j < 8; j++) s += h[255 - lane * 8 - j];
+    u64 incl = warp_scan_u64(s);
+    unsigned bal = __ballot_sync(FULL, (double)(base + incl) >= target);
+    int L = bal ? __ffs(bal) - 1 : 31;
+    int d = 0;
+    u64 acc = base + incl - s;
+    if (lane == L) {
+        for (int j = 0; j < 8; j++) {
+            int dd = 255 - L * 8 - j;
+            if ((double)(acc + h[dd]) >= target) {
+                d = dd;
+                break;
+            }
+            acc += h[dd];
+        }
+    }
+    d = __shfl_sync(FULL, d, L);
+    *above = __shfl_sync(FULL, acc, L);
+    return d;
+}
+
+__device__ __forceinline__ void hist_merge(sample_smem &sm, warp_hist h)
+{
+    for (int d = threadIdx.x; d < 256; d += SM_THREADS) {
+        u64 m = 0, c = 0;
+        for (int j = 0; j < SM_WARPS; j++) {
+            m += h.mass[j * 256 + d];
+            c += h.cnt[j * 256 + d];
+        }
+        sm.hist[d] = m;
+        sm.cnt[d] = (uint32_t)c;
+    }
+}
+
+/* Sum of f(i) over each warp's id segment; wsum/wpre filled, total returned. */
+template <class F> __device__ u64 seg_sums(sample_smem &sm, const F &f, int V, int seg)
+{
+    int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int b = w * seg, e = min(V, b + seg);
+    u64 acc = 0;
+    for (int i = b + lane; i < e; i += 32) acc += f(i);
+    acc = warp_sum_u64(acc);
+    if (lane == 0) sm.wsum[w] = acc;
+    __syncthreads();
+    if (w == 0) {
+        u64 s = sm.wsum[lane], incl = warp_scan_u64(s);
+        sm.wpre[lane] = incl - s;
+        if (lane == 31) sm.b_total = incl;
+    }
+    __syncthreads();
+    return sm.b_total;
+}
+
+/* After seg_sums(f): the lowest id whose cumulative sum of f exceeds target,
+ * -1 if none. The crossing warp rescans its segment 32 ids at a time. */
+template <class F> __device__ int seg_find(sample_smem &sm, const F &f, int V, int seg, double target)
+{
+    int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    if (w == 0) {
+        unsigned bal = __ballot_sync(FULL, (double)(sm.wpre[lane] + sm.wsum[lane]) > target);
+        if (lane == 0) {
+            sm.b_warp = bal ? __ffs(bal) - 1 : -1;
+            sm.b_idx = -1;
+        }
+    }
+    __syncthreads();
+    int wc = sm.b_warp;
+    if (w == wc) {
+        u64 carry = sm.wpre[wc];
+        int b = wc * seg, e = min(V, b + seg);
+        for (int i0 = b; i0 < e; i0 += 32) {
+            int i = i0 + lane;
+            u64 incl = warp_scan_u64(i < e ? f(i) : 0);
+            unsigned bal = __ballot_sync(FULL, (double)(carry + incl) > target);
+            if (bal) {
+                if (lane == 0) sm.b_idx = i0 + __ffs(bal) - 1;
+                break;
+            }
+            carry += __shfl_sync(FULL, incl, 31);
+        }
+    }
+    __syncthreads();
+    return sm.b_idx;
+}
+
+/* W of token i if it survives every filter, else 0 (the predicate
+ * lg_sampler_sample_u applies when it rebuilds the kept set in id order). */
+struct kept_w {
+    const float *x;
+    float lmax, inv_t, thr_k, thr_p;
+    int id_p;
+    bool has_k, has_p, has_m;
+    double min_w;
+    __device__ u64 operator()(int i) const
+    {
+        float v = x[i];
+        if (!is_fin(v)) return 0;
+        if (has_k && !(v >= thr_k)) return 0;
+        if (has_p && !(v > thr_p || (v == thr_p && i <= id_p))) return 0;
+        uint32_t w = lg_sample_weight(v, lmax, inv_t);
+        if (has_m && !((double)w >= min_w || v == lmax)) return 0;
+        return w;
+    }
+};
+struct equal_to {
+    const float *x;
+    float v;
+    __device__ u64 operator()(int i) const { return x[i] == v ? 1 : 0; }
+};
+
+__global__ void __launch_bounds__(SM_THREADS)
+sample_kernel(int32_t *out_ids, const float *logits, int V, const lg_sample_row *rows)
+{
+    __shared__ sample_smem sm;
+    extern __shared__ __align__(16) unsigned char dyn[]; /* HIST_SMEM: per-warp histograms */
+    const warp_hist h = hist_of(dyn);
+    const int tid = threadIdx.x, w = tid >> 5, lane = tid & 31;
+    const float *x = logits + (size_t)blockIdx.x * (size_t)V; /* [V] f32 */
+    const lg_sample_row p = rows[blockIdx.x];
+    const bool greedy = !(p.temperature > 0.0f);
+    const int seg = ((V + SM_WARPS - 1) / SM_WARPS + 31) / 32 * 32;
+    /* histogram sweeps are warp-uniform: lane `lane` of warp w reads b + lane */
+#define ROW_SWEEP(b) for (int b = w * 32; b < V; b += SM_THREADS)
+
+    /* ---- pass A ---- */
+    const bool k0 = !greedy && p.top_k > 0;
+    if (k0) hist_clear(h);
+    __syncthreads();
+    scan_a a = {-INFINITY, INT_MAX, INT_MAX, 0, -INFINITY};
+    ROW_SWEEP(b) {
+        int i = b + lane;
+        float v = i < V ? x[i] : NAN;
+        if (v > a.bv) {
+            a.bv = v;
+            a.bi = i;
+        }
+        if (v == INFINITY) {
+            a.inf_id = min(a.inf_id, i);
+        } else if (v > -INFINITY) {
+            a.nfin++;
+            a.lmax = fmaxf(a.lmax, v);
+        }
+        if (k0) hist_add(h, is_fin(v), fkey(v) >> 24, 1);
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) a = combine(a, shfl_a(a, o));
+    if (lane == 0) sm.red[w] = a;
+    __syncthreads();
+    a = sm.red[0];
+    for (int j = 1; j < SM_WARPS; j++) a = combine(a, sm.red[j]);
+    const int argmax = a.bi == INT_MAX ? 0 : a.bi; /* lg_argmax */
+    if (greedy || a.inf_id != INT_MAX || a.nfin == 0) {
+        if (tid == 0) out_ids[blockIdx.x] = greedy ? argmax : a.inf_id != INT_MAX ? a.inf_id : argmax;
+        return;
+    }
+    const float lmax = a.lmax;
+    const float inv_t = __fdiv_rn(1.0f, p.temperature);
+
+    /* ---- top-k: the k-th largest logit ---- */
+    const bool has_k = p.top_k > 0 && p.top_k < a.nfin;
+    float thr_k = -INFINITY;
+    if (has_k) {
+        uint32_t prefix = 0, mask = 0;
+        u64 above = 0;
+        for (int level = 0; level < 4; level++) {
+            const int shift = 24 - 8 * level;
+            if (level > 0) {
+                hist_clear(h);
+                __syncthreads();
+                ROW_SWEEP(b) {
+                    int i = b + lane;
+                    float v = i < V ? x[i] : NAN;
+                    uint32_t key = fkey(v);
+                    hist_add(h, is_fin(v) && (key & mask) == prefix, (key >> shift) & 255, 1);
+                }
+            }
+            __syncthreads();
+            hist_merge(sm, h);
+            __syncthreads();
+            if (w == 0) {
+                int d = radix_walk(sm.hist, above, (double)p.top_k, &above);
+                if (lane == 0) {
+                    sm.b_prefix = prefix | ((uint32_t)d << shift);
+                    sm.b_above = above;
+                }
+            }
+            __syncthreads();
+            prefix = sm.b_prefix;
+            above = sm.b_above;
+            mask |= 0xffu << shift;
+        }
+        thr_k = key_float(prefix);
+    }
+
+    /* ---- top-p: the prefix ends at (thr_p, id_p) ---- */
+    bool has_p = false;
+    float thr_p = 0.0f;
+    int id_p = 0;
+    if (p.top_p < 1.0f) {
+        uint32_t prefix = 0, mask = 0;
+        u64 above = 0;
+        double T = 0.0;
+        for (int level = 0; level < 4; level++) {
+            const int shift = 24 - 8 * level;
+            hist_clear(h);
+            __syncthreads();
+            ROW_SWEEP(b) {
+                int i = b + lane;
+                float v = i < V ? x[i] : NAN;
+                uint32_t key = fkey(v);
+                bool on = is_fin(v) && (!has_k || v >= thr_k) && (key & mask) == prefix;
+                hist_add(h, on, (key >> shift) & 255, on ? lg_sample_weight(v, lmax, inv_t) : 0);
+            }
+            __syncthreads();
+            hist_merge(sm, h);
+            __syncthreads();
+            if (level == 0) { /* Z and the survivor count: decide whether top-p runs */
+                if (w == 0) {
+                    u64 z = 0, c = 0;
+                    for (int j = lane; j < 256; j += 32) {
+                        z += sm.hist[j];
+                        c += sm.cnt[j];
+                    }
+                    z = warp_sum_u64(z);
+                    c = warp_sum_u64(c);
+                    if (lane == 0) {
+                        sm.b_total = z;
+                        sm.b_idx = (int)c;
+                    }
+                }
+                __syncthreads();
+                if (sm.b_idx <= 1)
+                    break; /* one survivor: nothing to cut (block-uniform) */
+                has_p = true;
+                if (!(p.top_p > 0.0f)) { /* target 0: the first token of (logit desc, id asc) */
+                    thr_p = lmax;
+                    id_p = argmax;
+                    break;
+                }
+                T = __dmul_rn((double)p.top_p, (double)sm.b_total);
+            }
+            if (w == 0) {
+                int d = radix_walk(sm.hist, above, T, &above);
+                if (lane == 0) {
+                    sm.b_prefix = prefix | ((uint32_t)d << shift);
+                    sm.b_above = above;
+                    if (level == 3) { /* r: how many of the tie group (by id) the prefix takes */
+                        float vs = key_float(sm.b_prefix);
+                        u64 W = lg_sample_weight(vs, lmax, inv_t), c = sm.cnt[d];
+                        u64 r = 1;
+                        if (W > 0) {
+                            double rr = ceil((T - (double)above) / (double)W);
+                            r = rr < 1.0 ? 1 : rr > (double)c ? c : (u64)rr;
+                            while (r > 1 && (double)(above + (r - 1) * W) >= T) r--;
+                            while (r < c && (double)(above + r * W) < T) r++;
+                        }
+                        sm.b_idx = r < c ? (int)r : -1; /* -1: the whole group */
+                    }
+                }
+            }
+            __syncthreads();
+            prefix = sm.b_prefix;
+            above = sm.b_above;
+            mask |= 0xffu << shift;
+            if (level == 3) {
+                thr_p = key_float(prefix);
+                int r = sm.b_idx;
+                __syncthreads();
+                if (r < 0) {
+                    id_p = INT_MAX;
+                } else { /* the r-th id (in id order) whose logit == thr_p */
+                    equal_to eq = {x, thr_p};
+                    seg_sums(sm, eq, V, seg);
+                    id_p = seg_find(sm, eq, V, seg, (double)(r - 1));
+                }
+            }
+        }
+    }
+#undef ROW_SWEEP
+
+    /* ---- min-p, then the id-order draw ---- */
+    kept_w f;
+    f.x = x;
+    f.lmax = lmax;
+    f.inv_t = inv_t;
+    f.thr_k = thr_k;
+    f.thr_p = thr_p;
+    f.id_p = id_p;
+    f.has_k = has_k;
+    f.has_p = has_p;
+    f.has_m = p.min_p > 0.0f;
+    f.min_w = lg_sample_minp_w(p.min_p);
+    u64 z = seg_sums(sm, f, V, seg);
+    double target = __dmul_rn(lg_sample_clamp_u((double)p.u), (double)z);
+    int id = seg_find(sm, f, V, seg, target);
+    if (tid == 0) out_ids[blockIdx.x] = id >= 0 ? id : argmax; /* id < 0 unreachable: Z' >= 2^31, u < 1 */
+}
+
+int cu_sample(lg_backend *be, int32_t *out_ids, const float *logits, int n, int V, const lg_sample_row *rows)
+{
+    cuda_ctx *c = CU_CTX(be);
+    if (n < 0 || V <= 0)
+        return CU_FAIL(c, "sample: expected n >= 0 and V > 0, found n=%d V=%d", n, V);
+    if (n == 0)
+        return 0;
+    if (!out_ids || !logits || !rows)
+        return CU_FAIL(c, "sample: expected device pointers, found out_ids=%p logits=%p rows=%p", (void *)out_ids,
+                       (const void *)logits, (const void *)rows);
+    CU_TRY(c, cudaFuncSetAttribute(sample_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)HIST_SMEM));
+    sample_kernel<<<n, SM_THREADS, HIST_SMEM, c->stream>>>(out_ids, logits, V, rows);
+    CU_LAUNCHED(c);
+    return 0;
+}

@@ -1,0 +1,24 @@
+/*
+ * sample_ops.cuh — host launchers of the optional backend slots that live
+ * outside ops.cuh: device sampling (sample.cu) and pinned host memory with
+ * the asynchronous upload stream (host_mem.cu). Same conventions as ops.cuh:
+ * check arguments, enqueue, return 0 or -1 (see cuda_common.cuh).
+ */
+#ifndef LG_CUDA_SAMPLE_OPS_CUH
+#define LG_CUDA_SAMPLE_OPS_CUH
+
+#include "cuda_common.cuh"
+
+/* backend.h `sample`, on the compute stream:
+ *   for i < n: out_ids[i] = the token of engine/sampling.h's rules for
+ *              logits[i * V .. i * V + V) with rows[i] (u = rows[i].u),
+ *   bit-identical to lg_sampler_sample_u(logits row, (double)rows[i].u).
+ * logits f32 [n, V] contiguous, rows [n], out_ids [n]: all device memory. */
+int cu_sample(lg_backend *be, int32_t *out_ids, const float *logits, int n, int V, const lg_sample_row *rows);
+
+/* Installs alloc_host, free_host, upload_async and upload_done on be and
+ * creates their event ring. The ring is released by be->i.free, which this
+ * wraps (the original free runs after). 0 or -1 (reason in last_err). */
+int cu_host_mem_attach(lg_backend *be);
+
+#endif

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# profile_decode.sh — per-kernel GPU time of one decode step under ncu
+# (eager, LG_NO_GRAPHS=1, so every kernel is its own launch), for the bench
+# cases of run_device.sh. Prints, per case, each kernel's time summed over
+# one step (embed_kernel to the next embed_kernel) and the step's total.
+#   bash tests/gpu/profile_decode.sh        (repo root, after run_device.sh built build-cuda)
+set -uo pipefail
+OUT=${OUT:-build-cuda/out}
+mkdir -p "$OUT"
+[ -d .deps/root ] && export LD_LIBRARY_PATH=$PWD/.deps/root/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
+BIN=build-cuda/loragate
+M=tests/bench/llama2-7b-shape
+B="--model $M --load-format dummy --backend cuda --dtype f16"
+prof() { # name skip count args...
+  local name=$1 skip=$2 count=$3; shift 3
+  LG_NO_GRAPHS=1 ncu --clock-control none --metrics gpu__time_duration.sum --csv --launch-skip "$skip" \
+    --launch-count "$count" $BIN bench $B "$@" >"$OUT/prof_$name.csv" 2>"$OUT/prof_$name.err"
+  python3 - "$OUT/prof_$name.csv" "$name" <<'PY'
+import csv, sys, collections
+rows = [r for r in csv.reader(l for l in open(sys.argv[1]) if l.startswith('"'))]
+if not rows:
+    print(sys.argv[2], "no ncu rows:", open(sys.argv[1].replace(".csv", ".err")).read()[-600:]); sys.exit()
+h = rows[0]; ki = h.index("Kernel Name"); vi = h.index("Metric Value"); ui = h.index("Metric Unit")
+ks = [(r[ki].split("(")[0][:60], float(r[vi].replace(",", "")) * {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3}.get(r[ui], 1.0)) for r in rows[1:]]
+idx = [i for i, k in enumerate(ks) if k[0].startswith("void embed_kernel") or k[0].startswith("embed_kernel")]
+steps = [ks[a:b] for a, b in zip(idx, idx[1:]) if not any("prefill" in n for n, _ in ks[a:b])]
+if not steps: print(sys.argv[2], "no full decode step among", len(ks), "kernels"); sys.exit()
+step = steps[0]
+agg = collections.OrderedDict()
+for n, t in step:
+    a = agg.setdefault(n, [0, 0.0]); a[0] += 1; a[1] += t
+print("== %s: one step, %d kernels, %.1f us GPU time" % (sys.argv[2], len(step), sum(t for _, t in step)))
+for n, (c, t) in sorted(agg.items(), key=lambda x: -x[1][1]):
+    print("  %8.1f us %4d x  %s" % (t, c, n))
+PY
+}
+prof b1 1500 800 --num-seqs 1 --prompt-len 128 --output-len 16
+prof w1 4000 1000 --num-seqs 32 --prompt-len 128 --output-len 24
+prof w1_lora 5000 1200 --num-seqs 32 --prompt-len 128 --output-len 24 --adapters 32 --rank 16 --targets q,k,v,o

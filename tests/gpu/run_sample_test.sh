@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# run_sample_test.sh — builds and runs tests/gpu/test_cuda_sample (the CUDA
+# backend's sample / alloc_host / upload_async slots against the host sampler).
+#
+#   bash tests/gpu/run_sample_test.sh            (from the repo root, on a GPU machine)
+#
+# Builds build-cuda with the repo's CMake (jansson/pcre2/utf8proc taken from
+# .deps/*.deb when present, as in run_device.sh), then links the test against
+# build-cuda/liblgcore.a + liblgcuda.a like build_and_test.sh does. With
+# SKIP_BUILD=1 and an existing build-cuda/test_cuda_sample that loads, it is
+# run as is (a binary built on a machine with the same CUDA toolkit).
+# Log: $OUT/test_cuda_sample.log (default build-cuda/). Exit status: the test's.
+set -uo pipefail
+ROOT=$(pwd)
+OUT=${OUT:-$ROOT/build-cuda}
+mkdir -p "$OUT"
+BIN=build-cuda/test_cuda_sample
+
+if [ "${SKIP_BUILD:-0}" != 1 ] || ! [ -x "$BIN" ] || ldd "$BIN" | grep -q "not found"; then
+  if ls .deps/*.deb >/dev/null 2>&1; then
+    mkdir -p .deps/root
+    for f in .deps/*.deb; do dpkg -x "$f" .deps/root; done
+    export PKG_CONFIG_SYSROOT_DIR=$ROOT/.deps/root
+    export PKG_CONFIG_PATH=$ROOT/.deps/root/usr/lib/x86_64-linux-gnu/pkgconfig
+    export LD_LIBRARY_PATH=$ROOT/.deps/root/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
+    export LIBRARY_PATH=$ROOT/.deps/root/usr/lib/x86_64-linux-gnu:${LIBRARY_PATH:-}
+  fi
+  CUDA_HOME=${CUDA_HOME:-$(dirname "$(dirname "$(command -v nvcc)")")}
+  cmake -S . -B build-cuda -DCMAKE_BUILD_TYPE=Release >"$OUT/cmake.log" 2>&1 || { tail -20 "$OUT/cmake.log"; exit 1; }
+  cmake --build build-cuda -j"$(nproc)" --target lgcore lgcuda test_sampling >"$OUT/build.log" 2>&1 ||
+    { grep -E "error" "$OUT/build.log" | head -30; exit 1; }
+  gcc -O2 -std=c11 -D_GNU_SOURCE -DLG_HAVE_CUDA=1 -Iengine -I. tests/gpu/test_cuda_sample.c \
+      build-cuda/liblgcore.a build-cuda/liblgcuda.a -L"$CUDA_HOME/lib64" -L"$CUDA_HOME/lib64/stubs" \
+      -lcudart -lcublas -lcublasLt -lstdc++ -lpthread -lm -ldl -lrt -o "$BIN" || exit 1
+  build-cuda/test_sampling >"$OUT/test_sampling.log" 2>&1
+  echo "host sampler unit test: rc=$? $(tail -1 "$OUT/test_sampling.log")"
+fi
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null || true
+"$BIN" >"$OUT/test_cuda_sample.log" 2>"$OUT/test_cuda_sample.stderr"
+rc=$?
+head -c 6000 "$OUT/test_cuda_sample.stderr"
+cat "$OUT/test_cuda_sample.log"
+exit $rc
