@@ -360,13 +360,19 @@ int lg_adapter_cache_acquire(lg_adapter_cache *c, int id, const lg_lora_w **slot
         return 1;
     if (c->be->i.upload_async) {
         /* copy on the upload stream; the requests that need it wait, the rest run */
-        for (int p = 0; p < e->n_pages; p++)
+        bool any = false;
+        for (int p = 0; p < e->n_pages; p++) {
             if (c->be->i.upload_async(c->be, base + (size_t)e->pages[p] * c->page_bytes,
                                       e->image + (size_t)p * c->page_bytes, e->page_used[p], &e->ticket) != 0) {
-                c->be->i.sync(c->be);
+                /* earlier copies may still be writing into the pages: wait for
+                 * them (copies finish in ticket order) before freeing them */
+                while (any && c->be->i.upload_done(c->be, e->ticket) == 0)
+                    ;
                 lg_page_pool_release(c->pool, e->pages, e->n_pages);
                 return lg_fail(err, "uploading adapter '%s' failed", e->name);
             }
+            any = true;
+        }
         e->loading = true;
         return 1;
     }

@@ -63,6 +63,8 @@ struct lg_engine {
     request **sched;
     int *chunk;
     float *logits;
+    lg_sample_row *rows;     /* [max_seqs] sampling rows of a step */
+    int32_t *ids;            /* [max_seqs] device-sampled tokens */
     lg_engine_stats stats;
 };
 
@@ -130,7 +132,9 @@ int lg_engine_create(lg_backend *be, const lg_weights *w, const lg_engine_opts *
     e->sched = calloc((size_t)e->max_seqs, sizeof *e->sched);
     e->chunk = calloc((size_t)e->max_seqs, sizeof *e->chunk);
     e->logits = malloc((size_t)e->max_seqs * (size_t)e->cfg.vocab_size * sizeof(float));
-    if (!e->seqs || !e->sched || !e->chunk || !e->logits) {
+    e->rows = calloc((size_t)e->max_seqs, sizeof *e->rows);
+    e->ids = calloc((size_t)e->max_seqs, sizeof *e->ids);
+    if (!e->seqs || !e->sched || !e->chunk || !e->logits || !e->rows || !e->ids) {
         lg_engine_free(e);
         return lg_fail(err, "out of memory");
     }
@@ -497,9 +501,26 @@ static int engine_step(lg_engine *e, lg_err *err)
             lg_step_seq ts = e->seqs[j]; e->seqs[j] = e->seqs[j - 1]; e->seqs[j - 1] = ts;
         }
 
+    /* sampling rows: each request draws its next uniform now, so host and
+     * device sampling pick the same token (engine/sampling.h) */
+    int n_rows = 0;
+    bool want_logits = !lg_model_samples_on_device(e->model);
+    for (int s = 0; s < n; s++) {
+        if (!e->seqs[s].want_logits)
+            continue;
+        request *r = e->sched[s];
+        const lg_sampling_params *sp = &r->p.sampling;
+        e->rows[n_rows++] = (lg_sample_row){.temperature = sp->temperature, .top_k = sp->top_k, .top_p = sp->top_p,
+                                            .min_p = sp->min_p, .u = (float)lg_sampler_next_u(r->sampler)};
+        if (r->n_generated == 0 && r->p.want_first_logits)
+            want_logits = true;
+    }
+    bool dev_sample = lg_model_samples_on_device(e->model);
+
     int n_tok = e->budget - budget;
     double t0 = lg_now();
-    if (lg_model_step(e->model, e->pool, e->seqs, n, e->logits, err) != 0) {
+    if (lg_model_step(e->model, e->pool, e->seqs, n, dev_sample ? e->rows : NULL, dev_sample ? e->ids : NULL,
+                      want_logits ? e->logits : NULL, err) != 0) {
         for (int s = 0; s < n; s++) e->sched[s]->cancel = true, e->sched[s]->cancel_reason = LG_FINISH_ERROR;
         for (int i = 0; i < e->n_live;) {
             request *r = e->live[i];
@@ -533,8 +554,9 @@ static int engine_step(lg_engine *e, lg_err *err)
         r->n_computed += e->chunk[s];
         if (!e->seqs[s].want_logits)
             continue;
-        const float *lg = e->logits + (size_t)li++ * e->cfg.vocab_size;
-        int32_t tok = lg_sampler_sample(r->sampler, lg);
+        const float *lg = want_logits ? e->logits + (size_t)li * e->cfg.vocab_size : NULL;
+        int32_t tok = dev_sample ? e->ids[li] : lg_sampler_sample_u(r->sampler, lg, (double)e->rows[li].u);
+        li++;
         bool first = r->n_generated == 0;
         r->tokens[r->n_tokens++] = tok;
         r->n_generated++;

@@ -65,6 +65,8 @@ struct lg_model {
     /* step metadata (device) + host staging */
     int32_t *meta_dev;
     int32_t *meta_host;
+    lg_sample_row *sample_rows_dev; /* [max_seqs] when the backend samples */
+    int32_t *sample_ids_dev;        /* [max_seqs] */
     size_t meta_cap;     /* int32 elements */
     size_t page_bytes;
     bool no_graphs;      /* step graphs off: backend lacks them, LG_NO_GRAPHS is set, or recording failed */
@@ -336,6 +338,14 @@ int lg_model_create(lg_backend *be, const lg_weights *w, const lg_model_opts *op
         size_t max_pages = (size_t)m->opts.max_seqs *
                            ((size_t)(m->opts.max_context + m->opts.page_tokens - 1) / m->opts.page_tokens + 1);
         m->meta_cap = 3 * (size_t)m->opts.max_step_tokens + 4 * ((size_t)m->opts.max_seqs + 1) + max_pages;
+        if (be->i.sample) {
+            m->sample_rows_dev = be->i.alloc(be, (size_t)m->opts.max_seqs * sizeof(lg_sample_row));
+            m->sample_ids_dev = be->i.alloc(be, (size_t)m->opts.max_seqs * sizeof(int32_t));
+            if (!m->sample_rows_dev || !m->sample_ids_dev) {
+                lg_fail(err, "cannot allocate sampling buffers");
+                goto fail;
+            }
+        }
         m->meta_dev = be->i.alloc(be, m->meta_cap * 4);
         m->meta_host = malloc(m->meta_cap * 4);
         if (!m->meta_dev || !m->meta_host) {
@@ -389,6 +399,8 @@ void lg_model_free(lg_model *m)
     if (m->abuf) be->i.dealloc(be, m->abuf);
     if (m->abuf && lg_dtype_size(be->act_dtype) < 4 && m->logits.data) be->i.dealloc(be, m->logits.data);
     if (m->meta_dev) be->i.dealloc(be, m->meta_dev);
+    if (m->sample_rows_dev) be->i.dealloc(be, m->sample_rows_dev);
+    if (m->sample_ids_dev) be->i.dealloc(be, m->sample_ids_dev);
     free(m->meta_host);
     if (m->lora_tmp.data) be->i.dealloc(be, m->lora_tmp.data);
     if (m->lora_w_dev) be->i.dealloc(be, m->lora_w_dev);
@@ -518,7 +530,10 @@ static int forward(lg_model *m, const lg_kv_view *kv0, const lg_step_meta *meta,
     return 0;
 }
 
-int lg_model_step(lg_model *m, lg_page_pool *pool, const lg_step_seq *seqs, int n_seqs, float *logits, lg_err *err)
+bool lg_model_samples_on_device(const lg_model *m) { return m->sample_rows_dev != NULL; }
+
+int lg_model_step(lg_model *m, lg_page_pool *pool, const lg_step_seq *seqs, int n_seqs,
+                  const lg_sample_row *sample_rows, int32_t *ids, float *logits, lg_err *err)
 {
     lg_backend *be = m->be;
     const lg_model_config *c = &m->cfg;
@@ -663,7 +678,14 @@ int lg_model_step(lg_model *m, lg_page_pool *pool, const lg_step_seq *seqs, int 
     }
     if (eager && forward(m, &kv, &meta, lora, lora_mods, err) != 0)
         return -1;
-    if (n_logits > 0)
+    if (n_logits > 0 && sample_rows && ids) {
+        if (!m->sample_rows_dev)
+            return lg_fail(err, "backend %s does not sample on the device", be->i.name);
+        TRY(be->i.upload(be, m->sample_rows_dev, sample_rows, (size_t)n_logits * sizeof(lg_sample_row)));
+        TRY(be->i.sample(be, m->sample_ids_dev, m->logits.data, n_logits, c->vocab_size, m->sample_rows_dev));
+        TRY(be->i.download(be, ids, m->sample_ids_dev, (size_t)n_logits * sizeof(int32_t)));
+    }
+    if (n_logits > 0 && logits)
         TRY(be->i.download(be, logits, m->logits.data, (size_t)n_logits * (size_t)c->vocab_size * 4));
     return 0;
 }
