@@ -7,10 +7,17 @@
  *   K(page, s) = base + page * page_bytes + k_off + s * kv_dim * esize   (backend.h)
  *
  * k, v and the cache share one dtype (the act dtype): a byte copy, 16 bytes
- * per thread when every address is 16-byte aligned, else 2 bytes.
+ * per load when every address is 16-byte aligned, else 2 (or 4) bytes.
+ * One block per (token, K or V): a decode row (4096 f16 = 8 KB) is 128
+ * threads x 4 words, all four loads issued before the stores, so a step's
+ * copy costs about one memory round trip.
  */
 #include "ops.cuh"
 
+#define KV_THREADS_MAX 256
+#define KV_UNROLL 4 /* words per thread per pass, all loaded before any store */
+
+/* grid (n_tokens, 2): blockIdx.y 0 copies the K row, 1 the V row. */
 template <typename W>
 __global__ void kv_write_kernel(char *base, size_t page_bytes, size_t k_off, size_t v_off, int page_tokens,
                                 const char *k, size_t ldk_bytes, const char *v, size_t ldv_bytes, const int32_t *slot,
@@ -20,14 +27,30 @@ __global__ void kv_write_kernel(char *base, size_t page_bytes, size_t k_off, siz
     const int32_t sl = slot[t];
     if (sl < 0)
         return;
+    const bool is_v = blockIdx.y != 0;
     const size_t row_bytes = (size_t)row_words * sizeof(W);
     char *pg = base + (size_t)(sl / page_tokens) * page_bytes + (size_t)(sl % page_tokens) * row_bytes;
-    W *dk = (W *)(pg + k_off), *dv = (W *)(pg + v_off);
-    const W *sk = (const W *)(k + (size_t)t * ldk_bytes), *sv = (const W *)(v + (size_t)t * ldv_bytes);
-    for (int i = threadIdx.x; i < row_words; i += blockDim.x) {
-        dk[i] = sk[i];
-        dv[i] = sv[i];
+    W *dst = (W *)(pg + (is_v ? v_off : k_off));
+    const W *src = (const W *)(is_v ? v + (size_t)t * ldv_bytes : k + (size_t)t * ldk_bytes);
+    for (int i0 = threadIdx.x; i0 < row_words; i0 += KV_UNROLL * blockDim.x) {
+        W w[KV_UNROLL];
+#pragma unroll
+        for (int u = 0; u < KV_UNROLL; u++)
+            if (i0 + u * (int)blockDim.x < row_words)
+                w[u] = src[i0 + u * blockDim.x];
+#pragma unroll
+        for (int u = 0; u < KV_UNROLL; u++)
+            if (i0 + u * (int)blockDim.x < row_words)
+                dst[i0 + u * blockDim.x] = w[u];
     }
+}
+
+/* Threads for a row of `words`: enough for KV_UNROLL words each, a multiple of 32. */
+static unsigned kv_threads(size_t words)
+{
+    size_t t = (words + KV_UNROLL - 1) / KV_UNROLL;
+    t = (t + 31) / 32 * 32;
+    return (unsigned)(t < 32 ? 32 : t > KV_THREADS_MAX ? KV_THREADS_MAX : t);
 }
 
 int cu_kv_write(lg_backend *be, lg_kv_view kv, lg_tensor k, lg_tensor v, const int32_t *slot, int n_tokens)
@@ -51,18 +74,18 @@ int cu_kv_write(lg_backend *be, lg_kv_view kv, lg_tensor k, lg_tensor v, const i
     const size_t ldk = (size_t)k.stride * es, ldv = (size_t)v.stride * es;
     bool vec = row % 16 == 0 && ldk % 16 == 0 && ldv % 16 == 0 && kv.page_bytes % 16 == 0 && kv.k_off % 16 == 0 &&
                kv.v_off % 16 == 0 && cu_aligned16(kv.base) && cu_aligned16(k.data) && cu_aligned16(v.data);
+    const dim3 g((unsigned)n_tokens, 2);
+    char *base = (char *)kv.base;
+    const char *kd = (const char *)k.data, *vd = (const char *)v.data;
     if (vec)
-        kv_write_kernel<uint4><<<n_tokens, 128, 0, c->stream>>>((char *)kv.base, kv.page_bytes, kv.k_off, kv.v_off,
-                                                                kv.page_tokens, (const char *)k.data, ldk,
-                                                                (const char *)v.data, ldv, slot, (int)(row / 16));
+        kv_write_kernel<uint4><<<g, kv_threads(row / 16), 0, c->stream>>>(
+            base, kv.page_bytes, kv.k_off, kv.v_off, kv.page_tokens, kd, ldk, vd, ldv, slot, (int)(row / 16));
     else if (es == 2)
-        kv_write_kernel<uint16_t><<<n_tokens, 128, 0, c->stream>>>((char *)kv.base, kv.page_bytes, kv.k_off,
-                                                                   kv.v_off, kv.page_tokens, (const char *)k.data, ldk,
-                                                                   (const char *)v.data, ldv, slot, (int)(row / 2));
+        kv_write_kernel<uint16_t><<<g, kv_threads(row / 2), 0, c->stream>>>(
+            base, kv.page_bytes, kv.k_off, kv.v_off, kv.page_tokens, kd, ldk, vd, ldv, slot, (int)(row / 2));
     else
-        kv_write_kernel<uint32_t><<<n_tokens, 128, 0, c->stream>>>((char *)kv.base, kv.page_bytes, kv.k_off,
-                                                                   kv.v_off, kv.page_tokens, (const char *)k.data, ldk,
-                                                                   (const char *)v.data, ldv, slot, (int)(row / 4));
+        kv_write_kernel<uint32_t><<<g, kv_threads(row / 4), 0, c->stream>>>(
+            base, kv.page_bytes, kv.k_off, kv.v_off, kv.page_tokens, kd, ldk, vd, ldv, slot, (int)(row / 4));
     CU_LAUNCHED(c);
     return 0;
 }

@@ -8,10 +8,25 @@
  * y may be a column slice of a fused output (stride > cols).
  *
  * Memory-bound: B ([out, rank], act dtype, in pool pages) is read once per
- * tile of EX_TT tokens. Block = (256 output columns, segment, token tile);
- * thread n reads its B row (rank elements, 16 bytes at a time when
- * aligned) and keeps EX_TT accumulators; the tile's tmp rows sit in shared
- * memory as f32. Decode segments (1 token) use EX_TT = 1.
+ * tile of TT tokens; decode (one-token segments) reads each adapter's B
+ * once, 128 KB per rank-16 module, against 8 KB of y per token.
+ * Vector path (rank % 8 == 0, B 16-byte aligned): a B row is rank/8 16-byte
+ * words; lpr = that rounded up to a power of two lanes share one row (rank
+ * 16: 2 lanes, rank 64: 8), so one warp load instruction covers 32/lpr
+ * consecutive rows, fully coalesced, and each lane issues U such loads
+ * before any arithmetic (plus the y values it will update). Each lane dots
+ * its 8 B values with the matching 8 tmp values (registers, f32), the lpr
+ * lanes of a row combine by xor shuffles, and the row's first lane writes
+ * y[t, n] = round(y + scale * acc) for the tile's tokens.
+ * Block = (EX_WARPS warps x 32/lpr(max_rank) x U output columns, segment,
+ * token tile); a segment of smaller rank loops inside its block. With
+ * rank 16, U = 8 that is 1024 columns, 32 KB of B per block: a q,k,v
+ * decode launch over 32 adapters is 384 blocks, all resident at once.
+ * TT = 1 for decode (U = 8), TT = 4 (U = 4) for segments of 2-4 tokens.
+ * Longer segments (prefill, TT = 8), other ranks and unaligned B use a
+ * thread per output column: tmp tile in shared memory (f32), the column's
+ * B row 16 bytes at a time, TT accumulators; y traffic dominates there and
+ * a warp touches 64 consecutive bytes of each y row.
  * Multi-slot form (cu_lora_expand_multi): k outputs in one launch; grid.x
  * is the concatenation of each output's column blocks, and slot i reads
  * tmp columns from i * max_rank. The single-slot op is the k = 1 case.
@@ -19,7 +34,8 @@
 #include "ops.cuh"
 
 #define EX_THREADS 256
-#define EX_RMAX 256 /* largest rank held in shared memory per token */
+#define EX_WARPS (EX_THREADS / 32)
+#define EX_RMAX 256 /* largest rank (32 lanes x 8 elements per row) */
 
 int cu_lora_max_seg(const lg_lora_meta *lm); /* lora_shrink.cu */
 
@@ -31,20 +47,27 @@ template <typename T> struct ex_outs {
     int bstart[LG_LORA_MULTI_MAX + 1]; /* first column block of each output; bstart[k] = gridDim.x */
     int k;
     int col_off; /* tmp column offset between slots (max_rank) */
+    int cpb;     /* output columns per block */
 };
 
-template <typename T, typename TT_, int TT>
+template <typename T, typename TT_, int TT, int U>
 __global__ void __launch_bounds__(EX_THREADS)
     lora_expand_kernel(ex_outs<T> o, const TT_ *tmp, int64_t ldt, const int32_t *seg_indptr, const lg_lora_w *w,
                        int n_slots)
 {
-    __shared__ float ts[TT][EX_RMAX];
+    /* the output this block serves; plain selects keep o in parameter space */
     int si = 0;
 #pragma unroll
     for (int i = 1; i < LG_LORA_MULTI_MAX; i++)
         if (i < o.k && (int)blockIdx.x >= o.bstart[i]) si = i;
+    T *y = o.y[0];
+    int64_t ldy = o.ldy[0];
+    int cols = o.cols[0], slot = o.slot[0], b0 = o.bstart[0];
+#pragma unroll
+    for (int i = 1; i < LG_LORA_MULTI_MAX; i++)
+        if (si == i) y = o.y[i], ldy = o.ldy[i], cols = o.cols[i], slot = o.slot[i], b0 = o.bstart[i];
     const int s = blockIdx.y;
-    const lg_lora_w lw = w[(size_t)s * n_slots + o.slot[si]];
+    const lg_lora_w lw = w[(size_t)s * n_slots + slot];
     const int r = lw.rank;
     if (r <= 0)
         return;
@@ -52,79 +75,152 @@ __global__ void __launch_bounds__(EX_THREADS)
     if (t0 >= t_end)
         return;
     const int nt = min(TT, t_end - t0);
-    tmp += (int64_t)si * o.col_off;
-    for (int i = threadIdx.x; i < TT * r; i += EX_THREADS) {
-        int tt = i / r, j = i % r;
-        ts[tt][j] = tt < nt ? to_f32(tmp[(int64_t)(t0 + tt) * ldt + j]) : 0.0f;
-    }
-    __syncthreads();
-    const int n = (blockIdx.x - o.bstart[si]) * EX_THREADS + threadIdx.x;
-    if (n >= o.cols[si])
-        return;
-    T *y = o.y[si];
-    const int64_t ldy = o.ldy[si];
-    const T *b = (const T *)lw.B + (size_t)n * r;
-    float acc[TT];
+    const TT_ *tt = tmp + (int64_t)t0 * ldt + (int64_t)si * o.col_off; /* [nt, r], stride ldt */
+    y += (int64_t)t0 * ldy;                                             /* [nt, cols], stride ldy */
+    const int c0 = (blockIdx.x - b0) * o.cpb, c1 = min(c0 + o.cpb, cols);
+    const T *B = (const T *)lw.B;
+    const float scale = lw.scale;
+
+    if (TT <= 4 && r % 8 == 0 && cu_aligned16(B)) {
+        const int cpr = r / 8; /* 16-byte words per B row */
+        int lg = 0;
+        while ((1 << lg) < cpr) lg++;
+        const int lpr = 1 << lg, rpi = 32 >> lg; /* lanes per row, rows per load instruction */
+        const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+        const int part = lane & (lpr - 1), rowl = lane >> lg;
+        const bool active = part < cpr;
+        float tv[TT][8];
 #pragma unroll
-    for (int i = 0; i < TT; i++) acc[i] = 0.0f;
-    if (r % 8 == 0 && cu_aligned16(lw.B)) {
-#pragma unroll 4
-        for (int j = 0; j < r; j += 8) {
-            float bf[8];
-            unpack8<T>(*(const uint4 *)(b + j), bf);
+        for (int i = 0; i < TT; i++)
+#pragma unroll
+            for (int e = 0; e < 8; e++)
+                tv[i][e] = active && i < nt ? to_f32(tt[(int64_t)i * ldt + part * 8 + e]) : 0.0f;
+        for (int n0 = c0 + warp * rpi * U; n0 < c1; n0 += EX_WARPS * rpi * U) {
+            uint4 bu[U];
+            float yv[TT][U];
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                const int n = n0 + u * rpi + rowl;
+                bu[u] = active && n < c1 ? *(const uint4 *)(B + (size_t)n * r + part * 8) : make_uint4(0, 0, 0, 0);
+            }
 #pragma unroll
             for (int i = 0; i < TT; i++)
 #pragma unroll
-                for (int e = 0; e < 8; e++) acc[i] += ts[i][j + e] * bf[e];
+                for (int u = 0; u < U; u++) {
+                    const int n = n0 + u * rpi + rowl;
+                    yv[i][u] = part == 0 && i < nt && n < c1 ? to_f32(y[(int64_t)i * ldy + n]) : 0.0f;
+                }
+            float acc[TT][U];
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                float bf[8];
+                unpack8<T>(bu[u], bf);
+#pragma unroll
+                for (int i = 0; i < TT; i++) {
+                    float a = 0.0f;
+#pragma unroll
+                    for (int e = 0; e < 8; e++) a += tv[i][e] * bf[e];
+                    acc[i][u] = a;
+                }
+            }
+            for (int off = 1; off < lpr; off <<= 1)
+#pragma unroll
+                for (int i = 0; i < TT; i++)
+#pragma unroll
+                    for (int u = 0; u < U; u++) acc[i][u] += __shfl_xor_sync(0xffffffffu, acc[i][u], off);
+            if (part == 0) {
+#pragma unroll
+                for (int u = 0; u < U; u++) {
+                    const int n = n0 + u * rpi + rowl;
+#pragma unroll
+                    for (int i = 0; i < TT; i++)
+                        if (i < nt && n < c1)
+                            y[(int64_t)i * ldy + n] = from_f32<T>(yv[i][u] + scale * acc[i][u]);
+                }
+            }
         }
     } else {
-        for (int j = 0; j < r; j++) {
-            float bf = to_f32(b[j]);
-#pragma unroll
-            for (int i = 0; i < TT; i++) acc[i] += ts[i][j] * bf;
+        /* thread per output column (TT = 8 tiles, odd ranks, unaligned B); tmp tile in shared memory */
+        __shared__ float ts[TT][EX_RMAX];
+        for (int i = threadIdx.x; i < TT * r; i += EX_THREADS) {
+            const int ti = i / r, j = i % r;
+            ts[ti][j] = ti < nt ? to_f32(tt[(int64_t)ti * ldt + j]) : 0.0f;
         }
-    }
+        __syncthreads();
+        const bool bvec = r % 8 == 0 && cu_aligned16(B);
+        for (int n = c0 + threadIdx.x; n < c1; n += EX_THREADS) {
+            const T *b = B + (size_t)n * r;
+            float acc[TT];
 #pragma unroll
-    for (int i = 0; i < TT; i++) {
-        if (i < nt) {
-            T *p = y + (int64_t)(t0 + i) * ldy + n;
-            *p = from_f32<T>(to_f32(*p) + lw.scale * acc[i]);
+            for (int i = 0; i < TT; i++) acc[i] = 0.0f;
+            if (bvec) {
+#pragma unroll 4
+                for (int j = 0; j < r; j += 8) {
+                    float bf[8];
+                    unpack8<T>(*(const uint4 *)(b + j), bf);
+#pragma unroll
+                    for (int i = 0; i < TT; i++)
+#pragma unroll
+                        for (int e = 0; e < 8; e++) acc[i] += ts[i][j + e] * bf[e];
+                }
+            } else {
+                for (int j = 0; j < r; j++) {
+                    const float bf = to_f32(b[j]);
+#pragma unroll
+                    for (int i = 0; i < TT; i++) acc[i] += ts[i][j] * bf;
+                }
+            }
+#pragma unroll
+            for (int i = 0; i < TT; i++) {
+                if (i < nt) {
+                    T *p = y + (int64_t)i * ldy + n;
+                    *p = from_f32<T>(to_f32(*p) + scale * acc[i]);
+                }
+            }
         }
     }
 }
 
 template <typename T, typename TT_>
-static void launch(cuda_ctx *c, ex_outs<T> o, lg_tensor tmp, const lg_lora_meta *lm, int max_seg)
+static void launch(cuda_ctx *c, ex_outs<T> o, lg_tensor tmp, const lg_lora_meta *lm, int max_seg, int tt)
 {
     const unsigned nx = (unsigned)o.bstart[o.k];
-    if (max_seg == 1) {
-        lora_expand_kernel<T, TT_, 1><<<dim3(nx, (unsigned)lm->n_segs, 1), EX_THREADS, 0, c->stream>>>(
-            o, (const TT_ *)tmp.data, tmp.stride, lm->seg_indptr, lm->w, lm->n_slots);
-    } else {
-        lora_expand_kernel<T, TT_, 8>
-            <<<dim3(nx, (unsigned)lm->n_segs, (unsigned)((max_seg + 7) / 8)), EX_THREADS, 0, c->stream>>>(
-                o, (const TT_ *)tmp.data, tmp.stride, lm->seg_indptr, lm->w, lm->n_slots);
-    }
+    const dim3 grid(nx, (unsigned)lm->n_segs, (unsigned)((max_seg + tt - 1) / tt));
+    const TT_ *td = (const TT_ *)tmp.data;
+    if (tt == 1)
+        lora_expand_kernel<T, TT_, 1, 8><<<grid, EX_THREADS, 0, c->stream>>>(o, td, tmp.stride, lm->seg_indptr, lm->w,
+                                                                            lm->n_slots);
+    else if (tt == 4)
+        lora_expand_kernel<T, TT_, 4, 4><<<grid, EX_THREADS, 0, c->stream>>>(o, td, tmp.stride, lm->seg_indptr, lm->w,
+                                                                            lm->n_slots);
+    else
+        lora_expand_kernel<T, TT_, 8, 1><<<grid, EX_THREADS, 0, c->stream>>>(o, td, tmp.stride, lm->seg_indptr, lm->w,
+                                                                            lm->n_slots);
 }
 
 template <typename T>
 static void launch_t(cuda_ctx *c, const lg_tensor *ys, const int *slots, int k, lg_tensor tmp,
                      const lg_lora_meta *lm, int max_seg)
 {
+    const int tt = max_seg == 1 ? 1 : max_seg <= 4 ? 4 : 8, u = tt == 1 ? 8 : 4;
+    /* columns per block: every warp one pass of U loads at max_rank */
+    int lpr = 1;
+    while (lpr * 8 < lm->max_rank) lpr *= 2;
     ex_outs<T> o;
     memset(&o, 0, sizeof o);
     o.k = k;
     o.col_off = lm->max_rank;
+    o.cpb = tt == 8 ? EX_THREADS : EX_WARPS * (32 / lpr) * u; /* TT = 8: one column per thread */
     o.bstart[0] = 0;
     for (int i = 0; i < k; i++) {
         o.y[i] = (T *)ys[i].data;
         o.ldy[i] = ys[i].stride;
         o.cols[i] = (int)ys[i].cols;
         o.slot[i] = slots[i];
-        o.bstart[i + 1] = o.bstart[i] + (int)((ys[i].cols + EX_THREADS - 1) / EX_THREADS);
+        o.bstart[i + 1] = o.bstart[i] + (int)((ys[i].cols + o.cpb - 1) / o.cpb);
     }
-    if (tmp.dtype == LG_F32) launch<T, float>(c, o, tmp, lm, max_seg);
-    else launch<T, T>(c, o, tmp, lm, max_seg);
+    if (tmp.dtype == LG_F32) launch<T, float>(c, o, tmp, lm, max_seg, tt);
+    else launch<T, T>(c, o, tmp, lm, max_seg, tt);
 }
 
 int cu_lora_expand_multi(lg_backend *be, const lg_tensor *ys, lg_tensor tmp, const lg_lora_meta *lm,

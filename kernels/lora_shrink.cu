@@ -8,21 +8,30 @@
  * rounding between shrink and expand, as on the CPU) or the act dtype.
  *
  * Memory-bound: A ([rank, in], act dtype, in pool pages) is read once per
- * tile of SH_TT tokens, 16 bytes per lane, 4 loads in flight per lane.
- * Block = (token tile, group of 8 rank rows, segment); each warp takes one
- * rank row and keeps SH_TT accumulators; x rows (SH_TT x in) are re-read
- * per rank row from L1/L2. Rank groups spread a decode batch over the chip.
- * Segments of one token (decode) use the SH_TT = 1 instantiation.
+ * tile of TT tokens. Decode (32 one-token segments x rank 16 x q,k,v) is
+ * 12 MB of A per launch against a few KB of x and tmp, so the kernel's job
+ * is to have all of A in flight at once across the chip.
+ * Block = (token tile, slot x group of SH_RG rank rows, segment); its 256
+ * threads split `in` (K) into 16-byte chunks: thread c takes chunks c,
+ * c + 256, ... and for each loads SH_RG A words and TT x words before any
+ * arithmetic, accumulating TT x SH_RG partial dots in registers. The block
+ * then reduces them (warp shuffles, then the 8 warps through shared memory,
+ * in a fixed order: deterministic, no atomics) and writes TT x SH_RG values.
+ * For in = 4096 that is 2 chunks per thread, so a rank-16 decode launch is
+ * 32 x 3 x 4 = 384 blocks each reading 32 KB, all resident at once.
+ * TT = 1 for decode steps (every segment one token), 4 or 8 otherwise; x is
+ * re-read per rank group from L2 (in x 2 bytes per token per group).
  * Multi-slot form (cu_lora_shrink_multi): k slots over the same x in one
  * launch; slot i writes columns [i * max_rank, i * max_rank + rank) of tmp
  * (grid.y = k * rank groups). The single-slot op is the k = 1 case.
- * Contract: A is 16-byte aligned and in % 8 == 0 for the vector path (the
- * kernel checks A's alignment itself and falls back to 2-byte loads).
+ * Vector path: in % 8 == 0, x rows 16-byte aligned and A 16-byte aligned
+ * (checked per block); else 2-byte loads, same structure.
  */
 #include "ops.cuh"
 
 #define SH_THREADS 256
 #define SH_WARPS (SH_THREADS / 32)
+#define SH_RG 4 /* rank rows per block */
 
 struct sh_slots {
     int slot[LG_LORA_MULTI_MAX];
@@ -35,54 +44,83 @@ __global__ void __launch_bounds__(SH_THREADS)
     lora_shrink_kernel(TT_ *tmp, int64_t ldt, const T *x, int64_t ldx, int in, const int32_t *seg_indptr,
                        const lg_lora_w *w, int n_slots, sh_slots sl, bool x_vec)
 {
+    __shared__ float red[SH_WARPS][TT * SH_RG];
     const int s = blockIdx.z;
-    const int si = blockIdx.y / sl.ng, gy = blockIdx.y % sl.ng;
-    const lg_lora_w lw = w[(size_t)s * n_slots + sl.slot[si]];
-    const int j = gy * SH_WARPS + (threadIdx.x >> 5);
-    if (j >= lw.rank) /* also rank 0 */
+    const int si = blockIdx.y / sl.ng, j0 = (blockIdx.y % sl.ng) * SH_RG;
+    int slot = sl.slot[0];
+#pragma unroll
+    for (int i = 1; i < LG_LORA_MULTI_MAX; i++) /* no dynamic index into the parameter struct (local memory) */
+        if (si == i) slot = sl.slot[i];
+    const lg_lora_w lw = w[(size_t)s * n_slots + slot];
+    if (j0 >= lw.rank) /* also rank 0; uniform over the block */
         return;
     const int t0 = seg_indptr[s] + blockIdx.x * TT, t_end = seg_indptr[s + 1];
     if (t0 >= t_end)
         return;
-    tmp += (int64_t)si * sl.col_off;
-    const int nt = min(TT, t_end - t0);
-    const int lane = threadIdx.x & 31;
-    const T *A = (const T *)lw.A;
-    const bool vec = x_vec && cu_aligned16(A);
-    {
-        const T *a = A + (size_t)j * in;
-        float acc[TT];
+    const int nt = min(TT, t_end - t0), nr = min(SH_RG, lw.rank - j0);
+    const T *A = (const T *)lw.A + (size_t)j0 * in; /* [nr, in] */
+    const T *xt = x + (int64_t)t0 * ldx;            /* [nt, in], stride ldx */
+    float acc[TT][SH_RG];
 #pragma unroll
-        for (int i = 0; i < TT; i++) acc[i] = 0.0f;
-        if (vec) {
-#pragma unroll 4
-            for (int k = lane * 8; k < in; k += 32 * 8) {
-                float af[8];
-                unpack8<T>(*(const uint4 *)(a + k), af);
+    for (int i = 0; i < TT; i++)
 #pragma unroll
-                for (int i = 0; i < TT; i++) {
-                    if (i < nt) {
-                        float xf[8];
-                        unpack8<T>(*(const uint4 *)(x + (int64_t)(t0 + i) * ldx + k), xf);
+        for (int r = 0; r < SH_RG; r++) acc[i][r] = 0.0f;
+
+    if (x_vec && cu_aligned16(lw.A)) {
+        const int nch = in / 8;
+#pragma unroll 2
+        for (int ch = threadIdx.x; ch < nch; ch += SH_THREADS) {
+            uint4 au[SH_RG], xu[TT];
 #pragma unroll
-                        for (int e = 0; e < 8; e++) acc[i] += af[e] * xf[e];
-                    }
-                }
-            }
-        } else {
-            for (int k = lane; k < in; k += 32) {
-                float af = to_f32(a[k]);
+            for (int r = 0; r < SH_RG; r++)
+                au[r] = r < nr ? ((const uint4 *)(A + (size_t)r * in))[ch] : make_uint4(0, 0, 0, 0);
 #pragma unroll
-                for (int i = 0; i < TT; i++)
-                    if (i < nt)
-                        acc[i] += af * to_f32(x[(int64_t)(t0 + i) * ldx + k]);
+            for (int i = 0; i < TT; i++)
+                xu[i] = i < nt ? ((const uint4 *)(xt + (int64_t)i * ldx))[ch] : make_uint4(0, 0, 0, 0);
+            float af[SH_RG][8];
+#pragma unroll
+            for (int r = 0; r < SH_RG; r++) unpack8<T>(au[r], af[r]);
+#pragma unroll
+            for (int i = 0; i < TT; i++) {
+                float xf[8];
+                unpack8<T>(xu[i], xf);
+#pragma unroll
+                for (int r = 0; r < SH_RG; r++)
+#pragma unroll
+                    for (int e = 0; e < 8; e++) acc[i][r] += af[r][e] * xf[e];
             }
         }
+    } else {
+        for (int k = threadIdx.x; k < in; k += SH_THREADS) {
+            float af[SH_RG];
 #pragma unroll
-        for (int i = 0; i < TT; i++) {
-            float v = warp_sum(acc[i]);
-            if (lane == 0 && i < nt)
-                tmp[(int64_t)(t0 + i) * ldt + j] = from_f32<TT_>(v);
+            for (int r = 0; r < SH_RG; r++) af[r] = r < nr ? to_f32(A[(size_t)r * in + k]) : 0.0f;
+#pragma unroll
+            for (int i = 0; i < TT; i++) {
+                const float xv = i < nt ? to_f32(xt[(int64_t)i * ldx + k]) : 0.0f;
+#pragma unroll
+                for (int r = 0; r < SH_RG; r++) acc[i][r] += af[r] * xv;
+            }
+        }
+    }
+
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+#pragma unroll
+    for (int i = 0; i < TT; i++)
+#pragma unroll
+        for (int r = 0; r < SH_RG; r++) {
+            const float v = warp_sum(acc[i][r]);
+            if (lane == 0)
+                red[warp][i * SH_RG + r] = v;
+        }
+    __syncthreads();
+    if (threadIdx.x < TT * SH_RG) {
+        const int i = threadIdx.x / SH_RG, r = threadIdx.x % SH_RG;
+        if (i < nt && r < nr) {
+            float v = 0.0f;
+#pragma unroll
+            for (int wi = 0; wi < SH_WARPS; wi++) v += red[wi][threadIdx.x];
+            tmp[(int64_t)(t0 + i) * ldt + (int64_t)si * sl.col_off + j0 + r] = from_f32<TT_>(v);
         }
     }
 }
@@ -91,17 +129,19 @@ template <typename T, typename TT_>
 static void launch(cuda_ctx *c, lg_tensor tmp, lg_tensor x, const lg_lora_meta *lm, sh_slots sl, int k, int max_seg)
 {
     const bool x_vec = x.cols % 8 == 0 && x.stride % 8 == 0 && cu_aligned16(x.data);
-    if (max_seg == 1) {
-        dim3 grid(1, (unsigned)(sl.ng * k), (unsigned)lm->n_segs);
+    const int tt = max_seg == 1 ? 1 : max_seg <= 4 ? 4 : 8;
+    const dim3 grid((unsigned)((max_seg + tt - 1) / tt), (unsigned)(sl.ng * k), (unsigned)lm->n_segs);
+    TT_ *td = (TT_ *)tmp.data;
+    const T *xd = (const T *)x.data;
+    if (tt == 1)
         lora_shrink_kernel<T, TT_, 1><<<grid, SH_THREADS, 0, c->stream>>>(
-            (TT_ *)tmp.data, tmp.stride, (const T *)x.data, x.stride, (int)x.cols, lm->seg_indptr, lm->w,
-            lm->n_slots, sl, x_vec);
-    } else {
-        dim3 grid((unsigned)((max_seg + 3) / 4), (unsigned)(sl.ng * k), (unsigned)lm->n_segs);
+            td, tmp.stride, xd, x.stride, (int)x.cols, lm->seg_indptr, lm->w, lm->n_slots, sl, x_vec);
+    else if (tt == 4)
         lora_shrink_kernel<T, TT_, 4><<<grid, SH_THREADS, 0, c->stream>>>(
-            (TT_ *)tmp.data, tmp.stride, (const T *)x.data, x.stride, (int)x.cols, lm->seg_indptr, lm->w,
-            lm->n_slots, sl, x_vec);
-    }
+            td, tmp.stride, xd, x.stride, (int)x.cols, lm->seg_indptr, lm->w, lm->n_slots, sl, x_vec);
+    else
+        lora_shrink_kernel<T, TT_, 8><<<grid, SH_THREADS, 0, c->stream>>>(
+            td, tmp.stride, xd, x.stride, (int)x.cols, lm->seg_indptr, lm->w, lm->n_slots, sl, x_vec);
 }
 
 template <typename T>
@@ -153,7 +193,7 @@ int cu_lora_shrink_multi(lg_backend *be, lg_tensor tmp, lg_tensor x, const lg_lo
         return CU_FAIL(c, "lora_shrink: segments are malformed or cover more than x's %lld rows", (long long)x.rows);
     if (max_seg == 0)
         return 0;
-    sl.ng = (lm->max_rank + SH_WARPS - 1) / SH_WARPS;
+    sl.ng = (lm->max_rank + SH_RG - 1) / SH_RG;
     sl.col_off = lm->max_rank;
     if (x.dtype == LG_F16) launch_t<__half>(c, tmp, x, lm, sl, k, max_seg);
     else launch_t<__nv_bfloat16>(c, tmp, x, lm, sl, k, max_seg);
@@ -164,4 +204,10 @@ int cu_lora_shrink_multi(lg_backend *be, lg_tensor tmp, lg_tensor x, const lg_lo
 int cu_lora_shrink(lg_backend *be, lg_tensor tmp, lg_tensor x, const lg_lora_meta *lm, int slot)
 {
     return cu_lora_shrink_multi(be, tmp, x, lm, &slot, 1);
+}
+
+/* For benchmarks (tests/gpu/bench_sgmv.c): the compute stream, to time ops with events. */
+extern "C" cudaStream_t lg_cuda_compute_stream(lg_backend *be)
+{
+    return be && be->ctx ? CU_CTX(be)->stream : NULL;
 }

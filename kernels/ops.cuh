@@ -25,6 +25,8 @@ int cu_lora_expand(lg_backend *be, lg_tensor y, lg_tensor tmp, const lg_lora_met
 int cu_lora_shrink_multi(lg_backend *be, lg_tensor tmp, lg_tensor x, const lg_lora_meta *lm, const int *slots, int k);
 int cu_lora_expand_multi(lg_backend *be, const lg_tensor *ys, lg_tensor tmp, const lg_lora_meta *lm,
                          const int *slots, int k);
+/* The compute stream, for benchmarks that time ops with events (lora_shrink.cu; C linkage). */
+extern "C" cudaStream_t lg_cuda_compute_stream(lg_backend *be);
 /* step graphs (graph.cu) */
 int cu_graph_begin(lg_backend *be, const void *key, size_t key_len, bool *replayed);
 int cu_graph_end(lg_backend *be, bool ok);

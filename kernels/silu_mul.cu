@@ -3,8 +3,14 @@
  *
  *   for t < T, f < F:  g = gu[t, f], u = gu[t, F + f]
  *     out[t, f] = round(g / (1 + exp(-g)) * u)        (f32 math, one rounding)
+ *
+ * Fast path (half dtypes, F % 8 == 0, aligned rows): one thread per 8
+ * consecutive f of one token: two 16-byte loads, one 16-byte store; one
+ * thread per element otherwise. Decode (32 x 11008 f16): 2 MB moved.
  */
 #include "ops.cuh"
+
+__device__ __forceinline__ float silu_mul1(float g, float u) { return g / (1.0f + expf(-g)) * u; }
 
 template <typename T>
 __global__ void silu_mul_kernel(T *out, int64_t ldo, const T *gu, int64_t ldg, int F, int T_)
@@ -13,9 +19,46 @@ __global__ void silu_mul_kernel(T *out, int64_t ldo, const T *gu, int64_t ldg, i
     for (int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; j < n; j += (int64_t)gridDim.x * blockDim.x) {
         int64_t t = j / F, f = j % F;
         const T *r = gu + t * ldg;
-        float g = to_f32(r[f]), u = to_f32(r[F + f]);
-        out[t * ldo + f] = from_f32<T>(g / (1.0f + expf(-g)) * u);
+        out[t * ldo + f] = from_f32<T>(silu_mul1(to_f32(r[f]), to_f32(r[F + f])));
     }
+}
+
+/* F8 = F / 8 chunks per row; j = t * F8 + chunk. */
+template <typename T>
+__global__ void silu_mul_vec_kernel(T *out, int64_t ldo, const T *gu, int64_t ldg, int F8, int T_)
+{
+    const int64_t n = (int64_t)F8 * T_;
+    for (int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; j < n; j += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t t = j / F8, f = (j % F8) * 8;
+        const T *r = gu + t * ldg + f;
+        const uint4 gw = *(const uint4 *)r, uw = *(const uint4 *)(r + (int64_t)F8 * 8);
+        float g[8], u[8];
+        unpack8<T>(gw, g);
+        unpack8<T>(uw, u);
+#pragma unroll
+        for (int e = 0; e < 8; e++) g[e] = silu_mul1(g[e], u[e]);
+        *(uint4 *)(out + t * ldo + f) = pack8<T>(g);
+    }
+}
+
+template <typename T>
+static void launch(cuda_ctx *c, lg_tensor out, lg_tensor gate_up)
+{
+    const int F = (int)out.cols, R = (int)out.rows;
+    if constexpr (sizeof(T) == 2) {
+        if (F % 8 == 0 && out.stride % 8 == 0 && gate_up.stride % 8 == 0 && cu_aligned16(out.data) &&
+            cu_aligned16(gate_up.data)) {
+            const int64_t n = (int64_t)(F / 8) * R;
+            const unsigned blocks = (unsigned)((n + 255) / 256 < 8 * 1024 ? (n + 255) / 256 : 8 * 1024);
+            silu_mul_vec_kernel<T><<<blocks, 256, 0, c->stream>>>((T *)out.data, out.stride,
+                                                                  (const T *)gate_up.data, gate_up.stride, F / 8, R);
+            return;
+        }
+    }
+    const int64_t n = (int64_t)F * R;
+    const unsigned blocks = (unsigned)((n + 255) / 256 < 8 * 1024 ? (n + 255) / 256 : 8 * 1024);
+    silu_mul_kernel<T><<<blocks, 256, 0, c->stream>>>((T *)out.data, out.stride, (const T *)gate_up.data,
+                                                      gate_up.stride, F, R);
 }
 
 int cu_silu_mul(lg_backend *be, lg_tensor out, lg_tensor gate_up)
@@ -29,20 +72,9 @@ int cu_silu_mul(lg_backend *be, lg_tensor out, lg_tensor gate_up)
                        cu_dtype_name(gate_up.dtype), (long long)gate_up.rows, (long long)gate_up.cols);
     if (out.rows == 0)
         return 0;
-    int64_t n = out.rows * out.cols;
-    unsigned blocks = (unsigned)((n + 255) / 256 < 8 * 1024 ? (n + 255) / 256 : 8 * 1024);
-    if (out.dtype == LG_F32)
-        silu_mul_kernel<float><<<blocks, 256, 0, c->stream>>>((float *)out.data, out.stride,
-                                                             (const float *)gate_up.data, gate_up.stride,
-                                                             (int)out.cols, (int)out.rows);
-    else if (out.dtype == LG_F16)
-        silu_mul_kernel<__half><<<blocks, 256, 0, c->stream>>>((__half *)out.data, out.stride,
-                                                              (const __half *)gate_up.data, gate_up.stride,
-                                                              (int)out.cols, (int)out.rows);
-    else
-        silu_mul_kernel<__nv_bfloat16><<<blocks, 256, 0, c->stream>>>((__nv_bfloat16 *)out.data, out.stride,
-                                                                     (const __nv_bfloat16 *)gate_up.data,
-                                                                     gate_up.stride, (int)out.cols, (int)out.rows);
+    if (out.dtype == LG_F32) launch<float>(c, out, gate_up);
+    else if (out.dtype == LG_F16) launch<__half>(c, out, gate_up);
+    else launch<__nv_bfloat16>(c, out, gate_up);
     CU_LAUNCHED(c);
     return 0;
 }
