@@ -21,7 +21,7 @@ rows = [r for r in csv.reader(l for l in open(sys.argv[1]) if l.startswith('"'))
 if not rows:
     print(sys.argv[2], "no ncu rows:", open(sys.argv[1].replace(".csv", ".err")).read()[-600:]); sys.exit()
 h = rows[0]; ki = h.index("Kernel Name"); vi = h.index("Metric Value"); ui = h.index("Metric Unit")
-ks = [(r[ki].split("(")[0][:60], float(r[vi].replace(",", "")) * {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3}.get(r[ui], 1.0)) for r in rows[1:]]
+ks = [(r[ki].split("(")[0][:60], float(r[vi].replace(",", "")) * {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1.0, "us": 1.0, "msecond": 1e3, "ms": 1e3}[r[ui]]) for r in rows[1:]]
 idx = [i for i, k in enumerate(ks) if k[0].startswith("void embed_kernel") or k[0].startswith("embed_kernel")]
 steps = [ks[a:b] for a, b in zip(idx, idx[1:]) if not any("prefill" in n for n, _ in ks[a:b])]
 if not steps: print(sys.argv[2], "no full decode step among", len(ks), "kernels"); sys.exit()
