@@ -12,15 +12,7 @@ ROOT=$(pwd)
 LOG=${OUT:-$ROOT/build-cuda}
 mkdir -p "$LOG"
 BUILD=${BUILD:-build-cuda}
-if ls .deps/*.deb >/dev/null 2>&1; then
-    mkdir -p .deps/root
-    for f in .deps/*.deb; do dpkg -x "$f" .deps/root; done
-    export PKG_CONFIG_SYSROOT_DIR=$ROOT/.deps/root
-    export PKG_CONFIG_PATH=$ROOT/.deps/root/usr/lib/x86_64-linux-gnu/pkgconfig
-    export LD_LIBRARY_PATH=$ROOT/.deps/root/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
-    # the .pc files name /usr/lib...; the sysroot prefix covers -I/-L, the linker needs the libs too
-    export LIBRARY_PATH=$ROOT/.deps/root/usr/lib/x86_64-linux-gnu:${LIBRARY_PATH:-}
-fi
+. tests/gpu/deps_env.sh
 CUDA_HOME=${CUDA_HOME:-$(dirname "$(dirname "$(command -v nvcc)")")}
 if cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a >"$LOG/cmake.log" 2>&1; then
     cmake --build "$BUILD" -j"$(nproc)" >"$LOG/build.log" 2>&1 || { grep -E "error|Error" "$LOG/build.log" | head -30; exit 1; }

@@ -19,14 +19,7 @@ mkdir -p "$OUT"
 WHAT=${1:-all}
 export PYTHONUNBUFFERED=1
 
-if ls .deps/*.deb >/dev/null 2>&1; then
-  mkdir -p .deps/root
-  for f in .deps/*.deb; do dpkg -x "$f" .deps/root; done
-  export PKG_CONFIG_SYSROOT_DIR=$ROOT/.deps/root
-  export PKG_CONFIG_PATH=$ROOT/.deps/root/usr/lib/x86_64-linux-gnu/pkgconfig
-  export LD_LIBRARY_PATH=$ROOT/.deps/root/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
-  export LIBRARY_PATH=$ROOT/.deps/root/usr/lib/x86_64-linux-gnu:${LIBRARY_PATH:-}
-fi
+. tests/gpu/deps_env.sh
 
 summary=()
 note() { summary+=("$*"); echo "== $*"; }

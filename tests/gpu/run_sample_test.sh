@@ -17,14 +17,7 @@ mkdir -p "$OUT"
 BIN=build-cuda/test_cuda_sample
 
 if [ "${SKIP_BUILD:-0}" != 1 ] || ! [ -x "$BIN" ] || ldd "$BIN" | grep -q "not found"; then
-  if ls .deps/*.deb >/dev/null 2>&1; then
-    mkdir -p .deps/root
-    for f in .deps/*.deb; do dpkg -x "$f" .deps/root; done
-    export PKG_CONFIG_SYSROOT_DIR=$ROOT/.deps/root
-    export PKG_CONFIG_PATH=$ROOT/.deps/root/usr/lib/x86_64-linux-gnu/pkgconfig
-    export LD_LIBRARY_PATH=$ROOT/.deps/root/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
-    export LIBRARY_PATH=$ROOT/.deps/root/usr/lib/x86_64-linux-gnu:${LIBRARY_PATH:-}
-  fi
+  . tests/gpu/deps_env.sh
   CUDA_HOME=${CUDA_HOME:-$(dirname "$(dirname "$(command -v nvcc)")")}
   cmake -S . -B build-cuda -DCMAKE_BUILD_TYPE=Release >"$OUT/cmake.log" 2>&1 || { tail -20 "$OUT/cmake.log"; exit 1; }
   cmake --build build-cuda -j"$(nproc)" --target lgcore lgcuda test_sampling >"$OUT/build.log" 2>&1 ||
