@@ -24,27 +24,7 @@
 #define MAX_RANK 8
 #define PAGE_BYTES 4096 /* >= 8 * 128 * 4: the largest tensor at MAX_RANK in f32 */
 
-/* The tiny base model of make_fixtures.py:
- * n_layers 2, d_model 64, n_heads 4, n_kv_heads 2, head_dim 16, d_ff 128. */
-static lg_model_config base_config(void)
-{
-    lg_model_config c;
-    memset(&c, 0, sizeof c);
-    snprintf(c.arch, sizeof c.arch, "llama");
-    c.n_layers = 2;
-    c.d_model = 64;
-    c.n_heads = 4;
-    c.n_kv_heads = 2;
-    c.head_dim = 16;
-    c.d_ff = 128;
-    c.vocab_size = 100;
-    c.max_pos = 128;
-    c.rope_theta = 10000.0f;
-    c.rms_eps = 1e-5f;
-    c.weight_dtype = LG_F32;
-    c.bos_id = -1;
-    return c;
-}
+#include "peft_base.h" /* base_config(): the fixtures' tiny base model */
 
 static const char *VALID[] = {"list_f16", "all_linear_f32", "regex", "patterns", "layers_int",
                               "layers_list", "fan_in_fan_out", "rslora", "default_bf16"};

@@ -13,26 +13,7 @@
 
 #define FIX "tests/fixtures/peft/"
 
-/* The tiny base model of make_fixtures.py. */
-static lg_model_config base_config(void)
-{
-    lg_model_config c;
-    memset(&c, 0, sizeof c);
-    snprintf(c.arch, sizeof c.arch, "llama");
-    c.n_layers = 2;
-    c.d_model = 64;
-    c.n_heads = 4;
-    c.n_kv_heads = 2;
-    c.head_dim = 16;
-    c.d_ff = 128;
-    c.vocab_size = 100;
-    c.max_pos = 128;
-    c.rope_theta = 10000.0f;
-    c.rms_eps = 1e-5f;
-    c.weight_dtype = LG_F32;
-    c.bos_id = -1;
-    return c;
-}
+#include "peft_base.h" /* base_config(): the fixtures' tiny base model */
 
 /* value(key, i) of make_fixtures.py, key = "<layer>.<proj>.<A|B>". */
 static float fixture_value(const char *key, size_t i)
