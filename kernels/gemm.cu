@@ -55,6 +55,10 @@ int cu_matmul(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tensor b
     const int T = (int)x.rows, N = (int)W.rows, K = (int)x.cols;
     if (T == 0)
         return 0;
+    /* decode (T <= 4): the weight-streaming GEMV of gemv.cu, where its alignment allows */
+    const int g = cu_gemv_try(be, y, x, W, bias, accumulate);
+    if (g <= 0)
+        return g;
     const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
     cublasStatus_t st = cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, N, T, K, &alpha, W.data, cu_type(W.dtype),
                                      (int)W.stride, x.data, cu_type(x.dtype), (int)x.stride, &beta, y.data,

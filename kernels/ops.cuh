@@ -49,4 +49,12 @@ int cu_check_view(cuda_ctx *c, const char *what, lg_tensor t, const char *file, 
             return -1;                                                                           \
     } while (0)
 
+
+/* The skinny matmul for T <= 4 (gemv.cu), same contract as cu_matmul on already-checked
+ * views: 0 done, -1 error, 1 not taken (T > 2 with N < 16384, T > 4, K % 8, alignment): use cuBLAS. */
+int cu_gemv_try(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tensor bias, bool accumulate);
+/* Benchmarks: 0 = matmul always on cuBLAS, 1 = auto (default), 2 = auto with programmatic
+ * dependent launch, 10 + v = GEMV variant v for every T <= 4 (gemv.cu). Also LG_GEMV in the environment. */
+extern "C" void lg_cuda_gemv_mode(int mode);
+
 #endif

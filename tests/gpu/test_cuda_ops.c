@@ -915,6 +915,142 @@ static void bench_matmul(lg_dtype dt, int T, int N, int K)
     gt_free(&x), gt_free(&W), gt_free(&y);
 }
 
+/* ---- skinny matmul (T <= 4: kernels/gemv.cu) ----------------------------------------------
+ * Each case runs twice: as the engine dispatches (gemv.cu or cuBLAS by T and N) and with the
+ * GEMV forced for every T <= 4 (lg_cuda_gemv_mode(11)), so T = 3, 4 cover the kernel too.
+ * y is a column slice [T, N] at column c0 of a [T, ytot] buffer (ytot > N: strided, unaligned
+ * start when c0 is odd); columns outside the slice must come back bit for bit. xpad % 8 != 0
+ * sends the call to cuBLAS (the fallback). bias: 0 none, 1 f32, 2 in the act dtype. */
+void lg_cuda_gemv_mode(int mode); /* kernels/gemv.cu */
+static const char *gemv_op = "gemv";
+
+static void test_gemv(lg_dtype dt, int T, int N, int K, int f32_out, int bias, int accumulate, int c0, int ytot,
+                      int xpad)
+{
+    lg_dtype ydt = f32_out ? LG_F32 : dt;
+    gt x = gt_new(dt, T, K, xpad), W = gt_new(dt, N, K, 0), y = gt_new(ydt, T, ytot, 0);
+    gt_set(&x, NULL, 1.0f);
+    gt_set(&W, NULL, 0.1f);
+    gt_set(&y, NULL, 1.0f);
+    size_t n = (size_t)T * ytot;
+    float *ry = fdup(y.f, n);
+    if (!accumulate) { /* poison the slice only */
+        for (int t = 0; t < T; t++) memset(elem(&y, t, c0), 0xFF, (size_t)N * esz(ydt));
+        G->i.upload(G, y.base, y.img, y.bytes);
+    }
+    lg_dtype bdt = bias == 2 ? dt : LG_F32;
+    float *b = malloc(N * 4);
+    for (int i = 0; i < N; i++) b[i] = frand();
+    void *bh = malloc((size_t)N * 4);
+    lg_from_f32(bh, bdt, b, N);
+    lg_to_f32(b, bh, bdt, N);
+    void *db = G->i.alloc(G, (size_t)N * 4);
+    G->i.upload(G, db, bh, (size_t)N * esz(bdt));
+    lg_tensor none = {0}, bt = lg_tensor_2d(db, bdt, 1, N);
+    lg_tensor yv = lg_tensor_cols(y.t, c0, N);
+    int rc = G->i.matmul(G, yv, x.t, W.t, bias ? bt : none, accumulate);
+    float *gy = malloc(n * 4);
+    int g = gt_get(&y, gy, NULL);
+    lg_tensor ryv = {ry + c0, LG_F32, T, N, ytot};
+    C->i.matmul(C, ryv, host_t(x.f, T, K), host_t(W.f, N, K), bias ? host_t(b, 1, N) : none, accumulate);
+    int outside = 0; /* columns outside the slice: untouched, exactly */
+    for (int t = 0; t < T; t++)
+        for (int j = 0; j < ytot; j++)
+            if ((j < c0 || j >= c0 + N) && memcmp(&gy[(size_t)t * ytot + j], &ry[(size_t)t * ytot + j], 4))
+                outside++;
+    if (outside)
+        fprintf(stderr, "  gemv: %d elements outside the y slice changed\n", outside);
+    char cas[48];
+    snprintf(cas, sizeof cas, "T%d N%d K%d%s%s%s y%d+%d%s", T, N, K, f32_out ? " y32" : "",
+             bias == 1 ? " b32" : bias == 2 ? " b16" : "", accumulate ? " acc" : "", c0, ytot, xpad % 8 ? " blas" : "");
+    record(gemv_op, cas, dt, rel_l2(gy, ry, n), lim_for(f32_out ? LG_F16 : dt) * (f32_out ? 0.5 : 1),
+           rc == 0 && g == 0 && outside == 0);
+    G->i.dealloc(G, db);
+    free(ry), free(b), free(bh), free(gy);
+    gt_free(&x), gt_free(&W), gt_free(&y);
+}
+
+/* A kernel writes x, a GEMV reads it, a second GEMV reads the first's output: eagerly and
+ * recorded in a step graph, replayed with new inputs (programmatic dependent launch must
+ * still order each GEMV's reads after its producer). Checked against the CPU each time. */
+static void test_gemv_chain(lg_dtype dt, int T)
+{
+    const int K = 1024, N1 = 2048, N2 = 520;
+    float *x32h = malloc((size_t)T * K * 4), *w1 = malloc((size_t)N1 * K * 4), *w2 = malloc((size_t)N2 * N1 * 4);
+    void *hb = malloc((size_t)N1 * K * 2);
+    for (size_t i = 0; i < (size_t)N1 * K; i++) w1[i] = 0.05f * frand();
+    for (size_t i = 0; i < (size_t)N2 * N1; i++) w2[i] = 0.05f * frand();
+    lg_from_f32(hb, dt, w1, (size_t)N1 * K), lg_to_f32(w1, hb, dt, (size_t)N1 * K);
+    void *dw1 = G->i.alloc(G, (size_t)N1 * K * 2), *dw2 = G->i.alloc(G, (size_t)N2 * N1 * 2);
+    G->i.upload(G, dw1, hb, (size_t)N1 * K * 2);
+    lg_from_f32(hb, dt, w2, (size_t)N2 * N1), lg_to_f32(w2, hb, dt, (size_t)N2 * N1);
+    G->i.upload(G, dw2, hb, (size_t)N2 * N1 * 2);
+    float *dx32 = G->i.alloc(G, (size_t)T * K * 4), *dy2 = G->i.alloc(G, (size_t)T * N2 * 4);
+    void *dx = G->i.alloc(G, (size_t)T * K * 2), *dy1 = G->i.alloc(G, (size_t)T * N1 * 2);
+    float *xr = malloc((size_t)T * K * 4), *y1 = malloc((size_t)T * N1 * 4), *y2 = malloc((size_t)T * N2 * 4),
+          *got = malloc((size_t)T * N2 * 4);
+    lg_tensor none = {0};
+    double worst = 0;
+    int ok = 1;
+    for (int it = 0; it < 5; it++) { /* 0, 1: eager; 2: records; 3, 4: replays */
+        for (int i = 0; i < T * K; i++) x32h[i] = frand();
+        G->i.upload(G, dx32, x32h, (size_t)T * K * 4);
+        bool replayed = false;
+        const char key[] = "test_gemv_chain";
+        if (it >= 2)
+            ok &= G->i.graph_begin(G, key, sizeof key, &replayed) == 0;
+        if (!replayed) {
+            int rc = G->i.convert(G, lg_tensor_2d(dx, dt, T, K), lg_tensor_2d(dx32, LG_F32, T, K));
+            rc |= G->i.matmul(G, lg_tensor_2d(dy1, dt, T, N1), lg_tensor_2d(dx, dt, T, K), lg_tensor_2d(dw1, dt, N1, K),
+                              none, false);
+            rc |= G->i.matmul(G, lg_tensor_2d(dy2, LG_F32, T, N2), lg_tensor_2d(dy1, dt, T, N1),
+                              lg_tensor_2d(dw2, dt, N2, N1), none, false);
+            ok &= rc == 0;
+        }
+        if (it >= 2)
+            ok &= G->i.graph_end(G, true) == 0;
+        ok &= G->i.sync(G) == 0 && G->i.download(G, got, dy2, (size_t)T * N2 * 4) == 0;
+        /* oracle: the same roundings as the device (x and y1 in dt) */
+        lg_from_f32(hb, dt, x32h, (size_t)T * K), lg_to_f32(xr, hb, dt, (size_t)T * K);
+        C->i.matmul(C, host_t(y1, T, N1), host_t(xr, T, K), host_t(w1, N1, K), none, false);
+        lg_from_f32(hb, dt, y1, (size_t)T * N1), lg_to_f32(y1, hb, dt, (size_t)T * N1);
+        C->i.matmul(C, host_t(y2, T, N2), host_t(y1, T, N1), host_t(w2, N2, N1), none, false);
+        double e = rel_l2(got, y2, (size_t)T * N2);
+        worst = isnan(e) || e > worst ? e : worst;
+    }
+    G->i.graph_reset(G);
+    char cas[48];
+    snprintf(cas, sizeof cas, "T%d convert>gemv>gemv, graph", T);
+    record(gemv_op, cas, dt, worst, lim_for(dt), ok);
+    G->i.dealloc(G, dw1), G->i.dealloc(G, dw2), G->i.dealloc(G, dx32), G->i.dealloc(G, dy2), G->i.dealloc(G, dx),
+        G->i.dealloc(G, dy1);
+    free(x32h), free(w1), free(w2), free(hb), free(xr), free(y1), free(y2), free(got);
+}
+
+static void test_gemv_all(lg_dtype dt)
+{
+    for (int forced = 0; forced < 2; forced++) {
+        lg_cuda_gemv_mode(forced ? 11 : 1);
+        gemv_op = forced ? "gemv/forced" : "gemv";
+        /*        T   N      K    y32 bias acc  c0  ytot  xpad */
+        test_gemv(dt, 1, 1000, 520, 0, 0, 0, 0, 1000, 0);     /* K8 = 65: ragged batch tail */
+        test_gemv(dt, 2, 777, 4104, 0, 1, 1, 3, 800, 8);      /* odd N, unaligned y slice */
+        test_gemv(dt, 3, 384, 1032, 1, 0, 0, 40, 1000, 16);
+        test_gemv(dt, 4, 1001, 2056, 0, 2, 1, 1, 1010, 8);
+        test_gemv(dt, 1, 4096, 4096, 0, 1, 0, 0, 4096, 0);
+        test_gemv(dt, 4, 257, 11008, 1, 1, 1, 5, 300, 0);
+        test_gemv(dt, 2, 130, 8, 0, 0, 0, 0, 130, 0);         /* K = 8: one word per row */
+        test_gemv(dt, 3, 33, 264, 0, 1, 0, 7, 64, 0);
+        test_gemv(dt, 1, 3, 4096, 1, 0, 1, 0, 3, 0);          /* fewer rows than one warp's group */
+        test_gemv(dt, 4, 32000, 256, 1, 0, 0, 0, 32000, 0);   /* many blocks, f32 logits */
+        test_gemv(dt, 2, 500, 1000, 0, 1, 1, 2, 520, 3);      /* x stride % 8 != 0: cuBLAS fallback */
+        test_gemv(dt, 1, 64, 1004, 0, 0, 0, 0, 64, 0);        /* K % 8 != 0: cuBLAS fallback */
+        test_gemv_chain(dt, 1);
+        test_gemv_chain(dt, 4);
+    }
+    lg_cuda_gemv_mode(1);
+}
+
 int main(int argc, char **argv)
 {
     int bench = !(argc > 1 && !strcmp(argv[1], "--no-bench"));
@@ -981,6 +1117,7 @@ int main(int argc, char **argv)
             test_lora(dt, LG_F32, "decode 32x1", 32, len2, r2, 4096, 4096, 0, 4096, 0);
         }
         test_graph(dt);
+        test_gemv_all(dt);
         if (bench) {
             bench_matmul(dt, 1, 4096, 4096);
             bench_matmul(dt, 32, 4096, 4096);
