@@ -37,49 +37,7 @@ void lg_cuda_gemv_mode(int mode);                    /* kernels/gemv.cu */
 
 static lg_backend *G;
 static char *arena;
-static uint64_t rng = 0x2545F4914F6CDD1Dull;
-static uint64_t rnd64(void)
-{
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return rng;
-}
-
-#define CK(x)                                                                                    \
-    do {                                                                                         \
-        if (!(x)) {                                                                              \
-            fprintf(stderr, "%s:%d: %s failed\n", __FILE__, __LINE__, #x);                        \
-            exit(1);                                                                             \
-        }                                                                                        \
-    } while (0)
-#define CKC(x)                                                                                   \
-    do {                                                                                         \
-        cudaError_t e_ = (x);                                                                    \
-        if (e_ != cudaSuccess) {                                                                 \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));  \
-            exit(1);                                                                             \
-        }                                                                                        \
-    } while (0)
-
-static void *dev_random_f16(size_t n, float amp)
-{
-    float *f = malloc(n * 4);
-    uint16_t *h = malloc(n * 2);
-    CK(f && h);
-    for (size_t i = 0; i < n; i++) f[i] = amp * ((float)(rnd64() >> 40) / (float)(1 << 24) * 2.0f - 1.0f);
-    lg_from_f32(h, LG_F16, f, n);
-    void *d = G->i.alloc(G, n * 2);
-    CK(d && G->i.upload(G, d, h, n * 2) == 0);
-    free(f), free(h);
-    return d;
-}
-
-static int cmp_f(const void *a, const void *b)
-{
-    float x = *(const float *)a, y = *(const float *)b;
-    return x < y ? -1 : x > y;
-}
+#include "bench_util.h" /* rnd64, CK, CKC, dev_random_f16, cmp_f */
 
 /* Median us per launch of REPS matmuls (rotating W copies) in one graph, path `mode`. */
 static double time_mm(int mode, int T, int N, int K, lg_dtype ydt, void *x, void *y)
