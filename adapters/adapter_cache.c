@@ -400,6 +400,22 @@ placed:
     return 0;
 }
 
+void lg_adapter_cache_poll(lg_adapter_cache *c)
+{
+    /* finished uploads whose requests went away would otherwise hold their
+     * pages (raw, unevictable) until the adapter is asked for again: make
+     * them resident and idle (cached) */
+    for (int i = 0; i < c->n; i++) {
+        entry *e = c->e[i];
+        if (!e->loading || c->be->i.upload_done(c->be, e->ticket) == 0)
+            continue;
+        const lg_lora_w *slots;
+        lg_err err;
+        if (lg_adapter_cache_acquire(c, i, &slots, &err) == 0)
+            lg_page_pool_unpin(c->pool, &e->pe);
+    }
+}
+
 void lg_adapter_cache_release(lg_adapter_cache *c, int id)
 {
     if (id >= 0 && id < c->n && c->e[id]->resident)

@@ -70,6 +70,9 @@ const char *lg_adapter_cache_digest(const lg_adapter_cache *c, int id);
  * requests meanwhile): call again on a later step. -1 on a hard error (err
  * set, e.g. the directory changed and no longer validates). */
 int lg_adapter_cache_acquire(lg_adapter_cache *c, int id, const lg_lora_w **slots, lg_err *err);
+/* Turns finished async uploads into resident, idle adapters (call once per
+ * step): an upload whose requests went away must not hold pages forever. */
+void lg_adapter_cache_poll(lg_adapter_cache *c);
 /* Drops one pin taken by acquire. */
 void lg_adapter_cache_release(lg_adapter_cache *c, int id);
 

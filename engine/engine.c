@@ -38,6 +38,7 @@ typedef struct request {
     const lg_lora_w *lora;   /* adapter slot table while pinned, else NULL */
     bool cancel;
     lg_finish_reason cancel_reason;
+    char error[256];         /* why it failed, for on_finish */
     struct request *next;    /* inbox / lists */
 } request;
 
@@ -423,6 +424,8 @@ int lg_engine_step(lg_engine *e, lg_err *err)
 static int engine_step(lg_engine *e, lg_err *err)
 {
     drain_inbox(e);
+    if (e->adapters)
+        lg_adapter_cache_poll(e->adapters);
     /* finish cancelled requests */
     for (int i = 0; i < e->n_live;) {
         request *r = e->live[i];
@@ -454,6 +457,7 @@ static int engine_step(lg_engine *e, lg_err *err)
                 if (rc < 0) {
                     r->cancel = true;
                     r->cancel_reason = LG_FINISH_ERROR;
+                    snprintf(r->error, sizeof r->error, "%s", aerr.msg);
                     continue;
                 }
                 if (rc > 0)
@@ -484,7 +488,7 @@ static int engine_step(lg_engine *e, lg_err *err)
     for (int i = 0; i < e->n_live;) {
         request *r = e->live[i];
         if (r->cancel && r->cancel_reason == LG_FINISH_ERROR) {
-            finish(e, r, LG_FINISH_ERROR, "the request's adapter could not be loaded");
+            finish(e, r, LG_FINISH_ERROR, r->error[0] ? r->error : "the request's adapter could not be loaded");
             request_free(r);
             remove_live(e, i);
         } else {
