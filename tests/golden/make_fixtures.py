@@ -241,6 +241,29 @@ def top2(logits):
     return int(i[0]), float(v[0]), float(v[0] - v[1])
 
 
+def greedy_reference(model, ids, n, device):
+    """Greedy decoding by full forwards (no KV cache), to be run inside the
+    float64 patches: returns the logits at the last prompt position, n greedy
+    tokens, each step's top-2 margin and top logit, and whether HF generate
+    (its KV-cache path) agrees on the tokens it produced."""
+    seq = list(ids)
+    greedy, margins, tops, last = [], [], [], None
+    for step in range(n):
+        lg = model(torch.tensor([seq], device=device)).logits[0, -1].double().cpu()
+        if step == 0:
+            last = lg
+        tok, top, m = top2(lg)
+        greedy.append(tok)
+        margins.append(m)
+        tops.append(top)
+        seq.append(tok)
+    gen = model.generate(input_ids=torch.tensor([ids], device=device),
+                         attention_mask=torch.ones(1, len(ids), dtype=torch.long, device=device),
+                         do_sample=False, max_new_tokens=n, pad_token_id=0)
+    gen = gen[0, len(ids):].tolist()
+    return last, greedy, margins, tops, gen == greedy[: len(gen)]
+
+
 def build_one(fx, idx, out_dir, device):
     t0 = time.time()
     path = os.path.join(out_dir, fx["name"])
@@ -299,24 +322,8 @@ def build_one(fx, idx, out_dir, device):
             # HF as shipped (float32 islands) for the record
             plain = ld(torch.tensor([ids], device=device)).logits[0, -1].double().cpu()
             with patches:
-                seq = list(ids)
-                greedy, margins, tops, last = [], [], [], None
-                for step in range(N_GREEDY):
-                    lg = ld(torch.tensor([seq], device=device)).logits[0, -1].double().cpu()
-                    if step == 0:
-                        last = lg
-                    tok, top, m = top2(lg)
-                    greedy.append(tok)
-                    margins.append(m)
-                    tops.append(top)
-                    seq.append(tok)
-                # cross-check with HF generate (KV cache path); prefix up to EOS stop
-                gen = ld.generate(torch.tensor([ids], device=device),
-                                  attention_mask=torch.ones(1, L, dtype=torch.long, device=device),
-                                  do_sample=False, max_new_tokens=N_GREEDY, pad_token_id=0)
-                gen = gen[0, L:].tolist()
-                if gen != greedy[: len(gen)]:
-                    gen_agree = False
+                last, greedy, margins, tops, agree = greedy_reference(ld, ids, N_GREEDY, device)
+                gen_agree = gen_agree and agree
             np_logits = np_llama.forward(cfg_json, W, ids)[-1]
             np_err = max(np_err, np_llama.rel_l2(np_logits, last.numpy()))
             hf32_err = max(hf32_err, np_llama.rel_l2(plain.numpy(), last.numpy()))

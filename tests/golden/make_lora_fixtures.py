@@ -262,28 +262,9 @@ def main():
         print(f"  {name}: saved, B factor {c:g}", flush=True)
 
     # ---- references -----------------------------------------------------------
-    def top2(lg):
-        v, i = torch.topk(lg, 2)
-        return int(i[0]), float(v[0]), float(v[0] - v[1])
-
     def run_case(model, patches, ids):
-        seq = list(ids)
-        greedy, margins, tops, last = [], [], [], None
         with torch.inference_mode(), patches:
-            for step in range(N_GREEDY):
-                lg = model(torch.tensor([seq], device=device)).logits[0, -1].double().cpu()
-                if step == 0:
-                    last = lg
-                tok, top, m = top2(lg)
-                greedy.append(tok)
-                margins.append(m)
-                tops.append(top)
-                seq.append(tok)
-            gen = model.generate(input_ids=torch.tensor([ids], device=device),
-                                 attention_mask=torch.ones(1, len(ids), dtype=torch.long, device=device),
-                                 do_sample=False, max_new_tokens=N_GREEDY, pad_token_id=0)
-            gen = gen[0, len(ids):].tolist()
-        return last, greedy, margins, tops, gen == greedy[: len(gen)]
+            return mf.greedy_reference(model, ids, N_GREEDY, device)
 
     cases = []
     adapters_out = {}
