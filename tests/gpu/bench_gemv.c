@@ -101,19 +101,7 @@ static double copy_tbs(void)
 int main(int argc, char **argv)
 {
     const int sweep = argc > 1 && !strcmp(argv[1], "--sweep"); /* also each variant and no-PDL */
-    lg_err err = {0};
-    lg_backend_opts o = {0};
-    o.act_dtype_hint = LG_F16;
-    if (lg_backend_create("cuda", &o, &G, &err) != 0) {
-        fprintf(stderr, "cuda backend: %s\n", err.msg);
-        return 2;
-    }
-    arena = G->i.alloc(G, ARENA_BYTES);
-    CK(arena);
-    const size_t chunk = (size_t)64 << 20;
-    void *seed = dev_random_f16(chunk / 2, 0.02f);
-    for (size_t off = 0; off < ARENA_BYTES; off += chunk) CK(G->i.copy(G, arena + off, seed, chunk) == 0);
-    G->i.dealloc(G, seed);
+    arena = bench_setup(ARENA_BYTES);
     void *x = dev_random_f16((size_t)4 * 11008, 1.0f);
     void *y = G->i.alloc(G, (size_t)4 * 32000 * 4);
     CK(x && y);

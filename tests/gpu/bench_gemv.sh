@@ -8,9 +8,6 @@
 # stdout, also in $OUT/bench_gemv.txt when OUT is set.
 set -eu
 BUILD=${BUILD:-build-cuda}
-CUDA_HOME=${CUDA_HOME:-$(dirname "$(dirname "$(command -v nvcc)")")}
 [ -d .deps/root ] && export LD_LIBRARY_PATH=$PWD/.deps/root/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
-gcc -O2 -std=c11 -D_GNU_SOURCE -DLG_HAVE_CUDA=1 -Iengine -I. -I"$CUDA_HOME/include" tests/gpu/bench_gemv.c \
-    "$BUILD/liblgcore.a" "$BUILD/liblgcuda.a" -L"$CUDA_HOME/lib64" -L"$CUDA_HOME/lib64/stubs" \
-    -lcudart -lcublas -lcublasLt -lstdc++ -lpthread -lm -ldl -lrt -o "$BUILD/bench_gemv"
+cmake --build "$BUILD" --target bench_gemv >/dev/null  # CMake target (CUDA builds)
 if [ -n "${OUT:-}" ]; then "$BUILD/bench_gemv" "$@" | tee "$OUT/bench_gemv.txt"; else "$BUILD/bench_gemv" "$@"; fi

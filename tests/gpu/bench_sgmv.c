@@ -137,20 +137,7 @@ static void run_case(const bcase *c, int case_id, void *x, void *y, void *tmp)
 
 int main(void)
 {
-    lg_err err = {0};
-    lg_backend_opts o = {0};
-    o.act_dtype_hint = LG_F16;
-    if (lg_backend_create("cuda", &o, &G, &err) != 0) {
-        fprintf(stderr, "cuda backend: %s\n", err.msg);
-        return 2;
-    }
-    /* the arena: 64 MB of random f16 (|v| < 0.02), copied over the whole arena */
-    arena = G->i.alloc(G, ARENA_BYTES);
-    CK(arena);
-    const size_t chunk = (size_t)64 << 20;
-    void *seed = dev_random_f16(chunk / 2, 0.02f);
-    for (size_t off = 0; off < ARENA_BYTES; off += chunk) CK(G->i.copy(G, arena + off, seed, chunk) == 0);
-    G->i.dealloc(G, seed);
+    arena = bench_setup(ARENA_BYTES);
     const int TMAX = 512;
     void *x = dev_random_f16((size_t)TMAX * IN, 1.0f), *y = dev_random_f16((size_t)TMAX * N_SLOTS * OUT, 1.0f);
     void *tmp = G->i.alloc(G, (size_t)TMAX * N_SLOTS * 64 * 4);

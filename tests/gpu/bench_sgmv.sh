@@ -12,9 +12,7 @@ set -eu
 BUILD=${BUILD:-build-cuda}
 CUDA_HOME=${CUDA_HOME:-$(dirname "$(dirname "$(command -v nvcc)")")}
 [ -d .deps/root ] && export LD_LIBRARY_PATH=$PWD/.deps/root/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
-gcc -O2 -std=c11 -D_GNU_SOURCE -DLG_HAVE_CUDA=1 -Iengine -I. -I"$CUDA_HOME/include" tests/gpu/bench_sgmv.c \
-    "$BUILD/liblgcore.a" "$BUILD/liblgcuda.a" -L"$CUDA_HOME/lib64" -L"$CUDA_HOME/lib64/stubs" \
-    -lcudart -lcublas -lcublasLt -lstdc++ -lpthread -lm -ldl -lrt -o "$BUILD/bench_sgmv"
+cmake --build "$BUILD" --target bench_sgmv >/dev/null  # CMake target (CUDA builds)
 run() { # binary label
     echo "== $2"
     if [ -n "${OUT:-}" ]; then "$1" | tee "$OUT/bench_sgmv_$2.txt"; else "$1"; fi

@@ -53,6 +53,27 @@ static void *dev_random_f16(size_t n, float amp)
     return d;
 }
 
+/* Creates the f16 CUDA backend in G and returns an arena of `bytes` (a
+ * multiple of 64 MB) filled with random f16 (|v| < 0.02): the weights the
+ * benchmark rotates through, so L2 cannot hold them. Exits on failure. */
+static char *bench_setup(size_t bytes)
+{
+    lg_err err = {0};
+    lg_backend_opts o = {0};
+    o.act_dtype_hint = LG_F16;
+    if (lg_backend_create("cuda", &o, &G, &err) != 0) {
+        fprintf(stderr, "cuda backend: %s\n", err.msg);
+        exit(2);
+    }
+    char *arena = G->i.alloc(G, bytes);
+    CK(arena);
+    const size_t chunk = (size_t)64 << 20;
+    void *seed = dev_random_f16(chunk / 2, 0.02f);
+    for (size_t off = 0; off < bytes; off += chunk) CK(G->i.copy(G, arena + off, seed, chunk) == 0);
+    G->i.dealloc(G, seed);
+    return arena;
+}
+
 static int cmp_f(const void *a, const void *b)
 {
     float x = *(const float *)a, y = *(const float *)b;

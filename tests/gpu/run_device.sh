@@ -8,7 +8,7 @@
 #
 # Needs nvcc, cmake, python3 with torch/transformers/peft/pytest (the GPU
 # machine's image). Missing Debian libraries (jansson, pcre2, utf8proc) are
-# taken from .deps/*.deb when present (see tests/gpu/build_and_test.sh).
+# taken from .deps/*.deb when present (tests/gpu/deps_env.sh).
 # Logs and JSON results go to $OUT (default build-cuda/out); a summary is
 # printed last. SKIP_HF=1 skips the HF baselines; BENCH_EAGER=1 adds the W1
 # runs with step graphs off (LG_NO_GRAPHS=1).
@@ -33,6 +33,8 @@ BIN=$ROOT/build-cuda/loragate
 if [ "$WHAT" = all ] || [ "$WHAT" = test ]; then
   build-cuda/test_cuda_ops >"$OUT/test_cuda_ops.log" 2>&1
   note "op tests: rc=$? $(grep -E 'passed|failed' "$OUT/test_cuda_ops.log" | tail -1)"
+  build-cuda/test_cuda_sample >"$OUT/test_cuda_sample.log" 2>&1
+  note "device sampler vs host: rc=$? $(tail -1 "$OUT/test_cuda_sample.log")"
   # f16: every fixture computed in f16; auto: each in its weight dtype (f32
   # weights in f16 until the CUDA backend computes in f32). Forcing bf16 on
   # f16 weights loses mantissa bits and is not a configuration we serve.

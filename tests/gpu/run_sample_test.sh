@@ -5,8 +5,8 @@
 #   bash tests/gpu/run_sample_test.sh            (from the repo root, on a GPU machine)
 #
 # Builds build-cuda with the repo's CMake (jansson/pcre2/utf8proc taken from
-# .deps/*.deb when present, as in run_device.sh), then links the test against
-# build-cuda/liblgcore.a + liblgcuda.a like build_and_test.sh does. With
+# .deps/*.deb when present, as in run_device.sh) and its test_cuda_sample
+# target. With
 # SKIP_BUILD=1 and an existing build-cuda/test_cuda_sample that loads, it is
 # run as is (a binary built on a machine with the same CUDA toolkit).
 # Log: $OUT/test_cuda_sample.log (default build-cuda/). Exit status: the test's.
@@ -18,13 +18,9 @@ BIN=build-cuda/test_cuda_sample
 
 if [ "${SKIP_BUILD:-0}" != 1 ] || ! [ -x "$BIN" ] || ldd "$BIN" | grep -q "not found"; then
   . tests/gpu/deps_env.sh
-  CUDA_HOME=${CUDA_HOME:-$(dirname "$(dirname "$(command -v nvcc)")")}
   cmake -S . -B build-cuda -DCMAKE_BUILD_TYPE=Release >"$OUT/cmake.log" 2>&1 || { tail -20 "$OUT/cmake.log"; exit 1; }
-  cmake --build build-cuda -j"$(nproc)" --target lgcore lgcuda test_sampling >"$OUT/build.log" 2>&1 ||
+  cmake --build build-cuda -j"$(nproc)" --target test_sampling test_cuda_sample >"$OUT/build.log" 2>&1 ||
     { grep -E "error" "$OUT/build.log" | head -30; exit 1; }
-  gcc -O2 -std=c11 -D_GNU_SOURCE -DLG_HAVE_CUDA=1 -Iengine -I. tests/gpu/test_cuda_sample.c \
-      build-cuda/liblgcore.a build-cuda/liblgcuda.a -L"$CUDA_HOME/lib64" -L"$CUDA_HOME/lib64/stubs" \
-      -lcudart -lcublas -lcublasLt -lstdc++ -lpthread -lm -ldl -lrt -o "$BIN" || exit 1
   build-cuda/test_sampling >"$OUT/test_sampling.log" 2>&1
   echo "host sampler unit test: rc=$? $(tail -1 "$OUT/test_sampling.log")"
 fi

@@ -17,7 +17,7 @@
  * Then times the decode-critical kernels (host clock around 50 launches
  * between syncs) and prints one table: op, case, dtype, error, limit, us.
  * Usage: test_cuda_ops [--no-bench]. Exit status 0 only if all passed.
- * Needs a GPU; built and run by tests/gpu/build_and_test.sh.
+ * Needs a GPU; a CMake target of CUDA builds, run by tests/gpu/run_device.sh.
  */
 #include "backend.h"
 
