@@ -44,28 +44,6 @@ void lg_err_prefix(lg_err *err, const char *fmt, ...)
     snprintf(err->msg, sizeof err->msg, "%s: %s", pre, old);
 }
 
-size_t lg_dtype_size(lg_dtype t)
-{
-    switch (t) {
-    case LG_F32: return 4;
-    case LG_F16: return 2;
-    case LG_BF16: return 2;
-    case LG_I32: return 4;
-    }
-    return 0;
-}
-
-const char *lg_dtype_name(lg_dtype t)
-{
-    switch (t) {
-    case LG_F32: return "f32";
-    case LG_F16: return "f16";
-    case LG_BF16: return "bf16";
-    case LG_I32: return "i32";
-    }
-    return "?";
-}
-
 int lg_dtype_parse(const char *s, lg_dtype *out)
 {
     if (!strcmp(s, "f32") || !strcmp(s, "float32") || !strcmp(s, "F32")) *out = LG_F32;

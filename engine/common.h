@@ -38,8 +38,18 @@ typedef enum lg_dtype {
     LG_I32 = 3,
 } lg_dtype;
 
-size_t lg_dtype_size(lg_dtype t);
-const char *lg_dtype_name(lg_dtype t);
+/* Inline so the CUDA library (linked after the core) shares them. */
+static inline size_t lg_dtype_size(lg_dtype t) { return t == LG_F32 || t == LG_I32 ? 4 : 2; }
+static inline const char *lg_dtype_name(lg_dtype t)
+{
+    switch (t) {
+    case LG_F32: return "f32";
+    case LG_F16: return "f16";
+    case LG_BF16: return "bf16";
+    case LG_I32: return "i32";
+    }
+    return "?";
+}
 /* "f32"/"float32", "f16"/"float16", "bf16"/"bfloat16" -> 0, else -1 */
 int lg_dtype_parse(const char *s, lg_dtype *out);
 

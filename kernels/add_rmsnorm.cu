@@ -183,8 +183,8 @@ int cu_add_rmsnorm(lg_backend *be, lg_tensor resid, lg_tensor delta, lg_tensor w
     CU_CHECK_VIEW(c, "add_rmsnorm out", out);
     CU_CHECK_VIEW(c, "add_rmsnorm w", w);
     if (out.dtype != resid.dtype || (delta.data && delta.dtype != resid.dtype))
-        return CU_FAIL(c, "add_rmsnorm: resid %s, delta %s, out %s must share one dtype", cu_dtype_name(resid.dtype),
-                       delta.data ? cu_dtype_name(delta.dtype) : "-", cu_dtype_name(out.dtype));
+        return CU_FAIL(c, "add_rmsnorm: resid %s, delta %s, out %s must share one dtype", lg_dtype_name(resid.dtype),
+                       delta.data ? lg_dtype_name(delta.dtype) : "-", lg_dtype_name(out.dtype));
     if (out.rows != resid.rows || out.cols != resid.cols || w.rows * w.cols < resid.cols ||
         (delta.data && (delta.rows != resid.rows || delta.cols != resid.cols)))
         return CU_FAIL(c, "add_rmsnorm: shapes differ (resid [%lld,%lld], out [%lld,%lld], w %lld)",

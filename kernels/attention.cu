@@ -24,8 +24,8 @@ int cu_attention(lg_backend *be, lg_tensor out, lg_tensor q, lg_kv_view kv, cons
         return CU_FAIL(c, "attention: step meta is NULL");
     const int hd = kv.head_dim, nkv = kv.n_kv_heads;
     if (q.dtype != kv.dtype || out.dtype != kv.dtype || !cu_is_half(kv.dtype))
-        return CU_FAIL(c, "attention: q %s, out %s, cache %s must be one 16-bit dtype", cu_dtype_name(q.dtype),
-                       cu_dtype_name(out.dtype), cu_dtype_name(kv.dtype));
+        return CU_FAIL(c, "attention: q %s, out %s, cache %s must be one 16-bit dtype", lg_dtype_name(q.dtype),
+                       lg_dtype_name(out.dtype), lg_dtype_name(kv.dtype));
     if (nkv <= 0 || n_heads <= 0 || n_heads % nkv)
         return CU_FAIL(c, "attention: n_heads %d is not a multiple of n_kv_heads %d", n_heads, nkv);
     if (hd <= 0 || hd % 8 || hd > 256)

@@ -48,7 +48,7 @@ int cu_check_view(cuda_ctx *c, const char *what, lg_tensor t, const char *file, 
     if (!t.data)
         return cu_fail_at(c, file, line, "%s: expected data, found NULL", what);
     if (!cu_is_float(t.dtype))
-        return cu_fail_at(c, file, line, "%s: expected f32/f16/bf16, found %s", what, cu_dtype_name(t.dtype));
+        return cu_fail_at(c, file, line, "%s: expected f32/f16/bf16, found %s", what, lg_dtype_name(t.dtype));
     if (t.rows < 0 || t.cols <= 0 || t.stride < t.cols || t.rows > INT32_MAX || t.cols > INT32_MAX ||
         t.stride > INT32_MAX)
         return cu_fail_at(c, file, line, "%s: bad shape rows=%lld cols=%lld stride=%lld", what, (long long)t.rows,

@@ -78,20 +78,6 @@ int cu_fail_at(cuda_ctx *c, const char *file, int line, const char *fmt, ...)
  * retired and freed with the backend; so growth is legal while recording. */
 void *cu_workspace(cuda_ctx *c, size_t n);
 
-static inline size_t cu_dtype_size(lg_dtype t)
-{
-    return t == LG_F32 || t == LG_I32 ? 4 : 2;
-}
-static inline const char *cu_dtype_name(lg_dtype t)
-{
-    switch (t) {
-    case LG_F32: return "f32";
-    case LG_F16: return "f16";
-    case LG_BF16: return "bf16";
-    case LG_I32: return "i32";
-    }
-    return "?";
-}
 static inline bool cu_is_float(lg_dtype t) { return t == LG_F32 || t == LG_F16 || t == LG_BF16; }
 static inline bool cu_is_half(lg_dtype t) { return t == LG_F16 || t == LG_BF16; }
 __host__ __device__ static inline bool cu_aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }

@@ -41,17 +41,17 @@ int cu_matmul(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tensor b
     CU_CHECK_VIEW(c, "matmul x", x);
     CU_CHECK_VIEW(c, "matmul W", W);
     if (!cu_is_half(x.dtype) || W.dtype != x.dtype)
-        return CU_FAIL(c, "matmul: x and W must both be f16 or bf16, found x %s, W %s", cu_dtype_name(x.dtype),
-                       cu_dtype_name(W.dtype));
+        return CU_FAIL(c, "matmul: x and W must both be f16 or bf16, found x %s, W %s", lg_dtype_name(x.dtype),
+                       lg_dtype_name(W.dtype));
     if (y.dtype != LG_F32 && y.dtype != x.dtype)
-        return CU_FAIL(c, "matmul: y must be f32 or %s, found %s", cu_dtype_name(x.dtype), cu_dtype_name(y.dtype));
+        return CU_FAIL(c, "matmul: y must be f32 or %s, found %s", lg_dtype_name(x.dtype), lg_dtype_name(y.dtype));
     if (x.cols != W.cols || y.cols != W.rows || y.rows != x.rows)
         return CU_FAIL(c, "matmul: shapes y[%lld,%lld] x[%lld,%lld] W[%lld,%lld] do not match y = x W^T",
                        (long long)y.rows, (long long)y.cols, (long long)x.rows, (long long)x.cols,
                        (long long)W.rows, (long long)W.cols);
     if (bias.data && (!cu_is_float(bias.dtype) || bias.rows * bias.cols < W.rows))
         return CU_FAIL(c, "matmul: bias must be a float vector of %lld, found %s [%lld x %lld]", (long long)W.rows,
-                       cu_dtype_name(bias.dtype), (long long)bias.rows, (long long)bias.cols);
+                       lg_dtype_name(bias.dtype), (long long)bias.rows, (long long)bias.cols);
     const int T = (int)x.rows, N = (int)W.rows, K = (int)x.cols;
     if (T == 0)
         return 0;
@@ -65,7 +65,7 @@ int cu_matmul(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tensor b
                                      cu_type(y.dtype), (int)y.stride, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
     if (st != CUBLAS_STATUS_SUCCESS)
         return CU_FAIL(c, "matmul: cublasGemmEx(N=%d T=%d K=%d, %s x %s -> %s) failed: status %d", N, T, K,
-                       cu_dtype_name(x.dtype), cu_dtype_name(W.dtype), cu_dtype_name(y.dtype), (int)st);
+                       lg_dtype_name(x.dtype), lg_dtype_name(W.dtype), lg_dtype_name(y.dtype), (int)st);
     if (bias.data) {
         dim3 grid((unsigned)((N + 255) / 256), (unsigned)(T < 1024 ? T : 1024));
         if (y.dtype == LG_F32)

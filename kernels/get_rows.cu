@@ -21,14 +21,14 @@ int cu_get_rows(lg_backend *be, lg_tensor out, lg_tensor x, const int32_t *rows,
     CU_CHECK_VIEW(c, "get_rows out", out);
     CU_CHECK_VIEW(c, "get_rows x", x);
     if (out.dtype != x.dtype || out.cols != x.cols || out.rows < n || n < 0)
-        return CU_FAIL(c, "get_rows: out %s [%lld,%lld] vs x %s [%lld,%lld], n = %d", cu_dtype_name(out.dtype),
-                       (long long)out.rows, (long long)out.cols, cu_dtype_name(x.dtype), (long long)x.rows,
+        return CU_FAIL(c, "get_rows: out %s [%lld,%lld] vs x %s [%lld,%lld], n = %d", lg_dtype_name(out.dtype),
+                       (long long)out.rows, (long long)out.cols, lg_dtype_name(x.dtype), (long long)x.rows,
                        (long long)x.cols, n);
     if (!rows)
         return CU_FAIL(c, "get_rows: rows is NULL");
     if (n == 0)
         return 0;
-    const size_t es = cu_dtype_size(x.dtype), row = (size_t)x.cols * es;
+    const size_t es = lg_dtype_size(x.dtype), row = (size_t)x.cols * es;
     const size_t ldo = (size_t)out.stride * es, ldx = (size_t)x.stride * es;
     if (row % 16 == 0 && ldo % 16 == 0 && ldx % 16 == 0 && cu_aligned16(out.data) && cu_aligned16(x.data))
         get_rows_kernel<uint4><<<n, 128, 0, c->stream>>>((char *)out.data, ldo, (const char *)x.data, ldx, rows,

@@ -59,8 +59,8 @@ int cu_kv_write(lg_backend *be, lg_kv_view kv, lg_tensor k, lg_tensor v, const i
     CU_CHECK_VIEW(c, "kv_write k", k);
     CU_CHECK_VIEW(c, "kv_write v", v);
     if (k.dtype != kv.dtype || v.dtype != kv.dtype)
-        return CU_FAIL(c, "kv_write: k %s, v %s, cache %s must match", cu_dtype_name(k.dtype), cu_dtype_name(v.dtype),
-                       cu_dtype_name(kv.dtype));
+        return CU_FAIL(c, "kv_write: k %s, v %s, cache %s must match", lg_dtype_name(k.dtype), lg_dtype_name(v.dtype),
+                       lg_dtype_name(kv.dtype));
     const int64_t kvdim = (int64_t)kv.n_kv_heads * kv.head_dim;
     if (k.cols != kvdim || v.cols != kvdim || k.rows < n_tokens || v.rows < n_tokens || kv.page_tokens <= 0)
         return CU_FAIL(c, "kv_write: k [%lld,%lld] v [%lld,%lld] vs kv_dim %lld, %d tokens, page_tokens %d",
@@ -70,7 +70,7 @@ int cu_kv_write(lg_backend *be, lg_kv_view kv, lg_tensor k, lg_tensor v, const i
         return CU_FAIL(c, "kv_write: NULL cache base or slot array");
     if (n_tokens == 0)
         return 0;
-    const size_t es = cu_dtype_size(kv.dtype), row = (size_t)kvdim * es;
+    const size_t es = lg_dtype_size(kv.dtype), row = (size_t)kvdim * es;
     const size_t ldk = (size_t)k.stride * es, ldv = (size_t)v.stride * es;
     bool vec = row % 16 == 0 && ldk % 16 == 0 && ldv % 16 == 0 && kv.page_bytes % 16 == 0 && kv.k_off % 16 == 0 &&
                kv.v_off % 16 == 0 && cu_aligned16(kv.base) && cu_aligned16(k.data) && cu_aligned16(v.data);

@@ -236,7 +236,7 @@ int cu_lora_expand_multi(lg_backend *be, const lg_tensor *ys, lg_tensor tmp, con
         CU_CHECK_VIEW(c, "lora_expand y", ys[i]);
         if (!cu_is_half(ys[i].dtype) || ys[i].dtype != ys[0].dtype || (tmp.dtype != LG_F32 && tmp.dtype != ys[i].dtype))
             return CU_FAIL(c, "lora_expand: y must be one f16/bf16 dtype and tmp f32 or y's dtype, found y %s, tmp %s",
-                           cu_dtype_name(ys[i].dtype), cu_dtype_name(tmp.dtype));
+                           lg_dtype_name(ys[i].dtype), lg_dtype_name(tmp.dtype));
         if (slots[i] < 0 || slots[i] >= lm->n_slots)
             return CU_FAIL(c, "lora_expand: slot %d of %d", slots[i], lm->n_slots);
         if (tmp.rows < ys[i].rows)

@@ -174,7 +174,7 @@ int cu_lora_shrink_multi(lg_backend *be, lg_tensor tmp, lg_tensor x, const lg_lo
         return CU_FAIL(c, "lora_shrink: lora meta, its arrays or the slot list are NULL");
     if (!cu_is_half(x.dtype) || (tmp.dtype != LG_F32 && tmp.dtype != x.dtype))
         return CU_FAIL(c, "lora_shrink: x must be f16/bf16 and tmp f32 or x's dtype, found x %s, tmp %s",
-                       cu_dtype_name(x.dtype), cu_dtype_name(tmp.dtype));
+                       lg_dtype_name(x.dtype), lg_dtype_name(tmp.dtype));
     if (k < 1 || k > LG_LORA_MULTI_MAX || lm->n_segs < 0 || lm->n_segs > 65535)
         return CU_FAIL(c, "lora_shrink: %d slots (1..%d), %d segments", k, LG_LORA_MULTI_MAX, lm->n_segs);
     sh_slots sl;

@@ -112,7 +112,7 @@ int cu_rope(lg_backend *be, lg_tensor q, lg_tensor k, const int32_t *pos, const 
     CU_CHECK_VIEW(c, "rope q", q);
     CU_CHECK_VIEW(c, "rope k", k);
     if (q.dtype != k.dtype)
-        return CU_FAIL(c, "rope: q %s and k %s differ", cu_dtype_name(q.dtype), cu_dtype_name(k.dtype));
+        return CU_FAIL(c, "rope: q %s and k %s differ", lg_dtype_name(q.dtype), lg_dtype_name(k.dtype));
     if (head_dim <= 0 || head_dim % 2 || head_dim > 1024)
         return CU_FAIL(c, "rope: head_dim must be even and <= 1024, found %d", head_dim);
     if (q.cols < (int64_t)n_heads * head_dim || k.cols < (int64_t)n_kv_heads * head_dim || q.rows != k.rows)

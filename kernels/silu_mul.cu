@@ -68,8 +68,8 @@ int cu_silu_mul(lg_backend *be, lg_tensor out, lg_tensor gate_up)
     CU_CHECK_VIEW(c, "silu_mul gate_up", gate_up);
     if (out.dtype != gate_up.dtype || gate_up.cols != 2 * out.cols || gate_up.rows != out.rows)
         return CU_FAIL(c, "silu_mul: out %s [%lld,%lld] vs gate_up %s [%lld,%lld] (expected same dtype, 2x cols)",
-                       cu_dtype_name(out.dtype), (long long)out.rows, (long long)out.cols,
-                       cu_dtype_name(gate_up.dtype), (long long)gate_up.rows, (long long)gate_up.cols);
+                       lg_dtype_name(out.dtype), (long long)out.rows, (long long)out.cols,
+                       lg_dtype_name(gate_up.dtype), (long long)gate_up.rows, (long long)gate_up.cols);
     if (out.rows == 0)
         return 0;
     if (out.dtype == LG_F32) launch<float>(c, out, gate_up);
