@@ -377,13 +377,23 @@ typedef struct {
     float **panels;
 } lora_job;
 
+/* Segment s's weights at the job's slot and its token rows [*r0, *r1);
+ * NULL when the segment has no LoRA there or no tokens. */
+static const lg_lora_w *seg_weights(const lora_job *j, int64_t s, int *r0, int *r1)
+{
+    const lg_lora_w *w = &j->lm->w[s * j->lm->n_slots + j->slot];
+    *r0 = j->lm->seg_indptr[s];
+    *r1 = j->lm->seg_indptr[s + 1];
+    return w->rank > 0 && *r1 > *r0 ? w : NULL;
+}
+
 static void shrink_task(void *arg, int tid, int64_t i0, int64_t i1)
 {
     lora_job *j = arg;
     for (int64_t s = i0; s < i1; s++) {
-        const lg_lora_w *w = &j->lm->w[s * j->lm->n_slots + j->slot];
-        int r0 = j->lm->seg_indptr[s], r1 = j->lm->seg_indptr[s + 1];
-        if (w->rank <= 0 || r1 <= r0)
+        int r0, r1;
+        const lg_lora_w *w = seg_weights(j, s, &r0, &r1);
+        if (!w)
             continue;
         lg_tensor x = lg_tensor_rows(j->x, r0, r1 - r0), t = lg_tensor_rows(j->tmp, r0, r1 - r0);
         /* tmp[rows, 0:rank] = x @ A^T ; single-threaded inside a segment */
@@ -396,9 +406,9 @@ static void expand_task(void *arg, int tid, int64_t i0, int64_t i1)
 {
     lora_job *j = arg;
     for (int64_t s = i0; s < i1; s++) {
-        const lg_lora_w *w = &j->lm->w[s * j->lm->n_slots + j->slot];
-        int r0 = j->lm->seg_indptr[s], r1 = j->lm->seg_indptr[s + 1];
-        if (w->rank <= 0 || r1 <= r0)
+        int r0, r1;
+        const lg_lora_w *w = seg_weights(j, s, &r0, &r1);
+        if (!w)
             continue;
         int64_t out = j->y.cols, rank = w->rank;
         const float *B = w->B; /* [out, rank] */
