@@ -10,6 +10,7 @@
 #include "adapter_cache.h"
 #include "peft.h"
 
+#include <stddef.h>
 #include <stdlib.h>
 
 typedef struct placed {
@@ -307,12 +308,10 @@ const char *lg_adapter_cache_digest(const lg_adapter_cache *c, int id)
 static void on_evict(void *owner, lg_pool_entry *pe)
 {
     lg_adapter_cache *c = owner;
-    for (int i = 0; i < c->n; i++)
-        if (&c->e[i]->pe == pe) {
-            c->e[i]->resident = false;
-            c->st.resident--;
-            c->st.pool_evictions++;
-        }
+    entry *e = (entry *)((char *)pe - offsetof(entry, pe)); /* pe is embedded in its entry */
+    e->resident = false;
+    c->st.resident--;
+    c->st.pool_evictions++;
 }
 
 int lg_adapter_cache_acquire(lg_adapter_cache *c, int id, const lg_lora_w **slots, lg_err *err)

@@ -637,7 +637,6 @@ int lg_cmd_generate(int argc, char **argv)
 
     const lg_tokenizer *tok = lg_weights_tokenizer(w);
     bool json_out = o.json || o.batch;
-    int pending = 0;
     for (int i = 0; i < n_jobs; i++) {
         gen_job *j = &jobs[i];
         gen_state *st = &j->st;
@@ -664,7 +663,6 @@ int lg_cmd_generate(int argc, char **argv)
             snprintf(st->error, sizeof st->error, "%s", rerr.msg);
             continue;
         }
-        pending++;
     }
     for (;;) {
         int done = 0;
@@ -702,7 +700,6 @@ int lg_cmd_generate(int argc, char **argv)
                 es.pages_total, es.pages_kv, es.pages_adapter, es.pages_cached, (long long)es.adapter_loads,
                 (long long)es.adapter_evictions);
     exit_code = 0;
-    (void)pending;
 out:
     if (exit_code)
         fprintf(stderr, "loragate generate: %s\n", err.msg[0] ? err.msg : "failed");

@@ -26,6 +26,8 @@ typedef struct cpu_ctx {
     int64_t panel_k;     /* capacity in K */
     float **scratch;     /* [nt] attention scratch */
     size_t scratch_n;    /* capacity in floats */
+    int32_t *seq_of_tok; /* attention: sequence of each token of the step */
+    int seq_of_tok_n;    /* capacity */
 } cpu_ctx;
 
 #define CTX(be) ((cpu_ctx *)(be)->ctx)
@@ -305,14 +307,18 @@ static int cpu_attention(lg_backend *be, lg_tensor out, lg_tensor q, lg_kv_view 
         return -1;
     if (grow_per_thread(c->scratch, c->nt, &c->scratch_n, (size_t)group * (size_t)(m->max_kv_len + 1)) != 0)
         return -1;
-    int32_t *seq_of_tok = malloc((size_t)m->n_tokens * sizeof(int32_t));
-    if (!seq_of_tok)
-        return -1;
+    if (m->n_tokens > c->seq_of_tok_n) { /* grows to the largest step, then stays */
+        int32_t *p = realloc(c->seq_of_tok, (size_t)m->n_tokens * sizeof(int32_t));
+        if (!p)
+            return -1;
+        c->seq_of_tok = p;
+        c->seq_of_tok_n = m->n_tokens;
+    }
+    int32_t *seq_of_tok = c->seq_of_tok;
     for (int s = 0; s < m->n_seqs; s++)
         for (int t = m->q_indptr[s]; t < m->q_indptr[s + 1]; t++) seq_of_tok[t] = s;
     attn_job j = {out, q, kv, m, seq_of_tok, n_heads, group, scale, c->scratch};
     lg_threadpool_for(c->tp, (int64_t)m->n_tokens * kv.n_kv_heads, 1, attn_task, &j);
-    free(seq_of_tok);
     return 0;
 }
 
@@ -469,6 +475,7 @@ static void cpu_free(lg_backend *be)
         }
         free(c->panels);
         free(c->scratch);
+        free(c->seq_of_tok);
         free(c);
     }
     free(be);
