@@ -437,6 +437,19 @@ static int lora_apply_multi(lg_backend *be, lg_tensor tmp, const lg_tensor *ys, 
     return 0;
 }
 
+/* LoRA for modules [m0, m0 + count) of layer slot base sl that share input x,
+ * skipping modules no segment of the step uses (bit m of mods). */
+static int lora_apply_group(lg_backend *be, lg_tensor tmp, const lg_tensor *ys_all, int m0, int count, lg_tensor x,
+                            const lg_lora_meta *lm, int sl, unsigned mods)
+{
+    lg_tensor ys[3];
+    int slots[3], n = 0;
+    for (int j = 0; j < count; j++)
+        if (mods & (1u << (m0 + j)))
+            ys[n] = ys_all[j], slots[n++] = sl + m0 + j;
+    return n ? lora_apply_multi(be, tmp, ys, x, lm, slots, n) : 0;
+}
+
 #define TRY(call)                                                                         \
     do {                                                                                  \
         if ((call) != 0)                                                                  \
@@ -491,34 +504,22 @@ static int forward(lg_model *m, const lg_kv_view *kv0, const lg_step_meta *meta,
         kv.v_off = kv.k_off + kv_block;
         TRY(be->i.add_rmsnorm(be, x, l ? mlp : none, lw->ln1, xn, c->rms_eps));
         TRY(be->i.matmul(be, qkv, xn, lw->wqkv, lw->bqkv, false));
-        if (lora && (lora_mods & 7u)) {
-            lg_tensor ys[3];
-            int slots[3], n = 0;
-            for (int j = 0; j < 3; j++)
-                if (lora_mods & (1u << j))
-                    ys[n] = qkv_ys[j], slots[n++] = sl + j;
-            TRY(lora_apply_multi(be, tmp, ys, xn, lora, slots, n));
-        }
+        if (lora)
+            TRY(lora_apply_group(be, tmp, qkv_ys, 0, 3, xn, lora, sl, lora_mods));
         TRY(be->i.rope(be, q, k, meta->pos, m->inv_freq, c->n_heads, c->n_kv_heads, hd));
         TRY(be->i.kv_write(be, kv, k, v, meta->slot, T));
         TRY(be->i.attention(be, attn, q, kv, meta, c->n_heads, scale));
         TRY(be->i.matmul(be, o, attn, lw->wo, none, false));
-        if (lora && (lora_mods & 8u))
-            TRY(lora_apply(be, tmp, o, attn, lora, sl + 3));
+        if (lora)
+            TRY(lora_apply_group(be, tmp, &o, 3, 1, attn, lora, sl, lora_mods));
         TRY(be->i.add_rmsnorm(be, x, o, lw->ln2, xn, c->rms_eps));
         TRY(be->i.matmul(be, gu, xn, lw->wgu, none, false));
-        if (lora && (lora_mods & 0x30u)) {
-            lg_tensor ys[2];
-            int slots[2], n = 0;
-            for (int j = 0; j < 2; j++)
-                if (lora_mods & (1u << (4 + j)))
-                    ys[n] = gu_ys[j], slots[n++] = sl + 4 + j;
-            TRY(lora_apply_multi(be, tmp, ys, xn, lora, slots, n));
-        }
+        if (lora)
+            TRY(lora_apply_group(be, tmp, gu_ys, 4, 2, xn, lora, sl, lora_mods));
         TRY(be->i.silu_mul(be, act, gu));
         TRY(be->i.matmul(be, mlp, act, lw->wdown, none, false));
-        if (lora && (lora_mods & 0x40u))
-            TRY(lora_apply(be, tmp, mlp, act, lora, sl + 6));
+        if (lora)
+            TRY(lora_apply_group(be, tmp, &mlp, 6, 1, act, lora, sl, lora_mods));
     }
     if (n_logits > 0) {
         lg_tensor rows = lg_tensor_rows(m->rows, 0, n_logits);
