@@ -232,6 +232,10 @@ typedef struct lg_backend_i {
     int (*graph_begin)(lg_backend *be, const void *key, size_t key_len, bool *replayed);
     int (*graph_end)(lg_backend *be, bool ok);
     void (*graph_reset)(lg_backend *be);
+
+    /* Device memory now free and in total, in bytes (cudaMemGetInfo), for
+     * sizing the page pool. NULL: the backend's memory is host memory. */
+    int (*mem_info)(lg_backend *be, size_t *free_bytes, size_t *total_bytes);
 } lg_backend_i;
 
 #define LG_LORA_MULTI_MAX 3

@@ -112,6 +112,14 @@ static bool is_pinned(const void *p)
     return a.type == cudaMemoryTypeHost;
 }
 
+static int cuda_mem_info(lg_backend *be, size_t *free_bytes, size_t *total_bytes)
+{
+    cudaError_t e = cudaMemGetInfo(free_bytes, total_bytes);
+    if (e != cudaSuccess)
+        return CU_FAIL(CU_CTX(be), "cudaMemGetInfo failed: %s", cudaGetErrorString(e));
+    return 0;
+}
+
 static int cuda_upload(lg_backend *be, void *dst, const void *src, size_t n)
 {
     cuda_ctx *c = CU_CTX(be);
@@ -311,6 +319,7 @@ extern "C" int lg_backend_cuda_create(const lg_backend_opts *opts, lg_backend **
     i->graph_begin = cu_graph_begin;
     i->graph_end = cu_graph_end;
     i->graph_reset = cu_graph_reset;
+    i->mem_info = cuda_mem_info;
     /* optional slots (sample.cu, host_mem.cu): device sampling; pinned host
      * memory + async uploads (attach also wraps i->free to release its ring) */
     i->sample = cu_sample;
