@@ -343,7 +343,7 @@ static void on_accept(h2o_socket_t *listener_sock, const char *err)
         h2o_socket_t *sock = h2o_evloop_socket_accept(listener_sock);
         if (!sock)
             return;
-        lg_conn *c = malloc(sizeof *c);
+        lg_conn *c = calloc(1, sizeof *c);
         if (!c || atomic_load(&L->srv->n_conns) >= L->srv->cfg.max_connections) {
             free(c);
             h2o_socket_close(sock);
@@ -484,8 +484,10 @@ static void *loop_main(void *p)
         /* h2o_context_request_shutdown arms the HTTP/2 GOAWAY timer even without connections */
         if (h2o_timeout_is_linked(&L->ctx.http2._graceful_shutdown_timeout))
             h2o_timeout_unlink(&L->ctx.http2._graceful_shutdown_timeout);
+        h2o_multithread_queue_t *queue = L->ctx.queue;
         h2o_context_dispose(&L->ctx);
         h2o_evloop_destroy(evloop);
+        free(queue); /* h2o 2.2.5's h2o_multithread_destroy_queue closes the queue but never frees it */
     } /* else: connections still reference the context; it is leaked on purpose */
     free(L->listeners);
     L->listeners = NULL;
