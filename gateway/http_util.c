@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <jansson.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <sys/random.h>
@@ -52,9 +53,12 @@ const char *lg_openai_error_type(int status)
 char *lg_openai_error_json(int status, const char *type, const char *message, const char *param, const char *code,
                            size_t *len)
 {
-    json_t *err = json_pack("{s:s, s:s, s:o, s:o}", "message", message ? message : lg_http_reason(status), "type",
-                            type ? type : lg_openai_error_type(status), "param",
-                            param ? json_string(param) : json_null(), "code", code ? json_string(code) : json_null());
+    /* lossy strings: a message quoting client input never turns into a 500 */
+    const char *m = message ? message : lg_http_reason(status), *t = type ? type : lg_openai_error_type(status);
+    json_t *err = json_pack("{s:o, s:o, s:o, s:o}", "message", lg_json_string_lossy(m, strlen(m), 4096), "type",
+                            lg_json_string_lossy(t, strlen(t), 256), "param",
+                            param ? lg_json_string_lossy(param, strlen(param), 256) : json_null(), "code",
+                            code ? lg_json_string_lossy(code, strlen(code), 256) : json_null());
     if (!err)
         return NULL;
     json_t *root = json_pack("{s:o}", "error", err);
@@ -232,4 +236,56 @@ int lg_percent_decode(const char *src, size_t len, char *out, size_t cap)
         return -1;
     out[o] = 0;
     return (int)o;
+}
+
+/* ---- Authorization: Bearer ------------------------------------------------- */
+
+static bool b64token_char(char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '.' ||
+           c == '_' || c == '~' || c == '+' || c == '/';
+}
+
+int lg_parse_bearer(const char *v, size_t len, const char **tok, size_t *tlen)
+{
+    size_t i = 0;
+    while (i < len && is_ows(v[i]))
+        i++;
+    if (len - i < 7 || strncasecmp(v + i, "bearer", 6) != 0 || !is_ows(v[i + 6]))
+        return -1;
+    i += 7;
+    while (i < len && is_ows(v[i]))
+        i++;
+    size_t s = i;
+    while (i < len && b64token_char(v[i]))
+        i++;
+    if (i == s)
+        return -1;
+    while (i < len && v[i] == '=')
+        i++;
+    size_t e = i;
+    while (i < len && is_ows(v[i]))
+        i++;
+    if (i != len)
+        return -1;
+    *tok = v + s;
+    *tlen = e - s;
+    return 0;
+}
+
+json_t *lg_json_string_lossy(const char *s, size_t len, size_t max)
+{
+    if (len > max)
+        len = max;
+    json_t *j = json_stringn(s, len);
+    if (j)
+        return j;
+    char *c = malloc(len + 1);
+    if (!c)
+        return json_string("");
+    for (size_t i = 0; i < len; i++)
+        c[i] = ((unsigned char)s[i] >= 0x80 || s[i] == 0) ? '?' : s[i];
+    j = json_stringn(c, len);
+    free(c);
+    return j ? j : json_string("");
 }

@@ -16,6 +16,7 @@
 #ifndef LG_GW_HTTP_UTIL_H
 #define LG_GW_HTTP_UTIL_H
 
+#include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
 
@@ -50,5 +51,17 @@ int lg_media_type_param(const char *ct, size_t len, const char *name, char *out,
  * Refuses (returns -1) bad escapes, a decoded NUL or '/', and overflow;
  * returns the decoded length. '+' is kept as is (paths, not forms). */
 int lg_percent_decode(const char *src, size_t len, char *out, size_t cap);
+
+/* Authorization header value "Bearer <token>" (scheme case-insensitive,
+ * spaces around the token allowed). Sets *tok and *tlen to the token (a slice
+ * of v) and returns 0; -1 when the scheme is not Bearer or the token is
+ * empty or holds characters outside RFC 6750's b64token
+ * (ALPHA DIGIT - . _ ~ + / then "=" repeated). */
+int lg_parse_bearer(const char *v, size_t len, const char **tok, size_t *tlen);
+
+/* JSON-escaped copy of at most max bytes of s into a new json string (for
+ * log fields: invalid UTF-8 replaced by '?', control characters kept
+ * escaped by jansson). Caller owns the reference. */
+json_t *lg_json_string_lossy(const char *s, size_t len, size_t max);
 
 #endif

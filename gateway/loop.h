@@ -40,6 +40,7 @@ typedef struct lg_loop {
     h2o_linklist_t conns; /* struct lg_conn: accepted sockets still open */
     int n_conns;
     int inflight;         /* requests dispatched and not yet disposed */
+    h2o_linklist_t requests; /* those requests (lg_request.loop_link), for the drain */
     int jobs_pending;     /* worker jobs whose completion has not been delivered */
 
     /* disconnect probe for HTTP/1 requests that wait on a producer (request.c) */
@@ -57,5 +58,10 @@ void lg__request_on_messages(h2o_multithread_receiver_t *rx, h2o_linklist_t *mes
 void lg__loop_drop_queued(lg_loop *L);
 void lg__probe_init(lg_loop *L);
 void lg__probe_dispose(lg_loop *L);
+/* true when a request on sock is dispatched and not yet disposed: the
+ * drain must not close that HTTP/1 connection as idle */
+bool lg__loop_sock_busy(lg_loop *L, h2o_socket_t *sock);
+/* server.c: the connection of sock carries HTTP/2 (left to GOAWAY at drain) */
+void lg__conn_mark_h2(h2o_socket_t *sock);
 
 #endif

@@ -24,7 +24,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/time.h>
+#include <time.h>
 
+#include "access_log.h"
 #include "json_body.h"
 #include "loop.h"
 #include "server.h"
@@ -53,6 +56,20 @@ struct lg_request {
 
     bool probed;
     h2o_linklist_t probe_link;
+
+    h2o_linklist_t loop_link; /* on loop->requests from dispatch to dispose */
+    h2o_socket_t *sock;       /* the connection's socket (NULL if h2o has none) */
+
+    /* tenancy (router.h) */
+    lg_tenant_via tenant_via;
+    char *tenant_slug; /* request memory */
+    void *tenant;
+
+    /* access log: captured at dispatch (h2o's buffers may be gone at dispose) */
+    json_t *log_extra; /* fields added by route code, NULL: none */
+    char log_method[16];
+    char log_path[256];
+    char log_peer[64];
     const lg__stream_ops *stream_ops;
     void *stream_self;
 };
@@ -124,11 +141,80 @@ typedef struct anchor {
     lg_request *r;
 } anchor;
 
+static void write_access_log(lg_request *r)
+{
+    lg_access_log *log = lg__server_access_log(r->loop->srv);
+    h2o_req_t *req = r->req;
+    if (!log || !req) {
+        json_decref(r->log_extra);
+        r->log_extra = NULL;
+        return;
+    }
+    struct timeval now;
+    gettimeofday(&now, NULL);
+    struct timeval t0 = req->timestamps.request_begin_at;
+    if (!t0.tv_sec)
+        t0 = now;
+    double dur_ms = (now.tv_sec - t0.tv_sec) * 1e3 + (now.tv_usec - t0.tv_usec) / 1e3;
+    struct tm tm;
+    time_t secs = t0.tv_sec;
+    gmtime_r(&secs, &tm);
+    char ts[40];
+    snprintf(ts, sizeof ts, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
+             tm.tm_hour, tm.tm_min, tm.tm_sec, (int)(t0.tv_usec / 1000));
+    json_t *o = json_object();
+    json_object_set_new(o, "ts", json_string(ts));
+    json_object_set_new(o, "request_id", json_string(r->id));
+    json_object_set_new(o, "method", lg_json_string_lossy(r->log_method, strlen(r->log_method), 16));
+    json_object_set_new(o, "path", lg_json_string_lossy(r->log_path, strlen(r->log_path), 256));
+    json_object_set_new(o, "route", r->route ? json_string(r->route->name) : json_null());
+    json_object_set_new(o, "status", json_integer(r->answered || r->finished ? req->res.status : 0));
+    json_object_set_new(o, "http", json_string(req->version >= 0x200 ? "2" : req->version == 0x100 ? "1.0" : "1.1"));
+    json_object_set_new(o, "tls", json_boolean(lg_server_is_tls(r->loop->srv)));
+    json_object_set_new(o, "duration_ms", json_real(dur_ms));
+    json_object_set_new(o, "bytes_in", json_integer(req->entity.base ? (json_int_t)req->entity.len : 0));
+    json_object_set_new(o, "bytes_out", json_integer((json_int_t)req->bytes_sent));
+    json_object_set_new(o, "tenant", r->tenant_slug ? json_string(r->tenant_slug) : json_null());
+    json_object_set_new(o, "peer", json_string(r->log_peer));
+    json_object_set_new(o, "client_gone", json_boolean(r->gone_called));
+    if (r->log_extra) {
+        const char *k;
+        json_t *v;
+        json_object_foreach(r->log_extra, k, v)
+        {
+            if (!json_object_get(o, k))
+                json_object_set(o, k, v);
+        }
+        json_decref(r->log_extra);
+        r->log_extra = NULL;
+    }
+    char *line = json_dumps(o, JSON_COMPACT | JSON_ENSURE_ASCII | JSON_REAL_PRECISION(6));
+    json_decref(o);
+    if (line) {
+        lg_access_log_write(log, line, strlen(line));
+        free(line);
+    }
+}
+
+void lg_request_log_set(lg_request *r, const char *key, json_t *value)
+{
+    if (!value)
+        return;
+    if (!r->req || (!r->log_extra && !(r->log_extra = json_object()))) {
+        json_decref(value);
+        return;
+    }
+    json_object_set_new(r->log_extra, key, value);
+}
+
 /* h2o disposes the request (its pool): the h2o side lets go. */
 static void anchor_dispose(void *p)
 {
     lg_request *r = ((anchor *)p)->r;
     lg__request_gone(r); /* no-op when the response was finished */
+    write_access_log(r);
+    if (h2o_linklist_is_linked(&r->loop_link))
+        h2o_linklist_unlink(&r->loop_link);
     atomic_store_explicit(&r->closed, true, memory_order_release);
     r->loop->inflight--;
     r->req = NULL;
@@ -142,6 +228,19 @@ const char *lg_request_id(const lg_request *r) { return r->id; }
 const lg_route *lg_request_route(const lg_request *r) { return r->route; }
 void lg_request_set_principal(lg_request *r, void *p) { r->principal = p; }
 void *lg_request_principal(const lg_request *r) { return r->principal; }
+lg_tenant_via lg_request_tenant_via(const lg_request *r) { return r->tenant_via; }
+const char *lg_request_tenant_slug(const lg_request *r) { return r->tenant_slug; }
+void *lg_request_tenant(const lg_request *r) { return r->tenant; }
+
+const char *lg_request_bearer(const lg_request *r, size_t *len)
+{
+    size_t hl;
+    const char *h = lg_request_header(r, "authorization", &hl);
+    const char *tok;
+    if (!h || lg_parse_bearer(h, hl, &tok, len) != 0)
+        return NULL;
+    return tok;
+}
 bool lg_request_answered(const lg_request *r) { return r->answered; }
 
 const char *lg_request_param(const lg_request *r, const char *name)
@@ -171,6 +270,36 @@ const char *lg_request_header(const lg_request *r, const char *name, size_t *len
         return NULL;
     *len = r->req->headers.entries[i].value.len;
     return r->req->headers.entries[i].value.base;
+}
+
+int lg_request_query(const lg_request *r, const char *name, char *out, size_t cap)
+{
+    if (!r->req || r->req->query_at == SIZE_MAX)
+        return -1;
+    const char *q = r->req->path.base + r->req->query_at + 1, *end = r->req->path.base + r->req->path.len;
+    size_t nl = strlen(name);
+    while (q < end) {
+        const char *amp = memchr(q, '&', (size_t)(end - q));
+        const char *pe = amp ? amp : end;
+        const char *eq = memchr(q, '=', (size_t)(pe - q));
+        const char *ke = eq ? eq : pe;
+        if ((size_t)(ke - q) == nl && memcmp(q, name, nl) == 0) {
+            const char *v = eq ? eq + 1 : pe;
+            size_t vl = (size_t)(pe - v);
+            if (cap < vl + 1)
+                return -2;
+            char *tmp = malloc(vl + 1);
+            if (!tmp)
+                return -1;
+            for (size_t i = 0; i < vl; i++)
+                tmp[i] = v[i] == '+' ? ' ' : v[i];
+            int n = lg_percent_decode(tmp, vl, out, cap);
+            free(tmp);
+            return n;
+        }
+        q = pe + 1;
+    }
+    return -1;
 }
 
 bool lg_request_is_http2(const lg_request *r) { return r->req && r->req->version >= 0x200; }
@@ -249,6 +378,8 @@ int lg_respond_json(lg_request *r, int status, json_t *body)
     return rc;
 }
 
+#define OOM_ERROR "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\",\"param\":null,\"code\":null}}"
+
 int lg_respond_error_ex(lg_request *r, int status, const char *type, const char *code, const char *param,
                         int retry_after_s, const char *message)
 {
@@ -262,7 +393,7 @@ int lg_respond_error_ex(lg_request *r, int status, const char *type, const char 
         lg_request_add_header(r, "retry-after", v);
     }
     int rc = s ? lg_respond(r, status, "application/json", s, len)
-               : lg_respond(r, 500, "application/json", "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\",\"param\":null,\"code\":null}}", 86);
+               : lg_respond(r, 500, "application/json", OOM_ERROR, sizeof OOM_ERROR - 1);
     free(s);
     return rc;
 }
@@ -275,6 +406,33 @@ int lg_respond_error(lg_request *r, int status, const char *code, const char *pa
     vsnprintf(m, sizeof m, fmt, ap);
     va_end(ap);
     return lg_respond_error_ex(r, status, NULL, code, param, status == 503 ? 1 : 0, m);
+}
+
+int lg_respond_unauthorized(lg_request *r, const char *message)
+{
+    lg_request_add_header(r, "www-authenticate", "Bearer");
+    return lg_respond_error_ex(r, 401, NULL, "invalid_api_key", NULL, 0,
+                               message ? message
+                                       : "You didn't provide an API key. You need to provide your API key in an "
+                                         "Authorization header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY).");
+}
+
+int lg_respond_forbidden(lg_request *r, const char *message)
+{
+    return lg_respond_error_ex(r, 403, NULL, NULL, NULL, 0,
+                               message ? message : "You have insufficient permissions for this operation.");
+}
+
+int lg_respond_model_not_found(lg_request *r, const char *model)
+{
+    return lg_respond_error(r, 404, "model_not_found", "model",
+                            "The model `%.200s` does not exist or you do not have access to it.", model ? model : "");
+}
+
+int lg_respond_unavailable(lg_request *r, int retry_after_s, const char *message)
+{
+    return lg_respond_error_ex(r, 503, NULL, NULL, NULL, retry_after_s > 0 ? retry_after_s : 1,
+                               message ? message : "The server is overloaded; please retry later.");
 }
 
 /* ---- messages ------------------------------------------------------------------------- */
@@ -415,8 +573,17 @@ static void on_probe(h2o_timeout_entry_t *entry)
         h2o_timeout_link(L->ctx.loop, &L->probe_timeout, &L->probe_entry);
 }
 
+bool lg__loop_sock_busy(lg_loop *L, h2o_socket_t *sock)
+{
+    for (h2o_linklist_t *l = L->requests.next; l != &L->requests; l = l->next)
+        if (H2O_STRUCT_FROM_MEMBER(lg_request, loop_link, l)->sock == sock)
+            return true;
+    return false;
+}
+
 void lg__probe_init(lg_loop *L)
 {
+    h2o_linklist_init_anchor(&L->requests);
     h2o_linklist_init_anchor(&L->probed);
     h2o_timeout_init(L->ctx.loop, &L->probe_timeout, PROBE_INTERVAL_MS);
     memset(&L->probe_entry, 0, sizeof L->probe_entry);
@@ -502,10 +669,28 @@ int lg__dispatch(lg_loop *L, const lg_router *rt, h2o_req_t *req)
     anchor *a = h2o_mem_alloc_shared(&req->pool, sizeof *a, anchor_dispose);
     a->r = r;
     L->inflight++;
+    r->sock = req->conn->callbacks->get_socket ? req->conn->callbacks->get_socket(req->conn) : NULL;
+    h2o_linklist_insert(&L->requests, &r->loop_link);
+    if (req->version >= 0x200)
+        lg__conn_mark_h2(r->sock);
 
     size_t plen = req->query_at != SIZE_MAX ? req->query_at : req->path.len;
+    snprintf(r->log_method, sizeof r->log_method, "%.*s", (int)(req->method.len < 15 ? req->method.len : 15),
+             req->method.base);
+    snprintf(r->log_path, sizeof r->log_path, "%.*s", (int)(plen < 255 ? plen : 255), req->path.base);
+    struct sockaddr_storage peer;
+    socklen_t peer_len = req->conn->callbacks->get_peername ? req->conn->callbacks->get_peername(req->conn, (struct sockaddr *)&peer) : 0;
+    if (peer_len == 0 || h2o_socket_getnumerichost((struct sockaddr *)&peer, peer_len, r->log_peer) == SIZE_MAX)
+        strcpy(r->log_peer, "-");
     lg_route_match m;
-    lg_match_result mr = lg_router_match(rt, req->method.base, req->method.len, req->path.base, plen, &m);
+    lg_match_result mr = lg_router_route(rt, req->method.base, req->method.len, req->path.base, plen,
+                                         req->authority.base, req->authority.len, &m);
+    if (mr == LG_MATCH_TENANT_CONFLICT) {
+        lg_respond_error(r, 400, "tenant_mismatch", NULL,
+                         "The tenant in the URL path (/t/%.*s/) and the one in the Host header differ.",
+                         (int)m.tenant_len, m.tenant);
+        return 0;
+    }
     if (mr == LG_MATCH_NOT_FOUND) {
         lg_respond_error(r, 404, "unknown_url", NULL,
                          "Unknown request URL: %.*s %.*s. Please check the URL for typos, or see docs/api.md.",
@@ -561,9 +746,29 @@ int lg__dispatch(lg_loop *L, const lg_router *rt, h2o_req_t *req)
             return 0;
         }
     }
+    if (m.tenant_via != LG_TENANT_NONE) {
+        char *slug = h2o_mem_alloc_pool(&req->pool, m.tenant_len + 1);
+        for (size_t i = 0; i < m.tenant_len; i++)
+            slug[i] = (m.tenant[i] >= 'A' && m.tenant[i] <= 'Z') ? m.tenant[i] + 32 : m.tenant[i];
+        slug[m.tenant_len] = 0;
+        r->tenant_via = m.tenant_via;
+        r->tenant_slug = slug;
+        const lg_tenancy *ten = lg_router_tenancy(rt);
+        if (ten->resolve) {
+            int found = ten->resolve(ten->user, slug, &r->tenant);
+            if (found < 0) {
+                lg_respond_unavailable(r, 1, "The tenant directory is not available right now; please retry.");
+                return 0;
+            }
+            if (found == 0) {
+                lg_respond_error(r, 404, "tenant_not_found", NULL, "Unknown tenant '%s'.", slug);
+                return 0;
+            }
+        }
+    }
     if (route->auth && route->auth(r, route->auth_user) != 0) {
         if (!r->answered)
-            lg_respond_error(r, 401, "invalid_api_key", NULL, "Authentication failed.");
+            lg_respond_unauthorized(r, "Authentication failed.");
         return 0;
     }
     if (route->fn(r, route->user) != 0 && !r->answered)

@@ -60,11 +60,34 @@ const char *lg_request_body(const lg_request *r, size_t *len);
  * Not NUL-terminated: *len gets the length. */
 const char *lg_request_header(const lg_request *r, const char *name, size_t *len);
 bool lg_request_is_http2(const lg_request *r);
+/* Query parameter `name` of the request URL, decoded ('+' is a space) into
+ * out (NUL-terminated). Returns its length, -1 when absent or malformed,
+ * -2 when it does not fit in cap. */
+int lg_request_query(const lg_request *r, const char *name, char *out, size_t cap);
 /* Memory freed with the request (after on_client_gone returned). */
 void *lg_request_alloc(lg_request *r, size_t n);
 /* Parses the body as a JSON object (json_body.h limits); on failure answers
  * 400 with the parser's message and returns NULL. */
 json_t *lg_request_json(lg_request *r);
+
+/* The bearer token of the Authorization header (a slice of the header, not
+ * NUL-terminated; *len its length); NULL when absent or not "Bearer <token>". */
+const char *lg_request_bearer(const lg_request *r, size_t *len);
+
+/* Tenant addressing (router.h): how the request named its tenant, the slug
+ * (lowercase, NUL-terminated; NULL with LG_TENANT_NONE) and what the
+ * tenancy's resolve function returned for it (NULL without a resolver). A
+ * tenant-key auth hook must check that the key belongs to this tenant. */
+lg_tenant_via lg_request_tenant_via(const lg_request *r);
+const char *lg_request_tenant_slug(const lg_request *r);
+void *lg_request_tenant(const lg_request *r);
+
+/* Adds a field to this request's access-log line (access_log.h): key id,
+ * model, token counts... never prompt text or secrets. Steals value;
+ * replaces an earlier value of the same key; the built-in fields (ts,
+ * request_id, method, path, route, status, ...) cannot be overridden.
+ * [loop] until the request is disposed. */
+void lg_request_log_set(lg_request *r, const char *key, json_t *value);
 
 /* The auth hook's result, for the route (opaque here). */
 void lg_request_set_principal(lg_request *r, void *principal);
@@ -86,6 +109,18 @@ int lg_respond_error(lg_request *r, int status, const char *code, const char *pa
 int lg_respond_error_ex(lg_request *r, int status, const char *type, const char *code, const char *param,
                         int retry_after_s, const char *message);
 bool lg_request_answered(const lg_request *r); /* a response was started */
+
+/* The common error answers, worded as OpenAI words them:
+ *  401 invalid_api_key, WWW-Authenticate: Bearer (message NULL: "You didn't
+ *      provide an API key..."; give "Incorrect API key provided." etc. otherwise)
+ *  403 (message names what is missing, e.g. the scope)
+ *  404 model_not_found, param "model": "The model `x` does not exist or you
+ *      do not have access to it." (also for another tenant's adapter)
+ *  503 (Retry-After: retry_after_s, at least 1) */
+int lg_respond_unauthorized(lg_request *r, const char *message);
+int lg_respond_forbidden(lg_request *r, const char *message);
+int lg_respond_model_not_found(lg_request *r, const char *model);
+int lg_respond_unavailable(lg_request *r, int retry_after_s, const char *message);
 
 /* ---- hooks and messages ---------------------------------------------------- */
 

@@ -9,6 +9,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #define LG_MAX_SEGS 32
 
@@ -31,6 +32,7 @@ struct lg_router {
     route_ent *routes;
     int n, cap;
     size_t max_body;
+    lg_tenancy tenancy; /* host_suffix owned */
 };
 
 static const char *const methods[] = {"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", NULL};
@@ -57,6 +59,7 @@ void lg_router_free(lg_router *rt)
         free_ent(&rt->routes[i]);
     }
     free(rt->routes);
+    free((char *)rt->tenancy.host_suffix);
     free(rt);
 }
 
@@ -188,6 +191,14 @@ int lg_router_add(lg_router *rt, const lg_route *route, lg_err *err)
     return 0;
 }
 
+int lg_router_add_all(lg_router *rt, const lg_route *routes, int n, lg_err *err)
+{
+    for (int i = 0; i < n; i++)
+        if (lg_router_add(rt, &routes[i], err) != 0)
+            return -1;
+    return 0;
+}
+
 size_t lg_router_max_body(const lg_router *rt) { return rt->max_body; }
 int lg_router_count(const lg_router *rt) { return rt->n; }
 
@@ -304,4 +315,119 @@ lg_match_result lg_router_match(const lg_router *rt, const char *method, size_t 
         }
     }
     return LG_MATCH_METHOD_NOT_ALLOWED;
+}
+
+/* ---- tenancy ------------------------------------------------------------------ */
+
+bool lg_tenant_slug_valid(const char *s, size_t len)
+{
+    if (len < 1 || len > 63 || s[0] == '-' || s[len - 1] == '-')
+        return false;
+    for (size_t i = 0; i < len; i++) {
+        char c = s[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-'))
+            return false;
+    }
+    return true;
+}
+
+int lg_router_set_tenancy(lg_router *rt, const lg_tenancy *t, lg_err *err)
+{
+    char *suffix = NULL;
+    if (t->host_suffix && *t->host_suffix) {
+        const char *h = t->host_suffix;
+        size_t n = strlen(h);
+        if (h[0] != '.' || n < 2 || n > 200)
+            return lg_fail(err, "tenant host suffix '%s' must start with '.' (e.g. .api.example.com)", h);
+        for (size_t i = 1; i < n; i++) {
+            char c = h[i];
+            if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '.'))
+                return lg_fail(err, "tenant host suffix '%s': only letters, digits, '-' and '.' are allowed", h);
+        }
+        if (!(suffix = strdup(h)))
+            return lg_fail(err, "out of memory");
+        for (char *p = suffix; *p; p++)
+            if (*p >= 'A' && *p <= 'Z')
+                *p += 32;
+    }
+    free((char *)rt->tenancy.host_suffix);
+    rt->tenancy = *t;
+    rt->tenancy.host_suffix = suffix;
+    return 0;
+}
+
+const lg_tenancy *lg_router_tenancy(const lg_router *rt) { return &rt->tenancy; }
+
+/* The slug of host ("acme.api.example.com:8443") under suffix; false when
+ * the host is not <label><suffix>. */
+static bool host_slug(const char *suffix, const char *host, size_t hlen, const char **slug, size_t *slen)
+{
+    if (!suffix || !host || !hlen)
+        return false;
+    /* strip the port (IPv6 literals never carry a tenant) */
+    if (host[0] == '[')
+        return false;
+    const char *colon = memchr(host, ':', hlen);
+    if (colon)
+        hlen = (size_t)(colon - host);
+    if (hlen && host[hlen - 1] == '.') /* absolute form "acme.api.example.com." */
+        hlen--;
+    size_t sl = strlen(suffix);
+    if (hlen <= sl || strncasecmp(host + hlen - sl, suffix, sl) != 0)
+        return false;
+    size_t n = hlen - sl;
+    if (n > 63)
+        return false;
+    char low[64];
+    for (size_t i = 0; i < n; i++)
+        low[i] = (host[i] >= 'A' && host[i] <= 'Z') ? host[i] + 32 : host[i];
+    if (!lg_tenant_slug_valid(low, n))
+        return false;
+    *slug = host;
+    *slen = n;
+    return true;
+}
+
+lg_match_result lg_router_route(const lg_router *rt, const char *method, size_t method_len, const char *path,
+                                size_t path_len, const char *host, size_t host_len, lg_route_match *m)
+{
+    const char *q = memchr(path, '?', path_len);
+    if (q)
+        path_len = (size_t)(q - path);
+    const char *pslug = NULL;
+    size_t pslen = 0;
+    if (path_len > 3 && memcmp(path, "/t/", 3) == 0) {
+        const char *s = path + 3, *end = path + path_len;
+        const char *slash = memchr(s, '/', (size_t)(end - s));
+        if (!slash || !lg_tenant_slug_valid(s, (size_t)(slash - s))) {
+            memset(m, 0, sizeof *m);
+            return LG_MATCH_NOT_FOUND;
+        }
+        pslug = s;
+        pslen = (size_t)(slash - s);
+        path = slash;
+        path_len = (size_t)(end - slash);
+    }
+    lg_match_result res = lg_router_match(rt, method, method_len, path, path_len, m);
+    if (res == LG_MATCH_FOUND && pslug && !m->route->tenant_scoped) {
+        memset(m, 0, sizeof *m);
+        return LG_MATCH_NOT_FOUND;
+    }
+    if (res != LG_MATCH_FOUND)
+        return res; /* 405's Allow may list methods of non-tenant routes under /t/: harmless */
+    const char *hs;
+    size_t hsl;
+    bool by_host = m->route->tenant_scoped && host_slug(rt->tenancy.host_suffix, host, host_len, &hs, &hsl);
+    if (pslug) {
+        if (by_host && (hsl != pslen || strncasecmp(hs, pslug, pslen) != 0))
+            return LG_MATCH_TENANT_CONFLICT;
+        m->tenant_via = LG_TENANT_PATH;
+        m->tenant = pslug;
+        m->tenant_len = pslen;
+    } else if (by_host) {
+        m->tenant_via = LG_TENANT_HOST;
+        m->tenant = hs;
+        m->tenant_len = hsl;
+    }
+    return LG_MATCH_FOUND;
 }

@@ -33,6 +33,7 @@ typedef struct lg_conn {
     h2o_socket_t *sock;
     lg_loop *loop;
     bool shut;
+    bool is_h2; /* an HTTP/2 request was seen on it (lg__conn_mark_h2) */
 } lg_conn;
 
 typedef struct root_handler {
@@ -83,6 +84,7 @@ static void notice(const lg_server *s, const char *fmt, ...)
 }
 
 lg_workers *lg__server_workers(lg_server *s) { return s->workers; }
+struct lg_access_log *lg__server_access_log(lg_server *s) { return s->cfg.access_log; }
 bool lg_server_is_draining(const lg_server *s) { return atomic_load(&s->draining); }
 int lg_server_listener_count(const lg_server *s) { return s->n_listeners; }
 int lg_server_listener_port(const lg_server *s, int i) { return s->listeners[i].port; }
@@ -369,20 +371,24 @@ static void shut_conn(lg_conn *c)
     }
 }
 
-/* HTTP/1 connections with nothing buffered are between requests: close them.
- * HTTP/2 ones are left to h2o's GOAWAY handling. */
+void lg__conn_mark_h2(h2o_socket_t *sock)
+{
+    if (sock && sock->on_close.cb == on_conn_close)
+        ((lg_conn *)sock->on_close.data)->is_h2 = true;
+}
+
+/* Connections with nothing buffered and no request in flight are between
+ * requests (or never sent one: a TLS handshake in progress counts as idle):
+ * close them. HTTP/2 ones are left to h2o's GOAWAY handling. (Asking the
+ * socket for its ALPN protocol here is not safe: h2o 2.2 crashes on a
+ * connection whose handshake has not finished.) */
 static void close_idle_http1(lg_loop *L)
 {
     for (h2o_linklist_t *l = L->conns.next; l != &L->conns; l = l->next) {
         lg_conn *c = H2O_STRUCT_FROM_MEMBER(lg_conn, link, l);
-        if (c->shut)
+        if (c->shut || c->is_h2)
             continue;
-        if (c->sock->ssl) {
-            h2o_iovec_t proto = h2o_socket_ssl_get_selected_protocol(c->sock);
-            if (proto.len == 2 && memcmp(proto.base, "h2", 2) == 0)
-                continue;
-        }
-        if (c->sock->input == NULL || c->sock->input->size == 0)
+        if ((c->sock->input == NULL || c->sock->input->size == 0) && !lg__loop_sock_busy(L, c->sock))
             shut_conn(c);
     }
 }
@@ -505,6 +511,13 @@ int lg_server_start(lg_server *s, lg_err *err)
         return lg_fail(err, "out of memory");
     sigset_t all, old;
     sigfillset(&all);
+    /* synchronous faults stay deliverable: blocked, the kernel kills the process without a report */
+    sigdelset(&all, SIGSEGV);
+    sigdelset(&all, SIGBUS);
+    sigdelset(&all, SIGFPE);
+    sigdelset(&all, SIGILL);
+    sigdelset(&all, SIGABRT);
+    sigdelset(&all, SIGTRAP);
     pthread_sigmask(SIG_SETMASK, &all, &old); /* threads inherit: no async signals, SIGPIPE stays pending */
     bool spawn_failed = false;
     for (int i = 0; i < s->cfg.n_threads; i++) {
@@ -542,13 +555,14 @@ void lg_server_shutdown(lg_server *s)
         h2o_multithread_message_t *m = calloc(1, sizeof *m);
         h2o_multithread_send_message(&s->loops[i].ctl_rx, m);
     }
-    for (int i = 0; i < s->n_loops; i++)
-        pthread_join(s->loops[i].tid, NULL);
-    lg_workers_stop(s->workers);
+    /* the loops close their dups at once: with ours gone too, new connections are refused */
     for (int i = 0; i < s->n_listeners; i++) {
         close(s->listeners[i].fd);
         s->listeners[i].fd = -1;
     }
+    for (int i = 0; i < s->n_loops; i++)
+        pthread_join(s->loops[i].tid, NULL);
+    lg_workers_stop(s->workers);
     if (s->cfg.on_drain)
         s->cfg.on_drain(s->cfg.drain_user);
 }

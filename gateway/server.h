@@ -63,6 +63,7 @@ typedef struct lg_server_config {
     void (*on_drain)(void *user);   /* optional, after the loops stopped */
     void *drain_user;
     bool quiet;                     /* no notices on stderr (tests) */
+    struct lg_access_log *access_log; /* optional: one JSON line per request (access_log.h); not owned */
 } lg_server_config;
 
 /* Validates the config, binds the listening sockets (so a busy port fails
@@ -95,5 +96,6 @@ bool lg_addr_is_loopback(const struct sockaddr_storage *ss);
 
 /* internal */
 lg_workers *lg__server_workers(lg_server *s);
+struct lg_access_log *lg__server_access_log(lg_server *s);
 
 #endif

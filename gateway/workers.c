@@ -60,6 +60,12 @@ int lg_workers_create(int n_threads, lg_workers **out, lg_err *err)
     /* workers take no asynchronous signals: the application's thread does */
     sigset_t all, old;
     sigfillset(&all);
+    sigdelset(&all, SIGSEGV); /* faults stay deliverable (see server.c) */
+    sigdelset(&all, SIGBUS);
+    sigdelset(&all, SIGFPE);
+    sigdelset(&all, SIGILL);
+    sigdelset(&all, SIGABRT);
+    sigdelset(&all, SIGTRAP);
     pthread_sigmask(SIG_SETMASK, &all, &old);
     for (int i = 0; i < n_threads; i++) {
         if (pthread_create(&w->tids[i], NULL, worker_main, w) != 0) {
