@@ -66,6 +66,7 @@ typedef struct lg_usage_bucket {
 } lg_usage_bucket;
 
 typedef struct lg_usage_report {
+    unsigned group_by; /* the query's: which result fields are dimensions */
     int n_buckets;
     lg_usage_bucket *buckets;
 } lg_usage_report;
@@ -75,6 +76,21 @@ int lg_store_usage_bucket_width(const char *text, int64_t *width, lg_err *err);
 
 int lg_store_usage_query(lg_store *st, const lg_usage_query *q, lg_usage_report **out, lg_err *err);
 void lg_usage_report_free(lg_usage_report *r); /* NULL: no-op */
+
+/* The report as CSV (GET /v1/usage?format=csv): a header line, then one
+ * line per result, buckets in order (empty buckets have no line):
+ *
+ *   start_time,end_time[,model][,api_key_id][,tenant_id,tenant],input_tokens,
+ *   input_cached_tokens,output_tokens,num_model_requests,cost_usd
+ *
+ * with a column per dimension of r->group_by. Times are Unix seconds;
+ * cost_usd is exact (lg_money_format_usd: 12 decimals). Lines end with CRLF
+ * (RFC 4180); a text field with a comma, quote, CR or LF is quoted, and one
+ * that starts with = + - @ TAB or CR gets a leading ' so that spreadsheets
+ * never run it as a formula (model names come from clients).
+ * *out is malloc'd and NUL-terminated, *len its length without the NUL; the
+ * caller frees it. */
+int lg_usage_report_csv(const lg_usage_report *r, char **out, size_t *len, lg_err *err);
 
 /* Totals of one tenant (0: everything) over [start_time, end_time), e.g.
  * the tokens of the current month for a budget check. Only the count and

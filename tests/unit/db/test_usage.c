@@ -250,6 +250,39 @@ static void test_totals_and_top(lg_store *rd)
     CHECK(lg_store_usage_top_adapters(rd, 0, T0, T0 + 1, 0, &top, &nt, &err) == LG_STORE_INVALID);
 }
 
+/* CSV: exact text for a hand-made report (quoting, formula defusing,
+ * exact cost), and the header follows group_by. */
+static void test_csv(void)
+{
+    lg_err err;
+    lg_usage_result res[3] = {
+        {.model = "support-bot", .api_key_id = "key_aaaaaaaaaaaaaaaa", .tenant_id = 7, .tenant_name = "acme",
+         .input_tokens = 1000, .input_cached_tokens = 256, .output_tokens = 50, .num_model_requests = 2,
+         .cost_pico = 123456789},
+        {.model = "a,\"b\"", .tenant_id = 0, .input_tokens = 1, .num_model_requests = 1, .cost_pico = 0},
+        {.model = "=HYPERLINK(1)", .tenant_id = 8, .tenant_name = "beta", .output_tokens = 3,
+         .num_model_requests = 1, .cost_pico = 1000000000000},
+    };
+    lg_usage_bucket buckets[3] = {{T0, T0 + 3600, 2, &res[0]}, {T0 + 3600, T0 + 7200, 0, NULL},
+                                  {T0 + 7200, T0 + 10800, 1, &res[2]}};
+    lg_usage_report rep = {LG_USAGE_GROUP_MODEL | LG_USAGE_GROUP_API_KEY | LG_USAGE_GROUP_TENANT, 3, buckets};
+    char *csv = NULL;
+    size_t len = 0;
+    CHECK(lg_usage_report_csv(&rep, &csv, &len, &err) == 0);
+    const char *want =
+        "start_time,end_time,model,api_key_id,tenant_id,tenant,input_tokens,input_cached_tokens,output_tokens,"
+        "num_model_requests,cost_usd\r\n"
+        "1763769600,1763773200,support-bot,key_aaaaaaaaaaaaaaaa,7,acme,1000,256,50,2,0.000123456789\r\n"
+        "1763769600,1763773200,\"a,\"\"b\"\"\",,0,,1,0,0,1,0.000000000000\r\n"
+        "1763776800,1763780400,\"'=HYPERLINK(1)\",,8,beta,0,0,3,1,1.000000000000\r\n";
+    CHECK_MSG(csv && strcmp(csv, want) == 0 && len == strlen(want), "csv:\n%s", csv ? csv : "(null)");
+    free(csv);
+    rep.group_by = 0;
+    CHECK(lg_usage_report_csv(&rep, &csv, &len, &err) == 0);
+    CHECK(csv && strncmp(csv, "start_time,end_time,input_tokens,", 33) == 0);
+    free(csv);
+}
+
 /* Sums past int64 are errors, not wrapped numbers. */
 static void test_overflow(void)
 {
@@ -297,6 +330,7 @@ int main(void)
     CHECK(lg_store_open_reader(dir, &rd, &err) == 0);
     test_queries(rd);
     test_totals_and_top(rd);
+    test_csv();
     lg_ledger_close(l);
     lg_store_close(rd);
     lg_store_close(st);
