@@ -6,8 +6,11 @@
  */
 #include "schema.h"
 
+#include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <time.h>
+#include <unistd.h>
 
 static const char *lg_db_code_name(int code)
 {
@@ -150,6 +153,24 @@ fail:
     return -1;
 }
 
+/* After a failed read-write open: when the database's directory is not
+ * writable (read-only file system, permissions), say that first, since
+ * SQLite's own message ("unable to open database file") does not. */
+static void lg_db_writable_hint(const char *path, lg_err *err)
+{
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash)
+        *slash = '\0';
+    else
+        snprintf(dir, sizeof dir, ".");
+    if (access(dir, W_OK) != 0) {
+        int e = errno;
+        lg_err_prefix(err, "data directory %s is not writable (%s)", dir, strerror(e));
+    }
+}
+
 int lg_db_open(const char *path, bool read_only, sqlite3 **out, lg_err *err)
 {
     *out = NULL;
@@ -204,6 +225,8 @@ int lg_db_open(const char *path, bool read_only, sqlite3 **out, lg_err *err)
     return 0;
 fail:
     lg_err_prefix(err, "%s", path);
+    if (!read_only)
+        lg_db_writable_hint(path, err);
     sqlite3_close(db);
     return -1;
 }

@@ -3,7 +3,7 @@
  * queued, lg_ledger_healthy turns false with a reason, done callbacks wait,
  * nothing crashes; when the disk comes back everything is committed once.
  *
- * Two ways to make the disk fail:
+ * Ways to make the disk fail:
  *   1. A real full file system: a 512 KiB tmpfs mounted in a private mount
  *      namespace (needs root or CAP_SYS_ADMIN; skipped with a note
  *      otherwise), grown afterwards with a remount.
@@ -13,13 +13,24 @@
  *      everywhere, root or not: chmod cannot make a directory read-only
  *      for root, and a file system with open writable files cannot be
  *      remounted read-only.
+ *   3. RLIMIT_FSIZE (any user, in a forked child): writes past the limit
+ *      fail with EFBIG, as on a full disk; raising the limit is the
+ *      operator freeing space.
+ *   4. A read-only data directory (a read-only bind mount for root, chmod
+ *      otherwise, in a forked child): opening refuses with a message that
+ *      says the directory is not writable. Linux refuses to remount
+ *      read-only a mount with files open for writing (EBUSY), so a running
+ *      ledger meets a read-only disk only as write errors (EROFS after the
+ *      kernel forces it read-only): case 2's FAULT_IO.
  */
 #include <errno.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <sys/mount.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 
 #include "db_test_util.h"
 #include "ledger.h"
@@ -288,6 +299,109 @@ static void test_full_tmpfs(const char *tmp)
     CHECK(umount2(mnt, MNT_DETACH) == 0);
 }
 
+/* Runs fn(dir) in a forked child; the child's CHECK failures fail the parent. */
+static void in_child(void (*fn)(const char *), const char *dir, const char *what)
+{
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid == 0) {
+        lg_t_pass = lg_t_fail = 0;
+        fn(dir);
+        printf("%s: %d passed, %d failed\n", what, lg_t_pass, lg_t_fail);
+        fflush(stdout);
+        _exit(lg_t_fail ? 1 : 0);
+    }
+    int status = 0;
+    CHECK(pid > 0 && waitpid(pid, &status, 0) == pid);
+    CHECK_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 0, "%s: child status %#x", what, status);
+}
+
+/* A file-size limit as a full disk: the WAL cannot grow, commits fail, the
+ * ledger keeps the records and says why; with the limit lifted everything
+ * goes in once. */
+static void fsize_child(const char *dir)
+{
+    signal(SIGXFSZ, SIG_IGN); /* write() then fails with EFBIG */
+    lg_err err = {{0}};
+    lg_ledger *l = NULL;
+    CHECK_MSG(lg_ledger_open(dir, NULL, &l, &err) == 0, "%s", err.msg);
+    if (!l)
+        return;
+    reset_cb();
+    struct rlimit old;
+    getrlimit(RLIMIT_FSIZE, &old);
+    struct rlimit lim = {.rlim_cur = 1 << 20, .rlim_max = old.rlim_max}; /* 1 MiB per file */
+    CHECK(setrlimit(RLIMIT_FSIZE, &lim) == 0);
+    int base = next_id, groups = 0;
+    bool full = false;
+    while (!full && groups < 2000) {
+        append_n(l, 100, true);
+        groups++;
+        full = lg_ledger_flush(l, 1000, &err) != 0;
+    }
+    CHECK_MSG(full, "1 MiB file-size limit never reached (%d records)", next_id - base);
+    char reason[400] = "";
+    CHECK(!lg_ledger_healthy(l, reason, sizeof reason));
+    lg_ledger_stats s;
+    lg_ledger_stats_get(l, &s);
+    int appended = next_id - base;
+    CHECK(s.backlog > 0 && (int)s.backlog <= 100 && s.errors >= 1);
+    CHECK(atomic_load(&cb_ok) == appended - (int)s.backlog && atomic_load(&cb_other) == 0);
+    CHECK(tu_query_int(dir, "SELECT count(*) FROM usage_records WHERE request_id LIKE 'f-%'") ==
+          appended - (int)s.backlog);
+    printf("file-size limit: %d records committed, %llu queued; reason: %s\n", atomic_load(&cb_ok),
+           (unsigned long long)s.backlog, reason);
+    /* space again */
+    CHECK(setrlimit(RLIMIT_FSIZE, &old) == 0);
+    CHECK_MSG(lg_ledger_flush(l, 20000, &err) == 0, "%s", err.msg);
+    CHECK(atomic_load(&cb_ok) == appended && lg_ledger_healthy(l, NULL, 0));
+    lg_ledger_close(l);
+    CHECK(tu_query_int(dir, "SELECT count(*) FROM usage_records WHERE request_id LIKE 'f-%'") == appended);
+    lg_store *st = NULL;
+    CHECK(lg_store_open(dir, &st, &err) == 0 && lg_store_integrity_check(st, &err) == 0);
+    lg_store_close(st);
+}
+
+/* Makes dir read-only for this process: a read-only bind mount in a private
+ * mount namespace (root), or chmod (anyone else: root ignores modes). */
+static bool make_read_only(const char *dir, bool *bind)
+{
+    *bind = false;
+    if (geteuid() != 0)
+        return chmod(dir, 0555) == 0;
+    if (unshare(CLONE_NEWNS) != 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0 ||
+        mount(dir, dir, NULL, MS_BIND, NULL) != 0)
+        return false;
+    *bind = true;
+    return mount(NULL, dir, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY, NULL) == 0;
+}
+
+static void read_only_child(const char *dir)
+{
+    lg_err err = {{0}};
+    lg_store *st = NULL;
+    lg_ledger *l = NULL;
+    /* a database that exists, in a directory that is not writable */
+    CHECK(lg_store_open(dir, &st, &err) == 0);
+    lg_store_close(st);
+    st = NULL;
+    bool bind;
+    if (!make_read_only(dir, &bind)) {
+        printf("SKIP read-only test: cannot make %s read-only (%s)\n", dir, strerror(errno));
+        return;
+    }
+    CHECK(lg_store_open(dir, &st, &err) == LG_STORE_ERROR && st == NULL);
+    CHECK_MSG(strstr(err.msg, "is not writable"), "%s", err.msg);
+    CHECK(lg_ledger_open(dir, NULL, &l, &err) == LG_STORE_ERROR && l == NULL);
+    CHECK_MSG(strstr(err.msg, "is not writable"), "%s", err.msg);
+    printf("read-only data dir: %s\n", err.msg);
+    if (bind)
+        umount2(dir, MNT_DETACH);
+    else
+        chmod(dir, 0700);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -297,6 +411,13 @@ int main(void)
     lg_store *st = NULL;
     /* the real file system first (the shim is not installed yet) */
     test_full_tmpfs(dir);
+    char sub[600];
+    snprintf(sub, sizeof sub, "%s/fsize", dir);
+    mkdir(sub, 0700);
+    in_child(fsize_child, sub, "file-size limit");
+    snprintf(sub, sizeof sub, "%s/ro", dir);
+    mkdir(sub, 0700);
+    in_child(read_only_child, sub, "read-only data dir");
     install_fault_vfs();
     if (lg_store_open(dir, &st, &err)) {
         fprintf(stderr, "%s\n", err.msg);
