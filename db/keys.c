@@ -17,6 +17,7 @@
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/rand.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -436,4 +437,60 @@ void lg_key_snapshot_free(lg_key_snapshot *s)
         return;
     free(s->entries);
     free(s);
+}
+
+/* ---- the cache ------------------------------------------------------------------ */
+
+struct lg_key_cache {
+    pthread_rwlock_t lock;
+    lg_key_snapshot *snap; /* never NULL */
+};
+
+int lg_key_cache_create(lg_store *st, lg_key_cache **out, lg_err *err)
+{
+    *out = NULL;
+    lg_key_cache *c = calloc(1, sizeof *c);
+    if (!c)
+        return lg_fail(err, "out of memory");
+    int rc = lg_store_key_snapshot(st, &c->snap, err);
+    if (rc) {
+        free(c);
+        return rc;
+    }
+    pthread_rwlock_init(&c->lock, NULL);
+    *out = c;
+    return 0;
+}
+
+int lg_key_cache_refresh(lg_key_cache *c, lg_store *st, lg_err *err)
+{
+    lg_key_snapshot *fresh = NULL;
+    int rc = lg_store_key_snapshot(st, &fresh, err);
+    if (rc)
+        return rc;
+    pthread_rwlock_wrlock(&c->lock);
+    lg_key_snapshot *old = c->snap;
+    c->snap = fresh;
+    pthread_rwlock_unlock(&c->lock);
+    lg_key_snapshot_free(old);
+    return 0;
+}
+
+bool lg_key_cache_find(lg_key_cache *c, const char *secret, size_t len, lg_key_entry *out)
+{
+    pthread_rwlock_rdlock(&c->lock);
+    const lg_key_entry *e = lg_key_snapshot_find(c->snap, secret, len);
+    if (e)
+        *out = *e;
+    pthread_rwlock_unlock(&c->lock);
+    return e != NULL;
+}
+
+void lg_key_cache_free(lg_key_cache *c)
+{
+    if (!c)
+        return;
+    lg_key_snapshot_free(c->snap);
+    pthread_rwlock_destroy(&c->lock);
+    free(c);
 }

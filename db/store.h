@@ -194,6 +194,21 @@ int lg_key_snapshot_count(const lg_key_snapshot *s);
 const lg_key_entry *lg_key_snapshot_entry(const lg_key_snapshot *s, int i);
 void lg_key_snapshot_free(lg_key_snapshot *s); /* NULL: no-op */
 
+/* The auth cache the gateway's event loops use: the current snapshot behind
+ * a read-write lock. lg_key_cache_find is safe from any number of threads
+ * at once and touches no disk (one SHA-256 and a binary search, about a
+ * microsecond). After every admin change that affects keys (key created or
+ * revoked, tenant deleted) call lg_key_cache_refresh from the thread that
+ * made it: it builds the new snapshot from that store handle outside the
+ * lock, then swaps it in, so the change holds on every thread from the
+ * next lookup on. A failed refresh keeps the old snapshot. */
+typedef struct lg_key_cache lg_key_cache;
+int lg_key_cache_create(lg_store *st, lg_key_cache **out, lg_err *err);
+int lg_key_cache_refresh(lg_key_cache *c, lg_store *st, lg_err *err);
+/* true and *out filled (a copy) when a live key has this secret. */
+bool lg_key_cache_find(lg_key_cache *c, const char *secret, size_t len, lg_key_entry *out);
+void lg_key_cache_free(lg_key_cache *c); /* NULL: no-op */
+
 /* ---- adapters ------------------------------------------------------------ */
 
 enum {

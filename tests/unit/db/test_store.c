@@ -1,11 +1,14 @@
 /*
  * test_store.c — tenants, API keys, adapters, settings and maintenance on a
  * real database: CRUD, name rules, soft-delete cascades, key format and
- * entropy, lookups of revoked and altered secrets, the auth snapshot, the
+ * entropy, lookups of revoked and altered secrets, the auth snapshot and
+ * cache (lookups on several threads during refreshes), the
  * content-addressed adapter files, backup and integrity check.
  */
 #include <fcntl.h>
 #include <openssl/evp.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <sys/stat.h>
 
 #include "adapter_files.h"
@@ -493,6 +496,76 @@ static void test_backup_integrity(void)
     lg_store_close(r);
 }
 
+/* The auth cache: lookups from several threads while another revokes keys
+ * and refreshes; a revoked key fails from the refresh on. */
+typedef struct cache_reader {
+    lg_key_cache *c;
+    const char *secret;
+    atomic_int *stop;
+    long found, missing;
+} cache_reader;
+
+static void *cache_reader_main(void *arg)
+{
+    cache_reader *r = arg;
+    lg_key_entry e;
+    while (!atomic_load(r->stop)) {
+        if (lg_key_cache_find(r->c, r->secret, strlen(r->secret), &e))
+            r->found++;
+        else
+            r->missing++;
+    }
+    return NULL;
+}
+
+static void test_key_cache(void)
+{
+    char dir[512];
+    tu_tmpdir(dir, sizeof dir, "keycache");
+    lg_err err = {{0}};
+    lg_store *st = NULL;
+    CHECK(lg_store_open(dir, &st, &err) == 0);
+    if (!st)
+        return;
+    lg_tenant_spec spec = lg_tenant_spec_init("acme");
+    CHECK(lg_store_tenant_create(st, &spec, NULL, &err) == 0);
+    char keep[LG_KEY_SECRET_LEN + 1], gone[LG_KEY_SECRET_LEN + 1];
+    lg_api_key kk, kg;
+    CHECK(lg_store_key_create(st, "acme", "keep", LG_SCOPE_INFERENCE, &kk, keep, &err) == 0);
+    CHECK(lg_store_key_create(st, "acme", "gone", LG_SCOPE_ALL, &kg, gone, &err) == 0);
+    lg_key_cache *c = NULL;
+    CHECK(lg_key_cache_create(st, &c, &err) == 0);
+    if (!c)
+        return;
+    lg_key_entry e;
+    CHECK(lg_key_cache_find(c, gone, strlen(gone), &e) && !strcmp(e.id, kg.id) && e.scopes == LG_SCOPE_ALL &&
+          !strcmp(e.tenant_name, "acme"));
+    atomic_int stop = 0;
+    cache_reader rd[2] = {{c, keep, &stop, 0, 0}, {c, keep, &stop, 0, 0}};
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++)
+        pthread_create(&th[i], NULL, cache_reader_main, &rd[i]);
+    for (int i = 0; i < 20; i++) /* refreshes under load */
+        CHECK(lg_key_cache_refresh(c, st, &err) == 0);
+    CHECK(lg_store_key_revoke(st, kg.id, &err) == 0);
+    CHECK(lg_key_cache_find(c, gone, strlen(gone), &e)); /* not refreshed yet */
+    CHECK(lg_key_cache_refresh(c, st, &err) == 0);
+    CHECK(!lg_key_cache_find(c, gone, strlen(gone), &e));
+    atomic_store(&stop, 1);
+    for (int i = 0; i < 2; i++)
+        pthread_join(th[i], NULL);
+    CHECK(rd[0].found > 0 && rd[0].missing == 0 && rd[1].found > 0 && rd[1].missing == 0);
+    CHECK(lg_key_cache_find(c, keep, strlen(keep), &e) && e.scopes == LG_SCOPE_INFERENCE);
+    /* deleting the tenant: its keys stop working at the next refresh */
+    CHECK(lg_store_tenant_delete(st, "acme", &err) == 0);
+    CHECK(lg_key_cache_refresh(c, st, &err) == 0);
+    CHECK(!lg_key_cache_find(c, keep, strlen(keep), &e));
+    lg_key_cache_free(c);
+    lg_key_cache_free(NULL);
+    lg_store_close(st);
+    tu_rmtree(dir);
+}
+
 int main(void)
 {
     lg_err err = {{0}};
@@ -509,6 +582,7 @@ int main(void)
     test_tenant_delete_cascade();
     test_adapter_files();
     test_backup_integrity();
+    test_key_cache();
     lg_store_close(st);
     tu_rmtree(dir);
     TEST_DONE();
