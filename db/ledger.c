@@ -28,6 +28,7 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <openssl/rand.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -169,6 +170,21 @@ static void lg_log_record(const char *what, const lg_usage_record *r)
            (long long)r->completion_tokens, r->finish_reason, r->http_status, r->error_type,
            (long long)r->received_at, (long long)r->first_token_at, (long long)r->finished_at,
            (long long)r->cost_pico);
+}
+
+int lg_ledger_request_id(const char *prefix, char out[LG_LEDGER_REQUEST_ID_MAX])
+{
+    out[0] = '\0';
+    size_t pl = prefix ? strlen(prefix) : 0;
+    uint8_t rnd[8];
+    if (pl > 32 || RAND_bytes(rnd, sizeof rnd) != 1)
+        return -1;
+    uint64_t r = 0;
+    for (int i = 0; i < 8; i++)
+        r = r << 8 | rnd[i];
+    snprintf(out, LG_LEDGER_REQUEST_ID_MAX, "%s%012llx%016llx", prefix ? prefix : "",
+             (unsigned long long)lg_db_now_ms() & 0xffffffffffffull, (unsigned long long)r);
+    return 0;
 }
 
 /* ---- the queue ---------------------------------------------------------------- */

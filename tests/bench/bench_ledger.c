@@ -7,16 +7,24 @@
  * response's last bytes wait for its record to be durable).
  *
  *   build/bench_ledger [--records N] [--threads T] [--rate R] [--dir DIR]
- *                      [--batch-records B] [--delay-us D]
+ *                      [--batch-records B] [--delay-us D] [--ordered-ids]
  *
  * --rate R paces the appenders to R records/s in total (open loop), to see
  * ack latency at a given load; without it they append as fast as they can
  * (the backlog limit throttles them), which measures the writer's ceiling.
  * The database is created in DIR (default: a new directory under /tmp,
- * removed afterwards).
+ * removed afterwards); with --dir an existing database grows, so that
+ * runs one after another measure a ledger that already holds millions of
+ * records (request ids differ from run to run).
+ *
+ * Request ids are random (like OpenAI's "chatcmpl-<random>"), so every
+ * insert lands at a random place of the request_id index; --ordered-ids
+ * makes them with lg_ledger_request_id (the time in hex first), so the
+ * index grows at its end.
  */
 #include <ftw.h>
 #include <pthread.h>
+#include <sqlite3.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -54,6 +62,10 @@ static void on_done(void *ctx, int status)
         atomic_fetch_add(&n_failed, 1);
 }
 
+static bool ordered_ids;
+static uint64_t run_salt;  /* differs per run: new request ids */
+static int64_t run_ms;     /* received_at of the first record */
+
 typedef struct worker {
     lg_ledger *l;
     int t, n_threads;
@@ -68,7 +80,7 @@ static void *appender(void *p)
     lg_err err;
     lg_pricing price = {150000, 75000, 600000};
     int64_t start = now_ns();
-    uint64_t x = 0x9e3779b97f4a7c15ull * (uint64_t)(w->t + 1);
+    uint64_t x = (0x9e3779b97f4a7c15ull ^ run_salt) * (uint64_t)(w->t + 1);
     for (long i = 0; i < w->count; i++) {
         long k = w->first + i;
         if (w->rate > 0) {
@@ -79,7 +91,11 @@ static void *appender(void *p)
         x = x * 6364136223846793005ull + 1442695040888963407ull;
         lg_usage_record r;
         memset(&r, 0, sizeof r);
-        snprintf(r.request_id, sizeof r.request_id, "chatcmpl-%016llx%08lx", (unsigned long long)x, k);
+        r.received_at = run_ms + k / 20; /* 20 records per ms */
+        if (ordered_ids)
+            lg_ledger_request_id("chatcmpl-", r.request_id);
+        else
+            snprintf(r.request_id, sizeof r.request_id, "chatcmpl-%016llx%08lx", (unsigned long long)x, k);
         r.tenant_id = 1 + (int64_t)(x >> 58);
         snprintf(r.key_id, sizeof r.key_id, "key_%016llx", (unsigned long long)(x >> 7) & 0xffffffffffffull);
         snprintf(r.route, sizeof r.route, "chat.completions");
@@ -92,7 +108,6 @@ static void *appender(void *p)
         r.completion_tokens = 50 + (int64_t)((x >> 20) & 255);
         snprintf(r.finish_reason, sizeof r.finish_reason, "stop");
         r.http_status = 200;
-        r.received_at = 1763769600000LL + k;
         r.first_token_at = r.received_at + 25;
         r.finished_at = r.received_at + 900;
         lg_money_cost(&price, r.prompt_tokens, r.cached_tokens, r.completion_tokens, &r.cost_pico, &err);
@@ -118,6 +133,21 @@ static int rm_one(const char *path, const struct stat *sb, int flag, struct FTW 
     return remove(path);
 }
 
+static long long count_rows(const char *path)
+{
+    sqlite3 *db = NULL;
+    long long v = -1;
+    if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK) {
+        sqlite3_stmt *s = NULL;
+        if (sqlite3_prepare_v2(db, "SELECT count(*) FROM usage_records", -1, &s, NULL) == SQLITE_OK &&
+            sqlite3_step(s) == SQLITE_ROW)
+            v = sqlite3_column_int64(s, 0);
+        sqlite3_finalize(s);
+    }
+    sqlite3_close(db);
+    return v;
+}
+
 int main(int argc, char **argv)
 {
     long n = 500000;
@@ -133,15 +163,22 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--dir") && v) dir_arg = v, i++;
         else if (!strcmp(a, "--batch-records") && v) opt.batch_records = atoi(v), i++;
         else if (!strcmp(a, "--delay-us") && v) opt.max_delay_us = atoi(v), i++;
+        else if (!strcmp(a, "--ordered-ids")) ordered_ids = true;
         else {
             fprintf(stderr, "usage: %s [--records N] [--threads T] [--rate R] [--dir DIR] [--batch-records B] "
-                            "[--delay-us D]\n", argv[0]);
+                            "[--delay-us D] [--ordered-ids]\n", argv[0]);
             return 2;
         }
     }
     if (n < 1 || threads < 1) {
         fprintf(stderr, "records and threads must be >= 1\n");
         return 2;
+    }
+    {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        run_salt = (uint64_t)ts.tv_sec * 1000000007ull ^ (uint64_t)ts.tv_nsec;
+        run_ms = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
     }
     char dir[512];
     if (dir_arg) {
@@ -193,7 +230,8 @@ int main(int argc, char **argv)
     struct stat sb;
     long long db_bytes = stat(path, &sb) == 0 ? (long long)sb.st_size : -1;
 
-    printf("records            %ld (%d appender threads%s)\n", n, threads, rate > 0 ? ", paced" : "");
+    printf("records            %ld (%d appender threads%s, %s request ids)\n", n, threads, rate > 0 ? ", paced" : "",
+           ordered_ids ? "time-ordered" : "random");
     if (rate > 0)
         printf("offered rate       %.0f records/s\n", rate);
     printf("elapsed            %.3f s (appends done at %.3f s)\n", secs, (double)(t_appended - t0) * 1e-9);
@@ -206,7 +244,7 @@ int main(int argc, char **argv)
     printf("append->ack        p50 %.2f ms, p99 %.2f ms, max %.2f ms\n", (double)lat[n / 2] * 1e-6,
            (double)lat[(long)(n * 0.99)] * 1e-6, (double)lat[n - 1] * 1e-6);
     printf("backlog-full waits %ld\n", retries);
-    printf("database           %.1f MB\n", (double)db_bytes / 1e6);
+    printf("database           %.1f MB, %lld records\n", (double)db_bytes / 1e6, (long long)count_rows(path));
 
     lg_ledger_close(l);
     lg_store_close(st);

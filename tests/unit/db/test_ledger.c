@@ -273,6 +273,27 @@ static void test_threads(void)
         free(args[t].ctx);
 }
 
+/* Request ids: prefix, shape, sorted by time, distinct. */
+static void test_request_id(void)
+{
+    char a[LG_LEDGER_REQUEST_ID_MAX], b[LG_LEDGER_REQUEST_ID_MAX];
+    CHECK(lg_ledger_request_id("chatcmpl-", a) == 0);
+    CHECK(strlen(a) == 9 + 28 && !strncmp(a, "chatcmpl-", 9));
+    bool hex = true;
+    for (const char *c = a + 9; *c; c++)
+        hex &= (*c >= '0' && *c <= '9') || (*c >= 'a' && *c <= 'f');
+    CHECK(hex);
+    usleep(2000);
+    CHECK(lg_ledger_request_id("chatcmpl-", b) == 0);
+    CHECK(strcmp(a, b) < 0); /* a later millisecond sorts after */
+    CHECK(lg_ledger_request_id(NULL, a) == 0 && strlen(a) == 28);
+    CHECK(lg_ledger_request_id("cmpl-", a) == 0 && lg_ledger_request_id("cmpl-", b) == 0 && strcmp(a, b) != 0);
+    char longp[40];
+    memset(longp, 'x', 33);
+    longp[33] = '\0';
+    CHECK(lg_ledger_request_id(longp, a) == -1);
+}
+
 int main(void)
 {
     lg_err err;
@@ -286,6 +307,7 @@ int main(void)
     test_validation();
     test_grouping();
     test_threads();
+    test_request_id();
     CHECK(lg_store_integrity_check(st, &err) == 0);
     lg_store_close(st);
     tu_rmtree(dir);
