@@ -9,7 +9,11 @@
  * unless they produced some).
  *
  * Run queries on a reader (lg_store_open_reader): in WAL mode they see a
- * consistent snapshot and never block the ledger writer.
+ * consistent snapshot and never block the ledger writer. A query reads
+ * every record of its range (an index range scan: about a million records
+ * a second), so run it on a worker thread, not on an event loop; for a
+ * per-request budget check keep counters in memory, seeded once from
+ * lg_store_usage_totals.
  *
  * Per-day totals per tenant (a usage page's chart) are lg_store_usage_query
  * with bucket_width LG_USAGE_1D and group_by LG_USAGE_GROUP_TENANT.
