@@ -12,9 +12,9 @@
  *              and settled in append order, so "everything appended before
  *              time t is settled" is settled >= appended(t): that is flush.
  *
- * The writer loop: wait for a record; then wait until batch_records are
- * queued, or max_delay_us after the first one was queued, or a flush or stop
- * asks to hurry; take up to max_batch records; commit them in one
+ * The writer loop: wait for a record; then (when max_delay_us > 0) wait
+ * until batch_records are queued, or max_delay_us after the first one was
+ * queued, or a flush or stop asks to hurry; take up to max_batch records; commit them in one
  * transaction (retrying on failure with backoff, reopening the connection
  * each time); run the callbacks; publish the counters; repeat. Appends
  * that arrive while a commit waits on fsync form the next batch: that is
@@ -108,8 +108,8 @@ static void lg_timedwait(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t deadli
 lg_ledger_options lg_ledger_options_default(void)
 {
     return (lg_ledger_options){
+        .max_delay_us = 0,
         .batch_records = 256,
-        .max_delay_us = 2000,
         .max_batch = 16384,
         .max_backlog = 1000000,
     };
