@@ -101,7 +101,7 @@ int lg_ledger_open(const char *data_dir, const lg_ledger_options *opt, lg_ledger
  * "chatcmpl-019ab5c3d2e8f1a2b3c4d5e6f7a8b9". Ids made this way sort by
  * time, so ledger inserts land at the end of the request_id index and the
  * writer's speed does not fall as the table grows (random ids slow it from
- * ~100,000 to ~24,000 records/s by 3 million rows; docs/benchmarks.md).
+ * ~90,000 to ~32,000 records/s by 3 million rows; docs/benchmarks.md).
  * Any thread. Returns 0, or -1 if the prefix is too long or RAND_bytes
  * failed. */
 int lg_ledger_request_id(const char *prefix, char out[LG_LEDGER_REQUEST_ID_MAX]);
