@@ -36,7 +36,7 @@ static void lg_read_version(sqlite3_stmt *s, int c, lg_adapter_version *v)
     v->created_at = lg_st_col_i64(s, c + 7, 0);
 }
 
-static void lg_read_adapter(sqlite3_stmt *s, lg_adapter *a)
+static void lg_read_adapter(sqlite3_stmt *s, lg_adapter_rec *a)
 {
     memset(a, 0, sizeof *a);
     a->id = sqlite3_column_int64(s, 0);
@@ -136,7 +136,7 @@ static int lg_add_version(lg_store *st, int64_t adapter_id, const lg_adapter_ver
     return rc;
 }
 
-static int lg_adapter_get_locked(lg_store *st, const char *tenant, const char *name, lg_adapter *out, lg_err *err)
+static int lg_adapter_get_locked(lg_store *st, const char *tenant, const char *name, lg_adapter_rec *out, lg_err *err)
 {
     int64_t tenant_id, id;
     int rc;
@@ -157,7 +157,7 @@ static int lg_adapter_get_locked(lg_store *st, const char *tenant, const char *n
 
 /* create (replace = false) or replace (true) */
 static int lg_adapter_put_locked(lg_store *st, const char *tenant, const char *name, const lg_adapter_version *v,
-                                 bool replace, lg_adapter *out, lg_err *err)
+                                 bool replace, lg_adapter_rec *out, lg_err *err)
 {
     int rc;
     if ((rc = lg_st_check_writable(st, replace ? "replacing an adapter" : "creating an adapter", err)) ||
@@ -194,7 +194,7 @@ static int lg_adapter_put_locked(lg_store *st, const char *tenant, const char *n
     }
     if ((rc = lg_add_version(st, id, v, now, err)) || (rc = lg_st_commit(st, err)))
         goto fail;
-    lg_adapter tmp;
+    lg_adapter_rec tmp;
     return lg_adapter_get_locked(st, tenant, name, out ? out : &tmp, err);
 fail:
     lg_st_rollback(st);
@@ -202,7 +202,7 @@ fail:
 }
 
 int lg_store_adapter_create(lg_store *st, const char *tenant, const char *name, const lg_adapter_version *v,
-                            lg_adapter *out, lg_err *err)
+                            lg_adapter_rec *out, lg_err *err)
 {
     lg_st_lock(st);
     int rc = lg_adapter_put_locked(st, tenant, name, v, false, out, err);
@@ -211,7 +211,7 @@ int lg_store_adapter_create(lg_store *st, const char *tenant, const char *name, 
 }
 
 int lg_store_adapter_replace(lg_store *st, const char *tenant, const char *name, const lg_adapter_version *v,
-                             lg_adapter *out, lg_err *err)
+                             lg_adapter_rec *out, lg_err *err)
 {
     lg_st_lock(st);
     int rc = lg_adapter_put_locked(st, tenant, name, v, true, out, err);
@@ -219,7 +219,7 @@ int lg_store_adapter_replace(lg_store *st, const char *tenant, const char *name,
     return rc;
 }
 
-int lg_store_adapter_get(lg_store *st, const char *tenant, const char *name, lg_adapter *out, lg_err *err)
+int lg_store_adapter_get(lg_store *st, const char *tenant, const char *name, lg_adapter_rec *out, lg_err *err)
 {
     lg_st_lock(st);
     int rc = lg_adapter_get_locked(st, tenant, name, out, err);
@@ -227,7 +227,7 @@ int lg_store_adapter_get(lg_store *st, const char *tenant, const char *name, lg_
     return rc;
 }
 
-static int lg_adapter_list_locked(lg_store *st, const char *tenant, lg_adapter **out, int *n, lg_err *err)
+static int lg_adapter_list_locked(lg_store *st, const char *tenant, lg_adapter_rec **out, int *n, lg_err *err)
 {
     int64_t tenant_id = 0;
     int rc;
@@ -241,7 +241,7 @@ static int lg_adapter_list_locked(lg_store *st, const char *tenant, lg_adapter *
                             &s, err)))
         return rc;
     sqlite3_bind_int64(s, 1, tenant_id);
-    lg_adapter *arr = NULL;
+    lg_adapter_rec *arr = NULL;
     int cap = 0, cnt = 0, step;
     while ((step = sqlite3_step(s)) == SQLITE_ROW) {
         if (lg_st_grow((void **)&arr, &cap, cnt, sizeof *arr, err)) {
@@ -263,7 +263,7 @@ static int lg_adapter_list_locked(lg_store *st, const char *tenant, lg_adapter *
     return 0;
 }
 
-int lg_store_adapter_list(lg_store *st, const char *tenant, lg_adapter **out, int *n, lg_err *err)
+int lg_store_adapter_list(lg_store *st, const char *tenant, lg_adapter_rec **out, int *n, lg_err *err)
 {
     *out = NULL;
     *n = 0;

@@ -230,7 +230,7 @@ typedef struct lg_adapter_version {
     int64_t created_at;
 } lg_adapter_version;
 
-typedef struct lg_adapter {
+typedef struct lg_adapter_rec {
     int64_t id;
     int64_t tenant_id;
     char tenant_name[LG_STORE_NAME_MAX];
@@ -239,19 +239,19 @@ typedef struct lg_adapter {
     int64_t updated_at; /* when the current version last changed */
     int64_t deleted_at; /* 0: live */
     lg_adapter_version current;
-} lg_adapter;
+} lg_adapter_rec;
 
 /* A new adapter of the live tenant with version 1 current. CONFLICT when the
  * tenant has a live adapter of that name. out may be NULL. */
 int lg_store_adapter_create(lg_store *st, const char *tenant, const char *name, const lg_adapter_version *v,
-                            lg_adapter *out, lg_err *err);
+                            lg_adapter_rec *out, lg_err *err);
 /* Adds a version to the live adapter and makes it current, atomically.
  * NOT_FOUND when there is no live adapter of that name. out may be NULL. */
 int lg_store_adapter_replace(lg_store *st, const char *tenant, const char *name, const lg_adapter_version *v,
-                             lg_adapter *out, lg_err *err);
-int lg_store_adapter_get(lg_store *st, const char *tenant, const char *name, lg_adapter *out, lg_err *err);
+                             lg_adapter_rec *out, lg_err *err);
+int lg_store_adapter_get(lg_store *st, const char *tenant, const char *name, lg_adapter_rec *out, lg_err *err);
 /* Live adapters; tenant NULL: of all live tenants. Ordered by tenant, name. */
-int lg_store_adapter_list(lg_store *st, const char *tenant, lg_adapter **out, int *n, lg_err *err);
+int lg_store_adapter_list(lg_store *st, const char *tenant, lg_adapter_rec **out, int *n, lg_err *err);
 /* Every version of the live adapter, oldest first. */
 int lg_store_adapter_versions(lg_store *st, const char *tenant, const char *name, lg_adapter_version **out, int *n,
                               lg_err *err);

@@ -20,4 +20,8 @@ typedef bool (*lg_readiness_fn)(void *user, json_t *checks);
  * (200 when ready(user, checks) says so, else 503 with Retry-After). */
 int lg_routes_health(lg_router *rt, lg_readiness_fn ready, void *user, lg_err *err);
 
+typedef struct lg_app lg_app; /* app.h */
+/* routes_openai.c: /v1/models, /v1/models/{id}, /v1/chat/completions, /v1/completions */
+int lg_routes_openai(lg_router *rt, lg_app *app, lg_err *err);
+
 #endif

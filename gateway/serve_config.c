@@ -45,6 +45,10 @@ static const opt opts[] = {
     {"engine-threads", K_INT, O(engine_threads), 1, 1024, NULL, "N", "CPU backend threads (default: all cores)"},
     {"max-queue", K_INT, O(max_queue), 1, 1 << 20, NULL, "N", "requests waiting for the engine before 503 (default 256)"},
     {"default-max-tokens", K_INT, O(default_max_tokens), 1, 1 << 20, NULL, "N", "max_tokens when a request gives none (default 256)"},
+    {"gpu-memory-utilization", K_STR, O(gpu_memory_utilization), 0, 0, NULL, "F", "fraction of GPU memory for weights + pool (default 0.90)"},
+    {"prefix-sharing", K_CHOICE, O(prefix_sharing), 0, 0, "tenant|global|off", "tenant|global|off", "who shares cached prompt prefixes (default tenant)"},
+    {"scheduler", K_CHOICE, O(scheduler), 0, 0, "vtc|fcfs", "vtc|fcfs", "admission order across tenants: fair share (default) or arrival order"},
+    {"metrics-tenant-labels", K_CHOICE, O(metrics_tenant_labels), 0, 0, "on|off", "on|off", "tenant label on /metrics series (default on)"},
     {"config", K_CONFIG, 0, 0, 0, NULL, "FILE", "JSON object of these options (long names); command-line options win"},
 };
 #undef O
@@ -275,6 +279,18 @@ int lg_serve_config_parse(lg_serve_config *c, int argc, char **argv, lg_err *err
         c->max_lora_rank = 64;
     if (!c->max_queue)
         c->max_queue = 256;
+    if (!c->prefix_sharing)
+        c->prefix_sharing = "tenant";
+    if (!c->scheduler)
+        c->scheduler = "vtc";
+    if (!c->metrics_tenant_labels)
+        c->metrics_tenant_labels = "on";
+    if (c->gpu_memory_utilization) {
+        char *end;
+        double u = strtod(c->gpu_memory_utilization, &end);
+        if (*end || !(u > 0 && u <= 1))
+            return lg_fail(err, "--gpu-memory-utilization %s: expected a fraction in (0, 1]", c->gpu_memory_utilization);
+    }
     if (!c->default_max_tokens)
         c->default_max_tokens = 256;
     return 0;

@@ -252,7 +252,7 @@ static void test_key_entropy(void)
 static void test_adapters(void)
 {
     lg_err err = {{0}};
-    lg_adapter a, a2;
+    lg_adapter_rec a, a2;
     lg_adapter_version v1 = version_of("one", 8), v2 = version_of("two", 16);
     CHECK_MSG(lg_store_adapter_create(st, "acme", "support-bot", &v1, &a, &err) == 0, "%s", err.msg);
     CHECK(a.id > 0 && !strcmp(a.name, "support-bot") && !strcmp(a.tenant_name, "acme") && a.deleted_at == 0);
@@ -292,7 +292,7 @@ static void test_adapters(void)
     CHECK(lg_store_adapter_create(st, "acme", "bad/name", &v1, NULL, &err) == LG_STORE_INVALID);
     CHECK(lg_store_adapter_create(st, "nobody", "x", &v1, NULL, &err) == LG_STORE_NOT_FOUND);
 
-    lg_adapter *list;
+    lg_adapter_rec *list;
     CHECK(lg_store_adapter_list(st, NULL, &list, &n, &err) == 0 && n == 2);
     free(list);
     CHECK(lg_store_adapter_list(st, "acme", &list, &n, &err) == 0 && n == 1);
@@ -340,7 +340,7 @@ static void test_tenant_delete_cascade(void)
     CHECK(lg_store_key_snapshot(st, &snap, &err) == 0);
     CHECK(lg_key_snapshot_find(snap, s1, strlen(s1)) == NULL);
     lg_key_snapshot_free(snap);
-    lg_adapter *list;
+    lg_adapter_rec *list;
     int n;
     CHECK(lg_store_adapter_list(st, NULL, &list, &n, &err) == 0);
     for (int i = 0; i < n; i++)
