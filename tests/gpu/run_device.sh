@@ -4,7 +4,11 @@
 # HF/peft fixtures end to end on the CUDA backend, and the benchmarks of
 # docs/benchmarks.md next to their HF references.
 #
-#   bash tests/gpu/run_device.sh [all|test|bench]     (from the repo root)
+#   bash tests/gpu/run_device.sh [all|test|bench|serving]     (from the repo root)
+#
+# serving: the serving-runtime workloads (tests/gpu/serving_bench.sh: W1,
+# adapter load latency, W2 many adapters, W3 shared prompts, W4 flooding
+# tenant); DEADLINE=s (default 540) skips later steps past it, saying so.
 #
 # Needs nvcc, cmake, python3 with torch/transformers/peft/pytest (the GPU
 # machine's image). Missing Debian libraries (jansson, pcre2, utf8proc) are
@@ -23,6 +27,8 @@ export PYTHONUNBUFFERED=1
 
 summary=()
 note() { summary+=("$*"); echo "== $*"; }
+DEADLINE=${DEADLINE:-540}
+late() { if [ "$SECONDS" -gt "$DEADLINE" ]; then note "SKIPPED (past ${DEADLINE}s): $*"; return 0; fi; return 1; }
 
 t0=$(date +%s)
 cmake -S . -B build-cuda -DCMAKE_BUILD_TYPE=Release >"$OUT/cmake.log" 2>&1 || { tail -20 "$OUT/cmake.log"; exit 1; }
@@ -44,6 +50,10 @@ if [ "$WHAT" = all ] || [ "$WHAT" = test ]; then
       >"$OUT/golden_cuda_$dt.log" 2>&1
     note "golden on cuda (--dtype $dt): $(tail -1 "$OUT/golden_cuda_$dt.log")"
   done
+fi
+
+if [ "$WHAT" = all ] || [ "$WHAT" = serving ]; then
+  . tests/gpu/serving_bench.sh
 fi
 
 if [ "$WHAT" = all ] || [ "$WHAT" = bench ]; then
