@@ -11,6 +11,7 @@
  * failure (one line on stderr), 2 bad usage.
  */
 #include <errno.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -98,7 +99,36 @@ int lg_cmd_serve(int argc, char **argv)
         return 1;
     }
     app_ctx ctx = {&cfg, NULL};
-    lg_serve_app app = {.setup = setup, .ready = ready, .on_drain = on_drain, .teardown = teardown, .user = &ctx};
+    /* what to do next, copy-paste: an operator makes a tenant and a key, then calls it */
+    char banner[2048];
+    const char *l = cfg.listen[0];
+    bool tls = !cfg.insecure_http;
+    char cacert[600] = "";
+    if (tls)
+        snprintf(cacert, sizeof cacert, "--cacert %s ", cfg.tls_cert ? cfg.tls_cert : "DATA_DIR/tls/cert.pem");
+    if (tls && !cfg.tls_cert)
+        snprintf(cacert, sizeof cacert, "--cacert %s/tls/cert.pem ", cfg.data_dir);
+    char url[300];
+    snprintf(url, sizeof url, "%s://%s%s", tls ? "https" : "http",
+             !strncmp(l, "0.0.0.0:", 8) ? "127.0.0.1" : "", !strncmp(l, "0.0.0.0:", 8) ? l + 7 : l);
+    char keyexpr[300];
+    if (getenv(LG_ADMIN_KEY_ENV))
+        snprintf(keyexpr, sizeof keyexpr, "$%s", LG_ADMIN_KEY_ENV);
+    else
+        snprintf(keyexpr, sizeof keyexpr, "$(cat %s/admin.key)", cfg.data_dir);
+    snprintf(banner, sizeof banner,
+             "next, as the operator (copy-paste):\n"
+             "  curl %s-H \"Authorization: Bearer %s\" %s/admin/v1/tenants -d '{\"name\":\"acme\"}'\n"
+             "  curl %s-H \"Authorization: Bearer %s\" %s/admin/v1/tenants/acme/keys "
+             "-d '{\"name\":\"dev\",\"scopes\":[\"inference\",\"adapters\"]}'\n"
+             "then, with the \"key\" it printed, any OpenAI client at %s/t/acme/v1, e.g.:\n"
+             "  curl %s%s/t/acme/v1/chat/completions -H \"Authorization: Bearer lg-...\" "
+             "-H 'content-type: application/json' -d '{\"model\":\"MODEL\",\"messages\":[{\"role\":\"user\","
+             "\"content\":\"Hello\"}]}'\n"
+             "(MODEL: the base model's id, see GET /v1/models; docs/api.md has every route)",
+             cacert, keyexpr, url, cacert, keyexpr, url, url, cacert, url);
+    lg_serve_app app = {.setup = setup, .ready = ready, .on_drain = on_drain, .teardown = teardown, .user = &ctx,
+                        .banner = banner};
     int rc = lg_serve_run(&cfg, &app, &err);
     if (rc != 0)
         fprintf(stderr, "loragate serve: %s\n", err.msg);
