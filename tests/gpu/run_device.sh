@@ -9,6 +9,7 @@
 # serving: the serving-runtime workloads (tests/gpu/serving_bench.sh: W1,
 # adapter load latency, W2 many adapters, W3 shared prompts, W4 flooding
 # tenant); DEADLINE=s (default 540) skips later steps past it, saying so.
+# TARGETS=loragate builds only the binary (default: all targets).
 #
 # Needs nvcc, cmake, python3 with torch/transformers/peft/pytest (the GPU
 # machine's image). Missing Debian libraries (jansson, pcre2, utf8proc) are
@@ -32,7 +33,7 @@ late() { if [ "$SECONDS" -gt "$DEADLINE" ]; then note "SKIPPED (past ${DEADLINE}
 
 t0=$(date +%s)
 cmake -S . -B build-cuda -DCMAKE_BUILD_TYPE=Release >"$OUT/cmake.log" 2>&1 || { tail -20 "$OUT/cmake.log"; exit 1; }
-cmake --build build-cuda -j"$(nproc)" >"$OUT/build.log" 2>&1 || { grep -E "error" "$OUT/build.log" | head -30; exit 1; }
+cmake --build build-cuda -j"$(nproc)" --target ${TARGETS:-all} >"$OUT/build.log" 2>&1 || { grep -E "error" "$OUT/build.log" | head -30; exit 1; }
 note "build: $(( $(date +%s) - t0 )) s; $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)"
 BIN=$ROOT/build-cuda/loragate
 
