@@ -18,16 +18,16 @@ sb w1_lora --num-seqs 32 --prompt-len 128 --output-len 64 --adapters 32 --rank 1
 sb load_r16 --adapter-load-test --rank 16 --targets q,k,v,o
 W2="--workload poisson --adapters 1000 --rank-mix 8,16,32,64 --targets q,k,v,o --popularity zipf:1.0
     --prompt-len-range 128:512 --output-len-range 64:256 --slo-ttft-ms 500 --slo-tpot-ms 50 --seed 1"
-for rate in ${W2_RATES:-2 4 6 8 12}; do
+for rate in ${W2_RATES:-4 8 12 16 24 32}; do
   n=$(( rate * 25 )); [ $n -lt 100 ] && n=100
   sb w2_r$rate $W2 --rate $rate --requests $n
 done
-sb w2_2000 ${W2/--adapters 1000/--adapters 2000} --rate ${W2_RATE_2000:-6} --requests 150
+sb w2_2000 ${W2/--adapters 1000/--adapters 2000} --rate ${W2_RATE_2000:-16} --requests 400
 W3="--workload poisson --rate ${W3_RATE:-8} --requests 200 --tenants 8 --shared-prefix-len 1024
     --shared-prefix-frac 1.0 --prompt-len-range 64:256 --output-len-range 64:128 --seed 3"
 sb w3_prefix_on $W3 --prefix-sharing tenant
 sb w3_prefix_off $W3 --prefix-sharing off
-W4="--workload poisson --rate ${W4_RATE:-40} --requests 600 --tenants 2 --tenant-share 10,1
+W4="--workload poisson --rate ${W4_RATE:-120} --requests 600 --tenants 2 --tenant-share 10,1
     --prompt-len-range 128:256 --output-len-range 64:128 --seed 4"
 sb w4_vtc $W4 --policy vtc
 sb w4_fcfs $W4 --policy fcfs
