@@ -4,11 +4,12 @@
 # also part of `all`): W1 fixed batch (no regression), adapter load latency,
 # W2 many adapters (rate sweep for the SLO knee, then 2,000 adapters), W3
 # shared system prompts (prefix cache on/off), W4 one tenant floods (VTC vs
-# FCFS). Needs $BIN, $OUT, note(), late() from run_device.sh.
+# FCFS). SERVING_ONLY=REGEX runs only the runs whose name matches. Needs $BIN, $OUT, note(), late() from run_device.sh.
 M=tests/bench/llama2-7b-shape
 C="--model $M --load-format dummy --backend cuda --dtype f16 --json --no-progress"
 sb() { # name, args...: one bench run, JSON to $OUT/serving_<name>.json, one summary line
   local name=$1; shift
+  if [ -n "${SERVING_ONLY:-}" ] && ! [[ $name =~ $SERVING_ONLY ]]; then return; fi
   if late "serving $name"; then return; fi
   $BIN bench $C "$@" >"$OUT/serving_$name.json" 2>"$OUT/serving_$name.err"
   local rc=$?
