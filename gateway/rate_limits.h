@@ -28,4 +28,13 @@ int lg_limits_admit(lg_limits *l, lg_request *r, const lg_app_tenant *t, int64_t
  * actual_tokens (prompt + completion; 0 if it never ran). */
 void lg_limits_finish(lg_limits *l, const lg_app_tenant *t, int64_t est_tokens, int64_t actual_tokens);
 
+/* [any] What the limits know of a tenant now (usage page, tests). */
+typedef struct lg_limits_state {
+    int64_t inflight;        /* admitted, not finished */
+    int64_t month_start;     /* Unix seconds: the UTC month counted */
+    int64_t month_tokens;    /* prompt + completion tokens of finished requests this month */
+    int64_t reserved_tokens; /* estimates of the requests in flight */
+} lg_limits_state;
+int lg_limits_usage(lg_limits *l, const lg_app_tenant *t, lg_limits_state *out);
+
 #endif
