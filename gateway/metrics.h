@@ -9,6 +9,7 @@
 #define LG_GW_METRICS_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "router.h"
@@ -27,6 +28,13 @@ void lg_metrics_request(lg_metrics *m, const char *route, int status, const char
  * no token; tpot < 0: fewer than two tokens) and its tokens. */
 void lg_metrics_generation(lg_metrics *m, const char *tenant, double ttft_s, double tpot_s, double e2e_s,
                            int64_t prompt_tokens, int64_t cached_tokens, int64_t completion_tokens);
+
+/* One request refused by the tenant limits (rate_limits.c): reason is
+ * "rpm", "tpm", "concurrent" or "monthly_tokens". */
+void lg_metrics_limited(lg_metrics *m, const char *tenant, const char *reason);
+
+/* The exposition text (malloc'd; *len its length), as GET /metrics answers. */
+char *lg_metrics_render(lg_metrics *m, size_t *len);
 
 /* GET /metrics (public on loopback deployments; put it behind the proxy's
  * auth otherwise). */

@@ -141,10 +141,26 @@ typedef struct anchor {
     lg_request *r;
 } anchor;
 
+static lg_request_observer_fn observer;
+static void *observer_user;
+
+void lg_request_set_observer(lg_request_observer_fn fn, void *user)
+{
+    observer_user = user;
+    observer = fn;
+}
+
 static void write_access_log(lg_request *r)
 {
     lg_access_log *log = lg__server_access_log(r->loop->srv);
     h2o_req_t *req = r->req;
+    /* the tenant: addressed by path/host, else the one auth logged */
+    json_t *lt = r->log_extra ? json_object_get(r->log_extra, "tenant") : NULL;
+    const char *tenant = r->tenant_slug ? r->tenant_slug : json_is_string(lt) ? json_string_value(lt) : NULL;
+    if (observer && req) {
+        int st = r->answered || r->finished ? req->res.status : r->gone_called ? 499 : 0;
+        observer(observer_user, r->route && r->route->name ? r->route->name : "", st, tenant);
+    }
     if (!log || !req) {
         json_decref(r->log_extra);
         r->log_extra = NULL;
@@ -174,7 +190,7 @@ static void write_access_log(lg_request *r)
     json_object_set_new(o, "duration_ms", json_real(dur_ms));
     json_object_set_new(o, "bytes_in", json_integer(req->entity.base ? (json_int_t)req->entity.len : 0));
     json_object_set_new(o, "bytes_out", json_integer((json_int_t)req->bytes_sent));
-    json_object_set_new(o, "tenant", r->tenant_slug ? json_string(r->tenant_slug) : json_null());
+    json_object_set_new(o, "tenant", tenant ? json_string(tenant) : json_null());
     json_object_set_new(o, "peer", json_string(r->log_peer));
     json_object_set_new(o, "client_gone", json_boolean(r->gone_called));
     if (r->log_extra) {

@@ -156,6 +156,16 @@ bool lg_request_is_closed(const lg_request *r);
  * when the pool is stopped. */
 int lg_request_defer(lg_request *r, void (*work)(void *arg), void (*done)(lg_request *r, void *arg), void *arg);
 
+/* ---- observation ---------------------------------------------------------- *
+ * fn runs once per request on its loop thread when the request ends (where
+ * its access-log line is written, whether or not the access log is on):
+ * route name ("" when no route matched), status (499: the client left
+ * before any answer), tenant slug (the addressed tenant, else the one the
+ * auth hook logged as "tenant"; NULL: none). One per process (metrics.c);
+ * set it before the server starts, NULL to unset after it stopped. */
+typedef void (*lg_request_observer_fn)(void *user, const char *route, int status, const char *tenant);
+void lg_request_set_observer(lg_request_observer_fn fn, void *user);
+
 /* ---- internal (server.c, sse.c) ------------------------------------------- */
 typedef struct lg_loop lg_loop;
 typedef struct st_h2o_handler_t h2o_handler_t;
