@@ -30,7 +30,6 @@ typedef struct app_ctx {
 /* Route families landing separately; weak until all are in. */
 __attribute__((weak)) int lg_routes_admin(lg_router *rt, lg_app *app, lg_err *err);
 __attribute__((weak)) int lg_routes_adapters(lg_router *rt, lg_app *app, lg_err *err);
-__attribute__((weak)) int lg_routes_usage(lg_router *rt, lg_app *app, lg_err *err);
 
 static int setup(void *user, lg_router *rt, lg_serve_env *env, lg_err *err)
 {
@@ -48,7 +47,7 @@ static int setup(void *user, lg_router *rt, lg_serve_env *env, lg_err *err)
         return -1;
     if (lg_routes_adapters && lg_routes_adapters(rt, app, err) != 0)
         return -1;
-    if (lg_routes_usage && lg_routes_usage(rt, app, err) != 0)
+    if (lg_routes_usage(rt, app, err) != 0)
         return -1;
     return 0;
 }

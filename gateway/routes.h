@@ -23,5 +23,13 @@ int lg_routes_health(lg_router *rt, lg_readiness_fn ready, void *user, lg_err *e
 typedef struct lg_app lg_app; /* app.h */
 /* routes_openai.c: /v1/models, /v1/models/{id}, /v1/chat/completions, /v1/completions */
 int lg_routes_openai(lg_router *rt, lg_app *app, lg_err *err);
+/* routes_admin.c: the operator API, /admin/v1/... (operator key) */
+int lg_routes_admin(lg_router *rt, lg_app *app, lg_err *err);
+/* routes_adapters.c: /v1/adapters... (tenant keys with the `adapters` scope) */
+int lg_routes_adapters(lg_router *rt, lg_app *app, lg_err *err);
+/* routes_usage.c: GET /v1/usage, GET /admin/v1/usage (JSON/CSV shaped like
+ * OpenAI's usage API); usage_page.c: GET /usage (the page), POST /usage/login,
+ * POST /usage/logout */
+int lg_routes_usage(lg_router *rt, lg_app *app, lg_err *err);
 
 #endif
