@@ -17,6 +17,7 @@ static void usage(FILE *f)
             "  tokenize       encode JSON lines of text with a model's tokenizer\n"
             "  chat-template  render chat messages with a model's chat template\n"
             "  serve          run the HTTPS gateway (loragate serve --help)\n"
+            "  backup         online backup of a data dir's database (loragate backup --help)\n"
             "  version        print the version\n");
 }
 
@@ -35,6 +36,8 @@ int main(int argc, char **argv)
         return lg_cmd_tokenize(argc - 1, argv + 1);
     if (!strcmp(cmd, "serve"))
         return lg_cmd_serve(argc - 1, argv + 1);
+    if (!strcmp(cmd, "backup"))
+        return lg_cmd_backup(argc - 1, argv + 1);
     if (!strcmp(cmd, "chat-template"))
         return lg_cmd_chat_template(argc - 1, argv + 1);
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
