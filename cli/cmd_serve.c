@@ -27,10 +27,6 @@ typedef struct app_ctx {
     lg_app *app;
 } app_ctx;
 
-/* Route families landing separately; weak until all are in. */
-__attribute__((weak)) int lg_routes_admin(lg_router *rt, lg_app *app, lg_err *err);
-__attribute__((weak)) int lg_routes_adapters(lg_router *rt, lg_app *app, lg_err *err);
-
 static int setup(void *user, lg_router *rt, lg_serve_env *env, lg_err *err)
 {
     app_ctx *c = user;
@@ -43,9 +39,9 @@ static int setup(void *user, lg_router *rt, lg_serve_env *env, lg_err *err)
         return -1;
     if (lg_routes_openai(rt, app, err) != 0 || lg_routes_metrics(rt, app, err) != 0)
         return -1;
-    if (lg_routes_admin && lg_routes_admin(rt, app, err) != 0)
+    if (lg_routes_admin(rt, app, err) != 0)
         return -1;
-    if (lg_routes_adapters && lg_routes_adapters(rt, app, err) != 0)
+    if (lg_routes_adapters(rt, app, err) != 0)
         return -1;
     if (lg_routes_usage(rt, app, err) != 0)
         return -1;
