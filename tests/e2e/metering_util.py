@@ -307,3 +307,13 @@ def count_color(png, rgb, tol=6):
             if abs(row[x] - rgb[0]) <= tol and abs(row[x + 1] - rgb[1]) <= tol and abs(row[x + 2] - rgb[2]) <= tol:
                 n += 1
     return n
+
+
+def tenant_id(s, name):
+    """The numeric id of a live tenant (the ledger's tenant_id), read from the database."""
+    import sqlite3
+    db = sqlite3.connect(f"file:{os.path.join(s.data_dir, 'loragate.db')}?mode=ro", uri=True, timeout=10)
+    try:
+        return db.execute("SELECT id FROM tenants WHERE name = ? AND deleted_at IS NULL", (name,)).fetchone()[0]
+    finally:
+        db.close()
