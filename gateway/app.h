@@ -64,7 +64,7 @@ typedef struct lg_app_adapter {
     char name[LG_STORE_NAME_MAX];
     int engine_id;                       /* the engine's version id (lg_request_params.adapter_id) */
     lg_adapter_version version;          /* digest, rank, targets, path, created_at */
-    int64_t created_at;                  /* the adapter's (first version's) creation time */
+    int64_t created_at;                  /* the adapter's (first version's) creation time, Unix ms (the store's unit) */
 } lg_app_adapter;
 
 /* Who called: set by the tenant-key auth hooks (lg_request_principal). */

@@ -732,7 +732,7 @@ static json_t *model_obj(lg_app *app, const lg_app_adapter *a, const char *owner
         return json_pack("{s:s,s:s,s:I,s:s}", "id", app->model_id, "object", "model", "created",
                          (json_int_t)app->created_at, "owned_by", "loragate");
     return json_pack("{s:s,s:s,s:I,s:s,s:s,s:s}", "id", a->name, "object", "model", "created",
-                     (json_int_t)a->created_at, "owned_by", owner, "parent", app->model_id, "root", app->model_id);
+                     (json_int_t)(a->created_at / 1000), "owned_by", owner, "parent", app->model_id, "root", app->model_id);
 }
 
 static int models(lg_request *r, void *user)

@@ -22,6 +22,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 BUILD = os.environ.get("LG_BUILD_DIR", os.path.join(ROOT, "build"))
 TEST_SERVER = os.path.join(BUILD, "gw_test_server")
 LORAGATE = os.environ.get("LG_BIN", os.path.join(BUILD, "loragate"))
+# `loragate serve` loads its model before it listens: the tiny golden fixture model
+TINY = os.path.join(ROOT, "tests", "golden", "lora_fixtures", "base")
 
 httpx = pytest.importorskip("httpx")
 
@@ -33,7 +35,7 @@ class Server:
         self.data_dir = str(data_dir or tmp_path / "data")
         self.stderr_path = tmp_path / f"stderr-{time.monotonic_ns()}.txt"
         cmd = [binary, "serve"] if binary == LORAGATE else [binary]
-        cmd += ["--model", "/dev/null", "--data-dir", self.data_dir, "--threads", "2"]
+        cmd += ["--model", TINY if binary == LORAGATE else "/dev/null", "--data-dir", self.data_dir, "--threads", "2"]
         if not any(a == "--listen" for a in args):
             cmd += ["--listen", "127.0.0.1:0"]
         cmd += list(args)
@@ -463,13 +465,13 @@ class TestServeCli:
             with s.client() as c:
                 assert c.get("/healthz").json() == {"status": "ok"}
                 r = c.get("/readyz")
-                assert r.status_code == 503 and r.json()["status"] == "not_ready"
+                assert r.status_code == 200 and r.json()["status"] == "ready", r.text
         finally:
             assert s.stop() == 0
 
     def test_insecure_http_loopback_only(self, tmp_path):
         for addr in ["0.0.0.0:0", "[::]:0"]:
-            p = subprocess.run([LORAGATE, "serve", "--model", "/dev/null", "--data-dir", str(tmp_path / "d"),
+            p = subprocess.run([LORAGATE, "serve", "--model", TINY, "--data-dir", str(tmp_path / "d"),
                                 "--listen", addr, "--insecure-http"], capture_output=True, text=True, timeout=10)
             assert p.returncode == 1 and "loopback" in p.stderr, p.stderr
 
