@@ -18,6 +18,9 @@ PKGS=(
   build-essential cmake pkg-config git ca-certificates curl
   libjansson-dev libpcre2-dev libutf8proc-dev libh2o-evloop-dev libssl-dev zlib1g-dev libsqlite3-dev
   python3 python3-pip python3-venv
+  # tests: promtool checks /metrics (prometheus), the usage page runs in headless chromium,
+  # h2load for the gateway benchmark (nghttp2-client)
+  prometheus chromium nghttp2-client
 )
 # shellcheck disable=SC2206
 PKGS+=(${LG_APT_EXTRA:-})

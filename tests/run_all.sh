@@ -58,7 +58,7 @@ ctest --test-dir build --output-on-failure || { echo "[run_all] ctest FAILED"; s
 # --- 6. python suites ------------------------------------------------------------
 step "pytest"
 dirs=()
-for d in tests/golden tests/tokenizer tests/chat tests/cli tests/e2e; do
+for d in tests/golden tests/tokenizer tests/chat tests/cli tests/e2e tests/deploy; do
   [ -d "$d" ] && dirs+=("$d")
 done
 export LG_BIN="${LG_BIN:-$ROOT/build/loragate}"
