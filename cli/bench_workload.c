@@ -333,7 +333,9 @@ static int warm_up(const wctx *c, int vocab, lg_err *err)
     for (int i = 0; i < 32; i++) tok[i] = (int32_t)((i * 7919) % vocab);
     int rc = wc.reqs ? 0 : lg_fail(err, "out of memory"), submitted = 0;
     for (int i = 0; rc == 0 && i < nw; i++, submitted++) {
-        wc.reqs[i] = (wreq){.adapter = -1, .n_prompt = 32, .n_out = 8, .prompt = tok};
+        /* small enough for the shortest context a workload may configure */
+        int ctx = lg_engine_max_context(c->e), np = ctx / 2 < 32 ? ctx / 2 : 32;
+        wc.reqs[i] = (wreq){.adapter = -1, .n_prompt = np, .n_out = ctx - np - 1 < 8 ? ctx - np - 1 : 8, .prompt = tok};
         rc = submit(&wc, &wc.reqs[i], err);
     }
     pthread_mutex_lock(&wc.mu);
