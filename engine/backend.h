@@ -236,6 +236,15 @@ typedef struct lg_backend_i {
     /* Device memory now free and in total, in bytes (cudaMemGetInfo), for
      * sizing the page pool. NULL: the backend's memory is host memory. */
     int (*mem_info)(lg_backend *be, size_t *free_bytes, size_t *total_bytes);
+
+    /* rope followed by kv_write, in one op (one launch on CUDA):
+     *   rope(be, q, k, pos, inv_freq, n_heads, n_kv_heads, head_dim);
+     *   kv_write(be, kv, k, v, slot, q.rows);
+     * Results equal the two ops'. NULL: model.c calls both. */
+    int (*rope_kv_write)(lg_backend *be, lg_tensor q, lg_tensor k, lg_tensor v, const int32_t *pos,
+                         const float *inv_freq, int n_heads, int n_kv_heads, int head_dim, lg_kv_view kv,
+                         const int32_t *slot);
+
 } lg_backend_i;
 
 #define LG_LORA_MULTI_MAX 3

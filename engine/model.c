@@ -4,7 +4,7 @@
  * Per layer, for the T tokens of the step (x is the f32/act residual stream):
  *   xn  = rmsnorm(x (+ previous mlp out)) * ln1        add_rmsnorm
  *   qkv = xn @ Wqkv^T (+ bqkv)                          matmul
- *   rope(q, k); kv_write(k, v -> pages)                 rope, kv_write
+ *   rope(q, k); kv_write(k, v -> pages)                 rope, kv_write (or rope_kv_write)
  *   a   = attention(q, pages)                           attention
  *   o   = a @ Wo^T                                      matmul
  *   xn  = rmsnorm(x += o) * ln2                         add_rmsnorm
@@ -506,8 +506,13 @@ static int forward(lg_model *m, const lg_kv_view *kv0, const lg_step_meta *meta,
         TRY(be->i.matmul(be, qkv, xn, lw->wqkv, lw->bqkv, false));
         if (lora)
             TRY(lora_apply_group(be, tmp, qkv_ys, 0, 3, xn, lora, sl, lora_mods));
-        TRY(be->i.rope(be, q, k, meta->pos, m->inv_freq, c->n_heads, c->n_kv_heads, hd));
-        TRY(be->i.kv_write(be, kv, k, v, meta->slot, T));
+        if (be->i.rope_kv_write) {
+            TRY(be->i.rope_kv_write(be, q, k, v, meta->pos, m->inv_freq, c->n_heads, c->n_kv_heads, hd, kv,
+                                    meta->slot));
+        } else {
+            TRY(be->i.rope(be, q, k, meta->pos, m->inv_freq, c->n_heads, c->n_kv_heads, hd));
+            TRY(be->i.kv_write(be, kv, k, v, meta->slot, T));
+        }
         TRY(be->i.attention(be, attn, q, kv, meta, c->n_heads, scale));
         TRY(be->i.matmul(be, o, attn, lw->wo, none, false));
         if (lora)

@@ -280,6 +280,10 @@ extern "C" int lg_backend_cuda_create(const lg_backend_opts *opts, lg_backend **
         CREATE_TRY(cudaEventCreateWithFlags(&c->stage_done[i], cudaEventDisableTiming));
         CREATE_TRY(cudaEventRecord(c->stage_done[i], c->stream));
     }
+    {
+        const char *e = getenv("LG_PDL"); /* programmatic dependent launch of step kernels (cuda_common.cuh) */
+        c->pdl = !(e && *e == '0') && prop.major >= 9;
+    }
     c->blas_ws_size = BLAS_WS_BYTES;
     CREATE_TRY(cudaMalloc(&c->blas_ws, c->blas_ws_size));
     if (cublasCreate(&c->blas) != CUBLAS_STATUS_SUCCESS) {
@@ -320,6 +324,10 @@ extern "C" int lg_backend_cuda_create(const lg_backend_opts *opts, lg_backend **
     i->graph_end = cu_graph_end;
     i->graph_reset = cu_graph_reset;
     i->mem_info = cuda_mem_info;
+    {
+        const char *e = getenv("LG_FUSE_ROPE_KV"); /* 0: rope and kv_write as two ops (comparisons) */
+        i->rope_kv_write = e && *e == '0' ? NULL : cu_rope_kv_write;
+    }
     /* optional slots (sample.cu, host_mem.cu): device sampling; pinned host
      * memory + async uploads (attach also wraps i->free to release its ring) */
     i->sample = cu_sample;

@@ -15,6 +15,9 @@ int cu_matmul(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tensor b
 int cu_rope(lg_backend *be, lg_tensor q, lg_tensor k, const int32_t *pos, const float *inv_freq, int n_heads,
             int n_kv_heads, int head_dim);
 int cu_kv_write(lg_backend *be, lg_kv_view kv, lg_tensor k, lg_tensor v, const int32_t *slot, int n_tokens);
+int cu_rope_kv_write(lg_backend *be, lg_tensor q, lg_tensor k, lg_tensor v, const int32_t *pos,
+                     const float *inv_freq, int n_heads, int n_kv_heads, int head_dim, lg_kv_view kv,
+                     const int32_t *slot);
 int cu_attention(lg_backend *be, lg_tensor out, lg_tensor q, lg_kv_view kv, const lg_step_meta *m, int n_heads,
                  float scale);
 int cu_silu_mul(lg_backend *be, lg_tensor out, lg_tensor gate_up);
