@@ -43,6 +43,10 @@ int cu_attention_decode(lg_backend *be, lg_tensor out, lg_tensor q, lg_kv_view k
                         int n_heads, float scale);
 int cu_attention_prefill(lg_backend *be, lg_tensor out, lg_tensor q, lg_kv_view kv, const lg_step_meta *m,
                          int n_heads, float scale);
+/* FlashAttention-2 on mma.sync for head_dim 64 / 128 (attention_prefill_fa2.cu): 0 done, -1 error,
+ * 1 not taken (head_dim, alignment): use cu_attention_prefill. */
+int cu_attention_prefill_fa2(lg_backend *be, lg_tensor out, lg_tensor q, lg_kv_view kv, const lg_step_meta *m,
+                             int n_heads, float scale);
 
 /* Checks a view: float dtype, positive shape, stride >= cols, data non-NULL. */
 int cu_check_view(cuda_ctx *c, const char *what, lg_tensor t, const char *file, int line);
