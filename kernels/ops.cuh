@@ -12,6 +12,8 @@
 int cu_embed(lg_backend *be, lg_tensor out, lg_tensor table, const int32_t *tok);
 int cu_add_rmsnorm(lg_backend *be, lg_tensor resid, lg_tensor delta, lg_tensor w, lg_tensor out, float eps);
 int cu_matmul(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tensor bias, bool accumulate);
+/* cu_matmul's shape and dtype checks (gemm.cu): 0, or -1 with the message reported. */
+int cu_matmul_check(cuda_ctx *c, lg_tensor y, lg_tensor x, lg_tensor W, lg_tensor bias);
 int cu_rope(lg_backend *be, lg_tensor q, lg_tensor k, const int32_t *pos, const float *inv_freq, int n_heads,
             int n_kv_heads, int head_dim);
 int cu_kv_write(lg_backend *be, lg_kv_view kv, lg_tensor k, lg_tensor v, const int32_t *slot, int n_tokens);
@@ -60,6 +62,24 @@ int cu_check_view(cuda_ctx *c, const char *what, lg_tensor t, const char *file, 
 /* The skinny matmul for T <= 4 (gemv.cu), same contract as cu_matmul on already-checked
  * views: 0 done, -1 error, 1 not taken (T > 2 with N < 16384, T > 4, K % 8, alignment): use cuBLAS. */
 int cu_gemv_try(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tensor bias, bool accumulate);
+/* A LoRA expand fused into a matmul's epilogue (matmul_lora.cu -> gemm_skinny.cu): slot slots[i]
+ * into columns [col0[i], col0[i] + ncols[i]) of y, reading tmp columns from i * lm->max_rank. */
+typedef struct cu_lora_epi {
+    lg_tensor tmp;
+    const lg_lora_meta *lm;
+    int k;
+    int slots[LG_LORA_MULTI_MAX], col0[LG_LORA_MULTI_MAX], ncols[LG_LORA_MULTI_MAX];
+} cu_lora_epi;
+int cu_matmul_lora(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tensor bias, lg_tensor tmp,
+                   const lg_lora_meta *lm, const int *slots, const int *col0, const int *ncols, int k);
+/* The tensor-core matmul for 3..64 token rows (gemm_skinny.cu), same contract as cu_gemv_try:
+ * 0 done, -1 error, 1 not taken (T > 64, K % 8, alignment, LG_SKINNY=0): use cuBLAS. */
+int cu_skinny_try(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tensor bias, bool accumulate,
+                  const struct cu_lora_epi *lora);
+/* Benchmarks: 0 = skinny matmul off (default), 1 = auto, 10 + v = variant v (gemm_skinny.cu). Also LG_SKINNY. */
+extern "C" void lg_cuda_skinny_mode(int mode);
+/* 1 when the skinny matmul may take shapes (mode != 0). */
+int cu_skinny_enabled(void);
 /* Benchmarks: 0 = matmul always on cuBLAS, 1 = auto (default), 2 = auto with programmatic
  * dependent launch, 10 + v = GEMV variant v for every T <= 4 (gemv.cu). Also LG_GEMV in the environment. */
 extern "C" void lg_cuda_gemv_mode(int mode);
