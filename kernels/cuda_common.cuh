@@ -34,6 +34,7 @@ typedef struct cuda_ctx {
     cudaStream_t upload_stream; /* reserved for adapter prefetch (not used by the backend.h ops) */
     int pdl;                  /* 1: step kernels launch with programmatic dependent launch (cu_launch) */
     int *sem;                 /* [CU_SEM_COUNT] zeroed counters, left zero by every kernel (gemm_skinny.cu) */
+    struct cu_lt *lt;         /* cuBLASLt handle and per-shape algorithms (gemm_lt.cu), made at first use */
     cublasHandle_t blas;      /* bound to `stream` */
     void *blas_ws;            /* cuBLAS workspace */
     size_t blas_ws_size;

@@ -14,7 +14,9 @@
  * Decode shapes go elsewhere first: T <= 4 to the GEMV (gemv.cu), then,
  * when switched on (LG_SKINNY=1; off by default: it measured slower than
  * cuBLAS), T <= 64 to the tensor-core skinny matmul (gemm_skinny.cu); cuBLAS
- * takes the rest (prefill) and anything their alignment rules refuse.
+ * takes the rest (prefill) and anything their alignment rules refuse, on
+ * cuBLASLt with a per-shape timed algorithm for 5..128 rows when switched on
+ * (LG_BLASLT=1, gemm_lt.cu).
  * Note: when y is half precision, y is rounded once after the GEMM and once
  * more after the bias (the bias pass reads the rounded value).
  */
@@ -74,8 +76,12 @@ int cu_matmul(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tensor b
     const int sk = cu_skinny_try(be, y, x, W, bias, accumulate, NULL);
     if (sk <= 0)
         return sk;
+    /* opt-in (LG_BLASLT=1): cuBLASLt with the algorithm timed per shape (gemm_lt.cu) */
+    int lt = cu_lt_try(be, y, x, W, accumulate);
+    if (lt < 0)
+        return -1;
     const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
-    cublasStatus_t st = cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, N, T, K, &alpha, W.data, cu_type(W.dtype),
+    cublasStatus_t st = lt == 0 ? CUBLAS_STATUS_SUCCESS : cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, N, T, K, &alpha, W.data, cu_type(W.dtype),
                                      (int)W.stride, x.data, cu_type(x.dtype), (int)x.stride, &beta, y.data,
                                      cu_type(y.dtype), (int)y.stride, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
     if (st != CUBLAS_STATUS_SUCCESS)

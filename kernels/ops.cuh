@@ -76,6 +76,11 @@ int cu_matmul_lora(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_ten
  * 0 done, -1 error, 1 not taken (T > 64, K % 8, alignment, LG_SKINNY=0): use cuBLAS. */
 int cu_skinny_try(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tensor bias, bool accumulate,
                   const struct cu_lora_epi *lora);
+/* The matmul on cuBLASLt with its algorithm timed per shape (gemm_lt.cu; LG_BLASLT=1): 0 done, -1 error,
+ * 1 not taken: use cublasGemmEx. cu_lt_free releases its state (cuda_free). */
+int cu_lt_try(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, bool accumulate);
+void cu_lt_free(cuda_ctx *c);
+extern "C" void lg_cuda_blaslt(int on);
 /* Benchmarks: 0 = skinny matmul off (default), 1 = auto, 10 + v = variant v (gemm_skinny.cu). Also LG_SKINNY. */
 extern "C" void lg_cuda_skinny_mode(int mode);
 /* 1 when the skinny matmul may take shapes (mode != 0). */

@@ -13,7 +13,9 @@
  *     with 8 kv heads): FlashAttention-2 kernel vs the wmma baseline
  *     (lg_cuda_attn_fa2), TFLOP/s = 4 * head_dim * heads * sum over queries
  *     of the keys they see / time.
- * Usage: bench_kernels [--quick]   (tests/gpu/run_device.sh bench runs it)
+ *     with LG_BLASLT=1, cuBLASLt with the algorithm timed per shape
+ *     (kernels/gemm_lt.cu) is a column too;
+ * Usage: bench_kernels [--quick]   (--quick: cuBLAS (and cuBLASLt) only)   (tests/gpu/run_device.sh bench runs it)
  * Output: tables on stdout. Exits on a failed check (a benchmark program).
  */
 #include "backend.h"
@@ -27,6 +29,7 @@
 cudaStream_t lg_cuda_compute_stream(lg_backend *be); /* kernels/lora_shrink.cu */
 void lg_cuda_skinny_mode(int mode);                  /* kernels/gemm_skinny.cu */
 void lg_cuda_attn_fa2(int on);                       /* kernels/attention.cu */
+void lg_cuda_blaslt(int on);                         /* kernels/gemm_lt.cu: 1 on, 0 off, -1 as LG_BLASLT */
 
 #define REPS 24
 #define NTRIAL 15
@@ -63,7 +66,8 @@ static double time_mm(int mode, int T, int N, int K, lg_dtype ydt, void *x, void
     if (copies < 2)
         copies = 2;
     CK((size_t)copies * slot <= ARENA_BYTES);
-    lg_cuda_skinny_mode(mode);
+    lg_cuda_skinny_mode(mode == 2 ? 0 : mode); /* 2: cuBLASLt, algorithm timed per shape */
+    lg_cuda_blaslt(mode == 2);
     timer tm = timer_new();
     char key[64];
     snprintf(key, sizeof key, "skinny %d %d %d %d %d", mode, T, N, K, (int)ydt);
@@ -192,19 +196,22 @@ int main(int argc, char **argv)
                   {"down", 4096, 11008, LG_F16},
                   {"lm_head", 32000, 4096, LG_F32}};
     const int Ts[] = {8, 16, 32, 64};
-    int modes[6], nm = 0;
-    modes[nm++] = 0, modes[nm++] = 1;
+    int modes[7], nm = 0;
+    const char *lt_env = getenv("LG_BLASLT"); /* the cuBLASLt column: opt-in, like the path */
+    modes[nm++] = 0;
+    if (lt_env && *lt_env == '1')
+        modes[nm++] = 2;
     if (!quick)
-        modes[nm++] = 10, modes[nm++] = 11, modes[nm++] = 12, modes[nm++] = 13;
-    const char *mname[] = {"cublas", "skinny", "v0 2x4", "v1 2x2", "v2 1x4", "v3 4x2"};
-#define MI(mode) ((mode) < 10 ? (mode) : (mode) - 8)
+        modes[nm++] = 1, modes[nm++] = 10, modes[nm++] = 11, modes[nm++] = 12, modes[nm++] = 13;
+    const char *mname[] = {"cublas", "skinny", "cublasLt tuned", "v0 2x4", "v1 2x2", "v2 1x4", "v3 4x2"};
+#define MI(mode) ((mode) < 10 ? (mode) : (mode) - 7)
     printf("== decode matmul, f16: us per launch and TB/s of weights (median of %d graph replays of %d launches, "
            "W rotated over >= %zu MB)\n",
            NTRIAL, REPS, ROT_BYTES >> 20);
     printf("%-8s %6s %6s %2s |", "shape", "N", "K", "T");
     for (int m = 0; m < nm; m++) printf(" %14s", mname[MI(modes[m])]);
     printf("\n");
-    double tot_ms[6][4] = {{0}};
+    double tot_ms[7][4] = {{0}};
     for (int s = 0; s < 5; s++)
         for (int ti = 0; ti < 4; ti++) {
             const int T = Ts[ti], N = shapes[s].N, K = shapes[s].K;
@@ -223,7 +230,8 @@ int main(int argc, char **argv)
         for (int m = 0; m < nm; m++) printf("  %s %.3f", mname[MI(modes[m])], tot_ms[m][ti]);
         printf("\n");
     }
-    lg_cuda_skinny_mode(1);
+    lg_cuda_skinny_mode(0);
+    lg_cuda_blaslt(-1);
     G->i.dealloc(G, x), G->i.dealloc(G, y);
 
     printf("== causal prefill attention, f16, one sequence: us and TFLOP/s (4 hd heads sum_q keys(q))\n");

@@ -57,7 +57,9 @@ if [ $built = 0 ]; then
 fi
 note "device: $(nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem --format=csv,noheader)"
 
-OLD="LG_PDL=0 LG_SKINNY=0 LG_ATTN_FA2=0 LG_FUSE_ROPE_KV=0 LG_FUSE_LORA=0"
+# OLD / OLD_LABEL: the reference configuration of the "old" runs (default: the issue-10 paths off)
+OLD=${OLD:-"LG_PDL=0 LG_SKINNY=0 LG_ATTN_FA2=0 LG_FUSE_ROPE_KV=0 LG_FUSE_LORA=0"}
+OLD_LABEL=${OLD_LABEL:-old}
 
 if want test; then
   build-cuda/test_cuda_ops >"$OUT/test_cuda_ops.log" 2>&1
@@ -113,7 +115,7 @@ if want bench; then
   fi
   for c in ${CASES:-w1_lora w1_base w3_lora b1 pf2048 w2_lora w2_base}; do
     bench new "" $c
-    bench old "$OLD" $c
+    bench "$OLD_LABEL" "$OLD" $c
   done
   if [ "${ABLATE:-1}" != 0 ]; then   # one path switched at a time
     for sw in LG_PDL=0 LG_FUSE_ROPE_KV=0 LG_FUSE_LORA=1 LG_SKINNY=1 LG_SKINNY=1,LG_FUSE_LORA=1; do

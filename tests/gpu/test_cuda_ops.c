@@ -32,6 +32,7 @@
 static lg_backend *G, *C; /* GPU under test, CPU oracle */
 void lg_cuda_attn_fa2(int on);    /* kernels/attention.cu: 0 = prefill on the wmma kernel */
 void lg_cuda_skinny_mode(int mode); /* kernels/gemm_skinny.cu: 0 = off (default), 1 = auto, 10 + v = variant v */
+void lg_cuda_blaslt(int on);        /* kernels/gemm_lt.cu: 1 on, 0 off, -1 as LG_BLASLT */
 static int n_fail, n_pass;
 static uint64_t rng_s = 0x9E3779B97F4A7C15ull;
 
@@ -1260,6 +1261,23 @@ static void test_skinny_all(lg_dtype dt)
     test_gemv_chain(dt, 32); /* PDL ordering between skinny matmuls, eager and replayed */
     test_gemv_chain(dt, 64);
     lg_cuda_skinny_mode(0); /* the default */
+    /* cuBLASLt with the algorithm timed per shape (kernels/gemm_lt.cu), same cases, and chains
+     * eager then replayed (bench_kernels meets its shapes first while capturing). Only with
+     * LG_BLASLT=1 in the environment: the path is opt-in and has not run on a GPU yet. */
+    const char *lt_env = getenv("LG_BLASLT");
+    if (!(lt_env && *lt_env == '1'))
+        return;
+    lg_cuda_blaslt(1);
+    gemv_op = "blaslt";
+    test_gemv(dt, 8, 1000, 520, 0, 0, 0, 0, 1000, 0);
+    test_gemv(dt, 13, 777, 4104, 0, 1, 1, 3, 800, 8);
+    test_gemv(dt, 33, 520, 11008, 1, 1, 1, 5, 600, 0);
+    test_gemv(dt, 64, 2048, 2056, 0, 1, 0, 16, 2100, 0);
+    test_gemv(dt, 64, 32000, 256, 1, 0, 0, 0, 32000, 0);
+    test_gemv(dt, 128, 1536, 1024, 0, 0, 1, 0, 1536, 8);
+    test_gemv_chain(dt, 32);
+    test_gemv_chain(dt, 128);
+    lg_cuda_blaslt(-1); /* as LG_BLASLT */
 }
 
 static void test_gemv_all(lg_dtype dt)
