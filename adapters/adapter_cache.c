@@ -1,424 +1,528 @@
 /*
  * adapter_cache.c — see adapter_cache.h.
  *
- * Registration computes an adapter's page layout once (it depends only on
- * its module shapes and the page size) and builds the host image; residency
- * uploads each page's used bytes from the image. Host-tier LRU uses a tick
- * counter (adapters are few and touched once per residency, so a scan to
- * find the victim is cheap).
+ * Per version two small state machines:
+ *   host:   NONE -> LOADING (host pages allocated and pinned, a loader job
+ *           queued) -> READY (unpinned: cached in the host LRU, or pinned
+ *           again while a pool copy reads it); evicted -> NONE.
+ *   pool:   NONE -> COPYING (pool pages taken raw, copies in flight on the
+ *           upload stream) -> RESIDENT (a pool entry: pinned by running
+ *           sequences, cached when idle); evicted -> NONE.
+ * A failed load marks the version failed: every later acquire returns -1
+ * with the loader's message (a new version must be registered).
+ * Versions with a load or a copy in flight are listed in `inflight` so a
+ * step polls them without scanning every version.
  */
 #include "adapter_cache.h"
+#include "adapter_loader.h"
 #include "peft.h"
 
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 
-typedef struct placed {
-    int page;      /* index into the adapter's own page list */
-    size_t off;    /* byte offset inside that page */
-} placed;
+enum { H_NONE, H_LOADING, H_READY };
+enum { D_NONE, D_COPYING, D_RESIDENT };
 
 typedef struct entry {
-    char *name, *dir;
-    char digest[65];
-    int n_pages;
-    size_t *page_used;      /* [n_pages] bytes used per page */
-    int32_t *rank;          /* [n_slots] 0 = not adapted */
-    float *scale;           /* [n_slots] */
-    placed *pa, *pb;        /* [n_slots] */
-    unsigned char *image;   /* n_pages * page_bytes, act dtype; NULL when evicted from host */
-    uint64_t host_tick;
+    int id;
+    lg_adapter_spec *spec;
+    /* host tier */
+    int hstate;
+    lg_pool_entry hpe;
+    int32_t *hpages;          /* [n_pages] host pool pages */
+    unsigned char **hptrs;    /* [n_pages] their addresses, for the loader */
+    lg_load_job job;
+    /* pool tier */
+    int dstate;
     lg_pool_entry pe;
-    int32_t *pages;         /* [n_pages] pool pages when resident */
-    bool resident;
-    bool loading;           /* pages allocated, async upload in flight */
-    uint64_t ticket;        /* of the last page's upload */
-    lg_lora_w *slots;       /* [n_slots] device pointers when resident */
+    int32_t *pages;           /* [n_pages] pool pages */
+    uint64_t ticket;          /* of the last page's async copy */
+    lg_lora_w *slots;         /* [n_slots] */
+    /* bookkeeping */
+    double t_asked;           /* 0: no load in progress */
+    bool failed, removed, inflight;
+    char error[256];
 } entry;
 
 struct lg_adapter_cache {
     lg_backend *be;
-    lg_page_pool *pool;
-    lg_model_config cfg;
-    lg_adapter_cache_opts opts;
-    lg_dtype dt;
-    size_t page_bytes;
-    int n_slots;
-    entry **e;      /* individually allocated: the pool keeps pointers to e[i]->pe */
-    int n, cap;
-    uint64_t tick;
+    lg_page_pool *pool;       /* the unified pool (device) */
+    lg_page_pool *hpool;      /* the host tier */
+    lg_adapter_geom geom;
+    lg_loader *loader;
+    entry **e;                /* [cap] indexed by id; NULL: none */
+    int cap;
+    int *inflight;            /* ids with a load or copy in flight */
+    int n_inflight, cap_inflight;
     lg_adapter_cache_stats st;
+    float samples[LG_ADAPTER_LOAD_SAMPLES];
+    int64_t n_samples;
 };
 
-size_t lg_adapter_max_tensor_bytes(const lg_model_config *cfg, int max_rank, lg_dtype dt)
-{
-    size_t m = 0;
-    for (int t = 0; t < LG_LORA_N_TARGETS; t++) {
-        int in, out;
-        lg_lora_target_dims(cfg, (lg_lora_target)t, &in, &out);
-        size_t a = (size_t)max_rank * (size_t)(in > out ? in : out) * lg_dtype_size(dt);
-        if (a > m)
-            m = a;
-    }
-    return m;
-}
+const lg_adapter_geom *lg_adapter_cache_geom(const lg_adapter_cache *c) { return &c->geom; }
 
 int lg_adapter_cache_create(lg_backend *be, lg_page_pool *pool, const lg_model_config *cfg,
                             const lg_adapter_cache_opts *opts, lg_adapter_cache **out, lg_err *err)
 {
     *out = NULL;
+    lg_adapter_cache_opts o = opts ? *opts : (lg_adapter_cache_opts){0};
+    if (o.max_rank <= 0) o.max_rank = 64;
+    if (o.host_bytes == 0) o.host_bytes = (size_t)1 << 30;
+    size_t pb = lg_page_pool_page_bytes(pool);
+    size_t need = lg_adapter_max_tensor_bytes(cfg, o.max_rank, be->act_dtype);
+    if (pb % 256 != 0) /* tensors are placed at 256-byte offsets inside pages */
+        return lg_fail(err, "pool pages of %zu bytes are not a multiple of 256 bytes", pb);
+    if (need > pb)
+        return lg_fail(err, "pool pages of %zu bytes cannot hold an adapter tensor at rank %d (%zu bytes)", pb,
+                       o.max_rank, need);
     lg_adapter_cache *c = calloc(1, sizeof *c);
     if (!c)
         return lg_fail(err, "out of memory");
     c->be = be;
     c->pool = pool;
-    c->cfg = *cfg;
-    c->opts = opts ? *opts : (lg_adapter_cache_opts){0};
-    if (c->opts.max_rank <= 0) c->opts.max_rank = 64;
-    if (c->opts.host_bytes == 0) c->opts.host_bytes = (size_t)1 << 30;
-    c->dt = be->act_dtype;
-    c->page_bytes = lg_page_pool_page_bytes(pool);
-    c->n_slots = cfg->n_layers * LG_LORA_N_MODULES;
-    size_t need = lg_adapter_max_tensor_bytes(cfg, c->opts.max_rank, c->dt);
-    if (c->page_bytes % 256 != 0) { /* tensors are placed at 256-byte offsets inside pages */
-        lg_fail(err, "pool pages of %zu bytes are not a multiple of 256 bytes", c->page_bytes);
-        free(c);
+    c->geom = (lg_adapter_geom){.cfg = *cfg, .max_rank = o.max_rank, .dt = be->act_dtype, .page_bytes = pb};
+    int n_host = (int)(o.host_bytes / pb);
+    if (n_host < 1)
+        n_host = 1;
+    if (lg_page_pool_create_host(be, pb, n_host, &c->hpool, err) != 0 ||
+        lg_loader_create(o.wake, o.wake_ctx, &c->loader, err) != 0) {
+        lg_adapter_cache_free(c);
         return -1;
     }
-    if (need > c->page_bytes) {
-        lg_fail(err, "pool pages of %zu bytes cannot hold an adapter tensor at rank %d (%zu bytes)", c->page_bytes,
-                c->opts.max_rank, need);
-        free(c);
-        return -1;
-    }
+    c->st.host_capacity = (size_t)n_host * pb;
     *out = c;
     return 0;
 }
 
-/* Host images live in page-locked memory when the backend offers it, so the
- * pool uploads from them are truly asynchronous. */
-static unsigned char *image_alloc(lg_adapter_cache *c, size_t bytes)
+static entry *get(const lg_adapter_cache *c, int id)
 {
-    unsigned char *p = c->be->i.alloc_host ? c->be->i.alloc_host(c->be, bytes) : malloc(bytes);
-    if (p)
-        memset(p, 0, bytes);
-    return p;
+    return id >= 1 && id < c->cap ? c->e[id] : NULL;
 }
 
-static void image_free(lg_adapter_cache *c, unsigned char *p)
+static void entry_free(entry *e)
 {
-    if (!p)
-        return;
-    if (c->be->i.alloc_host)
-        c->be->i.free_host(c->be, p);
-    else
-        free(p);
-}
-
-static void entry_free_host(lg_adapter_cache *c, entry *e)
-{
-    if (!e->image)
-        return;
-    c->be->i.sync(c->be); /* an upload from the image may still be in flight */
-    image_free(c, e->image);
-    e->image = NULL;
-    c->st.host_bytes -= (size_t)e->n_pages * c->page_bytes;
-    c->st.host_evictions++;
+    lg_adapter_spec_free(e->spec);
+    free(e->hpages);
+    free(e->hptrs);
+    free(e->pages);
+    free(e->slots);
+    free(e);
 }
 
 void lg_adapter_cache_free(lg_adapter_cache *c)
 {
     if (!c)
         return;
-    if (c->n)
-        c->be->i.sync(c->be);
-    for (int i = 0; i < c->n; i++) {
+    if (c->loader) {
+        lg_loader_cancel_all(c->loader);
+        lg_loader_take_done(c->loader); /* jobs live in their entries */
+        lg_loader_free(c->loader);
+    }
+    if (c->cap)
+        c->be->i.sync(c->be); /* async copies may still read host images */
+    for (int i = 0; i < c->cap; i++) {
         entry *e = c->e[i];
-        if (e->resident)
+        if (!e)
+            continue;
+        if (e->dstate == D_RESIDENT)
             lg_page_pool_entry_drop(c->pool, &e->pe);
-        else if (e->loading)
-            lg_page_pool_release(c->pool, e->pages, e->n_pages);
-        free(e->name);
-        free(e->dir);
-        free(e->page_used);
-        free(e->rank);
-        free(e->scale);
-        free(e->pa);
-        free(e->pb);
-        image_free(c, e->image);
-        free(e->pages);
-        free(e->slots);
-        free(e);
+        else if (e->dstate == D_COPYING) {
+            while (c->be->i.upload_done && c->be->i.upload_done(c->be, e->ticket) == 0)
+                ;
+            lg_page_pool_release(c->pool, e->pages, e->spec->n_pages);
+        }
+        entry_free(e);
     }
     free(c->e);
+    free(c->inflight);
+    lg_page_pool_free(c->hpool);
     free(c);
 }
 
-/* First-fit placement of `bytes` in the adapter's pages. */
-static placed place(lg_adapter_cache *c, entry *e, size_t bytes)
+int lg_adapter_cache_add(lg_adapter_cache *c, int id, lg_adapter_spec *spec, lg_err *err)
 {
-    for (int p = 0; p < e->n_pages; p++) {
-        size_t off = (e->page_used[p] + 255) & ~(size_t)255;
-        if (off + bytes <= c->page_bytes) {
-            e->page_used[p] = off + bytes;
-            return (placed){p, off};
-        }
+    if (id < 1 || get(c, id)) {
+        lg_adapter_spec_free(spec);
+        return lg_fail(err, "adapter id %d is invalid or in use", id);
     }
-    e->page_used[e->n_pages] = bytes;
-    return (placed){e->n_pages++, 0};
-}
-
-/* Computes the layout (first call) and fills the image from a loaded adapter. */
-static int build_image(lg_adapter_cache *c, entry *e, const lg_adapter *a, bool layout, lg_err *err)
-{
-    int nm = lg_adapter_n_modules(a);
-    if (layout) {
-        /* at most two pages per module */
-        e->page_used = calloc((size_t)(2 * nm + 1), sizeof(size_t));
-        e->rank = calloc((size_t)c->n_slots, sizeof(int32_t));
-        e->scale = calloc((size_t)c->n_slots, sizeof(float));
-        e->pa = calloc((size_t)c->n_slots, sizeof(placed));
-        e->pb = calloc((size_t)c->n_slots, sizeof(placed));
-        if (!e->page_used || !e->rank || !e->scale || !e->pa || !e->pb)
-            return lg_fail(err, "out of memory");
-        e->n_pages = 0;
-        for (int i = 0; i < nm; i++) {
-            const lg_lora_module *m = lg_adapter_module(a, i);
-            int s = m->layer * LG_LORA_N_MODULES + (int)m->target;
-            size_t es = lg_dtype_size(c->dt);
-            e->rank[s] = m->rank;
-            e->scale[s] = m->scale;
-            e->pa[s] = place(c, e, (size_t)m->rank * (size_t)m->in_dim * es);
-            e->pb[s] = place(c, e, (size_t)m->out_dim * (size_t)m->rank * es);
-        }
-        if (e->n_pages == 0)
-            return lg_fail(err, "adapter has no modules");
+    if (spec->n_pages > lg_page_pool_n_pages(c->hpool) || spec->n_pages > lg_page_pool_n_pages(c->pool)) {
+        int np = spec->n_pages;
+        lg_fail(err, "adapter '%s' needs %d pages of %zu bytes: more than the %s holds (%d)", spec->name, np,
+                c->geom.page_bytes, np > lg_page_pool_n_pages(c->hpool) ? "adapter host tier" : "page pool",
+                np > lg_page_pool_n_pages(c->hpool) ? lg_page_pool_n_pages(c->hpool) : lg_page_pool_n_pages(c->pool));
+        lg_adapter_spec_free(spec);
+        return -1;
     }
-    size_t bytes = (size_t)e->n_pages * c->page_bytes;
-    e->image = image_alloc(c, bytes);
-    if (!e->image)
-        return lg_fail(err, "out of memory for a %zu-byte adapter image", bytes);
-    float *tmp = NULL;
-    size_t tmp_n = 0;
-    for (int i = 0; i < nm; i++) {
-        const lg_lora_module *m = lg_adapter_module(a, i);
-        int s = m->layer * LG_LORA_N_MODULES + (int)m->target;
-        size_t na = (size_t)m->rank * m->in_dim, nb = (size_t)m->out_dim * m->rank;
-        size_t mx = na > nb ? na : nb;
-        if (mx > tmp_n) {
-            float *t = realloc(tmp, mx * sizeof(float));
-            if (!t) {
-                free(tmp);
-                return lg_fail(err, "out of memory");
-            }
-            tmp = t;
-            tmp_n = mx;
-        }
-        lg_to_f32(tmp, m->A, lg_adapter_dtype(a), na);
-        lg_from_f32(e->image + (size_t)e->pa[s].page * c->page_bytes + e->pa[s].off, c->dt, tmp, na);
-        lg_to_f32(tmp, m->B, lg_adapter_dtype(a), nb);
-        lg_from_f32(e->image + (size_t)e->pb[s].page * c->page_bytes + e->pb[s].off, c->dt, tmp, nb);
-    }
-    free(tmp);
-    c->st.host_bytes += bytes;
-    c->st.host_loads++;
-    e->host_tick = ++c->tick;
-    return 0;
-}
-
-/* Evicts host images (LRU, never `keep`) until the budget holds. */
-static void trim_host(lg_adapter_cache *c, const entry *keep)
-{
-    while (c->st.host_bytes > c->opts.host_bytes) {
-        entry *victim = NULL;
-        for (int i = 0; i < c->n; i++) {
-            entry *e = c->e[i];
-            if (e != keep && e->image && !e->loading && (!victim || e->host_tick < victim->host_tick))
-                victim = e;
-        }
-        if (!victim)
-            return;
-        entry_free_host(c, victim);
-    }
-}
-
-int lg_adapter_cache_register(lg_adapter_cache *c, const char *name, const char *dir, int *id, lg_err *err)
-{
-    if (lg_adapter_cache_find(c, name) >= 0)
-        return lg_fail(err, "an adapter named '%s' is already loaded", name);
-    if (c->n == c->cap) {
-        int cap = c->cap ? 2 * c->cap : 8;
+    if (id >= c->cap) {
+        int cap = c->cap ? c->cap : 64;
+        while (cap <= id) cap *= 2;
         entry **ne = realloc(c->e, (size_t)cap * sizeof *ne);
-        if (!ne)
+        if (!ne) {
+            lg_adapter_spec_free(spec);
             return lg_fail(err, "out of memory");
+        }
+        memset(ne + c->cap, 0, (size_t)(cap - c->cap) * sizeof *ne);
         c->e = ne;
         c->cap = cap;
     }
-    lg_adapter *a = NULL;
-    if (lg_adapter_load(dir, name, &c->cfg, c->opts.max_rank, &a, err) != 0)
-        return -1;
     entry *e = calloc(1, sizeof *e);
-    if (!e) {
-        lg_adapter_free(a);
+    int n = spec->n_pages;
+    if (e) {
+        e->hpages = malloc((size_t)n * sizeof *e->hpages);
+        e->hptrs = malloc((size_t)n * sizeof *e->hptrs);
+        e->pages = malloc((size_t)n * sizeof *e->pages);
+        e->slots = calloc((size_t)spec->n_slots, sizeof *e->slots);
+    }
+    if (!e || !e->hpages || !e->hptrs || !e->pages || !e->slots) {
+        if (e) {
+            e->spec = spec;
+            entry_free(e);
+        } else {
+            lg_adapter_spec_free(spec);
+        }
         return lg_fail(err, "out of memory");
     }
-    e->name = strdup(name);
-    e->dir = strdup(dir);
-    memcpy(e->digest, lg_adapter_digest(a), 64);
-    int rc = e->name && e->dir ? build_image(c, e, a, true, err) : lg_fail(err, "out of memory");
-    lg_adapter_free(a);
-    if (rc == 0) {
-        e->pages = malloc((size_t)e->n_pages * sizeof(int32_t));
-        e->slots = calloc((size_t)c->n_slots, sizeof(lg_lora_w));
-        if (!e->pages || !e->slots)
-            rc = lg_fail(err, "out of memory");
-    }
-    if (rc != 0) {
-        if (e->image) c->st.host_bytes -= (size_t)e->n_pages * c->page_bytes;
-        free(e->name); free(e->dir); free(e->page_used); free(e->rank); free(e->scale);
-        free(e->pa); free(e->pb); image_free(c, e->image); free(e->pages); free(e->slots);
-        free(e);
-        return -1;
-    }
-    c->e[c->n] = e;
-    *id = c->n++;
-    c->st.registered = c->n;
-    trim_host(c, e);
+    e->id = id;
+    e->spec = spec;
+    c->e[id] = e;
+    c->st.registered++;
     return 0;
 }
 
-int lg_adapter_cache_find(const lg_adapter_cache *c, const char *name)
+const lg_adapter_spec *lg_adapter_cache_spec(const lg_adapter_cache *c, int id)
 {
-    for (int i = 0; i < c->n; i++)
-        if (!strcmp(c->e[i]->name, name))
-            return i;
-    return -1;
+    entry *e = get(c, id);
+    return e && !e->removed ? e->spec : NULL;
 }
 
-const char *lg_adapter_cache_name(const lg_adapter_cache *c, int id)
+/* ---- in-flight list -------------------------------------------------------- */
+
+static void inflight_add(lg_adapter_cache *c, entry *e)
 {
-    return id >= 0 && id < c->n ? c->e[id]->name : NULL;
+    if (e->inflight)
+        return;
+    if (c->n_inflight == c->cap_inflight) {
+        int cap = c->cap_inflight ? 2 * c->cap_inflight : 32;
+        int *n = realloc(c->inflight, (size_t)cap * sizeof *n);
+        if (!n)
+            return; /* poll also scans when the list could not grow: see poll */
+        c->inflight = n;
+        c->cap_inflight = cap;
+    }
+    c->inflight[c->n_inflight++] = e->id;
+    e->inflight = true;
 }
 
-const char *lg_adapter_cache_digest(const lg_adapter_cache *c, int id)
+/* ---- host tier -------------------------------------------------------------- */
+
+static void on_host_evict(void *owner, lg_pool_entry *pe)
 {
-    return id >= 0 && id < c->n ? c->e[id]->digest : NULL;
+    lg_adapter_cache *c = owner;
+    entry *e = (entry *)((char *)pe - offsetof(entry, hpe));
+    e->hstate = H_NONE;
+    c->st.host_images--;
+    c->st.host_bytes -= (size_t)e->spec->n_pages * c->geom.page_bytes;
+    c->st.host_evictions++;
 }
+
+/* Starts the loader on e. Returns false when the host tier has no room now. */
+static bool start_host_load(lg_adapter_cache *c, entry *e)
+{
+    int n = e->spec->n_pages;
+    if (lg_page_pool_alloc(c->hpool, LG_PAGE_ADAPTER, n, e->hpages) != 0)
+        return false;
+    unsigned char *base = lg_page_pool_base(c->hpool);
+    for (int p = 0; p < n; p++) e->hptrs[p] = base + (size_t)e->hpages[p] * c->geom.page_bytes;
+    e->hpe = (lg_pool_entry){.kind = LG_PAGE_ADAPTER, .pages = e->hpages, .n_pages = n, .evict = on_host_evict,
+                             .owner = c};
+    lg_page_pool_entry_add(c->hpool, &e->hpe); /* pinned while the loader writes */
+    e->hstate = H_LOADING;
+    c->st.host_images++;
+    c->st.host_bytes += (size_t)n * c->geom.page_bytes;
+    e->job = (lg_load_job){.id = e->id, .spec = e->spec, .pages = e->hptrs};
+    lg_loader_submit(c->loader, &e->job);
+    inflight_add(c, e);
+    return true;
+}
+
+/* ---- pool tier ----------------------------------------------------------------- */
 
 static void on_evict(void *owner, lg_pool_entry *pe)
 {
     lg_adapter_cache *c = owner;
-    entry *e = (entry *)((char *)pe - offsetof(entry, pe)); /* pe is embedded in its entry */
-    e->resident = false;
+    entry *e = (entry *)((char *)pe - offsetof(entry, pe));
+    e->dstate = D_NONE;
     c->st.resident--;
     c->st.pool_evictions++;
 }
 
+static void record_load(lg_adapter_cache *c, entry *e)
+{
+    if (e->t_asked > 0) {
+        double dt = lg_now() - e->t_asked;
+        c->st.load_seconds += dt;
+        c->samples[c->n_samples++ % LG_ADAPTER_LOAD_SAMPLES] = (float)(dt * 1e3);
+        e->t_asked = 0;
+    }
+}
+
+/* The copy into pool pages is done: e becomes a resident pool entry with
+ * one pin (the caller's, or dropped at once by poll). */
+static void make_resident(lg_adapter_cache *c, entry *e)
+{
+    const lg_adapter_spec *s = e->spec;
+    char *base = lg_page_pool_base(c->pool);
+    size_t pb = c->geom.page_bytes;
+    for (int k = 0; k < s->n_slots; k++) {
+        lg_lora_w *w = &e->slots[k];
+        w->rank = s->rank[k];
+        w->scale = s->scale[k];
+        w->A = w->rank ? base + (size_t)e->pages[s->pa[k].page] * pb + s->pa[k].off : NULL;
+        w->B = w->rank ? base + (size_t)e->pages[s->pb[k].page] * pb + s->pb[k].off : NULL;
+    }
+    e->pe = (lg_pool_entry){.kind = LG_PAGE_ADAPTER, .pages = e->pages, .n_pages = s->n_pages, .evict = on_evict,
+                            .owner = c};
+    lg_page_pool_entry_add(c->pool, &e->pe);
+    lg_page_pool_unpin(c->hpool, &e->hpe); /* the image is no longer read */
+    e->dstate = D_RESIDENT;
+    c->st.resident++;
+    c->st.pool_loads++;
+    record_load(c, e);
+}
+
+/* Starts the host -> pool copy (host image READY). 0: resident now
+ * (synchronous backend); 1: copying or no room; -1: failed (e->failed). */
+static int start_copy(lg_adapter_cache *c, entry *e)
+{
+    const lg_adapter_spec *s = e->spec;
+    if (lg_page_pool_alloc(c->pool, LG_PAGE_ADAPTER, s->n_pages, e->pages) != 0)
+        return 1;
+    lg_page_pool_pin(c->hpool, &e->hpe); /* the image must stay while it is read */
+    char *base = lg_page_pool_base(c->pool);
+    size_t pb = c->geom.page_bytes;
+    lg_backend *be = c->be;
+    for (int p = 0; p < s->n_pages; p++) {
+        void *dst = base + (size_t)e->pages[p] * pb;
+        int rc = be->i.upload_async ? be->i.upload_async(be, dst, e->hptrs[p], s->page_used[p], &e->ticket)
+                                    : be->i.upload(be, dst, e->hptrs[p], s->page_used[p]);
+        if (rc != 0) {
+            /* copies already queued may still write into the pages: wait for them */
+            if (be->i.upload_async && p > 0)
+                while (be->i.upload_done(be, e->ticket) == 0)
+                    ;
+            lg_page_pool_release(c->pool, e->pages, s->n_pages);
+            lg_page_pool_unpin(c->hpool, &e->hpe);
+            e->failed = true;
+            snprintf(e->error, sizeof e->error, "copying adapter '%s' into the page pool failed", s->name);
+            c->st.load_failures++;
+            return -1;
+        }
+    }
+    if (be->i.upload_async) {
+        e->dstate = D_COPYING;
+        inflight_add(c, e);
+        return 1;
+    }
+    make_resident(c, e);
+    lg_page_pool_unpin(c->pool, &e->pe);
+    return 0;
+}
+
+/* An async copy of e (COPYING): 1 still in flight; 0 done, e resident with
+ * one pin; -1 failed (e->failed, its pool pages freed). */
+static int finish_copy(lg_adapter_cache *c, entry *e)
+{
+    int d = c->be->i.upload_done(c->be, e->ticket);
+    if (d == 0)
+        return 1;
+    if (d > 0) {
+        make_resident(c, e);
+        return 0;
+    }
+    lg_page_pool_release(c->pool, e->pages, e->spec->n_pages);
+    lg_page_pool_unpin(c->hpool, &e->hpe);
+    e->dstate = D_NONE;
+    e->failed = true;
+    snprintf(e->error, sizeof e->error, "copying adapter '%s' into the page pool failed", e->spec->name);
+    c->st.load_failures++;
+    return -1;
+}
+
+/* ---- removal ------------------------------------------------------------------------ */
+
+static void try_free(lg_adapter_cache *c, entry *e)
+{
+    if (!e->removed || e->hstate == H_LOADING || e->dstate == D_COPYING)
+        return;
+    if (e->dstate == D_RESIDENT) {
+        if (e->pe.pins > 0)
+            return;
+        lg_page_pool_entry_drop(c->pool, &e->pe);
+        e->dstate = D_NONE;
+        c->st.resident--;
+    }
+    if (e->hstate == H_READY) {
+        lg_page_pool_entry_drop(c->hpool, &e->hpe);
+        e->hstate = H_NONE;
+        c->st.host_images--;
+        c->st.host_bytes -= (size_t)e->spec->n_pages * c->geom.page_bytes;
+    }
+    c->e[e->id] = NULL;
+    c->st.registered--;
+    entry_free(e);
+}
+
+void lg_adapter_cache_remove(lg_adapter_cache *c, int id)
+{
+    entry *e = get(c, id);
+    if (!e)
+        return;
+    e->removed = true;
+    try_free(c, e);
+}
+
+/* ---- acquire / release ---------------------------------------------------------------- */
+
 int lg_adapter_cache_acquire(lg_adapter_cache *c, int id, const lg_lora_w **slots, lg_err *err)
 {
-    if (id < 0 || id >= c->n)
+    entry *e = get(c, id);
+    if (!e || e->removed)
         return lg_fail(err, "no adapter with id %d", id);
-    entry *e = c->e[id];
-    if (e->resident) {
+    if (e->failed)
+        return lg_fail(err, "%s", e->error);
+    if (e->dstate == D_RESIDENT) {
         lg_page_pool_pin(c->pool, &e->pe);
         *slots = e->slots;
         return 0;
     }
-    if (!e->loading && lg_page_pool_n_available(c->pool) < e->n_pages)
-        return 1;
-    if (!e->loading && !e->image) { /* rebuild the host image from disk */
-        lg_adapter *a = NULL;
-        if (lg_adapter_load(e->dir, e->name, &c->cfg, c->opts.max_rank, &a, err) != 0) {
-            lg_err_prefix(err, "reloading adapter '%s'", e->name);
-            return -1;
-        }
-        if (memcmp(lg_adapter_digest(a), e->digest, 64) != 0) {
-            lg_adapter_free(a);
-            return lg_fail(err, "adapter '%s' changed on disk since it was loaded (digest differs)", e->name);
-        }
-        int rc = build_image(c, e, a, false, err);
-        lg_adapter_free(a);
-        if (rc != 0)
-            return -1;
-        trim_host(c, e);
+    if (e->t_asked == 0)
+        e->t_asked = lg_now();
+    if (e->dstate == D_COPYING) {
+        int rc = finish_copy(c, e);
+        if (rc < 0)
+            return lg_fail(err, "%s", e->error);
+        if (rc == 0) /* resident and pinned once: ours */
+            *slots = e->slots;
+        return rc;
     }
-    char *base = lg_page_pool_base(c->pool);
-    if (e->loading) { /* an async upload was started by an earlier call */
-        int d = c->be->i.upload_done(c->be, e->ticket);
-        if (d == 0)
-            return 1;
-        e->loading = false;
-        if (d < 0) {
-            lg_page_pool_release(c->pool, e->pages, e->n_pages);
-            return lg_fail(err, "uploading adapter '%s' failed", e->name);
-        }
-        goto placed;
-    }
-    e->host_tick = ++c->tick;
-    if (lg_page_pool_alloc(c->pool, LG_PAGE_ADAPTER, e->n_pages, e->pages) != 0)
+    if (e->hstate == H_LOADING)
         return 1;
-    if (c->be->i.upload_async) {
-        /* copy on the upload stream; the requests that need it wait, the rest run */
-        bool any = false;
-        for (int p = 0; p < e->n_pages; p++) {
-            if (c->be->i.upload_async(c->be, base + (size_t)e->pages[p] * c->page_bytes,
-                                      e->image + (size_t)p * c->page_bytes, e->page_used[p], &e->ticket) != 0) {
-                /* earlier copies may still be writing into the pages: wait for
-                 * them (copies finish in ticket order) before freeing them */
-                while (any && c->be->i.upload_done(c->be, e->ticket) == 0)
-                    ;
-                lg_page_pool_release(c->pool, e->pages, e->n_pages);
-                return lg_fail(err, "uploading adapter '%s' failed", e->name);
-            }
-            any = true;
-        }
-        e->loading = true;
+    if (e->hstate == H_NONE) {
+        start_host_load(c, e);
         return 1;
     }
-    for (int p = 0; p < e->n_pages; p++)
-        if (c->be->i.upload(c->be, base + (size_t)e->pages[p] * c->page_bytes, e->image + (size_t)p * c->page_bytes,
-                            e->page_used[p]) != 0) {
-            lg_page_pool_release(c->pool, e->pages, e->n_pages);
-            return lg_fail(err, "uploading adapter '%s' failed", e->name);
-        }
-placed:
-    for (int s = 0; s < c->n_slots; s++) {
-        lg_lora_w *w = &e->slots[s];
-        w->rank = e->rank[s];
-        w->scale = e->scale[s];
-        w->A = w->rank ? base + (size_t)e->pages[e->pa[s].page] * c->page_bytes + e->pa[s].off : NULL;
-        w->B = w->rank ? base + (size_t)e->pages[e->pb[s].page] * c->page_bytes + e->pb[s].off : NULL;
-    }
-    e->pe = (lg_pool_entry){.kind = LG_PAGE_ADAPTER, .pages = e->pages, .n_pages = e->n_pages, .evict = on_evict,
-                            .owner = c};
-    lg_page_pool_entry_add(c->pool, &e->pe);
-    e->resident = true;
-    c->st.resident++;
-    c->st.pool_loads++;
+    int rc = start_copy(c, e); /* H_READY */
+    if (rc < 0)
+        return lg_fail(err, "%s", e->error);
+    if (rc > 0)
+        return 1;
+    lg_page_pool_pin(c->pool, &e->pe);
     *slots = e->slots;
     return 0;
 }
 
-void lg_adapter_cache_poll(lg_adapter_cache *c)
+void lg_adapter_cache_prefetch(lg_adapter_cache *c, int id)
 {
-    /* finished uploads whose requests went away would otherwise hold their
-     * pages (raw, unevictable) until the adapter is asked for again: make
-     * them resident and idle (cached) */
-    for (int i = 0; i < c->n; i++) {
-        entry *e = c->e[i];
-        if (!e->loading || c->be->i.upload_done(c->be, e->ticket) == 0)
-            continue;
-        const lg_lora_w *slots;
-        lg_err err;
-        if (lg_adapter_cache_acquire(c, i, &slots, &err) == 0)
-            lg_page_pool_unpin(c->pool, &e->pe);
-    }
+    entry *e = get(c, id);
+    if (!e || e->removed || e->failed || e->dstate != D_NONE || e->hstate != H_NONE)
+        return;
+    if (lg_loader_pending(c->loader) >= 4)
+        return;
+    if (e->t_asked == 0)
+        e->t_asked = lg_now();
+    start_host_load(c, e);
 }
 
 void lg_adapter_cache_release(lg_adapter_cache *c, int id)
 {
-    if (id >= 0 && id < c->n && c->e[id]->resident)
-        lg_page_pool_unpin(c->pool, &c->e[id]->pe);
+    entry *e = get(c, id);
+    if (!e || e->dstate != D_RESIDENT)
+        return;
+    lg_page_pool_unpin(c->pool, &e->pe);
+    if (e->removed)
+        try_free(c, e);
 }
 
-void lg_adapter_cache_get_stats(const lg_adapter_cache *c, lg_adapter_cache_stats *s) { *s = c->st; }
+void lg_adapter_cache_poll(lg_adapter_cache *c)
+{
+    for (lg_load_job *j = lg_loader_take_done(c->loader), *n; j; j = n) {
+        n = j->next;
+        entry *e = get(c, j->id);
+        if (!e)
+            continue;
+        c->st.host_load_seconds += j->seconds;
+        if (j->status == 0) {
+            e->hstate = H_READY;
+            c->st.host_loads++;
+            lg_page_pool_unpin(c->hpool, &e->hpe); /* cached until a copy reads it */
+        } else {
+            lg_page_pool_entry_drop(c->hpool, &e->hpe);
+            e->hstate = H_NONE;
+            c->st.host_images--;
+            c->st.host_bytes -= (size_t)e->spec->n_pages * c->geom.page_bytes;
+            e->failed = true;
+            e->t_asked = 0;
+            snprintf(e->error, sizeof e->error, "%s", j->error);
+            c->st.load_failures++;
+        }
+    }
+    for (int i = 0; i < c->n_inflight;) {
+        entry *e = get(c, c->inflight[i]);
+        bool busy = false;
+        if (e && e->dstate == D_COPYING) {
+            int rc = finish_copy(c, e);
+            if (rc == 1)
+                busy = true;
+            else if (rc == 0)
+                lg_page_pool_unpin(c->pool, &e->pe); /* idle until a request pins it */
+        } else if (e && e->hstate == H_LOADING) {
+            busy = true;
+        }
+        if (busy) {
+            i++;
+            continue;
+        }
+        if (e) {
+            e->inflight = false;
+            try_free(c, e);
+        }
+        c->inflight[i] = c->inflight[--c->n_inflight];
+    }
+}
+
+bool lg_adapter_cache_busy(const lg_adapter_cache *c) { return c->n_inflight > 0; }
+
+void lg_adapter_cache_evict(lg_adapter_cache *c, int id, bool host_too)
+{
+    entry *e = get(c, id);
+    if (!e)
+        return;
+    if (e->dstate == D_RESIDENT && e->pe.pins == 0) {
+        lg_page_pool_entry_drop(c->pool, &e->pe);
+        e->dstate = D_NONE;
+        c->st.resident--;
+    }
+    if (host_too && e->hstate == H_READY && e->hpe.pins == 0) {
+        lg_page_pool_entry_drop(c->hpool, &e->hpe);
+        e->hstate = H_NONE;
+        c->st.host_images--;
+        c->st.host_bytes -= (size_t)e->spec->n_pages * c->geom.page_bytes;
+    }
+}
+
+void lg_adapter_cache_get_stats(const lg_adapter_cache *c, lg_adapter_cache_stats *s)
+{
+    *s = c->st;
+    s->load_samples = c->n_samples;
+}
+
+int lg_adapter_cache_load_times(const lg_adapter_cache *c, float *ms, int cap)
+{
+    int64_t n = c->n_samples < LG_ADAPTER_LOAD_SAMPLES ? c->n_samples : LG_ADAPTER_LOAD_SAMPLES;
+    if (n > cap)
+        n = cap;
+    int64_t first = c->n_samples - n;
+    for (int64_t i = 0; i < n; i++) ms[i] = c->samples[(first + i) % LG_ADAPTER_LOAD_SAMPLES];
+    return (int)n;
+}

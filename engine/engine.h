@@ -1,25 +1,37 @@
 /*
  * engine.h — the message-based engine API: submit requests, get tokens back
- * through callbacks, cancel; one owner thread drives lg_engine_step().
+ * through callbacks, cancel; adapters added, replaced and removed while
+ * requests run; one engine thread (or a caller) drives the steps.
  *
- * Scheduling (engine/engine.c): iteration-level continuous batching. Every
- * step takes running sequences that decode (one token each) first, then
- * fills the rest of the token budget with prefill chunks (chunked prefill),
- * oldest request first. KV pages come from the page pool; when it runs dry
- * the youngest running request is preempted (its pages freed, its tokens —
- * prompt and what it generated — recomputed later). A request that names an
- * adapter runs only once its adapter is resident in the pool (pinned while
- * the request holds pages); the step's sequences are ordered by adapter so
- * each adapter is one SGMV segment.
+ * What a request carries: prompt ids, sampling, a tenant (its isolation
+ * domain for the prefix cache and its share for fairness), an adapter by id
+ * (a *version*: lg_engine_add_adapter returns a new id each time, also when
+ * it replaces a name), and an optional cache salt. What comes back: each
+ * sampled token (on_token, with log-probabilities when asked), then exactly
+ * one on_finish with the usage (prompt, cached and completion tokens, finish
+ * reason, times).
  *
- * Threads: lg_engine_submit and lg_engine_cancel may be called from any
- * thread (they post to an inbox under a mutex). lg_engine_step and the
- * callbacks run on the owner thread only. A later remote engine keeps this
- * interface.
+ * The runtime behind it (one file each, with their design notes):
+ *   engine/scheduler.c    — iteration-level continuous batching with a token
+ *                           budget per step, chunked prefill, preemption by
+ *                           recompute, adapter residency, admission order;
+ *   engine/fairness.c     — Virtual Token Counters across tenants (VTC);
+ *   engine/prefix_cache.c — radix tree over full KV pages, namespaced by
+ *                           (isolation domain, adapter digest, cache salt);
+ *   adapters/adapter_cache.c, adapter_loader.c — adapter tiers: disk ->
+ *                           host (loader thread) -> pool pages (async copy).
+ *
+ * Threads. Every function here is thread-safe unless it says "owner thread".
+ * lg_engine_step and all callbacks run on the owner thread: the engine thread
+ * after lg_engine_start, otherwise whoever calls lg_engine_step. Callbacks
+ * must be cheap and must not block (the gateway hands their data to other
+ * threads); they may call lg_engine_cancel and lg_engine_submit, nothing else
+ * of this API. A later remote engine keeps this interface.
  */
 #ifndef LG_ENGINE_H
 #define LG_ENGINE_H
 
+#include "adapters/adapter_image.h"
 #include "backend.h"
 #include "model.h"
 #include "sampling.h"
@@ -27,87 +39,232 @@
 typedef struct lg_engine lg_engine;
 
 typedef enum lg_finish_reason {
-    LG_FINISH_STOP = 0,      /* EOS / stop token (or a stop string, via cancel_stop) */
+    LG_FINISH_STOP = 0,      /* EOS / stop token (or a stop string, via cancel with STOP) */
     LG_FINISH_LENGTH = 1,    /* max_tokens or the context limit */
-    LG_FINISH_CANCELLED = 2, /* lg_engine_cancel */
-    LG_FINISH_ERROR = 3,
+    LG_FINISH_CANCELLED = 2, /* lg_engine_cancel, or the engine shut down */
+    LG_FINISH_ERROR = 3,     /* the adapter could not be loaded, the backend failed, ... (message given) */
 } lg_finish_reason;
 const char *lg_finish_reason_name(lg_finish_reason r);
 
+/* Usage of one request, given to on_finish. Times are lg_now() seconds
+ * (CLOCK_MONOTONIC); 0 when the event did not happen (no token generated). */
 typedef struct lg_usage {
     int prompt_tokens;
-    int completion_tokens;
-    int cached_tokens;      /* prompt tokens served from the prefix cache */
+    int completion_tokens;   /* tokens sampled (and passed to on_token) */
+    int cached_tokens;       /* prompt tokens whose KV came from the prefix cache (exact; at first admission) */
+    double t_queued;         /* lg_engine_submit accepted it */
+    double t_first_token;    /* first on_token */
+    double t_finished;       /* on_finish */
 } lg_usage;
 
+#define LG_MAX_TOP_LOGPROBS 20
+
+/* One sampled token as on_token sees it; valid during the call only. */
+typedef struct lg_token_out {
+    int32_t token;
+    int index;               /* 0 for the first generated token */
+    /* with lg_request_params.logprobs: log-softmax of the model's logits
+     * (before penalties, temperature and filters, as OpenAI reports them) */
+    float logprob;
+    int n_top;               /* top_logprobs alternatives, best first (ties: lower id first) */
+    int32_t top_ids[LG_MAX_TOP_LOGPROBS];
+    float top_logprobs[LG_MAX_TOP_LOGPROBS];
+    /* f32 [n_vocab] raw logits, only for the first token of a request with
+     * want_first_logits; NULL otherwise */
+    const float *logits;
+    int n_vocab;
+} lg_token_out;
+
 typedef struct lg_request_cb {
-    /* A sampled token. logits (f32 [n_vocab]) is non-NULL only for the first
-     * generated token of a request that asked for it; valid during the call. */
-    void (*on_token)(void *user, int64_t id, int32_t token, const float *logits, int n_vocab);
-    /* Always called exactly once per accepted request, last. */
+    void (*on_token)(void *user, int64_t id, const lg_token_out *t);
+    /* Called exactly once per accepted request, last. error: a one-line
+     * message with LG_FINISH_ERROR (and "engine shut down" on CANCELLED at
+     * lg_engine_free), else NULL. */
     void (*on_finish)(void *user, int64_t id, lg_finish_reason reason, const lg_usage *usage, const char *error);
 } lg_request_cb;
 
 #define LG_MAX_STOP_IDS 16
+#define LG_MAX_TENANT 127     /* bytes of a tenant string */
+#define LG_MAX_CACHE_SALT 255 /* bytes of a cache salt */
 
 typedef struct lg_request_params {
     const int32_t *prompt;   /* copied */
     int n_prompt;
     int max_tokens;          /* <= 0: up to the context limit */
     lg_sampling_params sampling;
+    float presence_penalty;  /* OpenAI semantics, [-2, 2]; 0: off */
+    float frequency_penalty; /* OpenAI semantics, [-2, 2]; 0: off */
     int32_t stop_ids[LG_MAX_STOP_IDS]; /* in addition to the model's EOS ids */
     int n_stop_ids;
     bool ignore_eos;
-    bool want_first_logits;  /* pass logits with the first token */
-    int adapter_id;          /* from lg_engine_add_adapter; 0 = base model */
+    bool want_first_logits;  /* pass the raw logits with the first token */
+    bool logprobs;           /* report each token's logprob ... */
+    int top_logprobs;        /* ... and this many alternatives (0..LG_MAX_TOP_LOGPROBS) */
+    int adapter_id;          /* a version id from lg_engine_add_adapter; 0 = base model */
+    const char *tenant;      /* copied; NULL or "" = the default tenant "" */
+    const char *cache_salt;  /* copied; NULL or "" = none. Only requests with equal salts share cached KV */
     lg_request_cb cb;
     void *user;
 } lg_request_params;
 
+/* Who may share cached prefixes (the namespace's isolation domain). */
+typedef enum lg_prefix_sharing {
+    LG_PREFIX_TENANT = 0, /* default: within a tenant (and adapter version, and salt) */
+    LG_PREFIX_GLOBAL = 1, /* across tenants (same adapter content, same salt): the operator accepts the timing side channel */
+    LG_PREFIX_OFF = 2,    /* no prefix cache */
+} lg_prefix_sharing;
+const char *lg_prefix_sharing_name(lg_prefix_sharing s);
+int lg_prefix_sharing_parse(const char *s, lg_prefix_sharing *out); /* "tenant", "global", "off" */
+
+/* Order in which waiting requests are admitted. */
+typedef enum lg_sched_policy {
+    LG_SCHED_VTC = 0,  /* default: fair share across tenants (Virtual Token Counters) */
+    LG_SCHED_FCFS = 1, /* arrival order, for comparison */
+} lg_sched_policy;
+
 typedef struct lg_engine_opts {
-    lg_model_opts model;     /* token budget, max seqs, page size, context, LoRA max rank */
-    int n_pages;             /* pages in the unified pool (0: derive from pool_bytes) */
-    size_t pool_bytes;       /* pool size when n_pages is 0 (default 256 MiB) */
-    size_t adapter_host_bytes; /* host-tier budget for adapter images (default 1 GiB) */
+    lg_model_opts model;       /* token budget, max seqs, page size, context, LoRA max rank */
+    /* Pool size, first that applies: n_pages; pool_bytes; on a backend that
+     * reports device memory, gpu_memory_utilization (default 0.90) of the
+     * device's total memory minus what is already used after the weights and
+     * workspaces (as vLLM's flag); else (CPU) min(2 GiB, a quarter of RAM).
+     * At least one full-context sequence always fits. */
+    int n_pages;
+    size_t pool_bytes;
+    double gpu_memory_utilization;
+    size_t adapter_host_bytes; /* host tier for adapter images (default 1 GiB) */
+    lg_prefix_sharing prefix_sharing;
+    lg_sched_policy policy;
 } lg_engine_opts;
 
-/* Takes ownership of nothing: be and w must outlive the engine (weights may
- * be freed once lg_engine_create returns; they are copied to the backend). */
+/* Takes ownership of nothing: be must outlive the engine; w may be freed
+ * once lg_engine_create returns (the weights are copied to the backend). */
 int lg_engine_create(lg_backend *be, const lg_weights *w, const lg_engine_opts *opts, lg_engine **out,
                      lg_err *err);
-void lg_engine_free(lg_engine *e); /* NULL is a no-op; unfinished requests get on_finish(CANCELLED) */
+/* NULL is a no-op. Stops the engine thread if running; unfinished requests
+ * get on_finish(CANCELLED, "engine shut down") on the calling thread. */
+void lg_engine_free(lg_engine *e);
 
 const lg_model_config *lg_engine_config(const lg_engine *e);
+int lg_engine_max_context(const lg_engine *e); /* longest sequence (prompt + output) */
 
-/* Loads and validates a PEFT adapter directory under `name` (owner thread,
- * before or between steps). *adapter_id (>= 1) goes into
- * lg_request_params.adapter_id. Needs opts.model.lora_max_rank > 0. */
+/* ---- engine thread ------------------------------------------------------ */
+
+/* Starts the engine thread: it runs steps while there is work and sleeps on
+ * a condition variable when idle (woken by submit, cancel, adapter changes
+ * and loader completions). From then on nobody else calls lg_engine_step. */
+int lg_engine_start(lg_engine *e, lg_err *err);
+/* Stops the thread after its current step and joins it; requests stay
+ * queued (lg_engine_free finishes them). No-op when not started. */
+void lg_engine_stop(lg_engine *e);
+
+/* ---- adapters (any thread) ---------------------------------------------- */
+
+/* Reads and validates a PEFT directory (adapter_config.json +
+ * adapter_model.safetensors) against the base model on the calling thread,
+ * then registers it as a new version of `name`: new submissions naming the
+ * returned *adapter_id (>= 1) use it. If `name` had a version already, that
+ * version is retired: requests in flight finish on it, new submissions of
+ * its id are refused, and its pages and host image are released once its
+ * last request finished. The files are read again later (by the loader
+ * thread) when the adapter must come back into memory; if they changed, the
+ * requests that need it fail with a clear message. Needs
+ * opts.model.lora_max_rank > 0. */
 int lg_engine_add_adapter(lg_engine *e, const char *name, const char *dir, int *adapter_id, lg_err *err);
-/* 0 if no adapter has that name. */
-int lg_engine_find_adapter(const lg_engine *e, const char *name);
+
+/* A synthetic adapter (adapters/adapter_image.h: rank, targets, seed):
+ * random weights generated from the seed when the loader brings it into
+ * memory (for benchmarks with thousands of adapters: nothing is written to
+ * disk). */
+int lg_engine_add_synthetic_adapter(lg_engine *e, const char *name, const lg_synth_adapter *s, int *adapter_id,
+                                    lg_err *err);
+
+/* Retires the current version of `name` (as a replacement does); new
+ * submissions are refused. -1 if no adapter has that name. */
+int lg_engine_remove_adapter(lg_engine *e, const char *name, lg_err *err);
+/* Current version id of `name`, 0 if none. */
+int lg_engine_find_adapter(lg_engine *e, const char *name);
+
+typedef struct lg_adapter_info {
+    char name[256];
+    char digest[65];          /* SHA-256 of adapter_config.json || adapter_model.safetensors */
+    int max_rank;
+    size_t weight_bytes;      /* A and B at the adapter's own ranks, in the compute dtype */
+    bool retired;
+    int requests;             /* submitted and not finished */
+} lg_adapter_info;
+/* -1 if the id was never issued or its version is gone. */
+int lg_engine_adapter_info(lg_engine *e, int adapter_id, lg_adapter_info *out);
+
+/* Owner thread, for tests and benchmarks: drops the adapter version's pool
+ * copy (if no running request pins it) and, with host_too, its host image,
+ * so the next request that needs it loads it again. */
+void lg_engine_evict_adapter(lg_engine *e, int adapter_id, bool host_too);
+
+/* ---- tenants (any thread) ----------------------------------------------- */
+
+/* Fair-share weight of a tenant (default 1; > 0). A tenant with weight 2
+ * gets twice the service of a tenant with weight 1 when both are backlogged. */
+int lg_engine_set_tenant_weight(lg_engine *e, const char *tenant, double weight, lg_err *err);
+
+/* ---- requests (any thread) ---------------------------------------------- */
 
 /* Validates and enqueues; returns 0 with *id set, or -1 with err set (the
- * callbacks are then never called). Thread-safe. */
+ * callbacks are then never called). */
 int lg_engine_submit(lg_engine *e, const lg_request_params *p, int64_t *id, lg_err *err);
 /* Finishes a request at the next step with `reason` (CANCELLED, or STOP when
- * the caller matched a stop string). Thread-safe; unknown ids are ignored. */
+ * the caller matched a stop string); its pages are freed then. Unknown or
+ * finished ids are ignored. */
 void lg_engine_cancel(lg_engine *e, int64_t id, lg_finish_reason reason);
 
-/* Runs one scheduling step (may do nothing if idle). Returns 0, or -1 when
- * the backend failed (the step's requests are finished with ERROR). */
+/* ---- stepping (owner thread) -------------------------------------------- */
+
+/* Runs one scheduling step (may do nothing if idle or if every waiting
+ * request waits for its adapter). Returns 0, or -1 when the backend failed
+ * (the step's requests are finished with ERROR). */
 int lg_engine_step(lg_engine *e, lg_err *err);
 /* true while any request is queued or running. */
 bool lg_engine_busy(lg_engine *e);
+/* Blocks up to timeout_s until there is something a step could do (a new
+ * request, a cancel, a finished adapter load) — for callers that drive
+ * lg_engine_step themselves and found nothing schedulable. */
+void lg_engine_wait(lg_engine *e, double timeout_s);
+
+/* ---- counters (any thread; a snapshot published after every step) -------- */
 
 typedef struct lg_engine_stats {
     int64_t steps, prefill_steps, decode_steps, prefill_tokens, decode_tokens, preemptions;
     double prefill_seconds, decode_seconds; /* forward time of steps with prefill / decode-only */
     double step_seconds;     /* whole lg_engine_step calls (scheduling, forward, sampling, callbacks) */
     double sample_seconds;   /* sampling and token callbacks */
+    int queued, running;     /* requests waiting for admission / admitted */
     int pages_total, pages_free;
     int pages_kv, pages_adapter, pages_cached;
+    int pages_prefix;        /* KV pages held by the prefix cache (in use or cached) */
+    int max_pages_kv, max_pages_adapter, max_pages_prefix; /* high-water marks */
+    size_t page_bytes;
+    int64_t requests_finished;
+    int64_t prompt_tokens, cached_tokens; /* summed over admitted requests */
+    int64_t prefix_lookups, prefix_hits;   /* admissions that looked / found >= 1 page */
     int64_t adapter_loads, adapter_evictions; /* into / out of the pool */
+    int64_t adapter_host_loads;              /* disk (or generator) -> host, by the loader thread */
+    double adapter_load_seconds;             /* summed: asked for -> resident in the pool */
+    int adapters_registered, adapters_resident;
 } lg_engine_stats;
-void lg_engine_get_stats(const lg_engine *e, lg_engine_stats *s);
+void lg_engine_get_stats(lg_engine *e, lg_engine_stats *s);
+
+/* Latencies (ms) of the most recent adapter loads (asked for -> resident in
+ * the pool), oldest first; up to cap values are copied. Returns how many. */
+int lg_engine_adapter_load_times(lg_engine *e, float *ms, int cap);
+
+/* Service counters per tenant (VTC): weighted tokens served
+ * (prompt tokens computed x 1 + output tokens x 2, divided by nothing) and
+ * the tenant's virtual counter. For tests and metrics. -1 if unknown. */
+typedef struct lg_tenant_stats {
+    double service;          /* prompt tokens computed + 2 x output tokens */
+    double counter;          /* the VTC virtual counter (service / weight, lifted) */
+    int queued, running;
+} lg_tenant_stats;
+int lg_engine_tenant_stats(lg_engine *e, const char *tenant, lg_tenant_stats *out);
 
 #endif

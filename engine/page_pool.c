@@ -14,6 +14,7 @@ enum { PG_FREE = 0, PG_RAW = 1, PG_ENTRY = 2 };
 
 struct lg_page_pool {
     lg_backend *be;
+    bool host;                /* base from alloc_host (or malloc), not alloc */
     void *base;
     size_t page_bytes;
     int n_pages;
@@ -27,7 +28,7 @@ struct lg_page_pool {
     int64_t evictions[2];
 };
 
-int lg_page_pool_create(lg_backend *be, size_t page_bytes, int n_pages, lg_page_pool **out, lg_err *err)
+static int pool_create(lg_backend *be, bool host, size_t page_bytes, int n_pages, lg_page_pool **out, lg_err *err)
 {
     *out = NULL;
     size_t total;
@@ -37,9 +38,13 @@ int lg_page_pool_create(lg_backend *be, size_t page_bytes, int n_pages, lg_page_
     if (!p)
         return lg_fail(err, "page pool: out of memory");
     p->be = be;
+    p->host = host;
     p->page_bytes = page_bytes;
     p->n_pages = n_pages;
-    p->base = be ? be->i.alloc(be, total) : malloc(total);
+    if (host)
+        p->base = be && be->i.alloc_host ? be->i.alloc_host(be, total) : malloc(total);
+    else
+        p->base = be ? be->i.alloc(be, total) : malloc(total);
     p->free_stack = malloc((size_t)n_pages * sizeof(int32_t));
     p->state = calloc((size_t)n_pages, 1);
     p->kind = calloc((size_t)n_pages, 1);
@@ -53,12 +58,24 @@ int lg_page_pool_create(lg_backend *be, size_t page_bytes, int n_pages, lg_page_
     return 0;
 }
 
+int lg_page_pool_create(lg_backend *be, size_t page_bytes, int n_pages, lg_page_pool **out, lg_err *err)
+{
+    return pool_create(be, false, page_bytes, n_pages, out, err);
+}
+
+int lg_page_pool_create_host(lg_backend *be, size_t page_bytes, int n_pages, lg_page_pool **out, lg_err *err)
+{
+    return pool_create(be, true, page_bytes, n_pages, out, err);
+}
+
 void lg_page_pool_free(lg_page_pool *p)
 {
     if (!p)
         return;
     if (p->base) {
-        if (p->be)
+        if (p->host && p->be && p->be->i.alloc_host)
+            p->be->i.free_host(p->be, p->base);
+        else if (!p->host && p->be)
             p->be->i.dealloc(p->be, p->base);
         else
             free(p->base);

@@ -59,6 +59,9 @@ typedef struct lg_pool_stats {
 } lg_pool_stats;
 
 int lg_page_pool_create(lg_backend *be, size_t page_bytes, int n_pages, lg_page_pool **out, lg_err *err);
+/* The same arena in host memory: page-locked (be->i.alloc_host) when the
+ * backend has it, else malloc. The adapter host tier is such a pool. */
+int lg_page_pool_create_host(lg_backend *be, size_t page_bytes, int n_pages, lg_page_pool **out, lg_err *err);
 void lg_page_pool_free(lg_page_pool *p); /* NULL is a no-op */
 
 void *lg_page_pool_base(const lg_page_pool *p);

@@ -62,7 +62,7 @@ def test_prompt_tokens_and_logits():
     with open(os.path.join(TINY, "config.json")) as f:
         vocab = json.load(f)["vocab_size"]
     assert len(j["tokens"]) == 3 and len(j["last_logits"]) == vocab
-    assert j["usage"] == {"prompt_tokens": 3, "completion_tokens": 3}
+    assert j["usage"] == {"prompt_tokens": 3, "cached_tokens": 0, "completion_tokens": 3}
 
 
 def test_stop_string_is_not_in_the_output():

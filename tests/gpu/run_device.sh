@@ -4,7 +4,11 @@
 # HF/peft fixtures end to end on the CUDA backend, and every figure of
 # docs/benchmarks.md "GPU speed (issue 10)" next to its reference.
 #
-#   bash tests/gpu/run_device.sh [all|test|bench|profile]     (from the repo root)
+#   bash tests/gpu/run_device.sh [all|test|serving|bench|profile]     (from the repo root)
+#
+# serving: the serving-runtime workloads (tests/gpu/serving_bench.sh: W1,
+# adapter load latency, W2 many adapters, W3 shared prompts, W4 flooding
+# tenant). TARGETS=loragate builds only the binary (default: all targets).
 #
 # bench: the ceilings and kernel tables (tests/gpu/bench_kernels.c), then the
 # engine workloads, each run twice in a row: with this tree's defaults
@@ -14,7 +18,8 @@
 # attention, no programmatic dependent launch), plus W1 and batch-1 with one
 # switch flipped at a time (LG_SKINNY=1 and LG_FUSE_LORA=1 turn on the opt-in
 # skinny matmul and matmul_lora op, together the expand in its epilogue). profile: ncu per-kernel time of one W1 decode step
-# (tests/gpu/profile_decode.sh), new and old. all = test + bench + profile.
+# (tests/gpu/profile_decode.sh), new and old. all = test + serving + bench +
+# profile.
 #
 # Needs nvcc, cmake, python3 with torch/transformers/peft/pytest (the GPU
 # machine's image). Missing Debian libraries (jansson, pcre2, utf8proc) are
@@ -22,7 +27,8 @@
 # binaries built elsewhere with the same CUDA (loragate, test_cuda_ops,
 # test_cuda_sample, bench_kernels, ...), used when they load, else built here.
 # Logs and JSON results go to $OUT (default build-cuda/out); a summary is
-# printed last. HF=1 adds the HF transformers / peft W1 baselines (slow).
+# printed last. bench also runs the HF transformers / peft W1 baselines (slow)
+# unless SKIP_HF=1; BENCH_EAGER=1 adds W1 without step graphs.
 # DEADLINE=s (default 540): later steps are skipped, and said so, past it.
 set -uo pipefail
 ROOT=$(pwd)
@@ -52,7 +58,7 @@ fi
 if [ $built = 0 ]; then
   t0=$SECONDS
   cmake -S . -B build-cuda -DCMAKE_BUILD_TYPE=Release >"$OUT/cmake.log" 2>&1 || { tail -20 "$OUT/cmake.log"; exit 1; }
-  cmake --build build-cuda -j"$(nproc)" >"$OUT/build.log" 2>&1 || { grep -E "error" "$OUT/build.log" | head -30; exit 1; }
+  cmake --build build-cuda -j"$(nproc)" --target ${TARGETS:-all} >"$OUT/build.log" 2>&1 || { grep -E "error" "$OUT/build.log" | head -30; exit 1; }
   note "build: $((SECONDS - t0)) s"
 fi
 note "device: $(nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem --format=csv,noheader)"
@@ -80,6 +86,10 @@ if want test; then
       tests/golden >"$OUT/golden_cuda_$dt.log" 2>&1
     note "golden on cuda (--dtype $dt): $(tail -1 "$OUT/golden_cuda_$dt.log")"
   done
+fi
+
+if want serving; then
+  . tests/gpu/serving_bench.sh
 fi
 
 M=tests/bench/llama2-7b-shape
@@ -124,7 +134,11 @@ if want bench; then
     for sw in LG_PDL=0 LG_FUSE_ROPE_KV=0 LG_SKINNY=1; do bench "${sw#LG_}" "$sw" b1; done
     bench "ATTN_FA2=0" "LG_ATTN_FA2=0" pf2048
   fi
-  if [ -n "${HF:-}" ]; then
+  if [ -n "${BENCH_EAGER:-}" ]; then  # W1 without step graphs, for comparison
+    bench eager "LG_NO_GRAPHS=1" w1_lora
+    bench eager "LG_NO_GRAPHS=1" w1_base
+  fi
+  if [ -z "${SKIP_HF:-}" ] && ! late "HF baselines"; then
     python3 tests/bench/hf_w1.py --mode base >"$OUT/hf_base.json" 2>"$OUT/hf_base.err"
     note "W1 HF transformers: $(tail -1 "$OUT/hf_base.json")"
     python3 tests/bench/hf_w1.py --mode peft --adapters 32 --rank 16 >"$OUT/hf_peft.json" 2>"$OUT/hf_peft.err"

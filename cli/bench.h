@@ -1,0 +1,51 @@
+/*
+ * bench.h — the pieces of `loragate bench` shared by its files:
+ * cmd_bench.c (options, setup, the fixed-batch and adapter-load modes) and
+ * bench_workload.c (serving workloads: arrivals, popularity, prefixes,
+ * tenants, latency percentiles, goodput).
+ */
+#ifndef LG_BENCH_H
+#define LG_BENCH_H
+
+#include "engine.h"
+
+#include <stdio.h>
+
+#define BENCH_MAX_RANKS 8
+#define BENCH_MAX_TENANTS 64
+
+typedef struct bench_opts {
+    const char *model, *backend, *targets, *workload, *trace, *popularity;
+    bool dummy, json, progress;
+    int num_seqs, prompt_len, output_len, adapters, threads, budget, max_seqs;
+    int ranks[BENCH_MAX_RANKS], n_ranks;          /* --rank or --rank-mix */
+    lg_dtype dtype;
+    uint64_t seed;
+    /* serving workloads */
+    int requests, clients;
+    double rate;                                  /* Poisson arrivals per second */
+    int prompt_min, prompt_max, output_min, output_max;
+    int prefix_len;                               /* shared (per-tenant) prefix */
+    double prefix_frac;
+    int tenants;
+    double tenant_weights[BENCH_MAX_TENANTS], tenant_share[BENCH_MAX_TENANTS];
+    double slo_ttft_ms, slo_tpot_ms;
+    lg_sched_policy policy;
+    lg_prefix_sharing sharing;
+    int pool_mb, adapter_host_mb, ctx;
+    double gpu_util;
+    bool adapter_load_test;
+    int warmup;
+} bench_opts;
+
+/* Registers o->adapters synthetic adapters "a0".."aK-1" (ranks cycling
+ * through the rank mix); ids[i] receives each id. */
+int bench_register_adapters(lg_engine *e, const bench_opts *o, unsigned targets, int *ids, lg_err *err);
+
+/* Serving workload mode (--workload poisson|closed|burst|trace). */
+int bench_run_workload(lg_engine *e, lg_backend *be, const bench_opts *o, const int *adapter_ids, lg_err *err);
+
+/* p-th percentile (0..100) of v[0..n) by linear interpolation; sorts v. 0 if n == 0. */
+double bench_percentile(double *v, int n, double p);
+
+#endif

@@ -1,0 +1,617 @@
+/*
+ * metrics.c — GET /metrics in the Prometheus text format (0.0.4), and the
+ * counters the gateway feeds (metrics.h).
+ *
+ * What is counted here, under one short mutex (a hash lookup and a few
+ * additions per event; at most tens of thousands of events a second):
+ *   loragate_http_requests_total{route,status,tenant}  every answered request
+ *     (fed by request.c's observer where the access-log line is written)
+ *   loragate_generation_{ttft,tpot,e2e}_seconds       histograms, one per
+ *     finished generation request (routes_openai.c)
+ *   loragate_generations_total{tenant}, loragate_{prompt,cached_prompt,
+ *     completion}_tokens_total{tenant}               what the ledger bills
+ *   loragate_rate_limited_total{tenant,reason}       429s of rate_limits.c
+ * What is read at scrape time from its owner (no copies kept here):
+ *   the engine (queue depth, running sequences, pool pages by kind, prefix
+ *   cache lookups/hits/cached tokens, adapter loads, evictions, load
+ *   latency), the ledger (commit latency histogram, backlog, records,
+ *   failures, health), the access log (dropped lines).
+ *
+ * Tenant labels. A tenant label value is always the slug of a tenant that
+ * exists (a slug nobody created, e.g. from a scanner probing /t/<x>/, is
+ * counted as tenant=""), and at most LG_METRICS_MAX_TENANTS distinct ones
+ * are kept; later ones share tenant="_other". With tenant_labels false
+ * (`--metrics-tenant-labels off`) no series has a tenant label at all.
+ * Histograms never carry one (buckets x tenants grows too fast).
+ */
+#include "metrics.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "access_log.h"
+#include "app.h"
+#include "cli/cli.h"
+#include "request.h"
+
+#define LG_METRICS_MAX_TENANTS 1000
+#define OTHER_TENANT "_other"
+
+enum { R_RPM, R_TPM, R_CONCURRENT, R_MONTHLY, R_N };
+static const char *const REASONS[R_N] = {"rpm", "tpm", "concurrent", "monthly_tokens"};
+
+typedef struct tenant_ent {
+    char name[LG_STORE_NAME_MAX];
+    uint64_t generations, prompt, cached, completion;
+    uint64_t limited[R_N];
+} tenant_ent;
+
+typedef struct req_ent {
+    char *route; /* NULL: free slot */
+    int status;
+    int tenant;  /* index in tenants, -1: "" */
+    uint64_t n;
+} req_ent;
+
+typedef struct hist {
+    const double *bounds;
+    int n;
+    uint64_t counts[16]; /* per bucket (not cumulative), [n] = above the last bound */
+    uint64_t count;
+    double sum;
+} hist;
+
+static const double TTFT_B[] = {0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
+static const double TPOT_B[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5};
+static const double E2E_B[] = {0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300};
+
+struct lg_metrics {
+    lg_app *app;
+    bool tenant_labels;
+    pthread_mutex_t mu;
+    tenant_ent *tenants;
+    int n_tenants;
+    int other; /* index of "_other", -1 until needed */
+    req_ent *reqs;
+    size_t cap_reqs, n_reqs;
+    hist ttft, tpot, e2e;
+    uint64_t generations_untenanted;
+};
+
+/* ---- growing text ------------------------------------------------------------ */
+
+typedef struct sbuf {
+    char *p;
+    size_t len, cap;
+    bool oom;
+} sbuf;
+
+static void sb_printf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void sb_printf(sbuf *b, const char *fmt, ...)
+{
+    if (b->oom)
+        return;
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(b->p ? b->p + b->len : NULL, b->p ? b->cap - b->len : 0, fmt, ap);
+        va_end(ap);
+        if (n < 0) {
+            b->oom = true;
+            return;
+        }
+        if (b->p && b->len + (size_t)n < b->cap) {
+            b->len += (size_t)n;
+            return;
+        }
+        size_t cap = b->cap ? b->cap : 16384;
+        while (cap < b->len + (size_t)n + 1)
+            cap *= 2;
+        char *q = realloc(b->p, cap);
+        if (!q) {
+            b->oom = true;
+            return;
+        }
+        b->p = q;
+        b->cap = cap;
+    }
+}
+
+/* A label value with \ " and newline escaped (the exposition format's rule). */
+static void sb_label(sbuf *b, const char *v)
+{
+    char tmp[3 * LG_STORE_NAME_MAX + 8];
+    size_t k = 0;
+    for (const char *c = v; *c && k + 3 < sizeof tmp; c++) {
+        if (*c == '\\' || *c == '"') {
+            tmp[k++] = '\\';
+            tmp[k++] = *c;
+        } else if (*c == '\n') {
+            tmp[k++] = '\\';
+            tmp[k++] = 'n';
+        } else {
+            tmp[k++] = *c;
+        }
+    }
+    tmp[k] = 0;
+    sb_printf(b, "%s", tmp);
+}
+
+/* ---- creation ------------------------------------------------------------------ */
+
+static void observe(void *user, const char *route, int status, const char *tenant)
+{
+    lg_metrics_request(user, route, status, tenant);
+}
+
+int lg_metrics_create(lg_app *app, bool tenant_labels, lg_metrics **out, lg_err *err)
+{
+    lg_metrics *m = calloc(1, sizeof *m);
+    if (!m)
+        return lg_fail(err, "out of memory");
+    m->app = app;
+    m->tenant_labels = tenant_labels;
+    m->other = -1;
+    pthread_mutex_init(&m->mu, NULL);
+    m->cap_reqs = 256;
+    m->reqs = calloc(m->cap_reqs, sizeof *m->reqs);
+    m->tenants = calloc(LG_METRICS_MAX_TENANTS + 1, sizeof *m->tenants);
+    if (!m->reqs || !m->tenants) {
+        lg_metrics_free(m);
+        return lg_fail(err, "out of memory");
+    }
+    m->ttft = (hist){.bounds = TTFT_B, .n = (int)(sizeof TTFT_B / sizeof TTFT_B[0])};
+    m->tpot = (hist){.bounds = TPOT_B, .n = (int)(sizeof TPOT_B / sizeof TPOT_B[0])};
+    m->e2e = (hist){.bounds = E2E_B, .n = (int)(sizeof E2E_B / sizeof E2E_B[0])};
+    lg_request_set_observer(observe, m);
+    *out = m;
+    return 0;
+}
+
+void lg_metrics_free(lg_metrics *m)
+{
+    if (!m)
+        return;
+    lg_request_set_observer(NULL, NULL);
+    for (size_t i = 0; i < m->cap_reqs; i++)
+        free(m->reqs ? m->reqs[i].route : NULL);
+    free(m->reqs);
+    free(m->tenants);
+    pthread_mutex_destroy(&m->mu);
+    free(m);
+}
+
+/* ---- feeding ----------------------------------------------------------------------- */
+
+/* Index of the tenant label (mu held): -1 for none/unknown. `known`: the
+ * caller knows it is a real tenant (it came from a tenant object). */
+static int tenant_ix(lg_metrics *m, const char *name, bool known)
+{
+    if (!m->tenant_labels || !name || !*name)
+        return -1;
+    for (int i = 0; i < m->n_tenants; i++)
+        if (!strcmp(m->tenants[i].name, name))
+            return i;
+    if (!known) {
+        void *t = NULL;
+        if (!m->app || lg_app_resolve_tenant(m->app, name, &t) != 1)
+            return -1; /* not a tenant: no label value from a stranger */
+    }
+    if (m->n_tenants >= LG_METRICS_MAX_TENANTS) {
+        if (m->other < 0) {
+            m->other = m->n_tenants++;
+            snprintf(m->tenants[m->other].name, sizeof m->tenants[m->other].name, "%s", OTHER_TENANT);
+        }
+        return m->other;
+    }
+    int i = m->n_tenants++;
+    snprintf(m->tenants[i].name, sizeof m->tenants[i].name, "%s", name);
+    return i;
+}
+
+static uint64_t hash_req(const char *route, int status, int tenant)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (const char *c = route; *c; c++)
+        h = (h ^ (unsigned char)*c) * 1099511628211ull;
+    h = (h ^ (uint64_t)status) * 1099511628211ull;
+    h = (h ^ (uint64_t)(tenant + 1)) * 1099511628211ull;
+    return h;
+}
+
+static int grow_reqs(lg_metrics *m)
+{
+    size_t cap = m->cap_reqs * 2;
+    req_ent *n = calloc(cap, sizeof *n);
+    if (!n)
+        return -1;
+    for (size_t i = 0; i < m->cap_reqs; i++)
+        if (m->reqs[i].route) {
+            size_t j = hash_req(m->reqs[i].route, m->reqs[i].status, m->reqs[i].tenant) & (cap - 1);
+            while (n[j].route)
+                j = (j + 1) & (cap - 1);
+            n[j] = m->reqs[i];
+        }
+    free(m->reqs);
+    m->reqs = n;
+    m->cap_reqs = cap;
+    return 0;
+}
+
+void lg_metrics_request(lg_metrics *m, const char *route, int status, const char *tenant)
+{
+    if (!m)
+        return;
+    if (!route || !*route)
+        route = "unmatched"; /* 404s of unknown paths: one series, not one per path */
+    if (status < 0 || status > 999)
+        status = 0;
+    pthread_mutex_lock(&m->mu);
+    int t = tenant_ix(m, tenant, false);
+    size_t j = hash_req(route, status, t) & (m->cap_reqs - 1);
+    while (m->reqs[j].route && (m->reqs[j].status != status || m->reqs[j].tenant != t || strcmp(m->reqs[j].route, route)))
+        j = (j + 1) & (m->cap_reqs - 1);
+    if (!m->reqs[j].route) {
+        if ((m->n_reqs + 1) * 2 > m->cap_reqs) {
+            if (grow_reqs(m) != 0)
+                goto out;
+            j = hash_req(route, status, t) & (m->cap_reqs - 1);
+            while (m->reqs[j].route)
+                j = (j + 1) & (m->cap_reqs - 1);
+        }
+        if (!(m->reqs[j].route = strdup(route)))
+            goto out;
+        m->reqs[j].status = status;
+        m->reqs[j].tenant = t;
+        m->n_reqs++;
+    }
+    m->reqs[j].n++;
+out:
+    pthread_mutex_unlock(&m->mu);
+}
+
+static void hist_add(hist *h, double v)
+{
+    int i = 0;
+    while (i < h->n && v > h->bounds[i])
+        i++;
+    h->counts[i]++;
+    h->count++;
+    h->sum += v;
+}
+
+void lg_metrics_generation(lg_metrics *m, const char *tenant, double ttft_s, double tpot_s, double e2e_s,
+                           int64_t prompt_tokens, int64_t cached_tokens, int64_t completion_tokens)
+{
+    if (!m)
+        return;
+    pthread_mutex_lock(&m->mu);
+    if (ttft_s >= 0)
+        hist_add(&m->ttft, ttft_s);
+    if (tpot_s >= 0)
+        hist_add(&m->tpot, tpot_s);
+    if (e2e_s >= 0)
+        hist_add(&m->e2e, e2e_s);
+    int t = m->tenant_labels ? tenant_ix(m, tenant, true) : -1;
+    if (t >= 0) {
+        m->tenants[t].generations++;
+        m->tenants[t].prompt += prompt_tokens > 0 ? (uint64_t)prompt_tokens : 0;
+        m->tenants[t].cached += cached_tokens > 0 ? (uint64_t)cached_tokens : 0;
+        m->tenants[t].completion += completion_tokens > 0 ? (uint64_t)completion_tokens : 0;
+    } else {
+        /* no tenant labels: one series, kept on a pseudo entry at the end */
+        tenant_ent *u = &m->tenants[LG_METRICS_MAX_TENANTS];
+        u->generations++;
+        u->prompt += prompt_tokens > 0 ? (uint64_t)prompt_tokens : 0;
+        u->cached += cached_tokens > 0 ? (uint64_t)cached_tokens : 0;
+        u->completion += completion_tokens > 0 ? (uint64_t)completion_tokens : 0;
+    }
+    pthread_mutex_unlock(&m->mu);
+}
+
+void lg_metrics_limited(lg_metrics *m, const char *tenant, const char *reason)
+{
+    if (!m || !reason)
+        return;
+    int r = 0;
+    while (r < R_N && strcmp(REASONS[r], reason))
+        r++;
+    if (r == R_N)
+        return;
+    pthread_mutex_lock(&m->mu);
+    int t = m->tenant_labels ? tenant_ix(m, tenant, true) : -1;
+    m->tenants[t >= 0 ? t : LG_METRICS_MAX_TENANTS].limited[r]++;
+    pthread_mutex_unlock(&m->mu);
+}
+
+/* ---- the exposition ------------------------------------------------------------------ */
+
+static void head(sbuf *b, const char *name, const char *type, const char *help)
+{
+    sb_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+static void fmt_num(char *buf, size_t n, double v)
+{
+    if (isnan(v))
+        snprintf(buf, n, "NaN");
+    else if (isinf(v))
+        snprintf(buf, n, v > 0 ? "+Inf" : "-Inf");
+    else {
+        /* the shortest text that reads back as v: 0.025, not 0.025000000000000001 */
+        for (int prec = 6; prec <= 17; prec++) {
+            snprintf(buf, n, "%.*g", prec, v);
+            if (strtod(buf, NULL) == v)
+                break;
+        }
+    }
+}
+
+static void hist_out(sbuf *b, const char *name, const char *help, const hist *h)
+{
+    head(b, name, "histogram", help);
+    uint64_t cum = 0;
+    char le[40];
+    for (int i = 0; i < h->n; i++) {
+        cum += h->counts[i];
+        fmt_num(le, sizeof le, h->bounds[i]);
+        sb_printf(b, "%s_bucket{le=\"%s\"} %" PRIu64 "\n", name, le, cum);
+    }
+    sb_printf(b, "%s_bucket{le=\"+Inf\"} %" PRIu64 "\n", name, h->count);
+    char sum[40];
+    fmt_num(sum, sizeof sum, h->sum);
+    sb_printf(b, "%s_sum %s\n%s_count %" PRIu64 "\n", name, sum, name, h->count);
+}
+
+static void gauge(sbuf *b, const char *name, const char *help, double v)
+{
+    char s[40];
+    fmt_num(s, sizeof s, v);
+    head(b, name, "gauge", help);
+    sb_printf(b, "%s %s\n", name, s);
+}
+
+static void counter(sbuf *b, const char *name, const char *help, uint64_t v)
+{
+    head(b, name, "counter", help);
+    sb_printf(b, "%s %" PRIu64 "\n", name, v);
+}
+
+static int cmp_float(const void *a, const void *b)
+{
+    float x = *(const float *)a, y = *(const float *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The per-tenant counters: with labels one line per tenant, else one line. */
+static void tenant_counter(sbuf *b, const lg_metrics *m, const char *name, const char *help, size_t off)
+{
+    head(b, name, "counter", help);
+    if (!m->tenant_labels) {
+        sb_printf(b, "%s %" PRIu64 "\n", name, *(const uint64_t *)((const char *)&m->tenants[LG_METRICS_MAX_TENANTS] + off));
+        return;
+    }
+    for (int i = 0; i < m->n_tenants; i++) {
+        sb_printf(b, "%s{tenant=\"", name);
+        sb_label(b, m->tenants[i].name);
+        sb_printf(b, "\"} %" PRIu64 "\n", *(const uint64_t *)((const char *)&m->tenants[i] + off));
+    }
+}
+
+static int cmp_req(const void *a, const void *b)
+{
+    const req_ent *x = a, *y = b;
+    int c = strcmp(x->route, y->route);
+    if (c)
+        return c;
+    if (x->status != y->status)
+        return x->status - y->status;
+    return x->tenant - y->tenant;
+}
+
+static char *render(lg_metrics *m, size_t *len)
+{
+    sbuf b = {0};
+    lg_app *app = m->app;
+
+    /* ---- ours, copied under the lock ---- */
+    pthread_mutex_lock(&m->mu);
+    req_ent *reqs = malloc((m->n_reqs ? m->n_reqs : 1) * sizeof *reqs);
+    size_t nr = 0;
+    if (reqs)
+        for (size_t i = 0; i < m->cap_reqs; i++)
+            if (m->reqs[i].route)
+                reqs[nr++] = m->reqs[i]; /* route strings stay valid: entries are never freed before m */
+    int nt = m->n_tenants;
+    tenant_ent *tenants = malloc(((size_t)LG_METRICS_MAX_TENANTS + 1) * sizeof *tenants);
+    if (tenants)
+        memcpy(tenants, m->tenants, ((size_t)LG_METRICS_MAX_TENANTS + 1) * sizeof *tenants);
+    hist ttft = m->ttft, tpot = m->tpot, e2e = m->e2e;
+    pthread_mutex_unlock(&m->mu);
+    if (!reqs || !tenants) {
+        free(reqs);
+        free(tenants);
+        return NULL;
+    }
+    lg_metrics snap = *m;
+    snap.tenants = tenants;
+    snap.n_tenants = nt;
+
+    sb_printf(&b, "# HELP loragate_build_info The running loragate version.\n# TYPE loragate_build_info gauge\n"
+                  "loragate_build_info{version=\"%s\"} 1\n",
+              LG_VERSION);
+    if (app)
+        gauge(&b, "loragate_start_time_seconds", "Unix time the serve process started.", (double)app->created_at);
+
+    head(&b, "loragate_http_requests_total", "counter", "HTTP requests answered, by route name, status and tenant.");
+    qsort(reqs, nr, sizeof *reqs, cmp_req);
+    for (size_t i = 0; i < nr; i++) {
+        sb_printf(&b, "loragate_http_requests_total{route=\"");
+        sb_label(&b, reqs[i].route);
+        sb_printf(&b, "\",status=\"%d\"", reqs[i].status);
+        if (m->tenant_labels) {
+            sb_printf(&b, ",tenant=\"");
+            sb_label(&b, reqs[i].tenant >= 0 ? tenants[reqs[i].tenant].name : "");
+            sb_printf(&b, "\"");
+        }
+        sb_printf(&b, "} %" PRIu64 "\n", reqs[i].n);
+    }
+    free(reqs);
+
+    hist_out(&b, "loragate_generation_ttft_seconds",
+             "Time to first token of finished generation requests (received to first token).", &ttft);
+    hist_out(&b, "loragate_generation_tpot_seconds",
+             "Time per output token after the first, per generation request with at least two tokens.", &tpot);
+    hist_out(&b, "loragate_generation_e2e_seconds", "End-to-end time of generation requests (received to finished).",
+             &e2e);
+    tenant_counter(&b, &snap, "loragate_generations_total", "Generation requests that reached the engine (billed).",
+                   offsetof(tenant_ent, generations));
+    tenant_counter(&b, &snap, "loragate_prompt_tokens_total", "Prompt tokens billed (cached ones included).",
+                   offsetof(tenant_ent, prompt));
+    tenant_counter(&b, &snap, "loragate_cached_prompt_tokens_total",
+                   "Prompt tokens served from the prefix cache (billed at the cached-input price).",
+                   offsetof(tenant_ent, cached));
+    tenant_counter(&b, &snap, "loragate_completion_tokens_total", "Completion tokens billed.",
+                   offsetof(tenant_ent, completion));
+    head(&b, "loragate_rate_limited_total", "counter",
+         "Requests refused with 429 by the tenant limits, by reason (rpm, tpm, concurrent, monthly_tokens).");
+    for (int r = 0; r < R_N; r++) {
+        if (!m->tenant_labels) {
+            sb_printf(&b, "loragate_rate_limited_total{reason=\"%s\"} %" PRIu64 "\n", REASONS[r],
+                      tenants[LG_METRICS_MAX_TENANTS].limited[r]);
+            continue;
+        }
+        for (int i = 0; i < nt; i++)
+            if (tenants[i].limited[r]) {
+                sb_printf(&b, "loragate_rate_limited_total{reason=\"%s\",tenant=\"", REASONS[r]);
+                sb_label(&b, tenants[i].name);
+                sb_printf(&b, "\"} %" PRIu64 "\n", tenants[i].limited[r]);
+            }
+    }
+    free(tenants);
+
+    /* ---- the engine ---- */
+    if (app && app->engine) {
+        lg_engine_stats es;
+        lg_engine_get_stats(app->engine, &es);
+        gauge(&b, "loragate_engine_queue_depth", "Requests waiting for admission to the engine.", es.queued);
+        gauge(&b, "loragate_engine_running_sequences", "Sequences admitted and running in the engine.", es.running);
+        head(&b, "loragate_pool_pages", "gauge",
+             "Pages of the device memory pool by kind: kv (KV cache in use), adapter (LoRA weights), cached "
+             "(evictable prefix-cache pages), free.");
+        sb_printf(&b, "loragate_pool_pages{kind=\"kv\"} %d\nloragate_pool_pages{kind=\"adapter\"} %d\n"
+                      "loragate_pool_pages{kind=\"cached\"} %d\nloragate_pool_pages{kind=\"free\"} %d\n",
+                  es.pages_kv, es.pages_adapter, es.pages_cached, es.pages_free);
+        gauge(&b, "loragate_pool_pages_capacity", "Pages of the device memory pool.", es.pages_total);
+        gauge(&b, "loragate_pool_page_bytes", "Bytes per pool page.", (double)es.page_bytes);
+        gauge(&b, "loragate_prefix_cache_pages", "KV pages held by the prefix cache (in use or cached).",
+              es.pages_prefix);
+        counter(&b, "loragate_prefix_cache_lookups_total", "Admissions that looked up the prefix cache.",
+                (uint64_t)es.prefix_lookups);
+        counter(&b, "loragate_prefix_cache_hits_total", "Admissions that found at least one cached page.",
+                (uint64_t)es.prefix_hits);
+        gauge(&b, "loragate_prefix_cache_hit_ratio",
+              "Prefix-cache hits over lookups since start (NaN before the first lookup).",
+              es.prefix_lookups ? (double)es.prefix_hits / (double)es.prefix_lookups : NAN);
+        counter(&b, "loragate_engine_prompt_tokens_total", "Prompt tokens of admitted sequences.",
+                (uint64_t)es.prompt_tokens);
+        counter(&b, "loragate_prefix_cache_cached_tokens_total",
+                "Prompt tokens of admitted sequences served from the prefix cache.", (uint64_t)es.cached_tokens);
+        gauge(&b, "loragate_prefix_cache_token_ratio",
+              "Cached prompt tokens over prompt tokens since start (NaN before the first).",
+              es.prompt_tokens ? (double)es.cached_tokens / (double)es.prompt_tokens : NAN);
+        counter(&b, "loragate_adapter_loads_total", "Adapter loads into the device pool.", (uint64_t)es.adapter_loads);
+        counter(&b, "loragate_adapter_evictions_total", "Adapter evictions from the device pool.",
+                (uint64_t)es.adapter_evictions);
+        counter(&b, "loragate_adapter_host_loads_total", "Adapter loads from disk into host memory.",
+                (uint64_t)es.adapter_host_loads);
+        gauge(&b, "loragate_adapters_registered", "Adapter versions registered with the engine.",
+              es.adapters_registered);
+        gauge(&b, "loragate_adapters_resident", "Adapters resident in the device pool.", es.adapters_resident);
+        float ms[512];
+        int n = lg_engine_adapter_load_times(app->engine, ms, 512);
+        qsort(ms, (size_t)n, sizeof ms[0], cmp_float);
+        head(&b, "loragate_adapter_load_seconds", "summary",
+             "Adapter load latency (asked for to resident in the pool); quantiles over the most recent loads.");
+        static const double Q[] = {0.5, 0.9, 0.99};
+        for (int i = 0; i < 3; i++) {
+            char v[40];
+            fmt_num(v, sizeof v, n ? ms[(int)floor(Q[i] * (n - 1) + 0.5)] / 1000.0 : NAN);
+            sb_printf(&b, "loragate_adapter_load_seconds{quantile=\"%g\"} %s\n", Q[i], v);
+        }
+        char sum[40];
+        fmt_num(sum, sizeof sum, es.adapter_load_seconds);
+        sb_printf(&b, "loragate_adapter_load_seconds_sum %s\nloragate_adapter_load_seconds_count %" PRId64 "\n", sum,
+                  es.adapter_loads);
+    }
+
+    /* ---- the ledger ---- */
+    if (app && app->ledger) {
+        lg_ledger_stats ls;
+        lg_ledger_stats_get(app->ledger, &ls);
+        head(&b, "loragate_ledger_commit_seconds", "histogram",
+             "Usage ledger group commits: BEGIN to durable COMMIT, seconds.");
+        char le[40];
+        for (int i = 0; i < LG_LEDGER_HIST_N; i++) {
+            fmt_num(le, sizeof le, lg_ledger_hist_bounds[i]);
+            sb_printf(&b, "loragate_ledger_commit_seconds_bucket{le=\"%s\"} %" PRIu64 "\n", le, ls.hist[i]);
+        }
+        char sum[40];
+        fmt_num(sum, sizeof sum, ls.commit_seconds_sum);
+        sb_printf(&b,
+                  "loragate_ledger_commit_seconds_bucket{le=\"+Inf\"} %" PRIu64
+                  "\nloragate_ledger_commit_seconds_sum %s\nloragate_ledger_commit_seconds_count %" PRIu64 "\n",
+                  ls.hist[LG_LEDGER_HIST_N], sum, ls.hist[LG_LEDGER_HIST_N]);
+        gauge(&b, "loragate_ledger_backlog_records", "Usage records appended and not yet durable.", (double)ls.backlog);
+        gauge(&b, "loragate_ledger_last_commit_seconds", "Duration of the last committed batch.",
+              ls.last_commit_seconds);
+        counter(&b, "loragate_ledger_appended_total", "Usage records accepted by the ledger.", ls.appended);
+        counter(&b, "loragate_ledger_records_written_total", "Usage records inserted.", ls.records_written);
+        counter(&b, "loragate_ledger_duplicates_total", "Records whose request id was already in the ledger.",
+                ls.duplicates);
+        counter(&b, "loragate_ledger_batches_total", "Committed ledger transactions.", ls.batches);
+        counter(&b, "loragate_ledger_commit_errors_total", "Failed commit attempts (retried).", ls.errors);
+        counter(&b, "loragate_ledger_rejected_total", "Records the database refused (logged in full).", ls.rejected);
+        counter(&b, "loragate_ledger_abandoned_total", "Records given up at shutdown with the disk failing (logged).",
+                ls.abandoned);
+        gauge(&b, "loragate_ledger_healthy", "1 while the ledger commits; 0 after a failed commit (requests get 503).",
+              ls.healthy ? 1 : 0);
+    }
+    if (app && app->env && app->env->access_log)
+        counter(&b, "loragate_access_log_dropped_lines_total", "Access-log lines dropped because the sink was stuck.",
+                lg_access_log_dropped(app->env->access_log));
+    if (b.oom) {
+        free(b.p);
+        return NULL;
+    }
+    *len = b.len;
+    return b.p;
+}
+
+static int get_metrics(lg_request *r, void *user)
+{
+    size_t len = 0;
+    char *text = render(user, &len);
+    if (!text)
+        return lg_respond_error(r, 500, NULL, NULL, "out of memory while rendering the metrics"), 0;
+    lg_request_add_header(r, "cache-control", "no-store");
+    lg_respond(r, 200, "text/plain; version=0.0.4; charset=utf-8", text, len);
+    free(text);
+    return 0;
+}
+
+/* Exposed for unit tests and for processes without routes. */
+char *lg_metrics_render(lg_metrics *m, size_t *len) { return m ? render(m, len) : NULL; }
+
+int lg_routes_metrics(lg_router *rt, lg_app *app, lg_err *err)
+{
+    if (!app || !app->metrics)
+        return lg_fail(err, "metrics: no metrics object");
+    lg_route r = {.method = "GET", .pattern = "/metrics", .fn = get_metrics, .user = app->metrics, .name = "metrics"};
+    return lg_router_add(rt, &r, err);
+}

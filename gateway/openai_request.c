@@ -1,0 +1,452 @@
+/*
+ * openai_request.c — see openai_request.h. Parameter names, ranges and
+ * error wording follow OpenAI's API reference for /v1/chat/completions and
+ * /v1/completions.
+ */
+#include "openai_request.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* What we honour; everything else OpenAI defines is named in UNSUPPORTED. */
+static const char *const CHAT_KEYS[] = {"model", "messages", "max_tokens", "max_completion_tokens", "temperature",
+                                        "top_p", "n", "stop", "seed", "stream", "stream_options", "logprobs",
+                                        "top_logprobs", "presence_penalty", "frequency_penalty", "user",
+                                        "cache_salt", "store", "metadata", NULL};
+static const char *const COMPLETION_KEYS[] = {"model", "prompt", "max_tokens", "temperature", "top_p", "n",
+                                              "stop", "seed", "stream", "stream_options", "logprobs",
+                                              "presence_penalty", "frequency_penalty", "user", "cache_salt",
+                                              "echo", "best_of", "suffix", "logit_bias", NULL};
+static const char *const UNSUPPORTED[] = {"tools", "tool_choice", "functions", "function_call", "response_format",
+                                          "logit_bias", "parallel_tool_calls", "audio", "modalities", "prediction",
+                                          "reasoning_effort", "web_search_options", "service_tier", "echo",
+                                          "best_of", "suffix", "verbosity", "prompt_cache_key",
+                                          "safety_identifier", NULL};
+
+static bool in_list(const char *const *l, const char *k)
+{
+    for (; *l; l++)
+        if (!strcmp(*l, k))
+            return true;
+    return false;
+}
+
+#define BAD(param, ...) (lg_respond_error(r, 400, NULL, param, __VA_ARGS__), -1)
+
+static int get_number(lg_request *r, json_t *body, const char *key, double lo, double hi, double *out)
+{
+    json_t *v = json_object_get(body, key);
+    if (!v || json_is_null(v))
+        return 0;
+    if (!json_is_number(v))
+        return BAD(key, "Invalid type for '%s': expected a number, but got %s instead.", key,
+                   json_is_string(v) ? "a string" : "another type");
+    double x = json_number_value(v);
+    if (!(x >= lo && x <= hi))
+        return BAD(key, "Invalid '%s': %g is out of range; expected a value between %g and %g.", key, x, lo, hi);
+    *out = x;
+    return 1;
+}
+
+static int get_int(lg_request *r, json_t *body, const char *key, long long lo, long long hi, long long *out)
+{
+    json_t *v = json_object_get(body, key);
+    if (!v || json_is_null(v))
+        return 0;
+    if (!json_is_integer(v))
+        return BAD(key, "Invalid type for '%s': expected an integer.", key);
+    long long x = json_integer_value(v);
+    if (x < lo || x > hi)
+        return BAD(key, "Invalid '%s': integer %lld is out of range; expected a value between %lld and %lld.", key, x,
+                   lo, hi);
+    *out = x;
+    return 1;
+}
+
+static int get_bool(lg_request *r, json_t *body, const char *key, bool *out)
+{
+    json_t *v = json_object_get(body, key);
+    if (!v || json_is_null(v))
+        return 0;
+    if (!json_is_boolean(v))
+        return BAD(key, "Invalid type for '%s': expected a boolean.", key);
+    *out = json_is_true(v);
+    return 1;
+}
+
+/* Text of a chat message's content: a string, or an array of text parts. */
+static int message_text(lg_request *r, json_t *content, int i, char **out)
+{
+    char param[64];
+    snprintf(param, sizeof param, "messages.[%d].content", i);
+    if (json_is_string(content)) {
+        *out = strdup(json_string_value(content));
+        return *out ? 0 : BAD(param, "out of memory");
+    }
+    if (json_is_null(content)) {
+        *out = strdup("");
+        return 0;
+    }
+    if (!json_is_array(content))
+        return BAD(param, "Invalid type for '%s': expected a string or an array of content parts.", param);
+    size_t cap = 1, len = 0, k;
+    json_t *part;
+    json_array_foreach(content, k, part)
+    {
+        json_t *ty = json_object_get(part, "type"), *tx = json_object_get(part, "text");
+        if (!json_is_string(ty) || strcmp(json_string_value(ty), "text") || !json_is_string(tx))
+            return BAD(param, "Invalid content part in '%s': only parts of type 'text' are supported.", param);
+        cap += json_string_length(tx);
+    }
+    char *s = malloc(cap);
+    if (!s)
+        return BAD(param, "out of memory");
+    json_array_foreach(content, k, part)
+    {
+        json_t *tx = json_object_get(part, "text");
+        memcpy(s + len, json_string_value(tx), json_string_length(tx));
+        len += json_string_length(tx);
+    }
+    s[len] = 0;
+    *out = s;
+    return 0;
+}
+
+static int chat_prompt(lg_app *app, lg_request *r, json_t *body, lg_oai_request *q)
+{
+    json_t *msgs = json_object_get(body, "messages");
+    if (!msgs)
+        return BAD("messages", "Missing required parameter: 'messages'.");
+    if (!json_is_array(msgs) || json_array_size(msgs) == 0)
+        return BAD("messages", "Invalid 'messages': expected a non-empty array of messages.");
+    if (!app->chat || !app->tok)
+        return BAD("messages", "The model %s has no chat template; use /v1/completions.", app->model_id);
+    size_t n = json_array_size(msgs);
+    lg_chat_msg *cm = calloc(n, sizeof *cm);
+    char **texts = calloc(n, sizeof *texts);
+    int rc = 0;
+    if (!cm || !texts)
+        rc = BAD(NULL, "out of memory");
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        json_t *m = json_array_get(msgs, i);
+        char param[64];
+        snprintf(param, sizeof param, "messages.[%zu].role", i);
+        json_t *role = json_object_get(m, "role");
+        if (!json_is_object(m) || !json_is_string(role)) {
+            rc = BAD(param, "Missing required parameter: '%s'.", param);
+            break;
+        }
+        const char *ro = json_string_value(role);
+        if (!strcmp(ro, "developer"))
+            ro = "system";
+        if (strcmp(ro, "system") && strcmp(ro, "user") && strcmp(ro, "assistant")) {
+            rc = BAD(param, "Invalid value: '%s'. Supported values are: 'system', 'developer', 'user' and "
+                            "'assistant' (tool messages need tools, which are not supported).", ro);
+            break;
+        }
+        const char *k;
+        json_t *v;
+        json_object_foreach(m, k, v)
+        {
+            if (strcmp(k, "role") && strcmp(k, "content") && strcmp(k, "name")) {
+                char p2[96];
+                snprintf(p2, sizeof p2, "messages.[%zu].%s", i, k);
+                rc = BAD(p2, "Unsupported parameter: '%s' is not supported by this server.", p2);
+                break;
+            }
+        }
+        if (rc)
+            break;
+        if (message_text(r, json_object_get(m, "content"), (int)i, &texts[i]) != 0) {
+            rc = -1;
+            break;
+        }
+        cm[i].role = ro;
+        cm[i].content = texts[i];
+    }
+    char *text = NULL;
+    lg_err err = {{0}};
+    if (rc == 0 && lg_chat_template_apply(app->chat, cm, (int)n, &text, &err) != 0)
+        rc = BAD("messages", "Invalid 'messages': %s", err.msg);
+    if (rc == 0 && lg_tokenizer_encode(app->tok, text, strlen(text), false, true, &q->prompts[0],
+                                       &q->n_prompt_tokens[0], &err) != 0)
+        rc = BAD("messages", "Invalid 'messages': %s", err.msg);
+    if (rc == 0)
+        q->n_prompts = 1;
+    free(text);
+    for (size_t i = 0; texts && i < n; i++)
+        free(texts[i]);
+    free(texts);
+    free(cm);
+    return rc;
+}
+
+static int encode_text(lg_app *app, lg_request *r, json_t *s, int32_t **ids, int *n)
+{
+    if (!app->tok)
+        return BAD("prompt", "The model %s has no tokenizer; give the prompt as token ids.", app->model_id);
+    lg_err err = {{0}};
+    if (lg_tokenizer_encode(app->tok, json_string_value(s), json_string_length(s), lg_tokenizer_add_bos(app->tok),
+                            false, ids, n, &err) != 0)
+        return BAD("prompt", "Invalid 'prompt': %s", err.msg);
+    return 0;
+}
+
+static int token_list(lg_app *app, lg_request *r, json_t *a, int32_t **ids, int *n)
+{
+    int vocab = lg_weights_config(app->weights)->vocab_size;
+    size_t k;
+    json_t *v;
+    *ids = malloc((json_array_size(a) + 1) * sizeof **ids);
+    if (!*ids)
+        return BAD("prompt", "out of memory");
+    json_array_foreach(a, k, v)
+    {
+        if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= vocab)
+            return BAD("prompt", "Invalid 'prompt': token ids must be integers in [0, %d).", vocab);
+        (*ids)[k] = (int32_t)json_integer_value(v);
+    }
+    *n = (int)json_array_size(a);
+    return 0;
+}
+
+static int completion_prompts(lg_app *app, lg_request *r, json_t *body, lg_oai_request *q)
+{
+    json_t *p = json_object_get(body, "prompt");
+    if (!p || json_is_null(p))
+        return BAD("prompt", "Missing required parameter: 'prompt'.");
+    if (json_is_string(p)) {
+        q->n_prompts = 1;
+        return encode_text(app, r, p, &q->prompts[0], &q->n_prompt_tokens[0]);
+    }
+    if (!json_is_array(p) || json_array_size(p) == 0)
+        return BAD("prompt", "Invalid 'prompt': expected a string, an array of strings, an array of token ids or an "
+                             "array of token-id arrays.");
+    json_t *first = json_array_get(p, 0);
+    if (json_is_integer(first)) {
+        q->n_prompts = 1;
+        return token_list(app, r, p, &q->prompts[0], &q->n_prompt_tokens[0]);
+    }
+    if (json_array_size(p) > LG_OAI_MAX_PROMPTS)
+        return BAD("prompt", "Invalid 'prompt': at most %d prompts per request.", LG_OAI_MAX_PROMPTS);
+    size_t k;
+    json_t *v;
+    json_array_foreach(p, k, v)
+    {
+        int rc;
+        if (json_is_string(v))
+            rc = encode_text(app, r, v, &q->prompts[k], &q->n_prompt_tokens[k]);
+        else if (json_is_array(v) && json_array_size(v) > 0)
+            rc = token_list(app, r, v, &q->prompts[k], &q->n_prompt_tokens[k]);
+        else
+            rc = BAD("prompt", "Invalid 'prompt': element %zu is neither a string nor a non-empty token-id array.", k);
+        q->n_prompts = (int)k + 1;
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+int lg_oai_request_parse(lg_app *app, lg_request *r, const lg_app_tenant *t, lg_oai_kind kind, json_t *body,
+                         lg_oai_request *q)
+{
+    memset(q, 0, sizeof *q);
+    q->kind = kind;
+    q->n = 1;
+    q->temperature = 1.0f;
+    q->top_p = 1.0f;
+    const char *const *known = kind == LG_OAI_CHAT ? CHAT_KEYS : COMPLETION_KEYS;
+    const char *key;
+    json_t *v;
+    json_object_foreach(body, key, v)
+    {
+        if (in_list(UNSUPPORTED, key)) {
+            /* harmless defaults are accepted: echo=false, best_of=1/n, empty logit_bias, suffix null */
+            bool harmless = json_is_null(v) || (!strcmp(key, "echo") && json_is_false(v)) ||
+                            (!strcmp(key, "best_of") && json_is_integer(v) && json_integer_value(v) == 1) ||
+                            (!strcmp(key, "logit_bias") && json_is_object(v) && json_object_size(v) == 0) ||
+                            (!strcmp(key, "parallel_tool_calls") && !json_object_get(body, "tools")) ||
+                            (!strcmp(key, "service_tier") && json_is_string(v) &&
+                             (!strcmp(json_string_value(v), "auto") || !strcmp(json_string_value(v), "default")));
+            if (!harmless)
+                return BAD(key, "Unsupported parameter: '%s' is not supported by this server.", key);
+            continue;
+        }
+        if (!in_list(known, key))
+            return BAD(key, "Unrecognized request argument supplied: %s", key);
+    }
+    /* model */
+    json_t *m = json_object_get(body, "model");
+    if (!m)
+        return BAD("model", "Missing required parameter: 'model'.");
+    if (!json_is_string(m) || json_string_length(m) == 0 || json_string_length(m) >= sizeof q->model)
+        return BAD("model", "Invalid 'model': expected the id of a model (GET /v1/models).");
+    snprintf(q->model, sizeof q->model, "%s", json_string_value(m));
+    if (strcmp(q->model, app->model_id) != 0) {
+        if (!lg_app_adapter_find(app, t->id, q->model, &q->adapter)) {
+            lg_respond_model_not_found(r, q->model);
+            return -1;
+        }
+        q->is_adapter = true;
+    }
+    long long ll;
+    double d;
+    int g;
+    if ((g = get_int(r, body, "n", 1, LG_OAI_MAX_N, &ll)) < 0)
+        return -1;
+    if (g)
+        q->n = (int)ll;
+    if ((g = get_number(r, body, "temperature", 0, 2, &d)) < 0)
+        return -1;
+    if (g)
+        q->temperature = (float)d;
+    if ((g = get_number(r, body, "top_p", 0, 1, &d)) < 0)
+        return -1;
+    if (g)
+        q->top_p = (float)d;
+    if (g && d == 0)
+        q->temperature = 0; /* top_p 0 keeps only the most likely token */
+    if ((g = get_number(r, body, "presence_penalty", -2, 2, &d)) < 0)
+        return -1;
+    if (g)
+        q->presence_penalty = (float)d;
+    if ((g = get_number(r, body, "frequency_penalty", -2, 2, &d)) < 0)
+        return -1;
+    if (g)
+        q->frequency_penalty = (float)d;
+    if ((g = get_int(r, body, "seed", INT64_MIN, INT64_MAX, &ll)) < 0)
+        return -1;
+    if (g) {
+        q->has_seed = true;
+        q->seed = ll;
+    }
+    if (get_bool(r, body, "stream", &q->stream) < 0)
+        return -1;
+    json_t *so = json_object_get(body, "stream_options");
+    if (so && !json_is_null(so)) {
+        if (!q->stream)
+            return BAD("stream_options", "The 'stream_options' parameter is only allowed when 'stream' is enabled.");
+        if (!json_is_object(so))
+            return BAD("stream_options", "Invalid type for 'stream_options': expected an object.");
+        json_object_foreach(so, key, v)
+        {
+            if (!strcmp(key, "include_usage")) {
+                if (!json_is_boolean(v))
+                    return BAD("stream_options.include_usage", "Invalid type for 'stream_options.include_usage': "
+                                                               "expected a boolean.");
+                q->include_usage = json_is_true(v);
+            } else if (strcmp(key, "include_obfuscation")) {
+                return BAD("stream_options", "Unrecognized stream option: %s", key);
+            }
+        }
+    }
+    /* stop */
+    json_t *st = json_object_get(body, "stop");
+    if (st && !json_is_null(st)) {
+        if (json_is_string(st)) {
+            q->stop[q->n_stop++] = strdup(json_string_value(st));
+        } else if (json_is_array(st) && json_array_size(st) <= LG_OAI_MAX_STOP) {
+            size_t k;
+            json_array_foreach(st, k, v)
+            {
+                if (!json_is_string(v))
+                    return BAD("stop", "Invalid 'stop': expected a string or an array of up to 4 strings.");
+                q->stop[q->n_stop++] = strdup(json_string_value(v));
+            }
+        } else {
+            return BAD("stop", "Invalid 'stop': expected a string or an array of up to 4 strings.");
+        }
+    }
+    /* logprobs */
+    if (kind == LG_OAI_CHAT) {
+        if (get_bool(r, body, "logprobs", &q->logprobs) < 0)
+            return -1;
+        if ((g = get_int(r, body, "top_logprobs", 0, LG_MAX_TOP_LOGPROBS, &ll)) < 0)
+            return -1;
+        if (g) {
+            if (!q->logprobs)
+                return BAD("top_logprobs", "'top_logprobs' requires 'logprobs' to be true.");
+            q->top_logprobs = (int)ll;
+        }
+    } else {
+        if ((g = get_int(r, body, "logprobs", 0, 5, &ll)) < 0)
+            return -1;
+        if (g) {
+            q->logprobs = true;
+            q->top_logprobs = (int)ll;
+        }
+    }
+    json_t *u = json_object_get(body, "user");
+    if (u && !json_is_null(u)) {
+        if (!json_is_string(u))
+            return BAD("user", "Invalid type for 'user': expected a string.");
+        snprintf(q->user, sizeof q->user, "%s", json_string_value(u));
+    }
+    json_t *salt = json_object_get(body, "cache_salt");
+    if (salt && !json_is_null(salt)) {
+        if (!json_is_string(salt) || json_string_length(salt) > LG_MAX_CACHE_SALT)
+            return BAD("cache_salt", "Invalid 'cache_salt': expected a string of at most %d bytes.", LG_MAX_CACHE_SALT);
+        snprintf(q->cache_salt, sizeof q->cache_salt, "%s", json_string_value(salt));
+    }
+    /* prompts */
+    if ((kind == LG_OAI_CHAT ? chat_prompt(app, r, body, q) : completion_prompts(app, r, body, q)) != 0)
+        return -1;
+    if ((long long)q->n_prompts * q->n > LG_OAI_MAX_N)
+        return BAD("n", "Invalid 'n': at most %d choices per request (prompts x n).", LG_OAI_MAX_N);
+    /* max tokens: OpenAI's context_length_exceeded wording */
+    const char *mt_key = "max_tokens";
+    if ((g = get_int(r, body, "max_tokens", 1, INT32_MAX, &ll)) < 0)
+        return -1;
+    if (kind == LG_OAI_CHAT) {
+        long long l2;
+        int g2 = get_int(r, body, "max_completion_tokens", 1, INT32_MAX, &l2);
+        if (g2 < 0)
+            return -1;
+        if (g2) {
+            g = 1;
+            ll = l2;
+            mt_key = "max_completion_tokens";
+        }
+    }
+    int longest = 0;
+    for (int i = 0; i < q->n_prompts; i++) {
+        if (q->n_prompt_tokens[i] == 0)
+            return BAD(kind == LG_OAI_CHAT ? "messages" : "prompt", "Invalid prompt: it encodes to no tokens.");
+        if (q->n_prompt_tokens[i] > longest)
+            longest = q->n_prompt_tokens[i];
+    }
+    int ctx = app->max_context;
+    if (longest >= ctx) {
+        lg_respond_error(r, 400, "context_length_exceeded", kind == LG_OAI_CHAT ? "messages" : "prompt",
+                         "This model's maximum context length is %d tokens. However, your %s resulted in %d tokens. "
+                         "Please reduce the length of the %s.", ctx, kind == LG_OAI_CHAT ? "messages" : "prompt",
+                         longest, kind == LG_OAI_CHAT ? "messages" : "prompt");
+        return -1;
+    }
+    if (g) {
+        q->max_tokens_given = true;
+        if (ll + longest > ctx) {
+            lg_respond_error(r, 400, "context_length_exceeded", mt_key,
+                             "This model's maximum context length is %d tokens. However, you requested %lld tokens "
+                             "(%d in the prompt, %lld for the completion). Please reduce the prompt or the "
+                             "completion length.", ctx, ll + longest, longest, ll);
+            return -1;
+        }
+        q->max_tokens = (int)ll;
+    } else {
+        q->max_tokens = (int)app->cfg->default_max_tokens;
+        if (q->max_tokens > ctx - longest)
+            q->max_tokens = ctx - longest;
+    }
+    return 0;
+}
+
+void lg_oai_request_dispose(lg_oai_request *q)
+{
+    for (int i = 0; i < LG_OAI_MAX_PROMPTS; i++)
+        free(q->prompts[i]);
+    for (int i = 0; i < q->n_stop; i++)
+        free(q->stop[i]);
+    memset(q, 0, sizeof *q);
+}

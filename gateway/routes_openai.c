@@ -1,0 +1,781 @@
+/*
+ * routes_openai.c — the OpenAI-compatible API for tenant keys, at /v1/...
+ * and at the tenant's own base URL /t/<tenant>/v1/... (router.h):
+ *
+ *   GET  /v1/models, GET /v1/models/{id}   the base model and this tenant's adapters
+ *   POST /v1/chat/completions              messages -> chat template -> engine
+ *   POST /v1/completions                   prompt(s) -> engine
+ *
+ * One HTTP request becomes prompts x n engine requests (choices). Flow:
+ *
+ *   loop thread                    engine thread                  ledger writer
+ *   parse, limits, submit ----->   on_token: post TOKEN
+ *   TOKEN: detok, stop strings,    on_finish: post FINISH;
+ *     SSE chunk or buffer            the last one builds the
+ *   (stop string: cancel STOP)       ledger record -----------> commit (group)
+ *   FINISH: flush, finish chunk                                 done: post BILLED,
+ *   BILLED: usage chunk + [DONE], <---------------------------- close the stream
+ *     or the whole JSON answer
+ *
+ * The last bytes (the usage chunk, [DONE], or the non-streamed body) go out
+ * only once the request's ledger record is durable, so every response a
+ * client saw complete is billed exactly once, also across kill -9. A client
+ * that leaves cancels its engine requests at once (lg_stream on_cancel);
+ * what was generated is still billed (status 499).
+ *
+ * Usage: prompt_tokens counts each prompt once (OpenAI's rule for n > 1),
+ * with the cached tokens of its first choice; completion_tokens sums every
+ * choice's sampled tokens. The ledger record holds the same numbers.
+ */
+#include <inttypes.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "app.h"
+#include "engine/stop_strings.h"
+#include "metrics.h"
+#include "openai_request.h"
+#include "rate_limits.h"
+#include "routes.h"
+#include "sse.h"
+#include "stream.h"
+
+enum { EV_TOKEN = 1, EV_FINISH = 2, EV_BILLED = 3 };
+
+typedef struct ev_token {
+    int choice;
+    int32_t token;
+    float logprob;
+    int n_top;
+    int32_t top_ids[LG_MAX_TOP_LOGPROBS];
+    float top_lp[LG_MAX_TOP_LOGPROBS];
+} ev_token;
+
+typedef struct ev_finish {
+    int choice;
+    lg_finish_reason reason;
+    char error[256];
+} ev_finish;
+
+typedef struct ev_billed {
+    int ledger_status;
+    int64_t prompt_tokens, cached_tokens, completion_tokens;
+    int http_status;
+    char error[256];
+} ev_billed;
+
+typedef struct job job;
+typedef struct prod {
+    job *j;
+    int choice;
+} prod;
+
+/* Shared by the loop (one reference) and the producers (one reference,
+ * dropped by the ledger callback). */
+struct job {
+    atomic_int refs;
+    atomic_bool client_gone;
+    lg_app *app;
+    lg_stream *s;
+    lg_app_tenant *tenant;
+    int n_choices, n_per_prompt, submitted;
+    int64_t ids[LG_OAI_MAX_N];
+    prod p[LG_OAI_MAX_N];
+    /* engine thread after submit */
+    atomic_int remaining; /* choices not finished, + 1 while submitting */
+    int64_t prompt_tokens, cached_tokens, completion_tokens;
+    double t_submit, t_first;
+    bool any_error;
+    char error[256];
+    lg_finish_reason first_reason;
+    bool have_reason;
+    int64_t est_tokens;
+    lg_pricing pricing;
+    lg_usage_record rec; /* identity fields filled on the loop before submit */
+};
+
+static void job_release(job *j)
+{
+    if (atomic_fetch_sub(&j->refs, 1) == 1)
+        free(j);
+}
+
+/* ---- loop-side state ------------------------------------------------------ */
+
+typedef struct choice_st {
+    lg_detok *dt;
+    lg_stopper *stp;
+    bool stop_matched, finished, role_sent;
+    lg_finish_reason reason;
+    char *text;
+    size_t len, cap;
+    json_t *lp; /* chat: array of content logprobs; completions: object of arrays */
+} choice_st;
+
+typedef struct gen {
+    lg_app *app;
+    job *j;
+    lg_oai_kind kind;
+    bool stream, include_usage, logprobs;
+    int top_logprobs;
+    char model[256];
+    char id[64];
+    int64_t created;
+    lg_sse *sse;
+    choice_st *c;
+    int n;
+    bool cleaned;
+} gen;
+
+static void gen_cleanup(gen *g)
+{
+    if (g->cleaned)
+        return;
+    g->cleaned = true;
+    for (int i = 0; g->c && i < g->n; i++) {
+        lg_detok_free(g->c[i].dt);
+        lg_stopper_free(g->c[i].stp);
+        free(g->c[i].text);
+        json_decref(g->c[i].lp);
+    }
+    free(g->c);
+    g->c = NULL;
+    job_release(g->j);
+}
+
+static const char *finish_name(lg_finish_reason r)
+{
+    switch (r) {
+    case LG_FINISH_STOP: return "stop";
+    case LG_FINISH_LENGTH: return "length";
+    case LG_FINISH_CANCELLED: return "cancelled";
+    default: return "error";
+    }
+}
+
+static int append(choice_st *c, const char *s, size_t n)
+{
+    if (c->len + n + 1 > c->cap) {
+        size_t cap = c->cap ? c->cap * 2 : 256;
+        while (cap < c->len + n + 1)
+            cap *= 2;
+        char *t = realloc(c->text, cap);
+        if (!t)
+            return -1;
+        c->text = t;
+        c->cap = cap;
+    }
+    memcpy(c->text + c->len, s, n);
+    c->len += n;
+    c->text[c->len] = 0;
+    return 0;
+}
+
+static json_t *bytes_of(const char *s, size_t n)
+{
+    json_t *a = json_array();
+    for (size_t i = 0; i < n; i++)
+        json_array_append_new(a, json_integer((unsigned char)s[i]));
+    return a;
+}
+
+static json_t *token_text(const lg_tokenizer *tok, int32_t id, json_t **bytes)
+{
+    char *s = NULL;
+    size_t n = 0;
+    if (!tok || lg_tokenizer_decode_n(tok, &id, 1, false, &s, &n, NULL) != 0) {
+        char b[32];
+        snprintf(b, sizeof b, "token_id:%d", id);
+        if (bytes)
+            *bytes = json_null();
+        return json_string(b);
+    }
+    if (bytes)
+        *bytes = bytes_of(s, n);
+    json_t *t = json_stringn_nocheck(s, n);
+    free(s);
+    return t;
+}
+
+/* The logprobs entry of one token, in the route's shape. */
+static json_t *chat_lp_entry(const lg_tokenizer *tok, const ev_token *t, int top)
+{
+    json_t *bytes;
+    json_t *e = json_object();
+    json_object_set_new(e, "token", token_text(tok, t->token, &bytes));
+    json_object_set_new(e, "logprob", json_real(t->logprob));
+    json_object_set_new(e, "bytes", bytes);
+    json_t *tops = json_array();
+    for (int i = 0; i < t->n_top && i < top; i++) {
+        json_t *b2, *o = json_object();
+        json_object_set_new(o, "token", token_text(tok, t->top_ids[i], &b2));
+        json_object_set_new(o, "logprob", json_real(t->top_lp[i]));
+        json_object_set_new(o, "bytes", b2);
+        json_array_append_new(tops, o);
+    }
+    json_object_set_new(e, "top_logprobs", tops);
+    return e;
+}
+
+static json_t *cmpl_lp_new(void)
+{
+    return json_pack("{s:[],s:[],s:[],s:[]}", "tokens", "token_logprobs", "top_logprobs", "text_offset");
+}
+
+static void cmpl_lp_add(json_t *lp, const lg_tokenizer *tok, const ev_token *t, int top, size_t offset)
+{
+    json_array_append_new(json_object_get(lp, "tokens"), token_text(tok, t->token, NULL));
+    json_array_append_new(json_object_get(lp, "token_logprobs"), json_real(t->logprob));
+    json_t *o = json_object();
+    for (int i = 0; i < t->n_top && i < top; i++) {
+        json_t *k = token_text(tok, t->top_ids[i], NULL);
+        json_object_set_new(o, json_string_value(k), json_real(t->top_lp[i]));
+        json_decref(k);
+    }
+    json_array_append_new(json_object_get(lp, "top_logprobs"), o);
+    json_array_append_new(json_object_get(lp, "text_offset"), json_integer((json_int_t)offset));
+}
+
+static json_t *chunk_base(gen *g)
+{
+    json_t *o = json_pack("{s:s,s:s,s:I,s:s,s:n,s:[]}", "id", g->id, "object",
+                          g->kind == LG_OAI_CHAT ? "chat.completion.chunk" : "text_completion", "created",
+                          (json_int_t)g->created, "model", g->model, "system_fingerprint", "choices");
+    if (g->include_usage)
+        json_object_set_new(o, "usage", json_null());
+    return o;
+}
+
+/* One streamed chunk for choice i: text (may be empty), logprobs, finish reason. */
+static void send_chunk(gen *g, int i, const char *text, size_t n, json_t *lp, const char *finish, bool role)
+{
+    json_t *o = chunk_base(g);
+    json_t *ch;
+    if (g->kind == LG_OAI_CHAT) {
+        json_t *delta = json_object();
+        if (role) {
+            json_object_set_new(delta, "role", json_string("assistant"));
+            json_object_set_new(delta, "content", json_string(""));
+            json_object_set_new(delta, "refusal", json_null());
+        } else if (!finish) {
+            json_object_set_new(delta, "content", json_stringn_nocheck(text, n));
+        }
+        ch = json_pack("{s:i,s:o,s:o,s:o}", "index", i, "delta", delta, "logprobs",
+                       lp ? json_pack("{s:o,s:n}", "content", lp, "refusal") : json_null(), "finish_reason",
+                       finish ? json_string(finish) : json_null());
+    } else {
+        ch = json_pack("{s:s%,s:i,s:o,s:o}", "text", text ? text : "", text ? n : 0, "index", i, "logprobs",
+                       lp ? lp : json_null(), "finish_reason", finish ? json_string(finish) : json_null());
+    }
+    json_array_append_new(json_object_get(o, "choices"), ch);
+    lg_sse_send_json(g->sse, o);
+}
+
+static json_t *usage_json(int64_t prompt, int64_t cached, int64_t completion)
+{
+    return json_pack("{s:I,s:I,s:I,s:{s:I,s:I},s:{s:I,s:I,s:I,s:I}}", "prompt_tokens", (json_int_t)prompt,
+                     "completion_tokens", (json_int_t)completion, "total_tokens", (json_int_t)(prompt + completion),
+                     "prompt_tokens_details", "cached_tokens", (json_int_t)cached, "audio_tokens", (json_int_t)0,
+                     "completion_tokens_details", "reasoning_tokens", (json_int_t)0, "audio_tokens", (json_int_t)0,
+                     "accepted_prediction_tokens", (json_int_t)0, "rejected_prediction_tokens", (json_int_t)0);
+}
+
+/* Text released for choice i (after detok and stop strings). */
+static void emit_text(gen *g, int i, const char *s, size_t n, json_t *lp)
+{
+    choice_st *c = &g->c[i];
+    if (g->stream) {
+        if (n || lp)
+            send_chunk(g, i, s, n, lp, NULL, false);
+        else
+            json_decref(lp);
+    } else {
+        append(c, s, n);
+    }
+}
+
+static void on_token_ev(gen *g, const ev_token *t)
+{
+    choice_st *c = &g->c[t->choice];
+    if (c->stop_matched || c->finished)
+        return;
+    json_t *lp = NULL;
+    if (g->logprobs) {
+        if (g->kind == LG_OAI_CHAT) {
+            json_t *e = chat_lp_entry(g->app->tok, t, g->top_logprobs);
+            if (g->stream)
+                lp = json_pack("[o]", e);
+            else
+                json_array_append_new(c->lp, e);
+        } else {
+            if (g->stream) {
+                lp = cmpl_lp_new();
+                cmpl_lp_add(lp, g->app->tok, t, g->top_logprobs, c->len);
+            } else {
+                cmpl_lp_add(c->lp, g->app->tok, t, g->top_logprobs, c->len);
+            }
+        }
+    }
+    size_t n = 0;
+    const char *piece = c->dt ? lg_detok_push(c->dt, t->token, &n) : "";
+    if (c->stp) {
+        bool matched = false;
+        piece = lg_stopper_push(c->stp, piece, n, &n, &matched);
+        if (matched) {
+            c->stop_matched = true;
+            lg_engine_cancel(g->app->engine, g->j->ids[t->choice], LG_FINISH_STOP);
+        }
+    }
+    emit_text(g, t->choice, piece, n, lp);
+}
+
+static void on_finish_ev(gen *g, const ev_finish *f)
+{
+    choice_st *c = &g->c[f->choice];
+    if (c->finished)
+        return;
+    if (!c->stop_matched) {
+        size_t n = 0;
+        const char *s = c->dt ? lg_detok_flush(c->dt, &n) : "";
+        if (c->stp) {
+            bool matched = false;
+            s = lg_stopper_push(c->stp, s, n, &n, &matched);
+            if (n)
+                emit_text(g, f->choice, s, n, NULL);
+            if (!matched)
+                s = lg_stopper_flush(c->stp, &n);
+            else
+                n = 0, c->stop_matched = true;
+        }
+        if (n)
+            emit_text(g, f->choice, s, n, NULL);
+    }
+    c->finished = true;
+    c->reason = c->stop_matched ? LG_FINISH_STOP : f->reason;
+    if (g->stream && f->reason != LG_FINISH_ERROR)
+        send_chunk(g, f->choice, NULL, 0, NULL, finish_name(c->reason), false);
+}
+
+static void respond_error_event(gen *g, lg_request *r, int status, const char *msg)
+{
+    if (g->stream) {
+        json_t *e = json_pack("{s:{s:s,s:s,s:n,s:n}}", "error", "message", msg, "type",
+                              status == 503 ? "service_unavailable" : "server_error", "param", "code");
+        lg_sse_send_json(g->sse, e);
+        lg_sse_end(g->sse);
+    } else {
+        lg_respond_error(r, status, NULL, NULL, "%s", msg);
+    }
+}
+
+static void on_billed_ev(gen *g, lg_request *r, const ev_billed *b)
+{
+    if (b->http_status >= 400) {
+        respond_error_event(g, r, b->http_status, b->error);
+        return;
+    }
+    json_t *usage = usage_json(b->prompt_tokens, b->cached_tokens, b->completion_tokens);
+    if (g->stream) {
+        if (g->include_usage) {
+            json_t *o = chunk_base(g);
+            json_object_set_new(o, "usage", usage);
+            usage = NULL;
+            lg_sse_send_json(g->sse, o);
+        }
+        json_decref(usage);
+        lg_sse_done(g->sse);
+        return;
+    }
+    json_t *choices = json_array();
+    for (int i = 0; i < g->n; i++) {
+        choice_st *c = &g->c[i];
+        json_t *lp = g->logprobs ? (g->kind == LG_OAI_CHAT ? json_pack("{s:O,s:n}", "content", c->lp, "refusal")
+                                                          : json_incref(c->lp))
+                                 : json_null();
+        json_t *ch;
+        if (g->kind == LG_OAI_CHAT)
+            ch = json_pack("{s:i,s:{s:s,s:s%,s:n,s:[]},s:o,s:s}", "index", i, "message", "role", "assistant",
+                           "content", c->text ? c->text : "", c->len, "refusal", "annotations", "logprobs", lp,
+                           "finish_reason", finish_name(c->reason));
+        else
+            ch = json_pack("{s:s%,s:i,s:o,s:s}", "text", c->text ? c->text : "", c->len, "index", i, "logprobs", lp,
+                           "finish_reason", finish_name(c->reason));
+        json_array_append_new(choices, ch);
+    }
+    json_t *o = json_pack("{s:s,s:s,s:I,s:s,s:o,s:o,s:n}", "id", g->id, "object",
+                          g->kind == LG_OAI_CHAT ? "chat.completion" : "text_completion", "created",
+                          (json_int_t)g->created, "model", g->model, "choices", choices, "usage", usage,
+                          "system_fingerprint");
+    if (g->kind == LG_OAI_CHAT)
+        json_object_set_new(o, "service_tier", json_string("default"));
+    lg_respond_json(r, 200, o);
+}
+
+static void on_event(lg_request *r, void *ctx, int kind, const void *data, size_t len)
+{
+    gen *g = ctx;
+    if (g->cleaned)
+        return;
+    switch (kind) {
+    case EV_TOKEN: on_token_ev(g, data); break;
+    case EV_FINISH: on_finish_ev(g, data); break;
+    case EV_BILLED: {
+        const ev_billed *b = data;
+        lg_request_log_set(r, "prompt_tokens", json_integer(b->prompt_tokens));
+        lg_request_log_set(r, "cached_tokens", json_integer(b->cached_tokens));
+        lg_request_log_set(r, "completion_tokens", json_integer(b->completion_tokens));
+        on_billed_ev(g, r, b);
+        gen_cleanup(g);
+        break;
+    }
+    }
+}
+
+static void on_cancel(lg_request *r, void *ctx)
+{
+    gen *g = ctx;
+    if (g->cleaned)
+        return;
+    job *j = g->j;
+    atomic_store(&j->client_gone, true);
+    for (int i = 0; i < j->submitted; i++)
+        lg_engine_cancel(g->app->engine, j->ids[i], LG_FINISH_CANCELLED);
+    gen_cleanup(g);
+}
+
+static const lg_stream_handler HANDLER = {on_event, on_cancel};
+
+/* ---- engine side ------------------------------------------------------------ */
+
+static void e_token(void *user, int64_t id, const lg_token_out *t)
+{
+    prod *p = user;
+    if (atomic_load(&p->j->client_gone))
+        return;
+    ev_token ev = {.choice = p->choice, .token = t->token, .logprob = t->logprob, .n_top = t->n_top};
+    memcpy(ev.top_ids, t->top_ids, sizeof ev.top_ids);
+    memcpy(ev.top_lp, t->top_logprobs, sizeof ev.top_lp);
+    lg_stream_post(p->j->s, EV_TOKEN, &ev, sizeof ev);
+}
+
+static void billed(void *ctx, int status)
+{
+    job *j = ctx;
+    ev_billed b = {.ledger_status = status,
+                   .prompt_tokens = j->rec.prompt_tokens,
+                   .cached_tokens = j->rec.cached_tokens,
+                   .completion_tokens = j->rec.completion_tokens,
+                   .http_status = j->rec.http_status == 499 ? 200 : j->rec.http_status};
+    snprintf(b.error, sizeof b.error, "%s", j->error);
+    if (status != LG_LEDGER_COMMITTED && b.http_status < 400) {
+        b.http_status = 503;
+        snprintf(b.error, sizeof b.error, "The usage ledger could not record this request; try again later.");
+    }
+    lg_stream_post(j->s, EV_BILLED, &b, sizeof b);
+    lg_stream_close(j->s);
+    job_release(j);
+}
+
+static int64_t mono_to_ms(const job *j, double t)
+{
+    return t > 0 ? j->rec.received_at + (int64_t)((t - j->t_submit) * 1000.0 + 0.5) : 0;
+}
+
+/* The last choice finished: the record, limits, metrics, the ledger. Engine thread. */
+static void finalize(job *j)
+{
+    lg_app *app = j->app;
+    lg_usage_record *rec = &j->rec;
+    rec->prompt_tokens = j->prompt_tokens;
+    rec->cached_tokens = j->cached_tokens;
+    rec->completion_tokens = j->completion_tokens;
+    bool gone = atomic_load(&j->client_gone);
+    rec->http_status = j->any_error ? 500 : gone ? 499 : 200;
+    snprintf(rec->finish_reason, sizeof rec->finish_reason, "%s",
+             gone ? "cancelled" : j->have_reason ? finish_name(j->first_reason) : "");
+    snprintf(rec->error_type, sizeof rec->error_type, "%s",
+             j->any_error ? "server_error" : gone ? "client_disconnected" : "");
+    rec->first_token_at = mono_to_ms(j, j->t_first);
+    rec->finished_at = lg_app_unix_ms();
+    lg_err err = {{0}};
+    if (lg_money_cost(&j->pricing, rec->prompt_tokens, rec->cached_tokens, rec->completion_tokens, &rec->cost_pico,
+                      &err) != 0)
+        rec->cost_pico = 0;
+    lg_limits_finish(app->limits, j->tenant, j->est_tokens, rec->prompt_tokens + rec->completion_tokens);
+    double e2e = (rec->finished_at - rec->received_at) / 1000.0;
+    double ttft = rec->first_token_at ? (rec->first_token_at - rec->received_at) / 1000.0 : -1;
+    double tpot = rec->completion_tokens > 1 && ttft >= 0
+                      ? (e2e - ttft) / (double)(rec->completion_tokens / (j->n_choices ? j->n_choices : 1) - 1 > 0
+                                                    ? rec->completion_tokens / j->n_choices - 1
+                                                    : 1)
+                      : -1;
+    lg_metrics_generation(app->metrics, j->tenant->name, ttft, tpot, e2e, rec->prompt_tokens, rec->cached_tokens,
+                          rec->completion_tokens);
+    if (lg_ledger_append(app->ledger, rec, billed, j, &err) != 0) {
+        fprintf(stderr, "loragate serve: ledger: %s (request %s)\n", err.msg, rec->request_id);
+        billed(j, LG_LEDGER_REJECTED);
+    }
+}
+
+static void e_finish(void *user, int64_t id, lg_finish_reason reason, const lg_usage *u, const char *error)
+{
+    prod *p = user;
+    job *j = p->j;
+    j->completion_tokens += u->completion_tokens;
+    if (p->choice % j->n_per_prompt == 0) {
+        j->prompt_tokens += u->prompt_tokens;
+        j->cached_tokens += u->cached_tokens;
+    }
+    if (u->t_first_token > 0 && (j->t_first == 0 || u->t_first_token < j->t_first))
+        j->t_first = u->t_first_token;
+    if (!j->have_reason) {
+        j->have_reason = true;
+        j->first_reason = reason;
+    }
+    if (reason == LG_FINISH_ERROR && !j->any_error) {
+        j->any_error = true;
+        snprintf(j->error, sizeof j->error, "The engine failed on this request: %s", error ? error : "unknown error");
+    }
+    ev_finish f = {.choice = p->choice, .reason = reason};
+    if (error)
+        snprintf(f.error, sizeof f.error, "%s", error);
+    if (!atomic_load(&j->client_gone))
+        lg_stream_post(j->s, EV_FINISH, &f, sizeof f);
+    if (atomic_fetch_sub(&j->remaining, 1) == 1)
+        finalize(j);
+}
+
+/* ---- the routes ---------------------------------------------------------------- */
+
+static uint64_t seed_counter;
+
+/* A request that never reached the engine but was refused after the parse
+ * (adapter gone, engine refused): one ledger record, zero tokens. */
+static void record_refusal(lg_app *app, job *j, int status, const char *type)
+{
+    j->rec.http_status = status;
+    snprintf(j->rec.error_type, sizeof j->rec.error_type, "%s", type);
+    j->rec.finished_at = lg_app_unix_ms();
+    lg_err err = {{0}};
+    if (lg_ledger_append(app->ledger, &j->rec, NULL, NULL, &err) != 0)
+        fprintf(stderr, "loragate serve: ledger: %s (request %s)\n", err.msg, j->rec.request_id);
+}
+
+static int generate(lg_request *r, lg_app *app, lg_oai_kind kind)
+{
+    const lg_app_principal *pr = lg_app_principal_of(r);
+    lg_app_tenant *t = pr->tenant;
+    int64_t received = lg_app_unix_ms();
+    json_t *body = lg_request_json(r);
+    if (!body)
+        return 0;
+    lg_oai_request q;
+    int rc = lg_oai_request_parse(app, r, t, kind, body, &q);
+    json_decref(body);
+    if (rc != 0) {
+        lg_oai_request_dispose(&q);
+        return 0;
+    }
+    lg_request_log_set(r, "model", json_string(q.model));
+    char reason[200];
+    if (!lg_ledger_healthy(app->ledger, reason, sizeof reason)) {
+        lg_oai_request_dispose(&q);
+        return lg_respond_unavailable(r, 5, "The usage ledger cannot write right now; try again later."), 0;
+    }
+    lg_engine_stats es;
+    lg_engine_get_stats(app->engine, &es);
+    if (es.queued >= app->cfg->max_queue) {
+        lg_oai_request_dispose(&q);
+        return lg_respond_unavailable(r, 1, "The server is overloaded; try again shortly."), 0;
+    }
+    int64_t est = 0;
+    for (int i = 0; i < q.n_prompts; i++)
+        est += q.n_prompt_tokens[i] + (int64_t)q.n * q.max_tokens;
+    if (lg_limits_admit(app->limits, r, t, est) != 0) {
+        lg_oai_request_dispose(&q);
+        return 0;
+    }
+
+    job *j = calloc(1, sizeof *j);
+    gen *g = lg_request_alloc(r, sizeof *g);
+    choice_st *cs = calloc((size_t)(q.n_prompts * q.n), sizeof *cs);
+    if (!j || !g || !cs) {
+        free(j);
+        free(cs);
+        lg_limits_finish(app->limits, t, est, 0);
+        lg_oai_request_dispose(&q);
+        return -1;
+    }
+    memset(g, 0, sizeof *g);
+    atomic_init(&j->refs, 2);
+    atomic_init(&j->client_gone, false);
+    j->app = app;
+    j->tenant = t;
+    j->n_per_prompt = q.n;
+    j->n_choices = q.n_prompts * q.n;
+    j->est_tokens = est;
+    lg_app_tenant_get(app, t, NULL, &j->pricing);
+    lg_usage_record *rec = &j->rec;
+    snprintf(rec->request_id, sizeof rec->request_id, "%s", lg_request_id(r));
+    rec->tenant_id = t->id;
+    snprintf(rec->key_id, sizeof rec->key_id, "%s", pr->key_id);
+    snprintf(rec->route, sizeof rec->route, "%s", kind == LG_OAI_CHAT ? "chat.completions" : "completions");
+    snprintf(rec->model, sizeof rec->model, "%s", q.model);
+    if (q.is_adapter) {
+        snprintf(rec->adapter_name, sizeof rec->adapter_name, "%s", q.adapter.name);
+        snprintf(rec->adapter_digest, sizeof rec->adapter_digest, "%s", q.adapter.version.digest);
+    }
+    rec->received_at = received;
+
+    g->app = app;
+    g->j = j;
+    g->kind = kind;
+    g->stream = q.stream;
+    g->include_usage = q.include_usage;
+    g->logprobs = q.logprobs;
+    g->top_logprobs = q.top_logprobs;
+    snprintf(g->model, sizeof g->model, "%s", q.model);
+    snprintf(g->id, sizeof g->id, "%s-%s", kind == LG_OAI_CHAT ? "chatcmpl" : "cmpl", lg_request_id(r) + 4);
+    g->created = lg_app_unix_now();
+    g->c = cs;
+    g->n = j->n_choices;
+    for (int i = 0; i < g->n; i++) {
+        cs[i].dt = app->tok ? lg_detok_new(app->tok, true) : NULL;
+        cs[i].stp = q.n_stop ? lg_stopper_new((const char *const *)q.stop, q.n_stop) : NULL;
+        if (q.logprobs)
+            cs[i].lp = kind == LG_OAI_CHAT ? json_array() : cmpl_lp_new();
+    }
+    j->s = lg_stream_open(r, &HANDLER, g);
+    if (!j->s) {
+        lg_limits_finish(app->limits, t, est, 0);
+        job_release(j);
+        gen_cleanup(g);
+        lg_oai_request_dispose(&q);
+        return 0;
+    }
+    if (g->stream) {
+        g->sse = lg_sse_start(r);
+        if (g->kind == LG_OAI_CHAT)
+            for (int i = 0; i < g->n; i++)
+                send_chunk(g, i, NULL, 0, NULL, NULL, true);
+    }
+
+    uint64_t base_seed = q.has_seed ? (uint64_t)q.seed
+                                    : ((uint64_t)received * 0x9E3779B97F4A7C15ull) ^
+                                          __atomic_add_fetch(&seed_counter, 0x632BE59BD9B4E019ull, __ATOMIC_RELAXED);
+    j->t_submit = lg_now();
+    atomic_init(&j->remaining, j->n_choices + 1); /* + 1: the submit loop's guard */
+    lg_err err = {{0}};
+    int failed_at = -1;
+    for (int i = 0; i < j->n_choices; i++) {
+        j->p[i] = (prod){j, i};
+        lg_request_params p = {
+            .prompt = q.prompts[i / q.n],
+            .n_prompt = q.n_prompt_tokens[i / q.n],
+            .max_tokens = q.max_tokens,
+            .presence_penalty = q.presence_penalty,
+            .frequency_penalty = q.frequency_penalty,
+            .logprobs = q.logprobs,
+            .top_logprobs = q.top_logprobs,
+            .adapter_id = q.is_adapter ? q.adapter.engine_id : 0,
+            .tenant = t->name,
+            .cache_salt = q.cache_salt[0] ? q.cache_salt : NULL,
+            .cb = {e_token, e_finish},
+            .user = &j->p[i],
+        };
+        lg_sampling_params_default(&p.sampling);
+        p.sampling.temperature = q.temperature;
+        p.sampling.top_p = q.top_p;
+        p.sampling.seed = base_seed + (uint64_t)i;
+        if (lg_engine_submit(app->engine, &p, &j->ids[i], &err) != 0) {
+            failed_at = i;
+            break;
+        }
+        j->submitted = i + 1;
+    }
+    lg_oai_request_dispose(&q);
+    if (failed_at >= 0) {
+        if (failed_at == 0) {
+            /* nothing reached the engine: answer here; the producers' reference
+             * goes with the stream */
+            record_refusal(app, j, 404, "model_not_found");
+            lg_limits_finish(app->limits, t, est, 0);
+            lg_stream_close(j->s);
+            job_release(j);
+            if (g->stream)
+                respond_error_event(g, r, 404, err.msg);
+            else
+                lg_respond_error(r, 404, "model_not_found", "model", "%s", err.msg);
+            gen_cleanup(g);
+            return 0;
+        }
+        /* some choices run: cancel them; finalize answers 500 */
+        snprintf(j->error, sizeof j->error, "The engine refused part of this request: %s", err.msg);
+        j->any_error = true;
+        for (int i = 0; i < failed_at; i++)
+            lg_engine_cancel(app->engine, j->ids[i], LG_FINISH_CANCELLED);
+    }
+    /* drop the guard and the choices never submitted; the last one out finalizes */
+    int drop = 1 + (j->n_choices - j->submitted);
+    if (atomic_fetch_sub(&j->remaining, drop) == drop)
+        finalize(j);
+    return 0;
+}
+
+static int chat(lg_request *r, void *app) { return generate(r, app, LG_OAI_CHAT); }
+static int completions(lg_request *r, void *app) { return generate(r, app, LG_OAI_COMPLETIONS); }
+
+static json_t *model_obj(lg_app *app, const lg_app_adapter *a, const char *owner)
+{
+    if (!a)
+        return json_pack("{s:s,s:s,s:I,s:s}", "id", app->model_id, "object", "model", "created",
+                         (json_int_t)app->created_at, "owned_by", "loragate");
+    return json_pack("{s:s,s:s,s:I,s:s,s:s,s:s}", "id", a->name, "object", "model", "created",
+                     (json_int_t)a->created_at, "owned_by", owner, "parent", app->model_id, "root", app->model_id);
+}
+
+static int models(lg_request *r, void *user)
+{
+    lg_app *app = user;
+    const lg_app_principal *pr = lg_app_principal_of(r);
+    json_t *data = json_array();
+    json_array_append_new(data, model_obj(app, NULL, NULL));
+    lg_app_adapter *v = NULL;
+    int n = 0;
+    if (lg_app_adapter_list(app, pr->tenant->id, &v, &n) == 0)
+        for (int i = 0; i < n; i++)
+            json_array_append_new(data, model_obj(app, &v[i], pr->tenant->name));
+    free(v);
+    return lg_respond_json(r, 200, json_pack("{s:s,s:o}", "object", "list", "data", data));
+}
+
+static int model_get(lg_request *r, void *user)
+{
+    lg_app *app = user;
+    const lg_app_principal *pr = lg_app_principal_of(r);
+    const char *id = lg_request_param(r, "id");
+    if (!strcmp(id, app->model_id))
+        return lg_respond_json(r, 200, model_obj(app, NULL, NULL));
+    lg_app_adapter a;
+    if (!lg_app_adapter_find(app, pr->tenant->id, id, &a))
+        return lg_respond_model_not_found(r, id), 0;
+    return lg_respond_json(r, 200, model_obj(app, &a, pr->tenant->name));
+}
+
+int lg_routes_openai(lg_router *rt, lg_app *app, lg_err *err)
+{
+    lg_route routes[] = {
+        {.method = "GET", .pattern = "/v1/models", .fn = models, .user = app, .auth = lg_app_auth_inference,
+         .auth_user = app, .tenant_scoped = true, .name = "models"},
+        {.method = "GET", .pattern = "/v1/models/{id*}", .fn = model_get, .user = app,
+         .auth = lg_app_auth_inference, .auth_user = app, .tenant_scoped = true, .name = "model"},
+        {.method = "POST", .pattern = "/v1/chat/completions", .fn = chat, .user = app,
+         .content_type = "application/json", .body_required = true, .auth = lg_app_auth_inference,
+         .auth_user = app, .tenant_scoped = true, .name = "chat.completions"},
+        {.method = "POST", .pattern = "/v1/completions", .fn = completions, .user = app,
+         .content_type = "application/json", .body_required = true, .auth = lg_app_auth_inference,
+         .auth_user = app, .tenant_scoped = true, .name = "completions"},
+    };
+    return lg_router_add_all(rt, routes, (int)(sizeof routes / sizeof routes[0]), err);
+}

@@ -1,0 +1,1171 @@
+/*
+ * usage_page.c — the usage page in the browser: GET /usage.
+ *
+ *   GET  /usage          signed in: the page; else the sign-in form
+ *   POST /usage/login    form field `key` (a tenant key or the operator key)
+ *                        -> 303 to /usage with a session cookie
+ *   POST /usage/logout   -> 303 to /usage, cookie cleared
+ *
+ * Sign-in. The key travels once, in a POST body, never in a URL. The server
+ * keeps sessions in memory (lost on restart: sign in again): a random
+ * 256-bit id maps to "operator" or to the tenant key it was opened with; the
+ * cookie holds only the id ("__Host-lg_usage", HttpOnly, Secure, SameSite=
+ * Strict, Path=/; without TLS, on a loopback-only --insecure-http server,
+ * "lg_usage" without Secure). Every page view looks the key up again in the
+ * key cache, so a revoked key or a deleted tenant ends its sessions at
+ * once. Sessions last 8 hours; at most 4096 exist (the oldest goes first).
+ * POSTs with an Origin header from another origin are refused (403).
+ *
+ * The page. Server-rendered HTML, no script at all, no external resource
+ * (the server may run offline): the stylesheet is inline and allowed by its
+ * hash in the Content-Security-Policy (default-src 'none'); charts are
+ * inline SVG with <title> tooltips holding the exact figures. Every text
+ * that comes from a client (model and adapter names, tenant names) is
+ * HTML-escaped. Figures are read from the ledger on a worker thread (one
+ * reader connection per view): per-day totals of the chosen range (7, 30 or
+ * 90 days, UTC days, today included), per-key totals, top adapters, and for
+ * the operator per-tenant totals (or one tenant's page, ?tenant=<slug>).
+ * Every figure is also in a table, with its exact value in a data-v
+ * attribute; costs are exact decimal USD (12 decimals).
+ */
+#include <inttypes.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <h2o.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/rand.h>
+
+#include "admin_key.h"
+#include "app.h"
+#include "db/usage.h"
+#include "rate_limits.h"
+#include "request.h"
+#include "server.h"
+#include "usage_page.h"
+
+#define MAX_SESSIONS 4096
+#define SESSION_SECONDS (8 * 3600)
+#define SID_HEX 64
+
+typedef struct session {
+    char id[SID_HEX + 1]; /* "" : free */
+    bool op;
+    char secret[LG_KEY_SECRET_LEN + 1];
+    int64_t expires, created;
+} session;
+
+typedef struct page_ctx {
+    lg_app *app;
+    pthread_mutex_t mu;
+    session *s;
+    char csp[256];
+} page_ctx;
+
+/* ---- the stylesheet (allowed by hash) ------------------------------------- */
+
+static const char CSS[] =
+    "body{font:15px/1.45 system-ui,-apple-system,'Segoe UI',Roboto,sans-serif;margin:0;color:#1d2330;background:#f5f6f8}"
+    "header{background:#1d2330;color:#fff;padding:14px 24px;display:flex;align-items:center;gap:18px;flex-wrap:wrap}"
+    "header h1{font-size:20px;margin:0;font-weight:600}header .who{flex:1}header form{margin:0}"
+    "main{max-width:1100px;margin:0 auto;padding:18px 24px 40px}"
+    "section{background:#fff;border:1px solid #dde1e7;border-radius:8px;padding:14px 18px;margin:14px 0}"
+    "h2{font-size:16px;margin:0 0 10px}table{border-collapse:collapse;width:100%}"
+    "th,td{text-align:right;padding:4px 8px;border-bottom:1px solid #eef0f3;font-variant-numeric:tabular-nums}"
+    "th:first-child,td:first-child{text-align:left}th{font-weight:600;color:#4a5263;font-size:13px}"
+    ".cards{display:flex;gap:12px;flex-wrap:wrap}.card{flex:1;min-width:150px;background:#fff;border:1px solid #dde1e7;"
+    "border-radius:8px;padding:10px 14px}.card .k{font-size:12px;color:#5b6475;text-transform:uppercase}"
+    ".card .v{font-size:22px;font-weight:600}nav a,nav button{margin-right:10px}nav{margin:6px 0}"
+    "a{color:#2b5fb4}.muted{color:#6b7385;font-size:13px}.err{color:#b42318;font-weight:600}"
+    "svg{display:block;max-width:100%;height:auto}svg text{font:11px system-ui,sans-serif;fill:#4a5263}"
+    ".legend span{display:inline-block;margin-right:14px;font-size:13px}.sw{display:inline-block;width:11px;"
+    "height:11px;margin-right:5px;vertical-align:-1px}.s1{background:#4c78a8}.s2{background:#72b7b2}"
+    ".s3{background:#f58518}.s4{background:#54a24b}.s5{background:#b279a2}"
+    ".login{max-width:420px;margin:60px auto}.login input{width:100%;box-sizing:border-box;padding:8px;"
+    "font:inherit;margin:8px 0 12px}.login button,header button{padding:6px 14px;font:inherit;cursor:pointer}"
+    "select{font:inherit;padding:3px}";
+
+static void css_hash(char out[64])
+{
+    unsigned char md[32];
+    unsigned int n = 0;
+    EVP_Digest(CSS, sizeof CSS - 1, md, &n, EVP_sha256(), NULL);
+    EVP_EncodeBlock((unsigned char *)out, md, 32);
+}
+
+/* ---- text -------------------------------------------------------------------------- */
+
+typedef struct sbuf {
+    char *p;
+    size_t len, cap;
+    bool oom;
+} sbuf;
+
+static void sb_put(sbuf *b, const char *s, size_t n)
+{
+    if (b->oom)
+        return;
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 32768;
+        while (cap < b->len + n + 1)
+            cap *= 2;
+        char *q = realloc(b->p, cap);
+        if (!q) {
+            b->oom = true;
+            return;
+        }
+        b->p = q;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->len, s, n);
+    b->len += n;
+    b->p[b->len] = 0;
+}
+
+static void sb_printf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void sb_printf(sbuf *b, const char *fmt, ...)
+{
+    char tmp[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        return;
+    if ((size_t)n < sizeof tmp) {
+        sb_put(b, tmp, (size_t)n);
+        return;
+    }
+    char *big = malloc((size_t)n + 1);
+    if (!big) {
+        b->oom = true;
+        return;
+    }
+    va_start(ap, fmt);
+    vsnprintf(big, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    sb_put(b, big, (size_t)n);
+    free(big);
+}
+
+/* HTML text and attribute values: & < > " ' escaped. */
+static void sb_esc(sbuf *b, const char *s)
+{
+    for (; *s; s++) {
+        switch (*s) {
+        case '&': sb_put(b, "&amp;", 5); break;
+        case '<': sb_put(b, "&lt;", 4); break;
+        case '>': sb_put(b, "&gt;", 4); break;
+        case '"': sb_put(b, "&quot;", 6); break;
+        case '\'': sb_put(b, "&#39;", 5); break;
+        default: sb_put(b, s, 1);
+        }
+    }
+}
+
+/* 1234567 -> "1,234,567" */
+static void fmt_int(int64_t v, char *out, size_t cap)
+{
+    char d[32];
+    snprintf(d, sizeof d, "%" PRId64, v < 0 ? -v : v);
+    size_t n = strlen(d), k = 0;
+    if (v < 0 && k + 1 < cap)
+        out[k++] = '-';
+    for (size_t i = 0; i < n && k + 2 < cap; i++) {
+        out[k++] = d[i];
+        if ((n - i - 1) % 3 == 0 && i + 1 < n)
+            out[k++] = ',';
+    }
+    out[k] = 0;
+}
+
+/* Short text for axis labels: 1.2M, 35k, 12. */
+static void fmt_short(double v, char *out, size_t cap)
+{
+    if (v >= 1e9)
+        snprintf(out, cap, "%.3gG", v / 1e9);
+    else if (v >= 1e6)
+        snprintf(out, cap, "%.3gM", v / 1e6);
+    else if (v >= 1e3)
+        snprintf(out, cap, "%.3gk", v / 1e3);
+    else
+        snprintf(out, cap, "%.3g", v);
+}
+
+/* Cost in USD for display: 4 significant decimals at least, exact in data-v. */
+static void fmt_usd_short(int64_t pico, char *out, size_t cap)
+{
+    double usd = (double)pico / 1e12;
+    if (usd == 0)
+        snprintf(out, cap, "$0");
+    else if (usd < 0.01)
+        snprintf(out, cap, "$%.6f", usd);
+    else
+        snprintf(out, cap, "$%.2f", usd);
+}
+
+/* ---- sessions ------------------------------------------------------------------------ */
+
+static bool random_hex(char *out, size_t nbytes)
+{
+    unsigned char b[64];
+    if (nbytes > sizeof b || RAND_bytes(b, (int)nbytes) != 1)
+        return false;
+    for (size_t i = 0; i < nbytes; i++)
+        snprintf(out + 2 * i, 3, "%02x", b[i]);
+    return true;
+}
+
+static bool server_tls(page_ctx *c)
+{
+    return !(c->app->env && c->app->env->server) || lg_server_is_tls(c->app->env->server);
+}
+
+static const char *cookie_name(page_ctx *c) { return server_tls(c) ? "__Host-lg_usage" : "lg_usage"; }
+
+/* The session id from the Cookie header(s) (HTTP/2 may split them). */
+static bool cookie_sid(page_ctx *c, lg_request *r, char sid[SID_HEX + 1])
+{
+    h2o_req_t *req = lg_request_h2o(r);
+    if (!req)
+        return false;
+    const char *name = cookie_name(c);
+    size_t nl = strlen(name);
+    for (ssize_t i = -1; (i = h2o_find_header(&req->headers, H2O_TOKEN_COOKIE, i)) != -1;) {
+        h2o_iovec_t v = req->headers.entries[i].value;
+        const char *p = v.base, *end = v.base + v.len;
+        while (p < end) {
+            while (p < end && (*p == ' ' || *p == ';'))
+                p++;
+            const char *semi = memchr(p, ';', (size_t)(end - p));
+            const char *ce = semi ? semi : end;
+            if ((size_t)(ce - p) == nl + 1 + SID_HEX && !memcmp(p, name, nl) && p[nl] == '=') {
+                memcpy(sid, p + nl + 1, SID_HEX);
+                sid[SID_HEX] = 0;
+                return true;
+            }
+            p = ce;
+        }
+    }
+    return false;
+}
+
+/* A copy of the live session with this id. */
+static bool session_find(page_ctx *c, const char *sid, session *out)
+{
+    int64_t now = lg_app_unix_now();
+    bool found = false;
+    pthread_mutex_lock(&c->mu);
+    for (int i = 0; i < MAX_SESSIONS; i++) {
+        session *s = &c->s[i];
+        if (!s->id[0])
+            continue;
+        if (s->expires <= now) {
+            OPENSSL_cleanse(s, sizeof *s);
+            continue;
+        }
+        if (!found && CRYPTO_memcmp(s->id, sid, SID_HEX) == 0) {
+            *out = *s;
+            found = true;
+        }
+    }
+    pthread_mutex_unlock(&c->mu);
+    return found;
+}
+
+static bool session_new(page_ctx *c, bool op, const char *secret, char sid[SID_HEX + 1])
+{
+    if (!random_hex(sid, SID_HEX / 2))
+        return false;
+    int64_t now = lg_app_unix_now();
+    pthread_mutex_lock(&c->mu);
+    int slot = 0;
+    for (int i = 0; i < MAX_SESSIONS; i++) {
+        if (!c->s[i].id[0] || c->s[i].expires <= now) {
+            slot = i;
+            break;
+        }
+        if (c->s[i].created < c->s[slot].created)
+            slot = i; /* full: the oldest goes */
+    }
+    session *s = &c->s[slot];
+    memset(s, 0, sizeof *s);
+    memcpy(s->id, sid, SID_HEX + 1);
+    s->op = op;
+    if (secret)
+        snprintf(s->secret, sizeof s->secret, "%s", secret);
+    s->created = now;
+    s->expires = now + SESSION_SECONDS;
+    pthread_mutex_unlock(&c->mu);
+    return true;
+}
+
+static void session_drop(page_ctx *c, const char *sid)
+{
+    pthread_mutex_lock(&c->mu);
+    for (int i = 0; i < MAX_SESSIONS; i++)
+        if (c->s[i].id[0] && CRYPTO_memcmp(c->s[i].id, sid, SID_HEX) == 0)
+            OPENSSL_cleanse(&c->s[i], sizeof c->s[i]);
+    pthread_mutex_unlock(&c->mu);
+}
+
+/* Who the session is now: operator, or a live key's tenant (false: none). */
+typedef struct viewer {
+    bool op;
+    int64_t tenant_id;
+    char tenant[LG_STORE_NAME_MAX];
+    char key_id[LG_KEY_ID_LEN + 1];
+    lg_app_tenant *t;
+} viewer;
+
+static bool viewer_of(page_ctx *c, lg_request *r, viewer *v, char sid[SID_HEX + 1])
+{
+    memset(v, 0, sizeof *v);
+    session s;
+    if (!cookie_sid(c, r, sid) || !session_find(c, sid, &s))
+        return false;
+    if (s.op) {
+        v->op = true;
+        return true;
+    }
+    lg_key_entry k;
+    if (!lg_key_cache_find(c->app->keys, s.secret, strlen(s.secret), &k)) {
+        session_drop(c, sid); /* revoked */
+        return false;
+    }
+    lg_app_tenant *t = lg_app_tenant_by_id(c->app, k.tenant_id);
+    if (!t || t->deleted)
+        return false;
+    v->t = t;
+    v->tenant_id = k.tenant_id;
+    snprintf(v->tenant, sizeof v->tenant, "%s", t->name);
+    snprintf(v->key_id, sizeof v->key_id, "%s", k.id);
+    return true;
+}
+
+/* ---- common headers ---------------------------------------------------------------- */
+
+static void page_headers(page_ctx *c, lg_request *r)
+{
+    lg_request_add_header(r, "content-security-policy", c->csp);
+    lg_request_add_header(r, "cache-control", "no-store");
+    lg_request_add_header(r, "x-content-type-options", "nosniff");
+    lg_request_add_header(r, "x-frame-options", "DENY");
+    lg_request_add_header(r, "referrer-policy", "same-origin"); /* no-referrer would make browsers send Origin: null on our own form POSTs */
+}
+
+static void page_open(sbuf *b, const char *title)
+{
+    sb_printf(b, "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+                 "<meta name=\"viewport\" content=\"width=device-width,initial-scale=1\"><title>");
+    sb_esc(b, title);
+    sb_printf(b, "</title><style>%s</style></head><body>", CSS);
+}
+
+static int send_html(page_ctx *c, lg_request *r, int status, sbuf *b)
+{
+    page_headers(c, r);
+    if (b->oom) {
+        free(b->p);
+        return lg_respond_error(r, 500, NULL, NULL, "out of memory while rendering the page"), 0;
+    }
+    lg_respond(r, status, "text/html; charset=utf-8", b->p ? b->p : "", b->len);
+    free(b->p);
+    return 0;
+}
+
+static int sign_in_page(page_ctx *c, lg_request *r, int status, const char *error)
+{
+    sbuf b = {0};
+    page_open(&b, "loragate usage: sign in");
+    sb_printf(&b, "<main><section class=\"login\"><h2>loragate usage</h2>"
+                  "<p class=\"muted\">Sign in with an API key of your tenant, or with the operator key to see every "
+                  "tenant. The key is sent once and kept only in server memory for this session.</p>");
+    if (error) {
+        sb_printf(&b, "<p class=\"err\" id=\"error\">");
+        sb_esc(&b, error);
+        sb_printf(&b, "</p>");
+    }
+    sb_printf(&b, "<form method=\"post\" action=\"/usage/login\"><label for=\"key\">API key</label>"
+                  "<input id=\"key\" name=\"key\" type=\"password\" autocomplete=\"off\" required "
+                  "spellcheck=\"false\"><button type=\"submit\">Sign in</button></form></section></main></body></html>\n");
+    return send_html(c, r, status, &b);
+}
+
+/* POSTs: an Origin, when sent, must be this server's. */
+static bool same_origin(lg_request *r)
+{
+    size_t ol, hl;
+    const char *o = lg_request_header(r, "origin", &ol);
+    if (!o)
+        return true;
+    h2o_req_t *req = lg_request_h2o(r);
+    if (!req)
+        return false;
+    const char *h = req->authority.base;
+    hl = req->authority.len;
+    const char *sep = ol > 3 ? memmem(o, ol, "://", 3) : NULL;
+    if (!sep)
+        return false;
+    const char *oh = sep + 3;
+    size_t ohl = ol - (size_t)(oh - o);
+    return h && ohl == hl && !strncasecmp(oh, h, hl);
+}
+
+static void set_cookie(page_ctx *c, lg_request *r, const char *sid, int max_age)
+{
+    char v[256];
+    snprintf(v, sizeof v, "%s=%s; Path=/; HttpOnly;%s SameSite=Strict; Max-Age=%d", cookie_name(c), sid,
+             server_tls(c) ? " Secure;" : "", max_age);
+    lg_request_add_header(r, "set-cookie", v);
+}
+
+static int redirect_home(page_ctx *c, lg_request *r)
+{
+    page_headers(c, r);
+    lg_request_add_header(r, "location", "/usage");
+    return lg_respond(r, 303, "text/plain; charset=utf-8", "See /usage\n", 11), 0;
+}
+
+typedef struct login_form {
+    char key[256];
+    bool have;
+} login_form;
+
+static int on_login_field(void *u, const char *k, const char *v)
+{
+    login_form *f = u;
+    if (!strcmp(k, "key")) {
+        snprintf(f->key, sizeof f->key, "%s", v);
+        f->have = true;
+    }
+    return 0;
+}
+
+static int login(lg_request *r, void *user)
+{
+    page_ctx *c = user;
+    if (!same_origin(r))
+        return lg_respond_forbidden(r, "Cross-origin sign-in refused."), 0;
+    size_t len;
+    const char *body = lg_request_body(r, &len);
+    login_form f;
+    memset(&f, 0, sizeof f);
+    if (lg__form_each(body ? body : "", len, on_login_field, &f) != 0 || !f.have || !f.key[0])
+        return sign_in_page(c, r, 400, "Enter an API key.");
+    /* trim what a paste may bring */
+    size_t kl = strlen(f.key);
+    while (kl && (f.key[kl - 1] == ' ' || f.key[kl - 1] == '\n' || f.key[kl - 1] == '\r'))
+        f.key[--kl] = 0;
+    const char *key = f.key;
+    while (*key == ' ')
+        key++;
+    kl = strlen(key);
+    bool op = c->app->env && c->app->env->admin_key && lg_admin_key_matches(c->app->env->admin_key, key, kl);
+    lg_key_entry k;
+    bool tenant = !op && lg_key_cache_find(c->app->keys, key, kl, &k);
+    char sid[SID_HEX + 1];
+    if (!op && !tenant) {
+        OPENSSL_cleanse(&f, sizeof f);
+        return sign_in_page(c, r, 401, "That key was not accepted.");
+    }
+    bool ok = session_new(c, op, op ? NULL : key, sid);
+    OPENSSL_cleanse(&f, sizeof f);
+    if (!ok)
+        return lg_respond_error(r, 500, NULL, NULL, "could not create a session"), 0;
+    lg_request_log_set(r, "usage_login", json_string(op ? "operator" : k.id));
+    set_cookie(c, r, sid, SESSION_SECONDS);
+    return redirect_home(c, r);
+}
+
+static int logout(lg_request *r, void *user)
+{
+    page_ctx *c = user;
+    if (!same_origin(r))
+        return lg_respond_forbidden(r, "Cross-origin sign-out refused."), 0;
+    char sid[SID_HEX + 1];
+    if (cookie_sid(c, r, sid))
+        session_drop(c, sid);
+    set_cookie(c, r, "", 0);
+    return redirect_home(c, r);
+}
+
+/* ---- the page's data (worker) ------------------------------------------------------------ */
+
+typedef struct day {
+    int64_t start;
+    lg_usage_result tot;
+} day;
+
+typedef struct named_tot {
+    char name[LG_LEDGER_MODEL_MAX];
+    int64_t id;
+    lg_usage_result tot;
+} named_tot;
+
+typedef struct page_job {
+    page_ctx *c;
+    viewer v;
+    int days;
+    char filter[LG_STORE_NAME_MAX]; /* operator: one tenant */
+    int64_t filter_id;
+    /* results */
+    int status;
+    char err[300];
+    int64_t start, end;
+    day *d;
+    int nd;
+    lg_usage_result total;
+    named_tot *tenants, *keys;
+    int n_tenants, n_keys;
+    lg_usage_adapter *ad;
+    int n_ad;
+    lg_tenant_limits limits;
+    bool have_limits;
+    lg_limits_state lstate;
+    lg_tenant *all_tenants;
+    int n_all_tenants;
+    sbuf html;
+} page_job;
+
+static void add_res(lg_usage_result *a, const lg_usage_result *b)
+{
+    a->input_tokens += b->input_tokens;
+    a->input_cached_tokens += b->input_cached_tokens;
+    a->output_tokens += b->output_tokens;
+    a->num_model_requests += b->num_model_requests;
+    lg_err e;
+    if (lg_money_add(&a->cost_pico, b->cost_pico, &e) != 0)
+        a->cost_pico = INT64_MAX;
+}
+
+/* Sums a report's results by one dimension over all its buckets. */
+static int by_dim(const lg_usage_report *rep, unsigned dim, named_tot **out, int *n)
+{
+    int cap = 0;
+    for (int b = 0; b < rep->n_buckets; b++)
+        cap += rep->buckets[b].n_results;
+    named_tot *v = calloc((size_t)cap + 1, sizeof *v);
+    if (!v)
+        return -1;
+    int k = 0;
+    for (int b = 0; b < rep->n_buckets; b++)
+        for (int i = 0; i < rep->buckets[b].n_results; i++) {
+            const lg_usage_result *res = &rep->buckets[b].results[i];
+            const char *name = dim == LG_USAGE_GROUP_TENANT ? res->tenant_name
+                               : dim == LG_USAGE_GROUP_API_KEY ? res->api_key_id
+                                                               : res->model;
+            int j = 0;
+            while (j < k && !(dim == LG_USAGE_GROUP_TENANT ? v[j].id == res->tenant_id : !strcmp(v[j].name, name)))
+                j++;
+            if (j == k) {
+                snprintf(v[k].name, sizeof v[k].name, "%s", name);
+                v[k].id = res->tenant_id;
+                k++;
+            }
+            add_res(&v[j].tot, res);
+        }
+    *out = v;
+    *n = k;
+    return 0;
+}
+
+static int cmp_named(const void *a, const void *b)
+{
+    const named_tot *x = a, *y = b;
+    int64_t tx = x->tot.input_tokens + x->tot.output_tokens, ty = y->tot.input_tokens + y->tot.output_tokens;
+    if (tx != ty)
+        return tx > ty ? -1 : 1;
+    return strcmp(x->name, y->name);
+}
+
+static void render_page(page_job *j);
+
+static void page_work(void *arg)
+{
+    page_job *j = arg;
+    lg_err err = {{0}};
+    lg_store *rd = NULL;
+    if (lg_store_open_reader(j->c->app->cfg->data_dir, &rd, &err) != 0) {
+        j->status = 503;
+        snprintf(j->err, sizeof j->err, "The usage store cannot be read right now: %s", err.msg);
+        return;
+    }
+    int64_t now = lg_app_unix_now();
+    j->end = (now / LG_USAGE_1D + 1) * LG_USAGE_1D;
+    j->start = j->end - (int64_t)j->days * LG_USAGE_1D;
+    int64_t tenant_id = j->v.op ? 0 : j->v.tenant_id;
+    if (j->v.op) {
+        lg_store_tenant_list(rd, false, &j->all_tenants, &j->n_all_tenants, &err);
+        if (j->filter[0]) {
+            lg_tenant t;
+            if (lg_store_tenant_get(rd, j->filter, &t, &err) != 0) {
+                j->status = 404;
+                snprintf(j->err, sizeof j->err, "No tenant named '%s'.", j->filter);
+                lg_store_close(rd);
+                return;
+            }
+            tenant_id = j->filter_id = t.id;
+        }
+    }
+    lg_usage_query q = {.start_time = j->start, .end_time = j->end, .bucket_width = LG_USAGE_1D,
+                        .tenant_id = tenant_id, .group_by = 0};
+    lg_usage_report *rep = NULL;
+    int rc = lg_store_usage_query(rd, &q, &rep, &err);
+    if (rc == 0) {
+        j->nd = rep->n_buckets;
+        j->d = calloc((size_t)rep->n_buckets + 1, sizeof *j->d);
+        for (int b = 0; j->d && b < rep->n_buckets; b++) {
+            j->d[b].start = rep->buckets[b].start_time;
+            for (int i = 0; i < rep->buckets[b].n_results; i++)
+                add_res(&j->d[b].tot, &rep->buckets[b].results[i]);
+            add_res(&j->total, &j->d[b].tot);
+        }
+        lg_usage_report_free(rep);
+        rep = NULL;
+        if (j->v.op && !j->filter_id) {
+            q.group_by = LG_USAGE_GROUP_TENANT;
+            rc = lg_store_usage_query(rd, &q, &rep, &err);
+            if (rc == 0 && by_dim(rep, LG_USAGE_GROUP_TENANT, &j->tenants, &j->n_tenants) == 0)
+                qsort(j->tenants, (size_t)j->n_tenants, sizeof *j->tenants, cmp_named);
+            lg_usage_report_free(rep);
+            rep = NULL;
+        } else if (rc == 0) {
+            q.group_by = LG_USAGE_GROUP_API_KEY;
+            rc = lg_store_usage_query(rd, &q, &rep, &err);
+            if (rc == 0 && by_dim(rep, LG_USAGE_GROUP_API_KEY, &j->keys, &j->n_keys) == 0)
+                qsort(j->keys, (size_t)j->n_keys, sizeof *j->keys, cmp_named);
+            lg_usage_report_free(rep);
+            rep = NULL;
+        }
+    }
+    if (rc == 0)
+        rc = lg_store_usage_top_adapters(rd, tenant_id, j->start, j->end, 10, &j->ad, &j->n_ad, &err);
+    lg_store_close(rd);
+    if (rc != 0 || !j->d) {
+        j->status = 500;
+        snprintf(j->err, sizeof j->err, "Reading usage: %s", rc ? err.msg : "out of memory");
+        return;
+    }
+    if (j->v.t) {
+        lg_tenant row;
+        if (lg_app_tenant_get(j->c->app, j->v.t, &row, NULL)) {
+            j->limits = row.limits;
+            j->have_limits = true;
+        }
+        lg_limits_usage(j->c->app->limits, j->v.t, &j->lstate);
+    }
+    j->status = 200;
+    render_page(j);
+}
+
+/* ---- charts ---------------------------------------------------------------------------------- */
+
+enum { CW = 760, CH = 230, ML = 64, MR = 12, MT = 12, MB = 34 };
+
+static double nice_max(double v)
+{
+    if (v <= 0)
+        return 1;
+    double p = pow(10, floor(log10(v)));
+    for (int i = 0; i < 4; i++) {
+        static const double m[] = {1, 2, 5, 10};
+        if (m[i] * p >= v)
+            return m[i] * p;
+    }
+    return 10 * p;
+}
+
+static void day_label(int64_t t, char *out, size_t cap, bool year)
+{
+    time_t tt = (time_t)t;
+    struct tm tm;
+    gmtime_r(&tt, &tm);
+    if (year)
+        snprintf(out, cap, "%04d-%02d-%02d", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday);
+    else
+        snprintf(out, cap, "%02d-%02d", tm.tm_mon + 1, tm.tm_mday);
+}
+
+static void axis(sbuf *b, double ymax, bool money, bool percent, int nd, const day *d)
+{
+    int h = CH - MT - MB;
+    for (int i = 0; i <= 4; i++) {
+        double v = ymax * i / 4;
+        double y = MT + h - (double)h * i / 4;
+        char lab[32];
+        if (percent)
+            snprintf(lab, sizeof lab, "%.0f%%", v);
+        else if (money) {
+            int dec = 2;
+            if (ymax / 4 < 0.01)
+                dec = (int)(-floor(log10(ymax / 4))) + 1;
+            snprintf(lab, sizeof lab, "$%.*f", dec > 12 ? 12 : dec, v);
+        }
+        else
+            fmt_short(v, lab, sizeof lab);
+        sb_printf(b, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"%s\"/>", ML, y, CW - MR, y,
+                  i ? "#eef0f3" : "#9aa3b2");
+        sb_printf(b, "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\">%s</text>", ML - 6, y + 4, lab);
+    }
+    int every = nd <= 10 ? 1 : nd <= 31 ? 5 : 15;
+    double bw = (double)(CW - ML - MR) / (nd ? nd : 1);
+    for (int i = 0; i < nd; i++)
+        if ((nd - 1 - i) % every == 0) {
+            char lab[16];
+            day_label(d[i].start, lab, sizeof lab, false);
+            sb_printf(b, "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">%s</text>", ML + bw * (i + 0.5),
+                      CH - MB + 16, lab);
+        }
+}
+
+static void svg_open(sbuf *b, const char *id, const char *label)
+{
+    sb_printf(b, "<svg id=\"%s\" viewBox=\"0 0 %d %d\" width=\"%d\" height=\"%d\" role=\"img\" aria-label=\"%s\" "
+                 "xmlns=\"http://www.w3.org/2000/svg\">",
+              id, CW, CH, CW, CH, label);
+}
+
+static void chart_tokens(sbuf *b, const page_job *j)
+{
+    double mx = 0;
+    for (int i = 0; i < j->nd; i++) {
+        double t = (double)(j->d[i].tot.input_tokens + j->d[i].tot.output_tokens);
+        if (t > mx)
+            mx = t;
+    }
+    double ymax = nice_max(mx);
+    svg_open(b, "chart-tokens", "Tokens per day");
+    axis(b, ymax, false, false, j->nd, j->d);
+    int h = CH - MT - MB;
+    double bw = (double)(CW - ML - MR) / (j->nd ? j->nd : 1);
+    for (int i = 0; i < j->nd; i++) {
+        const lg_usage_result *t = &j->d[i].tot;
+        double parts[3] = {(double)(t->input_tokens - t->input_cached_tokens), (double)t->input_cached_tokens,
+                           (double)t->output_tokens};
+        static const char *const fill[3] = {"#4c78a8", "#72b7b2", "#f58518"};
+        static const char *const what[3] = {"uncached input", "cached input", "output"};
+        double y = MT + h;
+        char date[16];
+        day_label(j->d[i].start, date, sizeof date, true);
+        for (int k = 0; k < 3; k++) {
+            double ph = parts[k] / ymax * h;
+            if (ph <= 0)
+                continue;
+            y -= ph;
+            sb_printf(b,
+                      "<rect class=\"bar-tokens\" data-day=\"%s\" data-part=\"%d\" data-v=\"%.0f\" x=\"%.1f\" "
+                      "y=\"%.2f\" width=\"%.1f\" height=\"%.2f\" fill=\"%s\"><title>%s: %.0f %s tokens</title></rect>",
+                      date, k, parts[k], ML + bw * i + bw * 0.15, y, bw * 0.7, ph, fill[k], date, parts[k], what[k]);
+        }
+    }
+    sb_printf(b, "</svg>");
+}
+
+static void chart_cost(sbuf *b, const page_job *j)
+{
+    double mx = 0;
+    for (int i = 0; i < j->nd; i++)
+        if ((double)j->d[i].tot.cost_pico / 1e12 > mx)
+            mx = (double)j->d[i].tot.cost_pico / 1e12;
+    double ymax = nice_max(mx);
+    svg_open(b, "chart-cost", "Cost per day in USD");
+    axis(b, ymax, true, false, j->nd, j->d);
+    int h = CH - MT - MB;
+    double bw = (double)(CW - ML - MR) / (j->nd ? j->nd : 1);
+    for (int i = 0; i < j->nd; i++) {
+        double usd = (double)j->d[i].tot.cost_pico / 1e12;
+        double ph = usd / ymax * h;
+        if (ph <= 0)
+            continue;
+        char date[16], exact[LG_MONEY_USD_BUF];
+        day_label(j->d[i].start, date, sizeof date, true);
+        lg_money_format_usd(j->d[i].tot.cost_pico, exact);
+        sb_printf(b,
+                  "<rect class=\"bar-cost\" data-day=\"%s\" data-v=\"%s\" x=\"%.1f\" y=\"%.2f\" width=\"%.1f\" "
+                  "height=\"%.2f\" fill=\"#54a24b\"><title>%s: $%s</title></rect>",
+                  date, exact, ML + bw * i + bw * 0.15, MT + h - ph, bw * 0.7, ph, date, exact);
+    }
+    sb_printf(b, "</svg>");
+}
+
+static void chart_cached(sbuf *b, const page_job *j)
+{
+    svg_open(b, "chart-cached", "Cached share of input tokens per day");
+    axis(b, 100, false, true, j->nd, j->d);
+    int h = CH - MT - MB;
+    double bw = (double)(CW - ML - MR) / (j->nd ? j->nd : 1);
+    sbuf pts = {0};
+    for (int i = 0; i < j->nd; i++) {
+        const lg_usage_result *t = &j->d[i].tot;
+        if (!t->input_tokens)
+            continue;
+        double pct = 100.0 * (double)t->input_cached_tokens / (double)t->input_tokens;
+        double x = ML + bw * (i + 0.5), y = MT + h - pct / 100 * h;
+        sb_printf(&pts, "%.1f,%.1f ", x, y);
+        char date[16];
+        day_label(j->d[i].start, date, sizeof date, true);
+        sb_printf(b,
+                  "<circle class=\"pt-cached\" data-day=\"%s\" data-v=\"%.4f\" cx=\"%.1f\" cy=\"%.1f\" r=\"3.5\" "
+                  "fill=\"#b279a2\"><title>%s: %.1f%% of input tokens cached</title></circle>",
+                  date, pct, x, y, date, pct);
+    }
+    if (pts.p)
+        sb_printf(b, "<polyline points=\"%s\" fill=\"none\" stroke=\"#b279a2\" stroke-width=\"2\"/>", pts.p);
+    free(pts.p);
+    sb_printf(b, "</svg>");
+}
+
+static void chart_adapters(sbuf *b, const page_job *j)
+{
+    int n = j->n_ad;
+    int rowh = 26, height = 12 + rowh * (n ? n : 1);
+    double mx = 0;
+    for (int i = 0; i < n; i++)
+        if ((double)(j->ad[i].input_tokens + j->ad[i].output_tokens) > mx)
+            mx = (double)(j->ad[i].input_tokens + j->ad[i].output_tokens);
+    sb_printf(b, "<svg id=\"chart-adapters\" viewBox=\"0 0 %d %d\" width=\"%d\" height=\"%d\" role=\"img\" "
+                 "aria-label=\"Top adapters by tokens\" xmlns=\"http://www.w3.org/2000/svg\">",
+              CW, height, CW, height);
+    if (!n)
+        sb_printf(b, "<text x=\"10\" y=\"24\">No requests in this range.</text>");
+    int lx = 200, w = CW - lx - 120;
+    for (int i = 0; i < n; i++) {
+        const lg_usage_adapter *a = &j->ad[i];
+        double tok = (double)(a->input_tokens + a->output_tokens);
+        double bwid = mx > 0 ? tok / mx * w : 0;
+        int y = 8 + rowh * i;
+        sb_printf(b, "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">", lx - 8, y + 15);
+        sbuf nm = {0};
+        if (j->v.op && !j->filter_id) {
+            for (int k = 0; k < j->n_all_tenants; k++)
+                if (j->all_tenants[k].id == a->tenant_id) {
+                    sb_put(&nm, j->all_tenants[k].name, strlen(j->all_tenants[k].name));
+                    sb_put(&nm, "/", 1);
+                }
+        }
+        const char *an = a->adapter_name[0] ? a->adapter_name : "base model";
+        sb_put(&nm, an, strlen(an));
+        sb_esc(b, nm.p ? nm.p : "");
+        char t[32];
+        fmt_int((int64_t)tok, t, sizeof t);
+        sb_printf(b, "</text><rect class=\"bar-adapter\" data-v=\"%.0f\" x=\"%d\" y=\"%d\" width=\"%.1f\" height=\"18\" "
+                     "fill=\"#4c78a8\"><title>",
+                  tok, lx, y + 2, bwid > 1 ? bwid : 1);
+        sb_esc(b, nm.p ? nm.p : "");
+        sb_printf(b, ": %s tokens</title></rect><text x=\"%.1f\" y=\"%d\">%s</text>", t, lx + bwid + 6, y + 15, t);
+        free(nm.p);
+    }
+    sb_printf(b, "</svg>");
+}
+
+/* ---- the page --------------------------------------------------------------------------------------- */
+
+static void td_int(sbuf *b, const char *k, int64_t v)
+{
+    char t[32];
+    fmt_int(v, t, sizeof t);
+    sb_printf(b, "<td data-k=\"%s\" data-v=\"%" PRId64 "\">%s</td>", k, v, t);
+}
+
+static void td_cost(sbuf *b, int64_t pico)
+{
+    char exact[LG_MONEY_USD_BUF];
+    lg_money_format_usd(pico, exact);
+    sb_printf(b, "<td data-k=\"cost\" data-v=\"%s\">$%s</td>", exact, exact);
+}
+
+static void row_cells(sbuf *b, const lg_usage_result *t)
+{
+    td_int(b, "num_model_requests", t->num_model_requests);
+    td_int(b, "input_tokens", t->input_tokens);
+    td_int(b, "input_cached_tokens", t->input_cached_tokens);
+    td_int(b, "output_tokens", t->output_tokens);
+    td_cost(b, t->cost_pico);
+}
+
+static const char TH[] =
+    "<th>Requests</th><th>Input tokens</th><th>of which cached</th><th>Output tokens</th><th>Cost (USD)</th>";
+
+static void card(sbuf *b, const char *id, const char *k, const char *shown, const char *exact)
+{
+    sb_printf(b, "<div class=\"card\" id=\"%s\" data-v=\"%s\"><div class=\"k\">%s</div><div class=\"v\">%s</div></div>",
+              id, exact, k, shown);
+}
+
+static void render_page(page_job *j)
+{
+    sbuf *b = &j->html;
+    char title[160];
+    const char *scope = j->v.op ? (j->filter_id ? j->filter : "all tenants") : j->v.tenant;
+    snprintf(title, sizeof title, "loragate usage: %s", scope);
+    page_open(b, title);
+    sb_printf(b, "<header><h1>loragate usage</h1><div class=\"who\" id=\"who\">");
+    if (j->v.op) {
+        sb_printf(b, "Operator view: <b id=\"scope\">");
+        sb_esc(b, scope);
+        sb_printf(b, "</b>");
+    } else {
+        sb_printf(b, "Tenant <b id=\"scope\">");
+        sb_esc(b, j->v.tenant);
+        sb_printf(b, "</b> <span class=\"muted\">(signed in with %s)</span>", j->v.key_id);
+    }
+    sb_printf(b, "</div><form method=\"post\" action=\"/usage/logout\"><button type=\"submit\">Sign out</button>"
+                 "</form></header><main>");
+
+    /* range and tenant choice: plain GET links and a GET form, no key in them */
+    sb_printf(b, "<nav>Range:");
+    static const int R[] = {7, 30, 90};
+    for (int i = 0; i < 3; i++) {
+        if (R[i] == j->days) {
+            sb_printf(b, " <b>%d days</b>", R[i]);
+            continue;
+        }
+        sb_printf(b, " <a href=\"/usage?days=%d", R[i]);
+        if (j->filter_id) {
+            sb_printf(b, "&amp;tenant=");
+            sb_esc(b, j->filter);
+        }
+        sb_printf(b, "\">%d days</a>", R[i]);
+    }
+    if (j->v.op) {
+        sb_printf(b, "<form method=\"get\" action=\"/usage\">"
+                     "<input type=\"hidden\" name=\"days\" value=\"%d\"> Tenant: <select name=\"tenant\">"
+                     "<option value=\"\">all tenants</option>",
+                  j->days);
+        for (int i = 0; i < j->n_all_tenants; i++) {
+            sb_printf(b, "<option value=\"");
+            sb_esc(b, j->all_tenants[i].name);
+            sb_printf(b, "\"%s>", j->filter_id == j->all_tenants[i].id ? " selected" : "");
+            sb_esc(b, j->all_tenants[i].name);
+            sb_printf(b, "</option>");
+        }
+        sb_printf(b, "</select> <button type=\"submit\">Show</button></form>");
+    }
+    char from[16], to[16];
+    day_label(j->start, from, sizeof from, true);
+    day_label(j->end - 1, to, sizeof to, true);
+    sb_printf(b, "<span class=\"muted\" id=\"range\" data-start=\"%" PRId64 "\" data-end=\"%" PRId64
+                 "\">%s to %s (UTC days, today included)</span></nav>",
+              j->start, j->end, from, to);
+
+    /* summary cards */
+    const lg_usage_result *t = &j->total;
+    char shown[64], exact[64];
+    sb_printf(b, "<div class=\"cards\" id=\"totals\">");
+    fmt_int(t->num_model_requests, shown, sizeof shown);
+    snprintf(exact, sizeof exact, "%" PRId64, t->num_model_requests);
+    card(b, "total-requests", "Requests", shown, exact);
+    fmt_int(t->input_tokens + t->output_tokens, shown, sizeof shown);
+    snprintf(exact, sizeof exact, "%" PRId64, t->input_tokens + t->output_tokens);
+    card(b, "total-tokens", "Tokens (input + output)", shown, exact);
+    double share = t->input_tokens ? 100.0 * (double)t->input_cached_tokens / (double)t->input_tokens : 0;
+    snprintf(shown, sizeof shown, "%.1f%%", share);
+    snprintf(exact, sizeof exact, "%.4f", share);
+    card(b, "cached-share", "Cached share of input", shown, exact);
+    lg_money_format_usd(t->cost_pico, exact);
+    fmt_usd_short(t->cost_pico, shown, sizeof shown);
+    card(b, "total-cost", "Cost", shown, exact);
+    sb_printf(b, "</div>");
+
+    if (j->have_limits && j->limits.monthly_tokens >= 0) {
+        char used[32], lim[32];
+        fmt_int(j->lstate.month_tokens, used, sizeof used);
+        fmt_int(j->limits.monthly_tokens, lim, sizeof lim);
+        sb_printf(b, "<section id=\"budget\"><h2>Monthly token budget</h2><p>%s of %s tokens used this month (UTC).</p>"
+                     "</section>",
+                  used, lim);
+    }
+
+    sb_printf(b, "<section><h2>Tokens per day</h2><div class=\"legend\"><span><i class=\"sw s1\"></i>uncached input"
+                 "</span><span><i class=\"sw s2\"></i>cached input</span><span><i class=\"sw s3\"></i>output</span>"
+                 "</div>");
+    chart_tokens(b, j);
+    sb_printf(b, "</section><section><h2>Cost per day (USD)</h2>");
+    chart_cost(b, j);
+    sb_printf(b, "</section><section><h2>Cached share of input tokens per day</h2><p class=\"muted\">Prompt tokens "
+                 "served from the prefix cache are billed at the cached-input price. Over the range: <b>%.1f%%</b>.</p>",
+              share);
+    chart_cached(b, j);
+    sb_printf(b, "</section><section><h2>Top adapters by tokens</h2>");
+    chart_adapters(b, j);
+    sb_printf(b, "<table id=\"adapters\"><tr><th>Adapter</th>%s</tr>", TH);
+    for (int i = 0; i < j->n_ad; i++) {
+        const lg_usage_adapter *a = &j->ad[i];
+        sb_printf(b, "<tr data-adapter=\"");
+        sb_esc(b, a->adapter_name);
+        sb_printf(b, "\" data-tenant-id=\"%" PRId64 "\"><td>", a->tenant_id);
+        sb_esc(b, a->adapter_name[0] ? a->adapter_name : "base model");
+        sb_printf(b, "</td>");
+        lg_usage_result r = {.input_tokens = a->input_tokens, .input_cached_tokens = a->input_cached_tokens,
+                             .output_tokens = a->output_tokens, .num_model_requests = a->num_model_requests,
+                             .cost_pico = a->cost_pico};
+        row_cells(b, &r);
+        sb_printf(b, "</tr>");
+    }
+    sb_printf(b, "</table></section>");
+
+    if (j->tenants) {
+        sb_printf(b, "<section><h2>Tenants</h2><table id=\"tenants\"><tr><th>Tenant</th>%s</tr>", TH);
+        for (int i = 0; i < j->n_tenants; i++) {
+            sb_printf(b, "<tr data-tenant=\"");
+            sb_esc(b, j->tenants[i].name);
+            sb_printf(b, "\"><td>");
+            if (j->tenants[i].name[0]) {
+                sb_printf(b, "<a href=\"/usage?days=%d&amp;tenant=", j->days);
+                sb_esc(b, j->tenants[i].name);
+                sb_printf(b, "\">");
+                sb_esc(b, j->tenants[i].name);
+                sb_printf(b, "</a>");
+            } else {
+                sb_printf(b, "(no tenant)");
+            }
+            sb_printf(b, "</td>");
+            row_cells(b, &j->tenants[i].tot);
+            sb_printf(b, "</tr>");
+        }
+        sb_printf(b, "</table></section>");
+    }
+    if (j->keys) {
+        sb_printf(b, "<section><h2>API keys</h2><table id=\"keys\"><tr><th>Key id</th>%s</tr>", TH);
+        for (int i = 0; i < j->n_keys; i++) {
+            sb_printf(b, "<tr data-key=\"");
+            sb_esc(b, j->keys[i].name);
+            sb_printf(b, "\"><td>");
+            sb_esc(b, j->keys[i].name[0] ? j->keys[i].name : "(none)");
+            sb_printf(b, "</td>");
+            row_cells(b, &j->keys[i].tot);
+            sb_printf(b, "</tr>");
+        }
+        sb_printf(b, "</table></section>");
+    }
+    sb_printf(b, "<section><h2>By day</h2><table id=\"days\"><tr><th>Day (UTC)</th>%s</tr>", TH);
+    for (int i = j->nd - 1; i >= 0; i--) {
+        char date[16];
+        day_label(j->d[i].start, date, sizeof date, true);
+        sb_printf(b, "<tr data-day=\"%s\"><td>%s</td>", date, date);
+        row_cells(b, &j->d[i].tot);
+        sb_printf(b, "</tr>");
+    }
+    sb_printf(b, "<tr id=\"total-row\"><td><b>Total</b></td>");
+    row_cells(b, t);
+    sb_printf(b, "</tr></table><p class=\"muted\">Costs are exact sums of per-request costs (12 decimals). Input "
+                 "tokens include cached ones. Every request that reached the model is counted, also failed or "
+                 "cancelled ones.</p></section></main></body></html>\n");
+}
+
+static void page_done(lg_request *r, void *arg)
+{
+    page_job *j = arg;
+    if (lg_request_h2o(r)) {
+        if (j->status == 200)
+            send_html(j->c, r, 200, &j->html), j->html.p = NULL;
+        else if (j->status == 404)
+            lg_respond_error(r, 404, NULL, "tenant", "%s", j->err);
+        else if (j->status == 503)
+            lg_respond_unavailable(r, 5, j->err);
+        else
+            lg_respond_error(r, 500, NULL, NULL, "%s", j->err);
+    }
+    free(j->html.p);
+    free(j->d);
+    free(j->tenants);
+    free(j->keys);
+    free(j->ad);
+    free(j->all_tenants);
+    free(j);
+}
+
+typedef struct page_q {
+    int days;
+    char tenant[LG_STORE_NAME_MAX];
+    bool bad;
+} page_q;
+
+static int on_page_param(void *u, const char *k, const char *v)
+{
+    page_q *q = u;
+    if (!strcmp(k, "days")) {
+        q->days = atoi(v);
+        if (q->days != 7 && q->days != 30 && q->days != 90)
+            q->bad = true;
+    } else if (!strcmp(k, "tenant")) {
+        if (*v && lg_store_check_tenant_name(v, &(lg_err){{0}}) != 0)
+            q->bad = true;
+        snprintf(q->tenant, sizeof q->tenant, "%s", v);
+    }
+    return 0;
+}
+
+static int page(lg_request *r, void *user)
+{
+    page_ctx *c = user;
+    viewer v;
+    char sid[SID_HEX + 1];
+    if (!viewer_of(c, r, &v, sid))
+        return sign_in_page(c, r, 200, NULL);
+    page_q q = {.days = 30};
+    size_t qlen;
+    const char *qs = lg__request_query_string(r, &qlen);
+    if (lg__form_each(qs, qlen, on_page_param, &q) != 0 || q.bad)
+        return lg_respond_error(r, 400, NULL, NULL, "Invalid days or tenant: days is 7, 30 or 90."), 0;
+    page_job *j = calloc(1, sizeof *j);
+    if (!j)
+        return -1;
+    j->c = c;
+    j->v = v;
+    j->days = q.days;
+    if (v.op)
+        snprintf(j->filter, sizeof j->filter, "%s", q.tenant);
+    if (lg_request_defer(r, page_work, page_done, j) != 0) {
+        free(j);
+        return lg_respond_unavailable(r, 5, "The server is shutting down."), 0;
+    }
+    return 0;
+}
+
+static void ctx_free(void *p)
+{
+    page_ctx *c = p;
+    if (!c)
+        return;
+    OPENSSL_cleanse(c->s, sizeof *c->s * MAX_SESSIONS);
+    free(c->s);
+    pthread_mutex_destroy(&c->mu);
+    free(c);
+}
+
+int lg__usage_page_routes(lg_router *rt, lg_app *app, lg_err *err)
+{
+    page_ctx *c = calloc(1, sizeof *c);
+    if (!c || !(c->s = calloc(MAX_SESSIONS, sizeof *c->s))) {
+        free(c);
+        return lg_fail(err, "out of memory");
+    }
+    c->app = app;
+    pthread_mutex_init(&c->mu, NULL);
+    char h[64];
+    css_hash(h);
+    snprintf(c->csp, sizeof c->csp,
+             "default-src 'none'; style-src 'sha256-%s'; img-src 'self'; form-action 'self'; "
+             "frame-ancestors 'none'; base-uri 'none'",
+             h);
+    lg_route routes[] = {
+        {.method = "GET", .pattern = "/usage", .fn = page, .user = c, .name = "usage_page", .free_user = ctx_free},
+        {.method = "POST", .pattern = "/usage/login", .fn = login, .user = c, .name = "usage_login",
+         .max_body = 4096, .content_type = "application/x-www-form-urlencoded"},
+        {.method = "POST", .pattern = "/usage/logout", .fn = logout, .user = c, .name = "usage_logout",
+         .max_body = 4096},
+    };
+    if (lg_router_add(rt, &routes[0], err) != 0) {
+        ctx_free(c);
+        return -1;
+    }
+    return lg_router_add_all(rt, routes + 1, 2, err);
+}

@@ -1,0 +1,109 @@
+"""
+serve_fixture.py — a real `loragate serve` for end-to-end tests: a model,
+a fresh data dir, TLS on 127.0.0.1 with a free port (--listen 127.0.0.1:0),
+the operator key from the environment, and helpers that use the operator API
+to make tenants and keys. Every wait is bounded; stop() sends SIGTERM and
+waits for exit 0.
+"""
+import os
+import re
+import signal
+import sqlite3
+import ssl
+import subprocess
+import time
+
+import httpx
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BUILD = os.environ.get("LG_BUILD_DIR", os.path.join(ROOT, "build"))
+LORAGATE = os.environ.get("LG_BIN", os.path.join(BUILD, "loragate"))
+SMOLLM2 = os.path.join(ROOT, ".models", "SmolLM2-135M-Instruct.Q4_1.gguf")
+TINY = os.path.join(ROOT, "tests", "golden", "lora_fixtures", "base")
+LORA_FIX = os.path.join(ROOT, "tests", "golden", "lora_fixtures")
+ADMIN_KEY = "lg-admin-" + "e2e" * 15
+
+
+class Serve:
+    def __init__(self, tmp_path, model, *args, start_timeout=60):
+        self.data_dir = str(tmp_path / "data")
+        self.stderr_path = tmp_path / f"serve-{time.monotonic_ns()}.err"
+        cmd = [LORAGATE, "serve", "--model", model, "--data-dir", self.data_dir, "--listen", "127.0.0.1:0",
+               "--threads", "2", "--drain-timeout", "10", "--access-log", str(tmp_path / "access.log"), *args]
+        env = dict(os.environ, LORAGATE_ADMIN_KEY=ADMIN_KEY)
+        self.err = open(self.stderr_path, "wb")
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self.err, env=env, text=True)
+        self.url = None
+        deadline = time.monotonic() + start_timeout
+        lines = []
+        while time.monotonic() < deadline:
+            line = self.proc.stdout.readline()
+            if not line:
+                break
+            lines.append(line)
+            m = re.search(r"serving on (\S+)", line)
+            if m and not self.url:
+                self.url = m.group(1)
+            if line.startswith("loragate: try:"):
+                break
+        if not self.url:
+            self.stop()
+            raise RuntimeError("serve did not start:\n" + "".join(lines) + self.stderr())
+        self.cert = os.path.join(self.data_dir, "tls", "cert.pem")
+        self.admin = self.client(ADMIN_KEY)
+
+    def stderr(self):
+        if not self.err.closed:
+            self.err.flush()
+        return open(self.stderr_path, errors="replace").read()
+
+    def stop(self, timeout=20):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        if not self.err.closed:
+            self.err.close()
+        return self.proc.returncode
+
+    def verify(self):
+        return ssl.create_default_context(cafile=self.cert)
+
+    def client(self, key=None, http2=False, timeout=60):
+        h = {"Authorization": f"Bearer {key}"} if key else {}
+        return httpx.Client(base_url=self.url, verify=self.verify(), http2=http2, timeout=timeout, headers=h)
+
+    def openai(self, key, tenant=None, **kw):
+        import openai
+        base = f"{self.url}/t/{tenant}/v1" if tenant else f"{self.url}/v1"
+        return openai.OpenAI(base_url=base, api_key=key, http_client=httpx.Client(verify=self.verify(), timeout=60),
+                             max_retries=0, **kw)
+
+    # ---- operator API ----
+    def tenant(self, name, **spec):
+        r = self.admin.post("/admin/v1/tenants", json={"name": name, **spec})
+        assert r.status_code in (200, 201), r.text
+        return r.json()
+
+    def key(self, tenant, scopes=("inference", "adapters"), name="test"):
+        r = self.admin.post(f"/admin/v1/tenants/{tenant}/keys", json={"name": name, "scopes": list(scopes)})
+        assert r.status_code in (200, 201), r.text
+        return r.json()["key"]
+
+    def import_adapter(self, tenant, name, path):
+        r = self.admin.post(f"/admin/v1/tenants/{tenant}/adapters/import", json={"name": name, "path": path})
+        assert r.status_code in (200, 201), r.text
+        return r.json()
+
+    def ledger(self, where="1=1", args=()):
+        """Rows of the usage ledger (read-only connection; WAL lets it read while serving)."""
+        db = sqlite3.connect(f"file:{os.path.join(self.data_dir, 'loragate.db')}?mode=ro", uri=True, timeout=10)
+        db.row_factory = sqlite3.Row
+        try:
+            return [dict(r) for r in db.execute(f"SELECT * FROM usage_records WHERE {where} ORDER BY received_at",
+                                                 args)]
+        finally:
+            db.close()
