@@ -236,6 +236,28 @@ typedef struct lg_backend_i {
     /* Device memory now free and in total, in bytes (cudaMemGetInfo), for
      * sizing the page pool. NULL: the backend's memory is host memory. */
     int (*mem_info)(lg_backend *be, size_t *free_bytes, size_t *total_bytes);
+
+    /* rope followed by kv_write, in one op (one launch on CUDA):
+     *   rope(be, q, k, pos, inv_freq, n_heads, n_kv_heads, head_dim);
+     *   kv_write(be, kv, k, v, slot, q.rows);
+     * Results equal the two ops'. NULL: model.c calls both. */
+    int (*rope_kv_write)(lg_backend *be, lg_tensor q, lg_tensor k, lg_tensor v, const int32_t *pos,
+                         const float *inv_freq, int n_heads, int n_kv_heads, int head_dim, lg_kv_view kv,
+                         const int32_t *slot);
+
+    /* A matmul with the LoRA of k <= LG_LORA_MULTI_MAX slots whose outputs
+     * are column ranges of its output, in one op (CUDA, opt-in: the expand in
+     * the skinny matmul's epilogue):
+     *   lora_shrink_multi(be, tmp, x, lm, slots, k);
+     *   matmul(be, y, x, W, bias, false);
+     *   for i < k:  lora_expand(be, cols [col0[i], col0[i] + ncols[i]) of y,
+     *                           cols [i*R, i*R + R) of tmp, lm, slots[i])     R = lm->max_rank
+     * tmp is scratch (left holding the shrink when a segment has tokens). y
+     * may be rounded once instead of twice (within the ops' rounding, not bit
+     * for bit); a given shape always computes the same way. NULL: model.c
+     * calls the three ops. */
+    int (*matmul_lora)(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tensor bias, lg_tensor tmp,
+                       const lg_lora_meta *lm, const int *slots, const int *col0, const int *ncols, int k);
 } lg_backend_i;
 
 #define LG_LORA_MULTI_MAX 3

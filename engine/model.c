@@ -4,7 +4,7 @@
  * Per layer, for the T tokens of the step (x is the f32/act residual stream):
  *   xn  = rmsnorm(x (+ previous mlp out)) * ln1        add_rmsnorm
  *   qkv = xn @ Wqkv^T (+ bqkv)                          matmul
- *   rope(q, k); kv_write(k, v -> pages)                 rope, kv_write
+ *   rope(q, k); kv_write(k, v -> pages)                 rope, kv_write (or rope_kv_write)
  *   a   = attention(q, pages)                           attention
  *   o   = a @ Wo^T                                      matmul
  *   xn  = rmsnorm(x += o) * ln2                         add_rmsnorm
@@ -28,7 +28,9 @@
  * turns graphs off (eager and replayed steps compute bit-identical results).
  *
  * LoRA: q,k,v share one shrink and one expand launch (lora_*_multi), and so
- * do gate,up; modules that no adapter of the step targets are skipped.
+ * do gate,up; modules that no adapter of the step targets are skipped. With
+ * the backend's matmul_lora (CUDA: opt-in), matmul, shrink and expand are
+ * one op (see linear()).
  */
 #include "model.h"
 
@@ -437,17 +439,29 @@ static int lora_apply_multi(lg_backend *be, lg_tensor tmp, const lg_tensor *ys, 
     return 0;
 }
 
-/* LoRA for modules [m0, m0 + count) of layer slot base sl that share input x,
- * skipping modules no segment of the step uses (bit m of mods). */
-static int lora_apply_group(lg_backend *be, lg_tensor tmp, const lg_tensor *ys_all, int m0, int count, lg_tensor x,
-                            const lg_lora_meta *lm, int sl, unsigned mods)
+/* y = x W^T (+ bias) plus the LoRA of modules [m0, m0 + count) of layer slot
+ * base sl, whose outputs ys_all are column slices of y; modules no segment
+ * of the step uses (bit m of mods) are skipped. With the backend's
+ * matmul_lora: one op; else matmul, then shrink and expand. */
+static int linear(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tensor bias, lg_tensor tmp,
+                  const lg_lora_meta *lm, const lg_tensor *ys_all, int m0, int count, int sl, unsigned mods)
 {
     lg_tensor ys[3];
-    int slots[3], n = 0;
-    for (int j = 0; j < count; j++)
-        if (mods & (1u << (m0 + j)))
-            ys[n] = ys_all[j], slots[n++] = sl + m0 + j;
-    return n ? lora_apply_multi(be, tmp, ys, x, lm, slots, n) : 0;
+    int slots[3], col0[3], ncols[3], n = 0;
+    for (int j = 0; lm && j < count; j++)
+        if (mods & (1u << (m0 + j))) {
+            ys[n] = ys_all[j];
+            col0[n] = (int)(((const char *)ys_all[j].data - (const char *)y.data) / (ptrdiff_t)lg_dtype_size(y.dtype));
+            ncols[n] = (int)ys_all[j].cols;
+            slots[n++] = sl + m0 + j;
+        }
+    if (n == 0)
+        return be->i.matmul(be, y, x, W, bias, false);
+    if (be->i.matmul_lora)
+        return be->i.matmul_lora(be, y, x, W, bias, tmp, lm, slots, col0, ncols, n);
+    if (be->i.matmul(be, y, x, W, bias, false) != 0)
+        return -1;
+    return lora_apply_multi(be, tmp, ys, x, lm, slots, n);
 }
 
 #define TRY(call)                                                                         \
@@ -503,23 +517,20 @@ static int forward(lg_model *m, const lg_kv_view *kv0, const lg_step_meta *meta,
         kv.k_off = (size_t)l * 2 * kv_block;
         kv.v_off = kv.k_off + kv_block;
         TRY(be->i.add_rmsnorm(be, x, l ? mlp : none, lw->ln1, xn, c->rms_eps));
-        TRY(be->i.matmul(be, qkv, xn, lw->wqkv, lw->bqkv, false));
-        if (lora)
-            TRY(lora_apply_group(be, tmp, qkv_ys, 0, 3, xn, lora, sl, lora_mods));
-        TRY(be->i.rope(be, q, k, meta->pos, m->inv_freq, c->n_heads, c->n_kv_heads, hd));
-        TRY(be->i.kv_write(be, kv, k, v, meta->slot, T));
+        TRY(linear(be, qkv, xn, lw->wqkv, lw->bqkv, tmp, lora, qkv_ys, 0, 3, sl, lora_mods));
+        if (be->i.rope_kv_write) {
+            TRY(be->i.rope_kv_write(be, q, k, v, meta->pos, m->inv_freq, c->n_heads, c->n_kv_heads, hd, kv,
+                                    meta->slot));
+        } else {
+            TRY(be->i.rope(be, q, k, meta->pos, m->inv_freq, c->n_heads, c->n_kv_heads, hd));
+            TRY(be->i.kv_write(be, kv, k, v, meta->slot, T));
+        }
         TRY(be->i.attention(be, attn, q, kv, meta, c->n_heads, scale));
-        TRY(be->i.matmul(be, o, attn, lw->wo, none, false));
-        if (lora)
-            TRY(lora_apply_group(be, tmp, &o, 3, 1, attn, lora, sl, lora_mods));
+        TRY(linear(be, o, attn, lw->wo, none, tmp, lora, &o, 3, 1, sl, lora_mods));
         TRY(be->i.add_rmsnorm(be, x, o, lw->ln2, xn, c->rms_eps));
-        TRY(be->i.matmul(be, gu, xn, lw->wgu, none, false));
-        if (lora)
-            TRY(lora_apply_group(be, tmp, gu_ys, 4, 2, xn, lora, sl, lora_mods));
+        TRY(linear(be, gu, xn, lw->wgu, none, tmp, lora, gu_ys, 4, 2, sl, lora_mods));
         TRY(be->i.silu_mul(be, act, gu));
-        TRY(be->i.matmul(be, mlp, act, lw->wdown, none, false));
-        if (lora)
-            TRY(lora_apply_group(be, tmp, &mlp, 6, 1, act, lora, sl, lora_mods));
+        TRY(linear(be, mlp, act, lw->wdown, none, tmp, lora, &mlp, 6, 1, sl, lora_mods));
     }
     if (n_logits > 0) {
         lg_tensor rows = lg_tensor_rows(m->rows, 0, n_logits);

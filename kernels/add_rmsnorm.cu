@@ -19,6 +19,8 @@
  * Anything else (f32 activations, odd widths, unaligned views) takes the
  * generic one-block-per-row loop, where each thread re-reads in pass 2
  * exactly the elements it wrote in pass 1 (no barrier needed between them).
+ * Both launch with programmatic dependent launch (cuda_common.cuh) and wait
+ * for their predecessor before the first load.
  */
 #include "ops.cuh"
 
@@ -67,6 +69,8 @@ __global__ void add_rmsnorm_vec_kernel(T *resid, int64_t ldr, const T *delta, in
                                        int64_t ldo, int nch8, float eps)
 {
     __shared__ float red[33];
+    pdl_trigger();
+    pdl_wait(); /* resid and delta come from the kernels before */
     const int64_t t = blockIdx.x;
     uint4 *r = (uint4 *)(resid + t * ldr);
     const uint4 *dl = delta ? (const uint4 *)(delta + t * ldd) : NULL;
@@ -120,6 +124,8 @@ __global__ void add_rmsnorm_kernel(T *resid, int64_t ldr, const T *delta, int64_
                                    T *out, int64_t ldo, int D, float eps)
 {
     __shared__ float red[33];
+    pdl_trigger();
+    pdl_wait();
     const int t = blockIdx.x;
     T *r = resid + (int64_t)t * ldr;
     const T *dl = delta ? delta + (int64_t)t * ldd : NULL;
@@ -154,14 +160,14 @@ static bool launch_vec(cuda_ctx *c, lg_tensor resid, lg_tensor delta, lg_tensor 
     T *r = (T *)resid.data, *o = (T *)out.data;
     const T *d = (const T *)delta.data;
     if (nch == 1)
-        add_rmsnorm_vec_kernel<T, 1><<<g, thr, 0, c->stream>>>(r, resid.stride, d, delta.stride, w.data, w.dtype,
-                                                              w_vec, o, out.stride, nch8, eps);
+        (void)cu_launch(c, add_rmsnorm_vec_kernel<T, 1>, g, thr, 0, r, resid.stride, d, delta.stride, w.data, w.dtype,
+                        w_vec, o, out.stride, nch8, eps);
     else if (nch == 2)
-        add_rmsnorm_vec_kernel<T, 2><<<g, thr, 0, c->stream>>>(r, resid.stride, d, delta.stride, w.data, w.dtype,
-                                                              w_vec, o, out.stride, nch8, eps);
+        (void)cu_launch(c, add_rmsnorm_vec_kernel<T, 2>, g, thr, 0, r, resid.stride, d, delta.stride, w.data, w.dtype,
+                        w_vec, o, out.stride, nch8, eps);
     else
-        add_rmsnorm_vec_kernel<T, 4><<<g, thr, 0, c->stream>>>(r, resid.stride, d, delta.stride, w.data, w.dtype,
-                                                              w_vec, o, out.stride, nch8, eps);
+        (void)cu_launch(c, add_rmsnorm_vec_kernel<T, 4>, g, thr, 0, r, resid.stride, d, delta.stride, w.data, w.dtype,
+                        w_vec, o, out.stride, nch8, eps);
     return true;
 }
 template <> bool launch_vec<float>(cuda_ctx *, lg_tensor, lg_tensor, lg_tensor, lg_tensor, float) { return false; }
@@ -171,9 +177,9 @@ static void launch(cuda_ctx *c, lg_tensor resid, lg_tensor delta, lg_tensor w, l
 {
     if (launch_vec<T>(c, resid, delta, w, out, eps))
         return;
-    add_rmsnorm_kernel<T><<<(unsigned)resid.rows, NORM_THREADS, 0, c->stream>>>(
-        (T *)resid.data, resid.stride, (const T *)delta.data, delta.stride, w.data, w.dtype, (T *)out.data,
-        out.stride, (int)resid.cols, eps);
+    (void)cu_launch(c, add_rmsnorm_kernel<T>, (unsigned)resid.rows, NORM_THREADS, 0, (T *)resid.data, resid.stride,
+                    (const T *)delta.data, delta.stride, w.data, w.dtype, (T *)out.data, out.stride, (int)resid.cols,
+                    eps);
 }
 
 int cu_add_rmsnorm(lg_backend *be, lg_tensor resid, lg_tensor delta, lg_tensor w, lg_tensor out, float eps)

@@ -8,11 +8,19 @@
  *
  * Choice: a step whose longest query run is 1 (pure decode) goes to the
  * split-K decode kernel (attention_decode.cu); a step with prefill chunks
- * goes to the tensor-core kernel (attention_prefill.cu) when head_dim % 16
- * == 0 and head_dim <= 256, else to the decode kernel, which handles any
- * query length and any head_dim % 8 == 0 up to 256 on CUDA cores.
+ * goes to FlashAttention-2 on mma.sync (attention_prefill_fa2.cu) when
+ * head_dim is 64 or 128, else to the wmma kernel (attention_prefill.cu)
+ * when head_dim % 16 == 0 and head_dim <= 256, else to the decode kernel,
+ * which handles any query length and any head_dim % 8 == 0 up to 256 on
+ * CUDA cores. LG_ATTN_FA2=0 sends prefill to the wmma kernel always.
  */
 #include "ops.cuh"
+
+#include <stdlib.h>
+
+static int g_fa2 = -1; /* LG_ATTN_FA2=0 or lg_cuda_attn_fa2(0): the wmma kernel for every head_dim */
+
+extern "C" void lg_cuda_attn_fa2(int on) { g_fa2 = on ? 1 : 0; }
 
 int cu_attention(lg_backend *be, lg_tensor out, lg_tensor q, lg_kv_view kv, const lg_step_meta *m, int n_heads,
                  float scale)
@@ -39,7 +47,17 @@ int cu_attention(lg_backend *be, lg_tensor out, lg_tensor q, lg_kv_view kv, cons
         return CU_FAIL(c, "attention: the KV pool, page size and K/V offsets must be 16-byte aligned");
     if (m->n_tokens == 0)
         return 0;
-    if (m->max_q_len > 1 && hd % 16 == 0 && q.stride % 8 == 0 && cu_aligned16(q.data))
+    if (m->max_q_len > 1 && hd % 16 == 0 && q.stride % 8 == 0 && cu_aligned16(q.data)) {
+        if (g_fa2 < 0) {
+            const char *e = getenv("LG_ATTN_FA2");
+            g_fa2 = !(e && *e == '0');
+        }
+        if (g_fa2) {
+            const int r = cu_attention_prefill_fa2(be, out, q, kv, m, n_heads, scale);
+            if (r <= 0)
+                return r;
+        }
         return cu_attention_prefill(be, out, q, kv, m, n_heads, scale);
+    }
     return cu_attention_decode(be, out, q, kv, m, n_heads, scale);
 }

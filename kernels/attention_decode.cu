@@ -21,6 +21,8 @@
  * layout and max_kv_len (an upper bound: each block takes its sequence's
  * length from pos), so a graph recorded for a bucketed max_kv_len replays
  * correctly for any lengths under it.
+ * Programmatic dependent launch (cuda_common.cuh): the block stages its
+ * page ids (step metadata) before pdl_wait, q and K/V after.
  * Works for any query length (it is also the prefill fallback for head_dim
  * % 16 != 0) and any head_dim % 8 == 0 up to 256.
  */
@@ -68,6 +70,7 @@ __global__ void __launch_bounds__(DEC_THREADS) attn_decode_kernel(dec_args a)
     float *ml_s = s_s + GMAX * C;     /* [GMAX][2] */
     int *pid_s = (int *)(ml_s + 2 * GMAX); /* [C / page_tokens + 2] page ids of this chunk */
 
+    pdl_trigger();
     const int hs = blockIdx.x % a.n_hsub, kh = (blockIdx.x / a.n_hsub) % a.nkv, t = blockIdx.x / (a.n_hsub * a.nkv);
     const int ch = blockIdx.y;
     const int n_ctx = a.pos[t] + 1;
@@ -82,6 +85,7 @@ __global__ void __launch_bounds__(DEC_THREADS) attn_decode_kernel(dec_args a)
      * instead of waiting on a dependent global load per row */
     const int pg0 = j0 / a.page_tokens, n_pg = (j1 - 1) / a.page_tokens - pg0 + 1;
     for (int i = threadIdx.x; i < n_pg; i += DEC_THREADS) pid_s[i] = pages[pg0 + i];
+    pdl_wait(); /* everything above is step metadata; q and this step's K/V rows come from the kernels before */
 
     const T *qrow = (const T *)a.q + (int64_t)t * a.ldq + (int64_t)h0 * hd;
     for (int i = threadIdx.x; i < GMAX * hd; i += DEC_THREADS) {
@@ -231,6 +235,8 @@ __global__ void __launch_bounds__(DEC_THREADS) attn_decode_kernel(dec_args a)
 /* One block per (token, head): merges the chunk partials of attn_decode_kernel. */
 template <typename T> __global__ void attn_combine_kernel(dec_args a)
 {
+    pdl_trigger();
+    pdl_wait();
     const int t = blockIdx.x / a.nh, h = blockIdx.x % a.nh, hd = a.hd;
     const int n_ch = (a.pos[t] + 1 + a.chunk - 1) / a.chunk;
     const size_t p0 = ((size_t)t * a.nh + h) * a.max_chunks;
@@ -256,10 +262,10 @@ template <typename T, int GMAX> static int launch(cuda_ctx *c, dec_args a, int T
         attr_set = true;
     }
     dim3 grid((unsigned)((size_t)T_ * a.nkv * a.n_hsub), (unsigned)a.max_chunks);
-    attn_decode_kernel<T, GMAX><<<grid, DEC_THREADS, smem, c->stream>>>(a);
+    (void)cu_launch(c, attn_decode_kernel<T, GMAX>, grid, DEC_THREADS, smem, a);
     CU_LAUNCHED(c);
     if (a.max_chunks > 1) {
-        attn_combine_kernel<T><<<(unsigned)((size_t)T_ * a.nh), 128, 0, c->stream>>>(a);
+        (void)cu_launch(c, attn_combine_kernel<T>, (unsigned)((size_t)T_ * a.nh), 128, 0, a);
         CU_LAUNCHED(c);
     }
     return 0;

@@ -202,7 +202,9 @@ static void cuda_free(lg_backend *be)
             cudaStreamSynchronize(c->stream);
         if (c->blas)
             cublasDestroy(c->blas);
+        cu_lt_free(c);
         cudaFree(c->blas_ws);
+        cudaFree(c->sem);
         cu_graph_reset_ctx(c);
         cudaFree(c->ws);
         for (int i = 0; i < c->n_ws_retired; i++) cudaFree(c->ws_retired[i]);
@@ -280,6 +282,13 @@ extern "C" int lg_backend_cuda_create(const lg_backend_opts *opts, lg_backend **
         CREATE_TRY(cudaEventCreateWithFlags(&c->stage_done[i], cudaEventDisableTiming));
         CREATE_TRY(cudaEventRecord(c->stage_done[i], c->stream));
     }
+    {
+        const char *e = getenv("LG_PDL"); /* programmatic dependent launch of step kernels (cuda_common.cuh) */
+        c->pdl = !(e && *e == '0') && prop.major >= 9;
+    }
+    CREATE_TRY(cudaMalloc(&c->sem, CU_SEM_COUNT * sizeof(int)));
+    CREATE_TRY(cudaMemset(c->sem, 0, CU_SEM_COUNT * sizeof(int)));
+    CREATE_TRY(cudaDeviceSynchronize());
     c->blas_ws_size = BLAS_WS_BYTES;
     CREATE_TRY(cudaMalloc(&c->blas_ws, c->blas_ws_size));
     if (cublasCreate(&c->blas) != CUBLAS_STATUS_SUCCESS) {
@@ -320,6 +329,15 @@ extern "C" int lg_backend_cuda_create(const lg_backend_opts *opts, lg_backend **
     i->graph_end = cu_graph_end;
     i->graph_reset = cu_graph_reset;
     i->mem_info = cuda_mem_info;
+    {
+        const char *e = getenv("LG_FUSE_ROPE_KV"); /* 0: rope and kv_write as two ops (comparisons) */
+        i->rope_kv_write = e && *e == '0' ? NULL : cu_rope_kv_write;
+        /* LG_FUSE_LORA=1: the matmul_lora slot (matmul_lora.cu). Off by default: without the
+         * skinny matmul (LG_SKINNY=1, itself slower than cuBLAS) it only reorders the three ops,
+         * and matmul, shrink, expand in that order measured fastest (docs/benchmarks.md) */
+        e = getenv("LG_FUSE_LORA");
+        i->matmul_lora = e && *e == '1' ? cu_matmul_lora : NULL;
+    }
     /* optional slots (sample.cu, host_mem.cu): device sampling; pinned host
      * memory + async uploads (attach also wraps i->free to release its ring) */
     i->sample = cu_sample;

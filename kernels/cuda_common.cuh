@@ -32,6 +32,9 @@ typedef struct cuda_ctx {
     size_t max_smem_optin;    /* bytes of shared memory a block may opt into */
     cudaStream_t stream;      /* compute stream: every op and upload/download */
     cudaStream_t upload_stream; /* reserved for adapter prefetch (not used by the backend.h ops) */
+    int pdl;                  /* 1: step kernels launch with programmatic dependent launch (cu_launch) */
+    int *sem;                 /* [CU_SEM_COUNT] zeroed counters, left zero by every kernel (gemm_skinny.cu) */
+    struct cu_lt *lt;         /* cuBLASLt handle and per-shape algorithms (gemm_lt.cu), made at first use */
     cublasHandle_t blas;      /* bound to `stream` */
     void *blas_ws;            /* cuBLAS workspace */
     size_t blas_ws_size;
@@ -78,6 +81,9 @@ int cu_fail_at(cuda_ctx *c, const char *file, int line, const char *fmt, ...)
  * retired and freed with the backend; so growth is legal while recording. */
 void *cu_workspace(cuda_ctx *c, size_t n);
 
+/* Tile counters for in-kernel split-K reductions (gemm_skinny.cu). */
+#define CU_SEM_COUNT 65536
+
 static inline bool cu_is_float(lg_dtype t) { return t == LG_F32 || t == LG_F16 || t == LG_BF16; }
 static inline bool cu_is_half(lg_dtype t) { return t == LG_F16 || t == LG_BF16; }
 __host__ __device__ static inline bool cu_aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
@@ -116,6 +122,17 @@ template <typename T> __device__ __forceinline__ uint4 pack8(const float *f)
     return u;
 }
 
+/* RoPE angle pos * f as cos/sin without the f32 product's rounding (rope.cu's note): hi = pos * f,
+ * lo = fma(pos, f, -hi), cos/sin of hi corrected to first order in lo. rope.cu and rope_kv.cu. */
+__device__ __forceinline__ void rope_cos_sin(float p, float f, float *co, float *si)
+{
+    const float hi = p * f, lo = fmaf(p, f, -hi);
+    float s, c;
+    sincosf(hi, &s, &c);
+    *co = c - lo * s;
+    *si = s + lo * c;
+}
+
 __device__ __forceinline__ float warp_sum(float v)
 {
 #pragma unroll
@@ -127,6 +144,55 @@ __device__ __forceinline__ float warp_max(float v)
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
     return v;
+}
+
+/* ---- programmatic dependent launch (PDL) ----------------------------------
+ * A decode step is hundreds of short kernels back to back. Launched through
+ * cu_launch with c->pdl set, a kernel may start while the kernel before it
+ * on the stream is still finishing, so its launch latency and its first
+ * loads overlap its predecessor's tail. Every kernel launched this way:
+ *   - calls pdl_trigger() early (lets its own successor start), and
+ *   - calls pdl_wait() before it reads anything a kernel of the step may
+ *     write (activations, KV cache, LoRA scratch, workspaces, counters) and
+ *     before its first global store.
+ * Before pdl_wait it may read only what no kernel writes: weights, adapter
+ * weights in pool pages, the step metadata uploaded before the step.
+ * pdl_wait returns once the predecessor grid has completed and its memory is
+ * visible (so, transitively, every earlier kernel too); in a kernel launched
+ * without the attribute both instructions are no-ops. Kernels launched with
+ * <<<>>> (cuBLAS's too) keep full stream ordering. LG_PDL=0 turns it off.
+ */
+__device__ __forceinline__ void pdl_trigger()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_wait()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+/* Launches kernel<<<grid, block, smem, c->stream>>>(args...), with the PDL
+ * attribute when c->pdl (see above: the kernel must use pdl_wait). Returns
+ * the launch status (also left for cudaGetLastError / CU_LAUNCHED). */
+template <typename... KArgs, typename... Args>
+static inline cudaError_t cu_launch(const cuda_ctx *c, void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem,
+                                    Args... args)
+{
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = c->stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = c->pdl ? 1 : 0;
+    return cudaLaunchKernelEx(&cfg, kernel, ((KArgs)args)...);
 }
 
 #endif

@@ -11,6 +11,12 @@
  * The bias (f32/f16/bf16, added in f32) is a second small kernel; only
  * models with qkv biases pay for it. With accumulate, the product is added
  * to y through beta = 1 and the bias, if any, after.
+ * Decode shapes go elsewhere first: T <= 4 to the GEMV (gemv.cu), then,
+ * when switched on (LG_SKINNY=1; off by default: it measured slower than
+ * cuBLAS), T <= 64 to the tensor-core skinny matmul (gemm_skinny.cu); cuBLAS
+ * takes the rest (prefill) and anything their alignment rules refuse, on
+ * cuBLASLt with a per-shape timed algorithm for 5..128 rows when switched on
+ * (LG_BLASLT=1, gemm_lt.cu).
  * Note: when y is half precision, y is rounded once after the GEMM and once
  * more after the bias (the bias pass reads the rounded value).
  */
@@ -34,9 +40,8 @@ static cudaDataType_t cu_type(lg_dtype t)
     return t == LG_F32 ? CUDA_R_32F : t == LG_F16 ? CUDA_R_16F : CUDA_R_16BF;
 }
 
-int cu_matmul(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tensor bias, bool accumulate)
+int cu_matmul_check(cuda_ctx *c, lg_tensor y, lg_tensor x, lg_tensor W, lg_tensor bias)
 {
-    cuda_ctx *c = CU_CTX(be);
     CU_CHECK_VIEW(c, "matmul y", y);
     CU_CHECK_VIEW(c, "matmul x", x);
     CU_CHECK_VIEW(c, "matmul W", W);
@@ -52,6 +57,14 @@ int cu_matmul(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tensor b
     if (bias.data && (!cu_is_float(bias.dtype) || bias.rows * bias.cols < W.rows))
         return CU_FAIL(c, "matmul: bias must be a float vector of %lld, found %s [%lld x %lld]", (long long)W.rows,
                        lg_dtype_name(bias.dtype), (long long)bias.rows, (long long)bias.cols);
+    return 0;
+}
+
+int cu_matmul(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tensor bias, bool accumulate)
+{
+    cuda_ctx *c = CU_CTX(be);
+    if (cu_matmul_check(c, y, x, W, bias) != 0)
+        return -1;
     const int T = (int)x.rows, N = (int)W.rows, K = (int)x.cols;
     if (T == 0)
         return 0;
@@ -59,8 +72,16 @@ int cu_matmul(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tensor b
     const int g = cu_gemv_try(be, y, x, W, bias, accumulate);
     if (g <= 0)
         return g;
+    /* decode batches (T <= 64): the tensor-core weight stream of gemm_skinny.cu */
+    const int sk = cu_skinny_try(be, y, x, W, bias, accumulate, NULL);
+    if (sk <= 0)
+        return sk;
+    /* opt-in (LG_BLASLT=1): cuBLASLt with the algorithm timed per shape (gemm_lt.cu) */
+    int lt = cu_lt_try(be, y, x, W, accumulate);
+    if (lt < 0)
+        return -1;
     const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
-    cublasStatus_t st = cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, N, T, K, &alpha, W.data, cu_type(W.dtype),
+    cublasStatus_t st = lt == 0 ? CUBLAS_STATUS_SUCCESS : cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, N, T, K, &alpha, W.data, cu_type(W.dtype),
                                      (int)W.stride, x.data, cu_type(x.dtype), (int)x.stride, &beta, y.data,
                                      cu_type(y.dtype), (int)y.stride, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
     if (st != CUBLAS_STATUS_SUCCESS)

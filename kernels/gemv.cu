@@ -25,12 +25,13 @@
  * and x reads per weight word make this kernel issue-bound and cuBLAS wins.
  * Default variant R = 2, U = 4: 4096-row shapes then fit in one wave of
  * blocks (R = 1 took 1.55 waves and lost 15-20% on o and down).
- * Programmatic dependent launch (optional, mode 2): the kernel may start
- * while the previous kernel on the stream finishes; it issues its first batch
- * of W loads (weights are never written by the preceding kernels), then
- * waits (griddepcontrol.wait) before it touches x, y or the bias. Launched
- * without the attribute (the default), the wait is a no-op. It gained nothing
- * measurable in batch-1 decode while no preceding kernel triggers early.
+ * Programmatic dependent launch (cuda_common.cuh; on unless LG_PDL=0, or
+ * forced by mode 2): the kernel may start while the previous kernel on the
+ * stream finishes; it issues its first batch of W loads (weights are never
+ * written by the preceding kernels), then waits (griddepcontrol.wait)
+ * before it touches x, y or the bias. It gained nothing measurable in
+ * batch-1 decode while no preceding kernel triggered early; now every step
+ * kernel triggers at its start.
  *
  * Tuning switch (benchmarks): lg_cuda_gemv_mode() or the environment
  * variable LG_GEMV at first use: 0 = always cuBLAS; 1 = auto (default);
@@ -82,6 +83,7 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
     gemv_kernel(TY *__restrict__ y, int64_t ldy, const TX *__restrict__ x, int64_t ldx, const TX *__restrict__ W,
                 int64_t ldw, const void *bias, lg_dtype bdt, int N, int K8, int accumulate)
 {
+    pdl_trigger();
     const int lane = threadIdx.x & 31;
     const int n0 = (blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5)) * R;
     if (n0 >= N)
@@ -241,7 +243,7 @@ int cu_gemv_try(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tensor
         return 1;
     /* default variant 1: two rows per warp, 4 words each in flight per lane */
     int v = mode >= 10 ? (mode - 10) % N_VARIANTS : 1;
-    const bool pdl = mode == 2;
+    const bool pdl = mode == 2 || c->pdl;
     const int acc = accumulate ? 1 : 0;
     cudaError_t e;
     if (x.dtype == LG_F16) {

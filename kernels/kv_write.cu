@@ -10,7 +10,8 @@
  * per load when every address is 16-byte aligned, else 2 (or 4) bytes.
  * One block per (token, K or V): a decode row (4096 f16 = 8 KB) is 128
  * threads x 4 words, all four loads issued before the stores, so a step's
- * copy costs about one memory round trip.
+ * copy costs about one memory round trip. Launched with programmatic
+ * dependent launch (cuda_common.cuh): the slot is read before the wait.
  */
 #include "ops.cuh"
 
@@ -23,10 +24,12 @@ __global__ void kv_write_kernel(char *base, size_t page_bytes, size_t k_off, siz
                                 const char *k, size_t ldk_bytes, const char *v, size_t ldv_bytes, const int32_t *slot,
                                 int row_words)
 {
+    pdl_trigger();
     const int t = blockIdx.x;
-    const int32_t sl = slot[t];
+    const int32_t sl = slot[t]; /* step metadata: readable before the wait */
     if (sl < 0)
         return;
+    pdl_wait();
     const bool is_v = blockIdx.y != 0;
     const size_t row_bytes = (size_t)row_words * sizeof(W);
     char *pg = base + (size_t)(sl / page_tokens) * page_bytes + (size_t)(sl % page_tokens) * row_bytes;
@@ -78,14 +81,14 @@ int cu_kv_write(lg_backend *be, lg_kv_view kv, lg_tensor k, lg_tensor v, const i
     char *base = (char *)kv.base;
     const char *kd = (const char *)k.data, *vd = (const char *)v.data;
     if (vec)
-        kv_write_kernel<uint4><<<g, kv_threads(row / 16), 0, c->stream>>>(
-            base, kv.page_bytes, kv.k_off, kv.v_off, kv.page_tokens, kd, ldk, vd, ldv, slot, (int)(row / 16));
+        (void)cu_launch(c, kv_write_kernel<uint4>, g, kv_threads(row / 16), 0, base, kv.page_bytes, kv.k_off, kv.v_off,
+                        kv.page_tokens, kd, ldk, vd, ldv, slot, (int)(row / 16));
     else if (es == 2)
-        kv_write_kernel<uint16_t><<<g, kv_threads(row / 2), 0, c->stream>>>(
-            base, kv.page_bytes, kv.k_off, kv.v_off, kv.page_tokens, kd, ldk, vd, ldv, slot, (int)(row / 2));
+        (void)cu_launch(c, kv_write_kernel<uint16_t>, g, kv_threads(row / 2), 0, base, kv.page_bytes, kv.k_off, kv.v_off,
+                        kv.page_tokens, kd, ldk, vd, ldv, slot, (int)(row / 2));
     else
-        kv_write_kernel<uint32_t><<<g, kv_threads(row / 4), 0, c->stream>>>(
-            base, kv.page_bytes, kv.k_off, kv.v_off, kv.page_tokens, kd, ldk, vd, ldv, slot, (int)(row / 4));
+        (void)cu_launch(c, kv_write_kernel<uint32_t>, g, kv_threads(row / 4), 0, base, kv.page_bytes, kv.k_off, kv.v_off,
+                        kv.page_tokens, kd, ldk, vd, ldv, slot, (int)(row / 4));
     CU_LAUNCHED(c);
     return 0;
 }

@@ -27,6 +27,9 @@
  * thread per output column: tmp tile in shared memory (f32), the column's
  * B row 16 bytes at a time, TT accumulators; y traffic dominates there and
  * a warp touches 64 consecutive bytes of each y row.
+ * Programmatic dependent launch (cuda_common.cuh): the weight table, the
+ * segment bounds and the warp's first U rows of B are read before
+ * pdl_wait, tmp and y after.
  * Multi-slot form (cu_lora_expand_multi): k outputs in one launch; grid.x
  * is the concatenation of each output's column blocks, and slot i reads
  * tmp columns from i * max_rank. The single-slot op is the k = 1 case.
@@ -55,6 +58,7 @@ __global__ void __launch_bounds__(EX_THREADS)
     lora_expand_kernel(ex_outs<T> o, const TT_ *tmp, int64_t ldt, const int32_t *seg_indptr, const lg_lora_w *w,
                        int n_slots)
 {
+    pdl_trigger();
     /* the output this block serves; plain selects keep o in parameter space */
     int si = 0;
 #pragma unroll
@@ -89,19 +93,30 @@ __global__ void __launch_bounds__(EX_THREADS)
         const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
         const int part = lane & (lpr - 1), rowl = lane >> lg;
         const bool active = part < cpr;
+        /* the warp's first U rows of B (adapter weights: no kernel writes
+         * them) are loaded before pdl_wait; tmp and y after */
+        int n0 = c0 + warp * rpi * U;
+        uint4 bu[U];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int n = n0 + u * rpi + rowl;
+            bu[u] = active && n < c1 ? *(const uint4 *)(B + (size_t)n * r + part * 8) : make_uint4(0, 0, 0, 0);
+        }
+        pdl_wait();
         float tv[TT][8];
 #pragma unroll
         for (int i = 0; i < TT; i++)
 #pragma unroll
             for (int e = 0; e < 8; e++)
                 tv[i][e] = active && i < nt ? to_f32(tt[(int64_t)i * ldt + part * 8 + e]) : 0.0f;
-        for (int n0 = c0 + warp * rpi * U; n0 < c1; n0 += EX_WARPS * rpi * U) {
-            uint4 bu[U];
+        for (bool first = true; n0 < c1; n0 += EX_WARPS * rpi * U, first = false) {
             float yv[TT][U];
+            if (!first) {
 #pragma unroll
-            for (int u = 0; u < U; u++) {
-                const int n = n0 + u * rpi + rowl;
-                bu[u] = active && n < c1 ? *(const uint4 *)(B + (size_t)n * r + part * 8) : make_uint4(0, 0, 0, 0);
+                for (int u = 0; u < U; u++) {
+                    const int n = n0 + u * rpi + rowl;
+                    bu[u] = active && n < c1 ? *(const uint4 *)(B + (size_t)n * r + part * 8) : make_uint4(0, 0, 0, 0);
+                }
             }
 #pragma unroll
             for (int i = 0; i < TT; i++)
@@ -142,6 +157,7 @@ __global__ void __launch_bounds__(EX_THREADS)
     } else {
         /* thread per output column (TT = 8 tiles, odd ranks, unaligned B); tmp tile in shared memory */
         __shared__ float ts[TT][EX_RMAX];
+        pdl_wait();
         for (int i = threadIdx.x; i < TT * r; i += EX_THREADS) {
             const int ti = i / r, j = i % r;
             ts[ti][j] = ti < nt ? to_f32(tt[(int64_t)ti * ldt + j]) : 0.0f;
@@ -188,14 +204,14 @@ static void launch(cuda_ctx *c, ex_outs<T> o, lg_tensor tmp, const lg_lora_meta 
     const dim3 grid(nx, (unsigned)lm->n_segs, (unsigned)((max_seg + tt - 1) / tt));
     const TT_ *td = (const TT_ *)tmp.data;
     if (tt == 1)
-        lora_expand_kernel<T, TT_, 1, 8><<<grid, EX_THREADS, 0, c->stream>>>(o, td, tmp.stride, lm->seg_indptr, lm->w,
-                                                                            lm->n_slots);
+        (void)cu_launch(c, lora_expand_kernel<T, TT_, 1, 8>, grid, EX_THREADS, 0, o, td, tmp.stride, lm->seg_indptr,
+                        lm->w, lm->n_slots);
     else if (tt == 4)
-        lora_expand_kernel<T, TT_, 4, 4><<<grid, EX_THREADS, 0, c->stream>>>(o, td, tmp.stride, lm->seg_indptr, lm->w,
-                                                                            lm->n_slots);
+        (void)cu_launch(c, lora_expand_kernel<T, TT_, 4, 4>, grid, EX_THREADS, 0, o, td, tmp.stride, lm->seg_indptr,
+                        lm->w, lm->n_slots);
     else
-        lora_expand_kernel<T, TT_, 8, 1><<<grid, EX_THREADS, 0, c->stream>>>(o, td, tmp.stride, lm->seg_indptr, lm->w,
-                                                                            lm->n_slots);
+        (void)cu_launch(c, lora_expand_kernel<T, TT_, 8, 1>, grid, EX_THREADS, 0, o, td, tmp.stride, lm->seg_indptr,
+                        lm->w, lm->n_slots);
 }
 
 template <typename T>

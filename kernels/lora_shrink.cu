@@ -26,12 +26,17 @@
  * (grid.y = k * rank groups). The single-slot op is the k = 1 case.
  * Vector path: in % 8 == 0, x rows 16-byte aligned and A 16-byte aligned
  * (checked per block); else 2-byte loads, same structure.
+ * Programmatic dependent launch (cuda_common.cuh): the weight table, the
+ * segment bounds and the first SH_PRE chunks of A per thread are read
+ * before pdl_wait (none is written by a kernel), x after; the A bytes are
+ * in flight while the kernel before finishes.
  */
 #include "ops.cuh"
 
 #define SH_THREADS 256
 #define SH_WARPS (SH_THREADS / 32)
 #define SH_RG 4 /* rank rows per block */
+#define SH_PRE 2 /* 16-byte chunks of each A row per thread loaded before pdl_wait (in = 4096: all of them) */
 
 struct sh_slots {
     int slot[LG_LORA_MULTI_MAX];
@@ -39,12 +44,35 @@ struct sh_slots {
     int col_off; /* tmp column offset between slots (max_rank) */
 };
 
+/* acc[i][r] += x[t0 + i, 8 ch .. 8 ch + 8) . A[r, same] for one 16-byte chunk of A rows (au). */
+template <typename T, int TT>
+__device__ __forceinline__ void shrink_chunk(float (&acc)[TT][SH_RG], const uint4 (&au)[SH_RG], const T *xt,
+                                             int64_t ldx, int nt, int ch)
+{
+    uint4 xu[TT];
+#pragma unroll
+    for (int i = 0; i < TT; i++) xu[i] = i < nt ? ((const uint4 *)(xt + (int64_t)i * ldx))[ch] : make_uint4(0, 0, 0, 0);
+    float af[SH_RG][8];
+#pragma unroll
+    for (int r = 0; r < SH_RG; r++) unpack8<T>(au[r], af[r]);
+#pragma unroll
+    for (int i = 0; i < TT; i++) {
+        float xf[8];
+        unpack8<T>(xu[i], xf);
+#pragma unroll
+        for (int r = 0; r < SH_RG; r++)
+#pragma unroll
+            for (int e = 0; e < 8; e++) acc[i][r] += af[r][e] * xf[e];
+    }
+}
+
 template <typename T, typename TT_, int TT>
 __global__ void __launch_bounds__(SH_THREADS)
     lora_shrink_kernel(TT_ *tmp, int64_t ldt, const T *x, int64_t ldx, int in, const int32_t *seg_indptr,
                        const lg_lora_w *w, int n_slots, sh_slots sl, bool x_vec)
 {
     __shared__ float red[SH_WARPS][TT * SH_RG];
+    pdl_trigger();
     const int s = blockIdx.z;
     const int si = blockIdx.y / sl.ng, j0 = (blockIdx.y % sl.ng) * SH_RG;
     int slot = sl.slot[0];
@@ -68,29 +96,34 @@ __global__ void __launch_bounds__(SH_THREADS)
 
     if (x_vec && cu_aligned16(lw.A)) {
         const int nch = in / 8;
+        /* the first SH_PRE chunks of A (adapter weights: no kernel writes
+         * them) are loaded before pdl_wait, so they are in flight while the
+         * kernel before still runs; x only after */
+        uint4 apre[SH_PRE][SH_RG];
+#pragma unroll
+        for (int p = 0; p < SH_PRE; p++) {
+            const int ch = threadIdx.x + p * SH_THREADS;
+#pragma unroll
+            for (int r = 0; r < SH_RG; r++)
+                apre[p][r] = r < nr && ch < nch ? ((const uint4 *)(A + (size_t)r * in))[ch] : make_uint4(0, 0, 0, 0);
+        }
+        pdl_wait();
+#pragma unroll
+        for (int p = 0; p < SH_PRE; p++) {
+            const int ch = threadIdx.x + p * SH_THREADS;
+            if (ch < nch)
+                shrink_chunk<T, TT>(acc, apre[p], xt, ldx, nt, ch);
+        }
 #pragma unroll 2
-        for (int ch = threadIdx.x; ch < nch; ch += SH_THREADS) {
-            uint4 au[SH_RG], xu[TT];
+        for (int ch = threadIdx.x + SH_PRE * SH_THREADS; ch < nch; ch += SH_THREADS) {
+            uint4 au[SH_RG];
 #pragma unroll
             for (int r = 0; r < SH_RG; r++)
                 au[r] = r < nr ? ((const uint4 *)(A + (size_t)r * in))[ch] : make_uint4(0, 0, 0, 0);
-#pragma unroll
-            for (int i = 0; i < TT; i++)
-                xu[i] = i < nt ? ((const uint4 *)(xt + (int64_t)i * ldx))[ch] : make_uint4(0, 0, 0, 0);
-            float af[SH_RG][8];
-#pragma unroll
-            for (int r = 0; r < SH_RG; r++) unpack8<T>(au[r], af[r]);
-#pragma unroll
-            for (int i = 0; i < TT; i++) {
-                float xf[8];
-                unpack8<T>(xu[i], xf);
-#pragma unroll
-                for (int r = 0; r < SH_RG; r++)
-#pragma unroll
-                    for (int e = 0; e < 8; e++) acc[i][r] += af[r][e] * xf[e];
-            }
+            shrink_chunk<T, TT>(acc, au, xt, ldx, nt, ch);
         }
     } else {
+        pdl_wait();
         for (int k = threadIdx.x; k < in; k += SH_THREADS) {
             float af[SH_RG];
 #pragma unroll
@@ -134,14 +167,14 @@ static void launch(cuda_ctx *c, lg_tensor tmp, lg_tensor x, const lg_lora_meta *
     TT_ *td = (TT_ *)tmp.data;
     const T *xd = (const T *)x.data;
     if (tt == 1)
-        lora_shrink_kernel<T, TT_, 1><<<grid, SH_THREADS, 0, c->stream>>>(
-            td, tmp.stride, xd, x.stride, (int)x.cols, lm->seg_indptr, lm->w, lm->n_slots, sl, x_vec);
+        (void)cu_launch(c, lora_shrink_kernel<T, TT_, 1>, grid, SH_THREADS, 0, td, tmp.stride, xd, x.stride,
+                        (int)x.cols, lm->seg_indptr, lm->w, lm->n_slots, sl, x_vec);
     else if (tt == 4)
-        lora_shrink_kernel<T, TT_, 4><<<grid, SH_THREADS, 0, c->stream>>>(
-            td, tmp.stride, xd, x.stride, (int)x.cols, lm->seg_indptr, lm->w, lm->n_slots, sl, x_vec);
+        (void)cu_launch(c, lora_shrink_kernel<T, TT_, 4>, grid, SH_THREADS, 0, td, tmp.stride, xd, x.stride,
+                        (int)x.cols, lm->seg_indptr, lm->w, lm->n_slots, sl, x_vec);
     else
-        lora_shrink_kernel<T, TT_, 8><<<grid, SH_THREADS, 0, c->stream>>>(
-            td, tmp.stride, xd, x.stride, (int)x.cols, lm->seg_indptr, lm->w, lm->n_slots, sl, x_vec);
+        (void)cu_launch(c, lora_shrink_kernel<T, TT_, 8>, grid, SH_THREADS, 0, td, tmp.stride, xd, x.stride,
+                        (int)x.cols, lm->seg_indptr, lm->w, lm->n_slots, sl, x_vec);
 }
 
 template <typename T>

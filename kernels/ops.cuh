@@ -12,9 +12,14 @@
 int cu_embed(lg_backend *be, lg_tensor out, lg_tensor table, const int32_t *tok);
 int cu_add_rmsnorm(lg_backend *be, lg_tensor resid, lg_tensor delta, lg_tensor w, lg_tensor out, float eps);
 int cu_matmul(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tensor bias, bool accumulate);
+/* cu_matmul's shape and dtype checks (gemm.cu): 0, or -1 with the message reported. */
+int cu_matmul_check(cuda_ctx *c, lg_tensor y, lg_tensor x, lg_tensor W, lg_tensor bias);
 int cu_rope(lg_backend *be, lg_tensor q, lg_tensor k, const int32_t *pos, const float *inv_freq, int n_heads,
             int n_kv_heads, int head_dim);
 int cu_kv_write(lg_backend *be, lg_kv_view kv, lg_tensor k, lg_tensor v, const int32_t *slot, int n_tokens);
+int cu_rope_kv_write(lg_backend *be, lg_tensor q, lg_tensor k, lg_tensor v, const int32_t *pos,
+                     const float *inv_freq, int n_heads, int n_kv_heads, int head_dim, lg_kv_view kv,
+                     const int32_t *slot);
 int cu_attention(lg_backend *be, lg_tensor out, lg_tensor q, lg_kv_view kv, const lg_step_meta *m, int n_heads,
                  float scale);
 int cu_silu_mul(lg_backend *be, lg_tensor out, lg_tensor gate_up);
@@ -40,6 +45,10 @@ int cu_attention_decode(lg_backend *be, lg_tensor out, lg_tensor q, lg_kv_view k
                         int n_heads, float scale);
 int cu_attention_prefill(lg_backend *be, lg_tensor out, lg_tensor q, lg_kv_view kv, const lg_step_meta *m,
                          int n_heads, float scale);
+/* FlashAttention-2 on mma.sync for head_dim 64 / 128 (attention_prefill_fa2.cu): 0 done, -1 error,
+ * 1 not taken (head_dim, alignment): use cu_attention_prefill. */
+int cu_attention_prefill_fa2(lg_backend *be, lg_tensor out, lg_tensor q, lg_kv_view kv, const lg_step_meta *m,
+                             int n_heads, float scale);
 
 /* Checks a view: float dtype, positive shape, stride >= cols, data non-NULL. */
 int cu_check_view(cuda_ctx *c, const char *what, lg_tensor t, const char *file, int line);
@@ -53,6 +62,29 @@ int cu_check_view(cuda_ctx *c, const char *what, lg_tensor t, const char *file, 
 /* The skinny matmul for T <= 4 (gemv.cu), same contract as cu_matmul on already-checked
  * views: 0 done, -1 error, 1 not taken (T > 2 with N < 16384, T > 4, K % 8, alignment): use cuBLAS. */
 int cu_gemv_try(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tensor bias, bool accumulate);
+/* A LoRA expand fused into a matmul's epilogue (matmul_lora.cu -> gemm_skinny.cu): slot slots[i]
+ * into columns [col0[i], col0[i] + ncols[i]) of y, reading tmp columns from i * lm->max_rank. */
+typedef struct cu_lora_epi {
+    lg_tensor tmp;
+    const lg_lora_meta *lm;
+    int k;
+    int slots[LG_LORA_MULTI_MAX], col0[LG_LORA_MULTI_MAX], ncols[LG_LORA_MULTI_MAX];
+} cu_lora_epi;
+int cu_matmul_lora(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tensor bias, lg_tensor tmp,
+                   const lg_lora_meta *lm, const int *slots, const int *col0, const int *ncols, int k);
+/* The tensor-core matmul for 3..64 token rows (gemm_skinny.cu), same contract as cu_gemv_try:
+ * 0 done, -1 error, 1 not taken (T > 64, K % 8, alignment, LG_SKINNY=0): use cuBLAS. */
+int cu_skinny_try(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tensor bias, bool accumulate,
+                  const struct cu_lora_epi *lora);
+/* The matmul on cuBLASLt with its algorithm timed per shape (gemm_lt.cu; LG_BLASLT=1): 0 done, -1 error,
+ * 1 not taken: use cublasGemmEx. cu_lt_free releases its state (cuda_free). */
+int cu_lt_try(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, bool accumulate);
+void cu_lt_free(cuda_ctx *c);
+extern "C" void lg_cuda_blaslt(int on);
+/* Benchmarks: 0 = skinny matmul off (default), 1 = auto, 10 + v = variant v (gemm_skinny.cu). Also LG_SKINNY. */
+extern "C" void lg_cuda_skinny_mode(int mode);
+/* 1 when the skinny matmul may take shapes (mode != 0). */
+int cu_skinny_enabled(void);
 /* Benchmarks: 0 = matmul always on cuBLAS, 1 = auto (default), 2 = auto with programmatic
  * dependent launch, 10 + v = GEMV variant v for every T <= 4 (gemv.cu). Also LG_GEMV in the environment. */
 extern "C" void lg_cuda_gemv_mode(int mode);

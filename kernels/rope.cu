@@ -16,22 +16,14 @@
  * One block per token: the block computes the hd/2 (cos, sin) pairs once
  * into shared memory, then rotates every head of q and k, 8 element pairs
  * per thread through 16-byte loads when hd % 16 == 0 and the rows are
- * aligned (else 1 pair per thread). Each thread issues its first loads
- * before the angles are computed, so the memory latency overlaps them.
+ * aligned (else 1 pair per thread). The angles depend only on step
+ * metadata, so they are computed before pdl_wait: with programmatic
+ * dependent launch (cuda_common.cuh) that overlaps the qkv matmul's tail.
  * Decode (32 tokens x 40 heads x 128) is ~0.8 MB moved: latency-bound.
  */
 #include "ops.cuh"
 
-#define ROPE_MAX_THREADS 512
-
-__device__ __forceinline__ void rope_cos_sin(float p, float f, float *co, float *si)
-{
-    const float hi = p * f, lo = fmaf(p, f, -hi);
-    float s, c;
-    sincosf(hi, &s, &c);
-    *co = c - lo * s;
-    *si = s + lo * c;
-}
+#define ROPE_MAX_THREADS 512 /* rope_cos_sin: cuda_common.cuh (shared with rope_kv.cu) */
 
 /* V consecutive elements at p as floats, and back (V = 8: one 16-byte word). */
 template <typename T, int V> struct rope_io {
@@ -55,21 +47,18 @@ __global__ void rope_kernel(T *q, int64_t ldq, T *k, int64_t ldk, const int32_t 
         const int h = j / per_head;
         return (h < nh ? q + t * ldq + (int64_t)h * hd : k + t * ldk + (int64_t)(h - nh) * hd) + (j % per_head) * V;
     };
-    float a[V], b[V];
-    int j = threadIdx.x;
-    if (j < n) {
-        rope_io<T, V>::load(ptr(j), a);
-        rope_io<T, V>::load(ptr(j) + half, b);
-    }
+    pdl_trigger();
+    /* positions and frequencies are step metadata: the angles are computed
+     * while the kernel before (the qkv matmul) may still run */
     const float p = (float)pos[t];
     for (int i = threadIdx.x; i < half; i += blockDim.x) rope_cos_sin(p, inv_freq[i], &cs[i], &cs[half + i]);
+    pdl_wait();
     __syncthreads();
-    for (; j < n; j += blockDim.x) {
+    float a[V], b[V];
+    for (int j = threadIdx.x; j < n; j += blockDim.x) {
         T *v = ptr(j);
-        if (j != (int)threadIdx.x) {
-            rope_io<T, V>::load(v, a);
-            rope_io<T, V>::load(v + half, b);
-        }
+        rope_io<T, V>::load(v, a);
+        rope_io<T, V>::load(v + half, b);
         const int i0 = (j % per_head) * V;
         float ra[V], rb[V];
 #pragma unroll
@@ -96,13 +85,13 @@ static void launch(cuda_ctx *c, lg_tensor q, lg_tensor k, const int32_t *pos, co
     const unsigned g = (unsigned)q.rows;
     if constexpr (sizeof(T) == 2) {
         if (vec) {
-            rope_kernel<T, 8><<<g, thr, sm, c->stream>>>((T *)q.data, q.stride, (T *)k.data, k.stride, pos, inv_freq,
-                                                         nh, nkv, hd);
+            (void)cu_launch(c, rope_kernel<T, 8>, g, thr, sm, (T *)q.data, q.stride, (T *)k.data, k.stride, pos,
+                            inv_freq, nh, nkv, hd);
             return;
         }
     }
-    rope_kernel<T, 1><<<g, thr, sm, c->stream>>>((T *)q.data, q.stride, (T *)k.data, k.stride, pos, inv_freq, nh, nkv,
-                                                 hd);
+    (void)cu_launch(c, rope_kernel<T, 1>, g, thr, sm, (T *)q.data, q.stride, (T *)k.data, k.stride, pos, inv_freq, nh,
+                    nkv, hd);
 }
 
 int cu_rope(lg_backend *be, lg_tensor q, lg_tensor k, const int32_t *pos, const float *inv_freq, int n_heads,

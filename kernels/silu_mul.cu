@@ -15,6 +15,8 @@ __device__ __forceinline__ float silu_mul1(float g, float u) { return g / (1.0f 
 template <typename T>
 __global__ void silu_mul_kernel(T *out, int64_t ldo, const T *gu, int64_t ldg, int F, int T_)
 {
+    pdl_trigger();
+    pdl_wait();
     const int64_t n = (int64_t)F * T_;
     for (int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; j < n; j += (int64_t)gridDim.x * blockDim.x) {
         int64_t t = j / F, f = j % F;
@@ -27,6 +29,8 @@ __global__ void silu_mul_kernel(T *out, int64_t ldo, const T *gu, int64_t ldg, i
 template <typename T>
 __global__ void silu_mul_vec_kernel(T *out, int64_t ldo, const T *gu, int64_t ldg, int F8, int T_)
 {
+    pdl_trigger();
+    pdl_wait();
     const int64_t n = (int64_t)F8 * T_;
     for (int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; j < n; j += (int64_t)gridDim.x * blockDim.x) {
         const int64_t t = j / F8, f = (j % F8) * 8;
@@ -50,15 +54,15 @@ static void launch(cuda_ctx *c, lg_tensor out, lg_tensor gate_up)
             cu_aligned16(gate_up.data)) {
             const int64_t n = (int64_t)(F / 8) * R;
             const unsigned blocks = (unsigned)((n + 255) / 256 < 8 * 1024 ? (n + 255) / 256 : 8 * 1024);
-            silu_mul_vec_kernel<T><<<blocks, 256, 0, c->stream>>>((T *)out.data, out.stride,
-                                                                  (const T *)gate_up.data, gate_up.stride, F / 8, R);
+            (void)cu_launch(c, silu_mul_vec_kernel<T>, blocks, 256, 0, (T *)out.data, out.stride,
+                            (const T *)gate_up.data, gate_up.stride, F / 8, R);
             return;
         }
     }
     const int64_t n = (int64_t)F * R;
     const unsigned blocks = (unsigned)((n + 255) / 256 < 8 * 1024 ? (n + 255) / 256 : 8 * 1024);
-    silu_mul_kernel<T><<<blocks, 256, 0, c->stream>>>((T *)out.data, out.stride, (const T *)gate_up.data,
-                                                      gate_up.stride, F, R);
+    (void)cu_launch(c, silu_mul_kernel<T>, blocks, 256, 0, (T *)out.data, out.stride, (const T *)gate_up.data,
+                    gate_up.stride, F, R);
 }
 
 int cu_silu_mul(lg_backend *be, lg_tensor out, lg_tensor gate_up)

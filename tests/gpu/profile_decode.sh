@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
 # profile_decode.sh — per-kernel GPU time of one decode step under ncu
-# (eager, LG_NO_GRAPHS=1, so every kernel is its own launch), for the bench
-# cases of run_device.sh. Prints, per case, each kernel's time summed over
-# one step (embed_kernel to the next embed_kernel) and the step's total.
+# (eager, LG_NO_GRAPHS=1, so every kernel is its own launch; ncu serialises
+# kernels, so programmatic dependent launch overlaps nothing here: these are
+# kernel durations, not the step's wall time). Cases: W1 with 32 rank-16
+# adapters with this tree's defaults ("new") and with the issue-10 paths off
+# ("old", as run_device.sh), and batch 1 new. Prints, per case, each
+# kernel's time summed over one step (embed_kernel to the next
+# embed_kernel), its launches, and the step's total.
 #   bash tests/gpu/profile_decode.sh        (repo root, after run_device.sh built build-cuda)
 set -uo pipefail
 OUT=${OUT:-build-cuda/out}
@@ -11,9 +15,9 @@ mkdir -p "$OUT"
 BIN=build-cuda/loragate
 M=tests/bench/llama2-7b-shape
 B="--model $M --load-format dummy --backend cuda --dtype f16"
-prof() { # name skip count args...
-  local name=$1 skip=$2 count=$3; shift 3
-  LG_NO_GRAPHS=1 ncu --clock-control none --metrics gpu__time_duration.sum --csv --launch-skip "$skip" \
+prof() { # name "env assignments" skip count args...
+  local name=$1 envs=$2 skip=$3 count=$4; shift 4
+  env LG_NO_GRAPHS=1 $envs ncu --clock-control none --metrics gpu__time_duration.sum --csv --launch-skip "$skip" \
     --launch-count "$count" $BIN bench $B "$@" >"$OUT/prof_$name.csv" 2>"$OUT/prof_$name.err"
   python3 - "$OUT/prof_$name.csv" "$name" <<'PY'
 import csv, sys, collections
@@ -34,6 +38,8 @@ for n, (c, t) in sorted(agg.items(), key=lambda x: -x[1][1]):
     print("  %8.1f us %4d x  %s" % (t, c, n))
 PY
 }
-prof b1 1500 800 --num-seqs 1 --prompt-len 128 --output-len 16
-prof w1 4000 1000 --num-seqs 32 --prompt-len 128 --output-len 24
-prof w1_lora 5000 1200 --num-seqs 32 --prompt-len 128 --output-len 24 --adapters 32 --rank 16 --targets q,k,v,o
+OLD="LG_PDL=0 LG_SKINNY=0 LG_ATTN_FA2=0 LG_FUSE_ROPE_KV=0 LG_FUSE_LORA=0"
+W1L="--num-seqs 32 --prompt-len 128 --output-len 24 --adapters 32 --rank 16 --targets q,k,v,o"
+prof w1_lora_new "" 5000 1000 $W1L
+prof w1_lora_old "$OLD" 5000 1500 $W1L
+prof b1_new "" 1500 800 --num-seqs 1 --prompt-len 128 --output-len 16

@@ -1,90 +1,157 @@
 #!/usr/bin/env bash
 # run_device.sh — everything the GPU test machine checks and measures, in one
 # call: build with CUDA, the op tests against the CPU backend, the golden
-# HF/peft fixtures end to end on the CUDA backend, and the benchmarks of
-# docs/benchmarks.md next to their HF references.
+# HF/peft fixtures end to end on the CUDA backend, and every figure of
+# docs/benchmarks.md "GPU speed (issue 10)" next to its reference.
 #
-#   bash tests/gpu/run_device.sh [all|test|bench|serving]     (from the repo root)
+#   bash tests/gpu/run_device.sh [all|test|serving|bench|profile]     (from the repo root)
 #
 # serving: the serving-runtime workloads (tests/gpu/serving_bench.sh: W1,
 # adapter load latency, W2 many adapters, W3 shared prompts, W4 flooding
-# tenant); DEADLINE=s (default 540) skips later steps past it, saying so.
-# TARGETS=loragate builds only the binary (default: all targets).
+# tenant). TARGETS=loragate builds only the binary (default: all targets).
+#
+# bench: the ceilings and kernel tables (tests/gpu/bench_kernels.c), then the
+# engine workloads, each run twice in a row: with this tree's defaults
+# ("new") and with every issue-10 path switched off ("old": LG_PDL=0
+# LG_SKINNY=0 LG_ATTN_FA2=0 LG_FUSE_ROPE_KV=0 LG_FUSE_LORA=0, i.e. separate
+# LoRA shrink/expand and rope/kv launches in stream order, the wmma prefill
+# attention, no programmatic dependent launch), plus W1 and batch-1 with one
+# switch flipped at a time (LG_SKINNY=1 and LG_FUSE_LORA=1 turn on the opt-in
+# skinny matmul and matmul_lora op, together the expand in its epilogue). profile: ncu per-kernel time of one W1 decode step
+# (tests/gpu/profile_decode.sh), new and old. all = test + serving + bench +
+# profile.
 #
 # Needs nvcc, cmake, python3 with torch/transformers/peft/pytest (the GPU
 # machine's image). Missing Debian libraries (jansson, pcre2, utf8proc) are
-# taken from .deps/*.deb when present (tests/gpu/deps_env.sh).
+# taken from .deps/*.deb when present (tests/gpu/deps_env.sh). PREBUILT=f.tar.xz:
+# binaries built elsewhere with the same CUDA (loragate, test_cuda_ops,
+# test_cuda_sample, bench_kernels, ...), used when they load, else built here.
 # Logs and JSON results go to $OUT (default build-cuda/out); a summary is
-# printed last. SKIP_HF=1 skips the HF baselines; BENCH_EAGER=1 adds the W1
-# runs with step graphs off (LG_NO_GRAPHS=1).
+# printed last. bench also runs the HF transformers / peft W1 baselines (slow)
+# unless SKIP_HF=1; BENCH_EAGER=1 adds W1 without step graphs.
+# DEADLINE=s (default 540): later steps are skipped, and said so, past it.
 set -uo pipefail
 ROOT=$(pwd)
 OUT=${OUT:-$ROOT/build-cuda/out}
 mkdir -p "$OUT"
 WHAT=${1:-all}
+DEADLINE=${DEADLINE:-540}
 export PYTHONUNBUFFERED=1
 
 . tests/gpu/deps_env.sh
 
 summary=()
 note() { summary+=("$*"); echo "== $*"; }
-DEADLINE=${DEADLINE:-540}
 late() { if [ "$SECONDS" -gt "$DEADLINE" ]; then note "SKIPPED (past ${DEADLINE}s): $*"; return 0; fi; return 1; }
+want() { [ "$WHAT" = all ] || [ "$WHAT" = "$1" ]; }
 
-t0=$(date +%s)
-cmake -S . -B build-cuda -DCMAKE_BUILD_TYPE=Release >"$OUT/cmake.log" 2>&1 || { tail -20 "$OUT/cmake.log"; exit 1; }
-cmake --build build-cuda -j"$(nproc)" --target ${TARGETS:-all} >"$OUT/build.log" 2>&1 || { grep -E "error" "$OUT/build.log" | head -30; exit 1; }
-note "build: $(( $(date +%s) - t0 )) s; $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)"
 BIN=$ROOT/build-cuda/loragate
+built=0
+if [ -n "${PREBUILT:-}" ] && [ -f "$PREBUILT" ]; then
+  mkdir -p build-cuda && tar -xJf "$PREBUILT" -C build-cuda
+  if ! ldd "$BIN" build-cuda/test_cuda_ops | grep -q "not found" && "$BIN" --help >/dev/null 2>&1; then
+    built=1; note "binaries: prebuilt ($PREBUILT)"
+  else
+    note "binaries: prebuilt ones do not load here; building"; rm -f build-cuda/loragate
+  fi
+fi
+if [ $built = 0 ]; then
+  t0=$SECONDS
+  cmake -S . -B build-cuda -DCMAKE_BUILD_TYPE=Release >"$OUT/cmake.log" 2>&1 || { tail -20 "$OUT/cmake.log"; exit 1; }
+  cmake --build build-cuda -j"$(nproc)" --target ${TARGETS:-all} >"$OUT/build.log" 2>&1 || { grep -E "error" "$OUT/build.log" | head -30; exit 1; }
+  note "build: $((SECONDS - t0)) s"
+fi
+note "device: $(nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem --format=csv,noheader)"
 
-if [ "$WHAT" = all ] || [ "$WHAT" = test ]; then
+# OLD / OLD_LABEL: the reference configuration of the "old" runs (default: the issue-10 paths off)
+OLD=${OLD:-"LG_PDL=0 LG_SKINNY=0 LG_ATTN_FA2=0 LG_FUSE_ROPE_KV=0 LG_FUSE_LORA=0"}
+OLD_LABEL=${OLD_LABEL:-old}
+
+if want test; then
   build-cuda/test_cuda_ops >"$OUT/test_cuda_ops.log" 2>&1
-  note "op tests: rc=$? $(grep -E 'passed|failed' "$OUT/test_cuda_ops.log" | tail -1)"
+  rc=$?
+  note "op tests: rc=$rc $(grep -E 'passed|failed' "$OUT/test_cuda_ops.log" | tail -1)"
+  grep -E "FAIL" "$OUT/test_cuda_ops.log" | head -20
+  if [ $rc != 0 ]; then
+    env $OLD build-cuda/test_cuda_ops --no-bench >"$OUT/test_cuda_ops_old.log" 2>&1
+    note "op tests with the issue-10 paths off: rc=$? $(grep -E 'passed|failed' "$OUT/test_cuda_ops_old.log" | tail -1)"
+  fi
   build-cuda/test_cuda_sample >"$OUT/test_cuda_sample.log" 2>&1
   note "device sampler vs host: rc=$? $(tail -1 "$OUT/test_cuda_sample.log")"
   # f16: every fixture computed in f16; auto: each in its weight dtype (f32
-  # weights in f16 until the CUDA backend computes in f32). Forcing bf16 on
-  # f16 weights loses mantissa bits and is not a configuration we serve.
+  # weights in f16 until the CUDA backend computes in f32).
+  xd=""; python3 -c "import xdist" 2>/dev/null && xd="-n 8"
   for dt in f16 auto; do
-    cdt=float16
-    LG_BIN=$BIN LG_BACKEND=cuda LG_GENERATE_EXTRA="--dtype $dt" LG_COMPUTE_DTYPE=$cdt python3 -m pytest -q tests/golden \
-      >"$OUT/golden_cuda_$dt.log" 2>&1
+    LG_BIN=$BIN LG_BACKEND=cuda LG_GENERATE_EXTRA="--dtype $dt" LG_COMPUTE_DTYPE=float16 python3 -m pytest -q $xd \
+      tests/golden >"$OUT/golden_cuda_$dt.log" 2>&1
     note "golden on cuda (--dtype $dt): $(tail -1 "$OUT/golden_cuda_$dt.log")"
   done
 fi
 
-if [ "$WHAT" = all ] || [ "$WHAT" = serving ]; then
+if want serving; then
   . tests/gpu/serving_bench.sh
 fi
 
-if [ "$WHAT" = all ] || [ "$WHAT" = bench ]; then
-  M=tests/bench/llama2-7b-shape
-  W1="--model $M --load-format dummy --backend cuda --dtype f16 --num-seqs 32 --prompt-len 128 --output-len 64"
-  $BIN bench $W1 --adapters 32 --rank 16 --targets q,k,v,o --json >"$OUT/w1_lora.json" 2>"$OUT/w1_lora.err"
-  note "W1 ours, 32 rank-16 adapters: $(cat "$OUT/w1_lora.json") $(tail -1 "$OUT/w1_lora.err")"
-  $BIN bench $W1 --json >"$OUT/w1_base.json" 2>"$OUT/w1_base.err"
-  note "W1 ours, no adapters: $(cat "$OUT/w1_base.json") $(tail -1 "$OUT/w1_base.err")"
-  $BIN bench --model $M --load-format dummy --backend cuda --dtype f16 --num-seqs 1 --prompt-len 128 \
-    --output-len 128 --json >"$OUT/b1.json" 2>"$OUT/b1.err"
-  note "batch-1 decode: $(cat "$OUT/b1.json")"
-  $BIN bench --model $M --load-format dummy --backend cuda --dtype f16 --num-seqs 1 --prompt-len 2048 \
-    --output-len 1 --step-tokens 2048 --json >"$OUT/pf2048.json" 2>"$OUT/pf2048.err"
-  note "prefill 2048: $(cat "$OUT/pf2048.json")"
-  if [ -n "${BENCH_EAGER:-}" ]; then  # the same W1 runs without step graphs, for comparison
-    LG_NO_GRAPHS=1 $BIN bench $W1 --adapters 32 --rank 16 --targets q,k,v,o --json >"$OUT/w1_lora_eager.json" 2>&1
-    note "W1 ours, 32 adapters, LG_NO_GRAPHS=1: $(cat "$OUT/w1_lora_eager.json")"
-    LG_NO_GRAPHS=1 $BIN bench $W1 --json >"$OUT/w1_base_eager.json" 2>&1
-    note "W1 ours, no adapters, LG_NO_GRAPHS=1: $(cat "$OUT/w1_base_eager.json")"
+M=tests/bench/llama2-7b-shape
+B="--model $M --load-format dummy --backend cuda --dtype f16 --json"
+W1="$B --num-seqs 32 --prompt-len 128 --output-len 64"
+W2="$B --num-seqs 128 --prompt-len 128 --output-len 64"
+declare -A CASE=(
+  [w1_lora]="$W1 --adapters 32 --rank 16 --targets q,k,v,o"
+  [w1_base]="$W1"
+  [w2_lora]="$W2 --adapters 128 --rank 16 --targets q,k,v,o"
+  [w2_base]="$W2"
+  [w3_lora]="$W1 --adapters 32 --rank 8 --targets q,k,v,o,gate,up,down"
+  [b1]="$B --num-seqs 1 --prompt-len 128 --output-len 128"
+  [pf2048]="$B --num-seqs 1 --prompt-len 2048 --output-len 1 --step-tokens 2048"
+)
+table=()
+field() { python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print('%.6g' % d.get(sys.argv[2], float('nan')))" "$1" "$2" 2>/dev/null || echo nan; }
+bench() { # label env-assignments case
+  local label=$1 envs=$2 c=$3 f="$OUT/$3.$1.json" t0=$SECONDS
+  late "$c $label" && return
+  env $envs $BIN bench ${CASE[$c]} >"$f" 2>"$OUT/$c.$label.err" || { note "$c $label FAILED: $(tail -2 "$OUT/$c.$label.err")"; return; }
+  table+=("$(printf '%-8s %-16s %10s tok/s  decode %8s ms/step  prefill %8s s (%s steps)  [%ds]' "$c" "$label" \
+    "$(field "$f" output_tok_s)" "$(field "$f" decode_ms_per_step)" "$(field "$f" prefill_s)" "$(field "$f" prefill_steps)" \
+    $((SECONDS - t0)))")
+  echo "${table[-1]}"
+}
+
+if want bench; then
+  # KERNELS=0 skips bench_kernels; CASES picks the engine cases (new, then old, each);
+  # ABLATE=0 skips the one-switch-at-a-time runs.
+  if [ "${KERNELS:-1}" != 0 ]; then
+    late "bench_kernels" || { build-cuda/bench_kernels ${BENCH_KERNELS_ARGS:-} 2>&1 | tee "$OUT/bench_kernels.txt" | tail -45; }
   fi
-  if [ -n "${SKIP_HF:-}" ]; then
-    echo; echo "================ summary ================"; printf '%s\n' "${summary[@]}"; exit 0
+  for c in ${CASES:-w1_lora w1_base w3_lora b1 pf2048 w2_lora w2_base}; do
+    bench new "" $c
+    bench "$OLD_LABEL" "$OLD" $c
+  done
+  if [ "${ABLATE:-1}" != 0 ]; then   # one path switched at a time
+    for sw in LG_PDL=0 LG_FUSE_ROPE_KV=0 LG_FUSE_LORA=1 LG_SKINNY=1 LG_SKINNY=1,LG_FUSE_LORA=1; do
+      bench "${sw//LG_/}" "${sw//,/ }" w1_lora
+    done
+    for sw in LG_PDL=0 LG_FUSE_ROPE_KV=0 LG_SKINNY=1; do bench "${sw#LG_}" "$sw" b1; done
+    bench "ATTN_FA2=0" "LG_ATTN_FA2=0" pf2048
   fi
-  python3 tests/bench/hf_w1.py --mode base >"$OUT/hf_base.json" 2>"$OUT/hf_base.err"
-  note "W1 HF transformers: $(tail -1 "$OUT/hf_base.json")"
-  python3 tests/bench/hf_w1.py --mode peft --adapters 32 --rank 16 >"$OUT/hf_peft.json" 2>"$OUT/hf_peft.err"
-  note "W1 HF peft: $(tail -1 "$OUT/hf_peft.json") $(tail -2 "$OUT/hf_peft.err" | head -1)"
+  if [ -n "${BENCH_EAGER:-}" ]; then  # W1 without step graphs, for comparison
+    bench eager "LG_NO_GRAPHS=1" w1_lora
+    bench eager "LG_NO_GRAPHS=1" w1_base
+  fi
+  if [ -z "${SKIP_HF:-}" ] && ! late "HF baselines"; then
+    python3 tests/bench/hf_w1.py --mode base >"$OUT/hf_base.json" 2>"$OUT/hf_base.err"
+    note "W1 HF transformers: $(tail -1 "$OUT/hf_base.json")"
+    python3 tests/bench/hf_w1.py --mode peft --adapters 32 --rank 16 >"$OUT/hf_peft.json" 2>"$OUT/hf_peft.err"
+    note "W1 HF peft: $(tail -1 "$OUT/hf_peft.json") $(tail -2 "$OUT/hf_peft.err" | head -1)"
+  fi
+fi
+
+if want profile; then
+  late "ncu profile" || { OUT=$OUT bash tests/gpu/profile_decode.sh 2>&1 | tee "$OUT/profile.txt" | tail -60; }
 fi
 
 echo
-echo "================ summary ================"
+echo "================ summary ($SECONDS s) ================"
 printf '%s\n' "${summary[@]}"
+[ ${#table[@]} -gt 0 ] && printf '%s\n' "${table[@]}"
+exit 0

@@ -30,6 +30,9 @@
 #define PATTERN 0xA5
 
 static lg_backend *G, *C; /* GPU under test, CPU oracle */
+void lg_cuda_attn_fa2(int on);    /* kernels/attention.cu: 0 = prefill on the wmma kernel */
+void lg_cuda_skinny_mode(int mode); /* kernels/gemm_skinny.cu: 0 = off (default), 1 = auto, 10 + v = variant v */
+void lg_cuda_blaslt(int on);        /* kernels/gemm_lt.cu: 1 on, 0 off, -1 as LG_BLASLT */
 static int n_fail, n_pass;
 static uint64_t rng_s = 0x9E3779B97F4A7C15ull;
 
@@ -658,6 +661,190 @@ static void test_lora(lg_dtype dt, lg_dtype tmp_dt, const char *name, int n_segs
     gt_free(&x), gt_free(&tmp), gt_free(&yf);
 }
 
+static void *dev_rand(lg_dtype dt, size_t n, float amp);
+
+/* matmul_lora (kernels/matmul_lora.cu): y = x W^T (+ bias) plus the expand of k slots into column
+ * ranges of y, from the GPU's own shrink (lora_shrink_multi, as model.c runs them), against the
+ * CPU matmul plus an f64 expand of that tmp. T picks the path: <= 2 the GEMV then the expand
+ * kernel, 3..64 the skinny matmul with the expand in its epilogue (when the ranges are whole
+ * tiles), > 64 cuBLAS then the expand kernel. */
+static void test_matmul_lora_case(lg_dtype dt, const char *name, int n_segs, const int *seg_len, const int *rank,
+                                  int K, int k, const int *ncols, int bias)
+{
+    const int n_slots = LG_LORA_N_MODULES;
+    int T = 0, R = 1, N = 0, col0[3], slots[3];
+    int32_t *indptr = malloc((n_segs + 1) * 4);
+    for (int s2 = 0; s2 < n_segs; s2++) {
+        indptr[s2] = T;
+        T += seg_len[s2];
+        if (rank[s2] > R) R = rank[s2];
+    }
+    indptr[n_segs] = T;
+    for (int i = 0; i < k; i++) col0[i] = N, N += ncols[i], slots[i] = i;
+    size_t es = esz(dt), pool_bytes = 4096;
+    for (int s2 = 0; s2 < n_segs; s2++) pool_bytes += (size_t)k * rank[s2] * (K + N) * es + (size_t)k * 64;
+    char *pool = G->i.alloc(G, pool_bytes);
+    unsigned char *hpool = calloc(pool_bytes, 1);
+    lg_lora_w *w = calloc((size_t)n_segs * n_slots, sizeof(lg_lora_w));
+    float **B = calloc((size_t)n_segs * k, sizeof(float *));
+    size_t off = 0;
+    for (int s2 = 0; s2 < n_segs; s2++)
+        for (int i = 0; i < k; i++) {
+            lg_lora_w *ws = &w[(size_t)s2 * n_slots + i];
+            const int r = (s2 + i) % 4 == 3 ? 0 : rank[s2]; /* some (segment, slot) pairs without LoRA */
+            ws->rank = r;
+            ws->scale = 0.5f + 0.25f * frand();
+            if (!r)
+                continue;
+            size_t na = (size_t)r * K, nb = (size_t)ncols[i] * r;
+            float *fa = malloc(na * 4);
+            B[s2 * k + i] = malloc(nb * 4);
+            for (size_t j = 0; j < na; j++) fa[j] = 0.1f * frand();
+            for (size_t j = 0; j < nb; j++) B[s2 * k + i][j] = 0.1f * frand();
+            lg_from_f32(hpool + off, dt, fa, na);
+            ws->A = pool + off;
+            off = (off + na * es + 15) & ~(size_t)15;
+            lg_from_f32(hpool + off, dt, B[s2 * k + i], nb);
+            lg_to_f32(B[s2 * k + i], hpool + off, dt, nb);
+            ws->B = pool + off;
+            off = (off + nb * es + 15) & ~(size_t)15;
+            free(fa);
+        }
+    G->i.upload(G, pool, hpool, pool_bytes);
+    lg_lora_w *dw = G->i.alloc(G, (size_t)n_segs * n_slots * sizeof(lg_lora_w));
+    G->i.upload(G, dw, w, (size_t)n_segs * n_slots * sizeof(lg_lora_w));
+    int32_t *dind = dev_i32(indptr, n_segs + 1);
+    lg_lora_meta lm = {n_segs, n_slots, R, dind, dw, indptr};
+
+    gt x = gt_new(dt, T, K, 8), W = gt_new(dt, N, K, 0), y = gt_new(dt, T, N, 8), tmp = gt_new(LG_F32, T, k * R, 0);
+    gt_set(&x, NULL, 1.0f);
+    gt_set(&W, NULL, 0.1f);
+    gt_poison(&y);
+    gt_poison(&tmp);
+    float *b = malloc(N * 4);
+    for (int i = 0; i < N; i++) b[i] = frand();
+    float *db = G->i.alloc(G, N * 4);
+    G->i.upload(G, db, b, N * 4);
+    lg_tensor none = {0}, bt = lg_tensor_2d(db, LG_F32, 1, N);
+    /* the op computes tmp itself (its shrink); a separate lora_shrink_multi into tmp2 must match it bit for bit */
+    gt tmp2 = gt_new(LG_F32, T, k * R, 0);
+    gt_poison(&tmp2);
+    int rc = G->i.matmul_lora ? G->i.matmul_lora(G, y.t, x.t, W.t, bias ? bt : none, tmp.t, &lm, slots, col0, ncols, k)
+                              : -1;
+    rc |= G->i.lora_shrink_multi(G, tmp2.t, x.t, &lm, slots, k);
+    size_t n = (size_t)T * N;
+    float *gy = malloc(n * 4), *gtmp = malloc((size_t)T * k * R * 4), *gtmp2 = malloc((size_t)T * k * R * 4),
+          *ry = calloc(n, 4);
+    unsigned char *all = malloc(T);
+    memset(all, 1, T);
+    int g = gt_get(&y, gy, NULL), g2 = gt_get(&tmp, gtmp, all) | gt_get(&tmp2, gtmp2, all);
+    free(all);
+    for (int t = 0; t < T; t++) /* columns of slots without LoRA for t's segment are not written: compare ranked ones */
+        for (int s2 = 0; s2 < n_segs; s2++)
+            if (t >= indptr[s2] && t < indptr[s2 + 1])
+                for (int i = 0; i < k; i++)
+                    for (int j = 0; j < w[(size_t)s2 * n_slots + i].rank; j++)
+                        if (gtmp[(size_t)t * k * R + i * R + j] != gtmp2[(size_t)t * k * R + i * R + j])
+                            g2 = -1;
+    C->i.matmul(C, host_t(ry, T, N), host_t(x.f, T, K), host_t(W.f, N, K), bias ? host_t(b, 1, N) : none, false);
+    for (int s2 = 0; s2 < n_segs; s2++)
+        for (int t = indptr[s2]; t < indptr[s2 + 1]; t++)
+            for (int i = 0; i < k; i++) {
+                const lg_lora_w *ws = &w[(size_t)s2 * n_slots + i];
+                for (int c = 0; c < ncols[i] && ws->rank; c++) {
+                    double acc = 0;
+                    for (int j = 0; j < ws->rank; j++)
+                        acc += (double)gtmp[(size_t)t * k * R + i * R + j] * B[s2 * k + i][(size_t)c * ws->rank + j];
+                    ry[(size_t)t * N + col0[i] + c] += (float)(ws->scale * acc);
+                }
+            }
+    char cas[48];
+    snprintf(cas, sizeof cas, "%s T%d K%d N%d k%d%s", name, T, K, N, k, bias ? " bias" : "");
+    record("matmul_lora", cas, dt, rel_l2(gy, ry, n), lim_for(dt), rc == 0 && g == 0 && g2 == 0);
+    for (int i = 0; i < n_segs * k; i++) free(B[i]);
+    free(B), free(w), free(indptr), free(hpool), free(b), free(gy), free(gtmp), free(gtmp2), free(ry);
+    G->i.dealloc(G, pool), G->i.dealloc(G, dw), G->i.dealloc(G, dind), G->i.dealloc(G, db);
+    gt_free(&x), gt_free(&W), gt_free(&y), gt_free(&tmp), gt_free(&tmp2);
+}
+
+static void test_matmul_lora(lg_dtype dt)
+{
+    if (!G->i.matmul_lora) {
+        record("matmul_lora", "slot missing (LG_FUSE_LORA=0)", dt, 0, 0, 1);
+        return;
+    }
+    int one[64], r16[64], mixed[64], len3[] = {3, 1, 2, 4, 7}, r3[] = {16, 8, 0, 13, 16};
+    for (int i = 0; i < 64; i++) one[i] = 1, r16[i] = 16, mixed[i] = (int[]){16, 8, 0, 32, 16, 4, 64, 16}[i % 8];
+    const int qkv[] = {512, 128, 128}, gu[] = {1024, 1024}, o[] = {512}, odd[] = {520};
+    int l70[] = {40, 30}, r70[] = {16, 8};
+    /* skinny off (the default): shrink, matmul, expand kernel; skinny on (LG_SKINNY=1): the shrink,
+     * then the expand in the skinny matmul's epilogue (T 5..64, whole tiles) */
+    for (int sk = 0; sk < 2; sk++) {
+        lg_cuda_skinny_mode(sk);
+        char nm[7][24];
+        const char *base[7] = {"decode", "decode", "decode", "ragged", "unfused", "gemv", "cublas"};
+        for (int i = 0; i < 7; i++) snprintf(nm[i], sizeof nm[i], "%s %s", sk ? "fused" : "side", base[i]);
+        test_matmul_lora_case(dt, nm[0], 32, one, r16, 1024, 3, qkv, 1); /* skinny: fused expand */
+        test_matmul_lora_case(dt, nm[1], 32, one, mixed, 512, 2, gu, 0); /* ranks 0..64 */
+        test_matmul_lora_case(dt, nm[2], 64, one, mixed, 2048, 1, o, 0); /* 64 rows, split-K */
+        test_matmul_lora_case(dt, nm[3], 5, len3, r3, 520, 3, qkv, 1);   /* segments of 1..7, rank 13 */
+        test_matmul_lora_case(dt, nm[4], 7, one, r16, 512, 1, odd, 0);   /* range not whole tiles */
+        test_matmul_lora_case(dt, nm[5], 2, one, r16, 1024, 3, qkv, 1);  /* T = 2: GEMV + expand */
+        test_matmul_lora_case(dt, nm[6], 2, l70, r70, 256, 3, qkv, 0);   /* T = 70: cuBLAS + expand */
+    }
+    lg_cuda_skinny_mode(0);
+}
+
+/* rope_kv_write (kernels/rope_kv.cu) against the GPU's own rope + kv_write (bit for bit: the
+ * contract) and the CPU's; slot -1 tokens write no cache row. */
+static void test_rope_kv(lg_dtype dt)
+{
+    if (!G->i.rope_kv_write) {
+        record("rope_kv", "slot missing (LG_FUSE_ROPE_KV=0)", dt, 0, 0, 1);
+        return;
+    }
+    const int cases[][4] = {{7, 8, 2, 64}, {32, 32, 32, 128}, {5, 12, 4, 80}}; /* T, nh, nkv, hd */
+    for (int ci = 0; ci < 3; ci++) {
+        const int T = cases[ci][0], nh = cases[ci][1], nkv = cases[ci][2], hd = cases[ci][3], pt = 16;
+        const int qd = nh * hd, kvd = nkv * hd, Wd = qd + 2 * kvd, n_pages = T + 2;
+        const size_t es = esz(dt), blk = (size_t)pt * kvd * es, pb = 4 * blk; /* 2 layers: K, V, K, V */
+        gt a = gt_new(dt, T, Wd, 8), b = gt_new(dt, T, Wd, 8);
+        gt_set(&a, NULL, 1.0f);
+        gt_set(&b, a.f, 1.0f);
+        int32_t *pos = malloc(T * 4), *slot = malloc(T * 4);
+        for (int t = 0; t < T; t++) pos[t] = irand(5000), slot[t] = t == 2 ? -1 : (T - t) * pt + t * 5 % pt;
+        float inv[512];
+        for (int i = 0; i < hd / 2; i++) inv[i] = powf(10000.0f, -2.0f * i / hd);
+        int32_t *dpos = dev_i32(pos, T), *dslot = dev_i32(slot, T);
+        float *dinv = G->i.alloc(G, hd * 2);
+        G->i.upload(G, dinv, inv, hd * 2);
+        size_t pool_el = (size_t)n_pages * pb / es;
+        void *p1 = dev_rand(dt, pool_el, 1.0f), *p2 = G->i.alloc(G, pool_el * es);
+        G->i.copy(G, p2, p1, pool_el * es);
+        lg_kv_view kv1 = {p1, pb, 2 * blk, 3 * blk, pt, nkv, hd, dt}, kv2 = kv1;
+        kv2.base = p2;
+        lg_tensor qa = lg_tensor_cols(a.t, 0, qd), ka = lg_tensor_cols(a.t, qd, kvd), va = lg_tensor_cols(a.t, qd + kvd, kvd);
+        lg_tensor qb = lg_tensor_cols(b.t, 0, qd), kb = lg_tensor_cols(b.t, qd, kvd), vb = lg_tensor_cols(b.t, qd + kvd, kvd);
+        int rc = G->i.rope_kv_write(G, qa, ka, va, dpos, dinv, nh, nkv, hd, kv1, dslot);
+        rc |= G->i.rope(G, qb, kb, dpos, dinv, nh, nkv, hd);
+        rc |= G->i.kv_write(G, kv2, kb, vb, dslot, T);
+        size_t n = (size_t)T * Wd;
+        float *ga = malloc(n * 4), *gb = malloc(n * 4), *ref = fdup(a.f, n);
+        int g = gt_get(&a, ga, NULL) | gt_get(&b, gb, NULL);
+        unsigned char *h1 = malloc(pool_el * es), *h2 = malloc(pool_el * es);
+        g |= G->i.download(G, h1, p1, pool_el * es) | G->i.download(G, h2, p2, pool_el * es);
+        const int same = memcmp(ga, gb, n * 4) == 0 && memcmp(h1, h2, pool_el * es) == 0;
+        lg_tensor hq = {ref, LG_F32, T, qd, Wd}, hk = {ref + qd, LG_F32, T, kvd, Wd};
+        C->i.rope(C, hq, hk, pos, inv, nh, nkv, hd);
+        char cas[48];
+        snprintf(cas, sizeof cas, "T%d h%d/%d hd%d ==rope+kv_write %s", T, nh, nkv, hd, same ? "yes" : "NO");
+        record("rope_kv", cas, dt, rel_l2(ga, ref, n), lim_for(dt), rc == 0 && g == 0 && same);
+        G->i.dealloc(G, dpos), G->i.dealloc(G, dslot), G->i.dealloc(G, dinv), G->i.dealloc(G, p1), G->i.dealloc(G, p2);
+        free(pos), free(slot), free(ga), free(gb), free(ref), free(h1), free(h2);
+        gt_free(&a), gt_free(&b);
+    }
+}
+
 /* ---- step graphs and multi-slot LoRA ------------------------------------------------ */
 
 /* A one-layer decode step over the backend ops (embed .. logits), as
@@ -706,9 +893,17 @@ static int mini_forward(mini *k)
     int rc = 0;
     rc |= be->i.embed(be, x, lg_tensor_2d(k->emb, a, k->V, d), k->m.tok);
     rc |= be->i.add_rmsnorm(be, x, none, ln, xn, 1e-5f);
-    rc |= be->i.matmul(be, qkv, xn, lg_tensor_2d(k->wqkv, a, W, d), none, false);
     int slots[3] = {0, 1, 2};
     lg_tensor ys[3] = {q, kk, v};
+    if (k->multi == 2) { /* the fused ops, as model.c runs them on CUDA */
+        const int col0[3] = {0, qd, qd + kvd}, ncols[3] = {qd, kvd, kvd}, s3 = 3, c0 = 0;
+        rc |= be->i.matmul_lora(be, qkv, xn, lg_tensor_2d(k->wqkv, a, W, d), none, tmp, &k->lm, slots, col0, ncols, 3);
+        rc |= be->i.rope_kv_write(be, q, kk, v, k->m.pos, k->inv_freq, k->nh, k->nkv, k->hd, kv, k->m.slot);
+        rc |= be->i.attention(be, attn, q, kv, &k->m, k->nh, 1.0f / sqrtf((float)k->hd));
+        rc |= be->i.matmul_lora(be, o, attn, lg_tensor_2d(k->wo, a, d, qd), none, tmp, &k->lm, &s3, &c0, &d, 1);
+        goto tail;
+    }
+    rc |= be->i.matmul(be, qkv, xn, lg_tensor_2d(k->wqkv, a, W, d), none, false);
     if (k->multi) {
         rc |= be->i.lora_shrink_multi(be, tmp, xn, &k->lm, slots, 3);
         rc |= be->i.lora_expand_multi(be, ys, tmp, &k->lm, slots, 3);
@@ -724,6 +919,7 @@ static int mini_forward(mini *k)
     rc |= be->i.matmul(be, o, attn, lg_tensor_2d(k->wo, a, d, qd), none, false);
     rc |= be->i.lora_shrink(be, tmp, attn, &k->lm, 3);
     rc |= be->i.lora_expand(be, o, tmp, &k->lm, 3);
+tail:
     rc |= be->i.add_rmsnorm(be, x, o, ln, xn, 1e-5f);
     lg_tensor rows = lg_tensor_2d(k->rows, a, S, d);
     rc |= be->i.get_rows(be, rows, xn, k->m.logit_rows, S);
@@ -822,13 +1018,15 @@ static void test_graph(lg_dtype dt)
     k.lm = (lg_lora_meta){k.n_segs, LG_LORA_N_MODULES, k.R, k.seg_dev, k.w_dev, k.seg_host};
 
     size_t nl = (size_t)S * k.V;
-    float *eager = malloc(nl * 4), *graph = malloc(nl * 4), *single = malloc(nl * 4);
+    float *eager = malloc(nl * 4), *graph = malloc(nl * 4), *single = malloc(nl * 4), *multi = malloc(nl * 4);
     int n_same = 0, n_replayed = 0, n_multi_same = 0, rc_all = 0, finite = 1;
+    double fused_err = 0;
+    const int fused = G->i.matmul_lora && G->i.rope_kv_write; /* the eager/graph step runs them when present */
     const int n_steps = 6;
     const char key[] = "mini-step";
     for (int step = 0; step < n_steps; step++) {
         mini_new_step(&k, 100 + 20 * step, 250); /* one bucket (256): one recording */
-        k.multi = 1;
+        k.multi = fused ? 2 : 1;
         rc_all |= mini_forward(&k);
         rc_all |= G->i.download(G, eager, k.logits, nl * 4);
         bool replayed = false;
@@ -840,10 +1038,15 @@ static void test_graph(lg_dtype dt)
         rc_all |= G->i.download(G, graph, k.logits, nl * 4);
         n_replayed += replayed;
         n_same += memcmp(eager, graph, nl * 4) == 0;
+        k.multi = 1;
+        rc_all |= mini_forward(&k);
+        rc_all |= G->i.download(G, multi, k.logits, nl * 4);
         k.multi = 0;
         rc_all |= mini_forward(&k);
         rc_all |= G->i.download(G, single, k.logits, nl * 4);
-        n_multi_same += memcmp(eager, single, nl * 4) == 0;
+        n_multi_same += memcmp(multi, single, nl * 4) == 0;
+        const double fe = rel_l2(eager, multi, nl); /* fused ops round y once: close, not equal */
+        fused_err = isnan(fe) || fe > fused_err ? fe : fused_err;
         for (size_t i = 0; i < nl; i++) finite &= isfinite(eager[i]) != 0;
     }
     rc_all |= G->i.sync(G);
@@ -852,6 +1055,8 @@ static void test_graph(lg_dtype dt)
     record("graph", cas, dt, n_steps - n_same, 0, rc_all == 0 && n_replayed == n_steps - 1 && finite);
     snprintf(cas, sizeof cas, "lora multi==single %d/%d", n_multi_same, n_steps);
     record("lora_multi", cas, dt, n_steps - n_multi_same, 0, rc_all == 0);
+    if (fused)
+        record("fused_step", "matmul_lora+rope_kv vs unfused", dt, fused_err, lim_for(dt) * 4, rc_all == 0);
     if (n_replayed != n_steps - 1)
         fprintf(stderr, "graph: %d replays, expected %d\n", n_replayed, n_steps - 1);
     G->i.graph_reset(G);
@@ -859,7 +1064,7 @@ static void test_graph(lg_dtype dt)
                     k.o, k.rows, k.logits, k.tmp, k.meta, k.seg_dev, k.w_dev};
     G->i.sync(G);
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) G->i.dealloc(G, bufs[i]);
-    free(eager), free(graph), free(single);
+    free(eager), free(graph), free(single), free(multi);
 }
 
 /* ---- benchmarks ---------------------------------------------------------------------- */
@@ -1027,6 +1232,54 @@ static void test_gemv_chain(lg_dtype dt, int T)
     free(x32h), free(w1), free(w2), free(hb), free(xr), free(y1), free(y2), free(got);
 }
 
+/* The tensor-core matmul for 3..64 rows (kernels/gemm_skinny.cu) through the same checks:
+ * as dispatched (auto), each variant forced (10 + v) and with it off (cuBLAS). Cases cover
+ * T not a multiple of 8, N not a multiple of the tile, K not a multiple of 32, split-K across
+ * blocks (few tiles, long K), strided and unaligned y slices, bias and accumulate. */
+
+static void test_skinny_all(lg_dtype dt)
+{
+    const int modes[] = {1, 10, 11, 12, 13, 0};
+    const char *names[] = {"skinny", "skinny/v0", "skinny/v1", "skinny/v2", "skinny/v3", "skinny/off"};
+    for (int mi = 0; mi < 6; mi++) {
+        lg_cuda_skinny_mode(modes[mi]);
+        gemv_op = names[mi];
+        /*        T   N      K    y32 bias acc  c0  ytot  xpad */
+        test_gemv(dt, 3, 384, 1032, 0, 1, 0, 0, 384, 0);
+        test_gemv(dt, 8, 1000, 520, 0, 0, 0, 0, 1000, 0);     /* N % 32 != 0, K % 32 != 0 */
+        test_gemv(dt, 13, 777, 4104, 0, 1, 1, 3, 800, 8);    /* odd N, unaligned y slice */
+        test_gemv(dt, 32, 256, 4096, 0, 0, 0, 0, 256, 0);     /* 8 tiles: split-K across blocks */
+        test_gemv(dt, 32, 4096, 4096, 0, 2, 0, 0, 4096, 0);
+        test_gemv(dt, 33, 520, 11008, 1, 1, 1, 5, 600, 0);    /* split-K, f32 y, accumulate */
+        test_gemv(dt, 48, 1536, 1024, 0, 0, 1, 0, 1536, 8);
+        test_gemv(dt, 64, 2048, 2056, 0, 1, 0, 16, 2100, 0);
+        test_gemv(dt, 64, 32000, 256, 1, 0, 0, 0, 32000, 0);  /* many tiles, f32 logits */
+        test_gemv(dt, 17, 64, 8, 0, 0, 0, 0, 64, 0);          /* K = 8: one word per row */
+    }
+    lg_cuda_skinny_mode(1);
+    gemv_op = "skinny";
+    test_gemv_chain(dt, 32); /* PDL ordering between skinny matmuls, eager and replayed */
+    test_gemv_chain(dt, 64);
+    lg_cuda_skinny_mode(0); /* the default */
+    /* cuBLASLt with the algorithm timed per shape (kernels/gemm_lt.cu), same cases, and chains
+     * eager then replayed (bench_kernels meets its shapes first while capturing). Only with
+     * LG_BLASLT=1 in the environment: the path is opt-in and has not run on a GPU yet. */
+    const char *lt_env = getenv("LG_BLASLT");
+    if (!(lt_env && *lt_env == '1'))
+        return;
+    lg_cuda_blaslt(1);
+    gemv_op = "blaslt";
+    test_gemv(dt, 8, 1000, 520, 0, 0, 0, 0, 1000, 0);
+    test_gemv(dt, 13, 777, 4104, 0, 1, 1, 3, 800, 8);
+    test_gemv(dt, 33, 520, 11008, 1, 1, 1, 5, 600, 0);
+    test_gemv(dt, 64, 2048, 2056, 0, 1, 0, 16, 2100, 0);
+    test_gemv(dt, 64, 32000, 256, 1, 0, 0, 0, 32000, 0);
+    test_gemv(dt, 128, 1536, 1024, 0, 0, 1, 0, 1536, 8);
+    test_gemv_chain(dt, 32);
+    test_gemv_chain(dt, 128);
+    lg_cuda_blaslt(-1); /* as LG_BLASLT */
+}
+
 static void test_gemv_all(lg_dtype dt)
 {
     for (int forced = 0; forced < 2; forced++) {
@@ -1063,6 +1316,7 @@ int main(int argc, char **argv)
     for (int di = 0; di < 2; di++) {
         lg_dtype dt = di ? LG_BF16 : LG_F16;
         o.act_dtype_hint = dt;
+        setenv("LG_FUSE_LORA", "1", 0); /* the opt-in matmul_lora slot is tested too (unless set to 0) */
         if (lg_backend_create("cuda", &o, &G, &err) != 0) {
             fprintf(stderr, "cuda backend: %s\n", err.msg);
             return 3;
@@ -1107,6 +1361,13 @@ int main(int argc, char **argv)
             attn_case mixed = {4, q3, k3};
             test_attention(dt, "mixed", &mixed, 32, 8, 128, 0);
             test_attention(dt, "mixed", &mixed, 28, 4, 128, 0);
+            int q4[] = {300, 1, 64, 129}, k4[] = {300, 900, 64, 1000};
+            attn_case pf = {4, q4, k4};
+            test_attention(dt, "prefill", &pf, 32, 32, 128, 0); /* FA2: partial tiles, chunk after cache */
+            test_attention(dt, "prefill", &pf, 16, 2, 64, 0);
+            lg_cuda_attn_fa2(0); /* the wmma kernel at the FA2 head dims too */
+            test_attention(dt, "prefill wmma", &pf, 32, 32, 128, 0);
+            lg_cuda_attn_fa2(1);
         }
         {   /* LoRA */
             int len1[] = {1, 5, 17, 1, 0, 64, 3, 1, 9}, r1[] = {8, 0, 64, 1, 16, 13, 32, 0, 2};
@@ -1118,6 +1379,9 @@ int main(int argc, char **argv)
         }
         test_graph(dt);
         test_gemv_all(dt);
+        test_skinny_all(dt);
+        test_matmul_lora(dt);
+        test_rope_kv(dt);
         if (bench) {
             bench_matmul(dt, 1, 4096, 4096);
             bench_matmul(dt, 32, 4096, 4096);
@@ -1133,6 +1397,10 @@ int main(int argc, char **argv)
             int qp[] = {2048}, kp[] = {2048};
             attn_case p1 = {1, qp, kp};
             test_attention(dt, "bench prefill 2048", &p1, 32, 8, 128, 1);
+            test_attention(dt, "bench prefill 2048 mha", &p1, 32, 32, 128, 1);
+            lg_cuda_attn_fa2(0);
+            test_attention(dt, "bench prefill 2048 mha wmma", &p1, 32, 32, 128, 1);
+            lg_cuda_attn_fa2(1);
             int ls[64], rs[64];
             for (int i = 0; i < 64; i++) ls[i] = 1, rs[i] = 64;
             test_lora(dt, LG_F32, "bench dec 64x1 r64", 64, ls, rs, 4096, 4096, 0, 4096, 1);

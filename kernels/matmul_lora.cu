@@ -1,0 +1,76 @@
+/*
+ * matmul_lora.cu — a matmul with the LoRA of up to LG_LORA_MULTI_MAX slots
+ * whose outputs are column ranges of its output (the backend's optional
+ * matmul_lora slot):
+ *
+ *   tmp = lora_shrink_multi(x, slots)                          R = lm->max_rank
+ *   y   = x W^T (+ bias);
+ *   for i < k:  lora_expand(cols [col0[i], col0[i] + ncols[i]) of y,
+ *                           cols [i * R, i * R + R) of tmp, lm, slots[i])
+ *
+ * The slot is opt-in (LG_FUSE_LORA=1; backend_cuda.cu): its point is the
+ * fused expand below. Measured on the H100 (docs/benchmarks.md, issue 10):
+ * W1 decode 7.60 ms/step with the three ops in model.c's order (matmul,
+ * shrink, expand), 7.65 with this op's order (shrink, matmul, expand), 7.78
+ * with the shrink on a second stream beside the matmul (tried, removed).
+ * With the tensor-core skinny matmul switched on (LG_SKINNY=1; off by
+ * default, it loses to cuBLAS: docs/benchmarks.md) and 5..64 token rows, tmp
+ * f32, max_rank <= 64, output ranges of whole tiles: the shrink first, then
+ * the expand in the skinny matmul's epilogue (gemm_skinny.cu, y rounded
+ * once). The unfused paths round y twice; all are within the tests'
+ * tolerance of the CPU backend, and a given shape always takes the same path
+ * (graph replay == eager).
+ */
+#include "ops.cuh"
+
+int cu_lora_max_seg(const lg_lora_meta *lm); /* lora_shrink.cu */
+
+int cu_matmul_lora(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tensor bias, lg_tensor tmp,
+                   const lg_lora_meta *lm, const int *slots, const int *col0, const int *ncols, int k)
+{
+    cuda_ctx *c = CU_CTX(be);
+    if (cu_matmul_check(c, y, x, W, bias) != 0)
+        return -1;
+    CU_CHECK_VIEW(c, "matmul_lora tmp", tmp);
+    if (!lm || !lm->seg_indptr || !lm->w || !lm->seg_indptr_host || !slots || !col0 || !ncols)
+        return CU_FAIL(c, "matmul_lora: lora meta, its arrays, slots or column ranges are NULL");
+    if (k < 1 || k > LG_LORA_MULTI_MAX || lm->n_segs < 0 || lm->n_segs > 65535)
+        return CU_FAIL(c, "matmul_lora: %d slots (1..%d), %d segments", k, LG_LORA_MULTI_MAX, lm->n_segs);
+    lg_tensor ys[LG_LORA_MULTI_MAX];
+    for (int i = 0; i < k; i++) {
+        if (col0[i] < 0 || ncols[i] <= 0 || (int64_t)col0[i] + ncols[i] > y.cols)
+            return CU_FAIL(c, "matmul_lora: column range [%d, %d) outside y's %lld columns", col0[i],
+                           col0[i] + ncols[i], (long long)y.cols);
+        if (slots[i] < 0 || slots[i] >= lm->n_slots)
+            return CU_FAIL(c, "matmul_lora: slot %d of %d", slots[i], lm->n_slots);
+        ys[i] = lg_tensor_cols(y, col0[i], ncols[i]);
+    }
+    if (tmp.rows < y.rows || tmp.cols < (int64_t)k * lm->max_rank)
+        return CU_FAIL(c, "matmul_lora: tmp [%lld,%lld] vs %lld rows, %d slots x max_rank %d", (long long)tmp.rows,
+                       (long long)tmp.cols, (long long)y.rows, k, lm->max_rank);
+    const int max_seg = cu_lora_max_seg(lm);
+    if (max_seg < 0 || lm->seg_indptr_host[lm->n_segs] > y.rows)
+        return CU_FAIL(c, "matmul_lora: segments are malformed or cover more than y's %lld rows", (long long)y.rows);
+    if (y.rows == 0)
+        return 0;
+    if (max_seg == 0) /* no token has an adapter this step */
+        return cu_matmul(be, y, x, W, bias, false);
+    if (cu_skinny_enabled() && y.rows > 4 && y.rows <= 64) { /* the fused epilogue (opt-in) */
+        if (cu_lora_shrink_multi(be, tmp, x, lm, slots, k) != 0)
+            return -1;
+        cu_lora_epi e;
+        e.tmp = tmp;
+        e.lm = lm;
+        e.k = k;
+        for (int i = 0; i < k; i++) e.slots[i] = slots[i], e.col0[i] = col0[i], e.ncols[i] = ncols[i];
+        const int rc = cu_skinny_try(be, y, x, W, bias, false, &e);
+        if (rc <= 0)
+            return rc; /* done: the expand ran in the epilogue */
+        if (cu_matmul(be, y, x, W, bias, false) != 0)
+            return -1;
+        return cu_lora_expand_multi(be, ys, tmp, lm, slots, k);
+    }
+    if (cu_lora_shrink_multi(be, tmp, x, lm, slots, k) != 0 || cu_matmul(be, y, x, W, bias, false) != 0)
+        return -1;
+    return cu_lora_expand_multi(be, ys, tmp, lm, slots, k);
+}

@@ -1,0 +1,251 @@
+/*
+ * bench_kernels.c — the kernel figures of docs/benchmarks.md "GPU speed
+ * (issue 10)", each next to its reference, in one run:
+ *
+ *  1. ceilings: device-to-device copy bandwidth (bytes read + written) and
+ *     the cuBLAS f16 GEMM rate at 8192^3 (the backend's matmul at T = 8192);
+ *  2. the decode matmul at T = 8, 16, 32, 64 token rows on the Llama-2-7B
+ *     shapes: cuBLAS (lg_cuda_skinny_mode(0)) against the tensor-core skinny
+ *     matmul (kernels/gemm_skinny.cu) as dispatched and per variant, in TB/s
+ *     of weight bytes; REPS launches per step graph, W rotated over >= 256 MB
+ *     (L2 holds none), median of NTRIAL replays (as bench_gemv.c);
+ *  3. causal prefill attention, 2,048 tokens, 32 heads of 128 (MHA, and GQA
+ *     with 8 kv heads): FlashAttention-2 kernel vs the wmma baseline
+ *     (lg_cuda_attn_fa2), TFLOP/s = 4 * head_dim * heads * sum over queries
+ *     of the keys they see / time.
+ *     with LG_BLASLT=1, cuBLASLt with the algorithm timed per shape
+ *     (kernels/gemm_lt.cu) is a column too;
+ * Usage: bench_kernels [--quick]   (--quick: cuBLAS (and cuBLASLt) only)   (tests/gpu/run_device.sh bench runs it)
+ * Output: tables on stdout. Exits on a failed check (a benchmark program).
+ */
+#include "backend.h"
+
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+cudaStream_t lg_cuda_compute_stream(lg_backend *be); /* kernels/lora_shrink.cu */
+void lg_cuda_skinny_mode(int mode);                  /* kernels/gemm_skinny.cu */
+void lg_cuda_attn_fa2(int on);                       /* kernels/attention.cu */
+void lg_cuda_blaslt(int on);                         /* kernels/gemm_lt.cu: 1 on, 0 off, -1 as LG_BLASLT */
+
+#define REPS 24
+#define NTRIAL 15
+#define ROT_BYTES ((size_t)256 << 20)
+#define ARENA_BYTES ((size_t)640 << 20)
+
+static lg_backend *G;
+static char *arena;
+#include "bench_util.h" /* rnd64, CK, CKC, dev_random_f16, bench_setup, cmp_f */
+
+typedef struct {
+    cudaEvent_t e0, e1;
+    cudaStream_t st;
+} timer;
+static timer timer_new(void)
+{
+    timer t;
+    CKC(cudaEventCreate(&t.e0));
+    CKC(cudaEventCreate(&t.e1));
+    t.st = lg_cuda_compute_stream(G);
+    return t;
+}
+static void timer_free(timer *t)
+{
+    CKC(cudaEventDestroy(t->e0));
+    CKC(cudaEventDestroy(t->e1));
+}
+
+/* Median us per launch of REPS matmuls (rotating W copies) in one graph, skinny mode `mode`. */
+static double time_mm(int mode, int T, int N, int K, lg_dtype ydt, void *x, void *y)
+{
+    const size_t wbytes = (size_t)N * K * 2, slot = (wbytes + 4095) / 4096 * 4096;
+    int copies = (int)((ROT_BYTES + wbytes - 1) / wbytes);
+    if (copies < 2)
+        copies = 2;
+    CK((size_t)copies * slot <= ARENA_BYTES);
+    lg_cuda_skinny_mode(mode == 2 ? 0 : mode); /* 2: cuBLASLt, algorithm timed per shape */
+    lg_cuda_blaslt(mode == 2);
+    timer tm = timer_new();
+    char key[64];
+    snprintf(key, sizeof key, "skinny %d %d %d %d %d", mode, T, N, K, (int)ydt);
+    lg_tensor none = {0};
+    float ms[NTRIAL];
+    for (int trial = -2; trial < NTRIAL; trial++) {
+        bool replayed = false;
+        CKC(cudaEventRecord(tm.e0, tm.st));
+        CK(G->i.graph_begin(G, key, strlen(key), &replayed) == 0);
+        if (!replayed)
+            for (int r = 0; r < REPS; r++) {
+                lg_tensor W = lg_tensor_2d(arena + (size_t)(r % copies) * slot, LG_F16, N, K);
+                CK(G->i.matmul(G, lg_tensor_2d(y, ydt, T, N), lg_tensor_2d(x, LG_F16, T, K), W, none, false) == 0);
+            }
+        CK(G->i.graph_end(G, true) == 0);
+        CKC(cudaEventRecord(tm.e1, tm.st));
+        CKC(cudaEventSynchronize(tm.e1));
+        if (trial >= 0)
+            CKC(cudaEventElapsedTime(&ms[trial], tm.e0, tm.e1));
+    }
+    timer_free(&tm);
+    G->i.graph_reset(G);
+    qsort(ms, NTRIAL, sizeof(float), cmp_f);
+    return ms[NTRIAL / 2] * 1e3 / REPS;
+}
+
+static double copy_tbs(void)
+{
+    const size_t n = (size_t)256 << 20;
+    timer tm = timer_new();
+    float ms[9];
+    for (int i = -1; i < 9; i++) {
+        CKC(cudaEventRecord(tm.e0, tm.st));
+        CK(G->i.copy(G, arena + n, arena, n) == 0);
+        CKC(cudaEventRecord(tm.e1, tm.st));
+        CKC(cudaEventSynchronize(tm.e1));
+        if (i >= 0)
+            CKC(cudaEventElapsedTime(&ms[i], tm.e0, tm.e1));
+    }
+    timer_free(&tm);
+    qsort(ms, 9, sizeof(float), cmp_f);
+    return 2.0 * n / (ms[4] * 1e-3) * 1e-12;
+}
+
+/* cuBLAS f16 GEMM 8192^3 (f32 accumulation), TFLOP/s, median of 9. */
+static double gemm_peak(void)
+{
+    const int n = 8192;
+    void *x = dev_random_f16((size_t)n * n, 1.0f), *w = dev_random_f16((size_t)n * n, 0.02f);
+    void *y = G->i.alloc(G, (size_t)n * n * 2);
+    CK(y);
+    lg_tensor none = {0};
+    timer tm = timer_new();
+    float ms[9];
+    for (int i = -2; i < 9; i++) {
+        CKC(cudaEventRecord(tm.e0, tm.st));
+        CK(G->i.matmul(G, lg_tensor_2d(y, LG_F16, n, n), lg_tensor_2d(x, LG_F16, n, n), lg_tensor_2d(w, LG_F16, n, n),
+                       none, false) == 0);
+        CKC(cudaEventRecord(tm.e1, tm.st));
+        CKC(cudaEventSynchronize(tm.e1));
+        if (i >= 0)
+            CKC(cudaEventElapsedTime(&ms[i], tm.e0, tm.e1));
+    }
+    timer_free(&tm);
+    G->i.dealloc(G, x), G->i.dealloc(G, w), G->i.dealloc(G, y);
+    qsort(ms, 9, sizeof(float), cmp_f);
+    return 2.0 * n * (double)n * n / (ms[4] * 1e-3) * 1e-12;
+}
+
+/* Causal prefill attention of one sequence of L tokens, us (median of 9). */
+static double time_prefill(int fa2, int L, int nh, int nkv, int hd)
+{
+    const int pt = 16, n_pages = (L + pt - 1) / pt, kvdim = nkv * hd;
+    const size_t blk = (size_t)pt * kvdim * 2, pb = 2 * blk;
+    void *pool = dev_random_f16((size_t)n_pages * pb / 2, 1.0f);
+    void *q = dev_random_f16((size_t)L * nh * hd, 1.0f), *out = G->i.alloc(G, (size_t)L * nh * hd * 2);
+    int32_t *h = malloc(((size_t)3 * L + 8 + n_pages) * 4);
+    int32_t *pos = h, *slot = pos + L, *qi = slot + L, *kvl = qi + 2, *pi = kvl + 1, *pids = pi + 2;
+    for (int t = 0; t < L; t++) pos[t] = t, slot[t] = t;
+    qi[0] = 0, qi[1] = L, kvl[0] = L, pi[0] = 0, pi[1] = n_pages;
+    for (int p = 0; p < n_pages; p++) pids[p] = p;
+    int32_t *d = G->i.alloc(G, ((size_t)3 * L + 8 + n_pages) * 4);
+    CK(out && d && G->i.upload(G, d, h, ((size_t)3 * L + 8 + n_pages) * 4) == 0);
+    lg_step_meta m = {.n_tokens = L, .n_seqs = 1, .max_q_len = L, .max_kv_len = L, .pos = d, .slot = d + L,
+                      .q_indptr = d + 2 * L, .kv_len = d + 2 * L + 2, .page_indptr = d + 2 * L + 3,
+                      .page_ids = d + 2 * L + 5};
+    lg_kv_view kv = {pool, pb, 0, blk, pt, nkv, hd, LG_F16};
+    lg_cuda_attn_fa2(fa2);
+    timer tm = timer_new();
+    float ms[9];
+    for (int i = -2; i < 9; i++) {
+        CKC(cudaEventRecord(tm.e0, tm.st));
+        CK(G->i.attention(G, lg_tensor_2d(out, LG_F16, L, nh * hd), lg_tensor_2d(q, LG_F16, L, nh * hd), kv, &m, nh,
+                          1.0f / sqrtf((float)hd)) == 0);
+        CKC(cudaEventRecord(tm.e1, tm.st));
+        CKC(cudaEventSynchronize(tm.e1));
+        if (i >= 0)
+            CKC(cudaEventElapsedTime(&ms[i], tm.e0, tm.e1));
+    }
+    timer_free(&tm);
+    lg_cuda_attn_fa2(1);
+    G->i.dealloc(G, pool), G->i.dealloc(G, q), G->i.dealloc(G, out), G->i.dealloc(G, d);
+    free(h);
+    qsort(ms, 9, sizeof(float), cmp_f);
+    return ms[4] * 1e3;
+}
+
+int main(int argc, char **argv)
+{
+    const int quick = argc > 1 && !strcmp(argv[1], "--quick"); /* auto and cuBLAS only */
+    arena = bench_setup(ARENA_BYTES);
+    printf("== ceilings: device-to-device copy %.2f TB/s (read + write); cuBLAS f16 GEMM 8192^3 %.0f TFLOP/s\n",
+           copy_tbs(), gemm_peak());
+    fflush(stdout);
+
+    void *x = dev_random_f16((size_t)64 * 11008, 1.0f);
+    void *y = G->i.alloc(G, (size_t)64 * 32000 * 4);
+    CK(x && y);
+    struct {
+        const char *name;
+        int N, K;
+        lg_dtype ydt;
+    } shapes[] = {{"qkv", 12288, 4096, LG_F16},
+                  {"o", 4096, 4096, LG_F16},
+                  {"gate_up", 22016, 4096, LG_F16},
+                  {"down", 4096, 11008, LG_F16},
+                  {"lm_head", 32000, 4096, LG_F32}};
+    const int Ts[] = {8, 16, 32, 64};
+    int modes[7], nm = 0;
+    const char *lt_env = getenv("LG_BLASLT"); /* the cuBLASLt column: opt-in, like the path */
+    modes[nm++] = 0;
+    if (lt_env && *lt_env == '1')
+        modes[nm++] = 2;
+    if (!quick)
+        modes[nm++] = 1, modes[nm++] = 10, modes[nm++] = 11, modes[nm++] = 12, modes[nm++] = 13;
+    const char *mname[] = {"cublas", "skinny", "cublasLt tuned", "v0 2x4", "v1 2x2", "v2 1x4", "v3 4x2"};
+#define MI(mode) ((mode) < 10 ? (mode) : (mode) - 7)
+    printf("== decode matmul, f16: us per launch and TB/s of weights (median of %d graph replays of %d launches, "
+           "W rotated over >= %zu MB)\n",
+           NTRIAL, REPS, ROT_BYTES >> 20);
+    printf("%-8s %6s %6s %2s |", "shape", "N", "K", "T");
+    for (int m = 0; m < nm; m++) printf(" %14s", mname[MI(modes[m])]);
+    printf("\n");
+    double tot_ms[7][4] = {{0}};
+    for (int s = 0; s < 5; s++)
+        for (int ti = 0; ti < 4; ti++) {
+            const int T = Ts[ti], N = shapes[s].N, K = shapes[s].K;
+            printf("%-8s %6d %6d %2d |", shapes[s].name, N, K, T);
+            for (int m = 0; m < nm; m++) {
+                double us = time_mm(modes[m], T, N, K, shapes[s].ydt, x, y);
+                tot_ms[m][ti] += us * (s == 4 ? 1 : 32) / 1e3; /* one step: 32 layers + lm_head */
+                printf(" %6.1fus %4.2fT", us, (double)N * K * 2 / (us * 1e-6) * 1e-12);
+            }
+            printf("\n");
+            fflush(stdout);
+        }
+    printf("one decode step's matmuls (32 layers x qkv, o, gate_up, down + lm_head), ms:\n");
+    for (int ti = 0; ti < 4; ti++) {
+        printf("  T=%2d:", Ts[ti]);
+        for (int m = 0; m < nm; m++) printf("  %s %.3f", mname[MI(modes[m])], tot_ms[m][ti]);
+        printf("\n");
+    }
+    lg_cuda_skinny_mode(0);
+    lg_cuda_blaslt(-1);
+    G->i.dealloc(G, x), G->i.dealloc(G, y);
+
+    printf("== causal prefill attention, f16, one sequence: us and TFLOP/s (4 hd heads sum_q keys(q))\n");
+    const int cfg[][4] = {{2048, 32, 32, 128}, {2048, 32, 8, 128}, {4096, 32, 32, 128}};
+    for (int c = 0; c < 3; c++) {
+        const int L = cfg[c][0], nh = cfg[c][1], nkv = cfg[c][2], hd = cfg[c][3];
+        const double flop = 4.0 * hd * nh * ((double)L * (L + 1) / 2);
+        const double t_fa2 = time_prefill(1, L, nh, nkv, hd), t_wmma = time_prefill(0, L, nh, nkv, hd);
+        printf("  L=%d heads %d/%d hd %d: fa2 %.1f us %.0f TFLOP/s | wmma %.1f us %.0f TFLOP/s\n", L, nh, nkv, hd,
+               t_fa2, flop / (t_fa2 * 1e-6) * 1e-12, t_wmma, flop / (t_wmma * 1e-6) * 1e-12);
+        fflush(stdout);
+    }
+    CK(G->i.sync(G) == 0);
+    G->i.dealloc(G, arena);
+    lg_backend_free(G);
+    return 0;
+}
