@@ -34,6 +34,13 @@ static bool in_list(const char *const *l, const char *k)
 
 #define BAD(param, ...) (lg_respond_error(r, 400, NULL, param, __VA_ARGS__), -1)
 
+/* Input limits beyond the body size (4 MiB) and JSON depth (json_body.h):
+ * a request with more messages than this, or a longer stop string, is a 400
+ * before the chat template or the stop matcher ever sees it (OpenAI caps
+ * neither publicly; these are far above any real use). */
+#define LG_OAI_MAX_MESSAGES 4096
+#define LG_OAI_MAX_STOP_BYTES 1024
+
 static int get_number(lg_request *r, json_t *body, const char *key, double lo, double hi, double *out)
 {
     json_t *v = json_object_get(body, key);
@@ -120,6 +127,8 @@ static int chat_prompt(lg_app *app, lg_request *r, json_t *body, lg_oai_request 
         return BAD("messages", "Missing required parameter: 'messages'.");
     if (!json_is_array(msgs) || json_array_size(msgs) == 0)
         return BAD("messages", "Invalid 'messages': expected a non-empty array of messages.");
+    if (json_array_size(msgs) > LG_OAI_MAX_MESSAGES)
+        return BAD("messages", "Invalid 'messages': at most %d messages per request.", LG_OAI_MAX_MESSAGES);
     if (!app->chat || !app->tok)
         return BAD("messages", "The model %s has no chat template; use /v1/completions.", app->model_id);
     size_t n = json_array_size(msgs);
@@ -153,6 +162,12 @@ static int chat_prompt(lg_app *app, lg_request *r, json_t *body, lg_oai_request 
                 char p2[96];
                 snprintf(p2, sizeof p2, "messages.[%zu].%s", i, k);
                 rc = BAD(p2, "Unsupported parameter: '%s' is not supported by this server.", p2);
+                break;
+            }
+            if (!strcmp(k, "name") && !json_is_string(v)) {
+                char p2[96];
+                snprintf(p2, sizeof p2, "messages.[%zu].name", i);
+                rc = BAD(p2, "Invalid type for '%s': expected a string.", p2);
                 break;
             }
         }
@@ -345,6 +360,8 @@ int lg_oai_request_parse(lg_app *app, lg_request *r, const lg_app_tenant *t, lg_
     json_t *st = json_object_get(body, "stop");
     if (st && !json_is_null(st)) {
         if (json_is_string(st)) {
+            if (json_string_length(st) > LG_OAI_MAX_STOP_BYTES)
+                return BAD("stop", "Invalid 'stop': a stop string may be at most %d bytes.", LG_OAI_MAX_STOP_BYTES);
             q->stop[q->n_stop++] = strdup(json_string_value(st));
         } else if (json_is_array(st) && json_array_size(st) <= LG_OAI_MAX_STOP) {
             size_t k;
@@ -352,6 +369,9 @@ int lg_oai_request_parse(lg_app *app, lg_request *r, const lg_app_tenant *t, lg_
             {
                 if (!json_is_string(v))
                     return BAD("stop", "Invalid 'stop': expected a string or an array of up to 4 strings.");
+                if (json_string_length(v) > LG_OAI_MAX_STOP_BYTES)
+                    return BAD("stop", "Invalid 'stop': a stop string may be at most %d bytes.",
+                               LG_OAI_MAX_STOP_BYTES);
                 q->stop[q->n_stop++] = strdup(json_string_value(v));
             }
         } else {
@@ -382,6 +402,21 @@ int lg_oai_request_parse(lg_app *app, lg_request *r, const lg_app_tenant *t, lg_
         if (!json_is_string(u))
             return BAD("user", "Invalid type for 'user': expected a string.");
         snprintf(q->user, sizeof q->user, "%s", json_string_value(u));
+    }
+    /* accepted for compatibility and ignored, but only with OpenAI's types */
+    bool store_flag;
+    if (get_bool(r, body, "store", &store_flag) < 0)
+        return -1;
+    json_t *meta = json_object_get(body, "metadata");
+    if (meta && !json_is_null(meta)) {
+        if (!json_is_object(meta) || json_object_size(meta) > 16)
+            return BAD("metadata", "Invalid 'metadata': expected an object of at most 16 string values.");
+        json_object_foreach(meta, key, v)
+        {
+            if (!json_is_string(v) || strlen(key) > 64 || json_string_length(v) > 512)
+                return BAD("metadata", "Invalid 'metadata': keys are strings of at most 64 characters and values "
+                                       "strings of at most 512.");
+        }
     }
     json_t *salt = json_object_get(body, "cache_salt");
     if (salt && !json_is_null(salt)) {
