@@ -28,6 +28,7 @@
 
 #include <inttypes.h>
 #include <math.h>
+#include <stdint.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -37,6 +38,7 @@
 #include "access_log.h"
 #include "app.h"
 #include "cli/cli.h"
+#include "engine/strmap.h"
 #include "request.h"
 
 #define LG_METRICS_MAX_TENANTS 1000
@@ -76,6 +78,7 @@ struct lg_metrics {
     pthread_mutex_t mu;
     tenant_ent *tenants;
     int n_tenants;
+    lg_strmap *tenant_index; /* name -> index + 1 */
     int other; /* index of "_other", -1 until needed */
     req_ent *reqs;
     size_t cap_reqs, n_reqs;
@@ -161,7 +164,8 @@ int lg_metrics_create(lg_app *app, bool tenant_labels, lg_metrics **out, lg_err 
     m->cap_reqs = 256;
     m->reqs = calloc(m->cap_reqs, sizeof *m->reqs);
     m->tenants = calloc(LG_METRICS_MAX_TENANTS + 1, sizeof *m->tenants);
-    if (!m->reqs || !m->tenants) {
+    m->tenant_index = lg_strmap_new();
+    if (!m->reqs || !m->tenants || !m->tenant_index) {
         lg_metrics_free(m);
         return lg_fail(err, "out of memory");
     }
@@ -182,6 +186,7 @@ void lg_metrics_free(lg_metrics *m)
         free(m->reqs ? m->reqs[i].route : NULL);
     free(m->reqs);
     free(m->tenants);
+    lg_strmap_free(m->tenant_index);
     pthread_mutex_destroy(&m->mu);
     free(m);
 }
@@ -194,9 +199,9 @@ static int tenant_ix(lg_metrics *m, const char *name, bool known)
 {
     if (!m->tenant_labels || !name || !*name)
         return -1;
-    for (int i = 0; i < m->n_tenants; i++)
-        if (!strcmp(m->tenants[i].name, name))
-            return i;
+    void *hit = lg_strmap_get(m->tenant_index, name);
+    if (hit)
+        return (int)((intptr_t)hit - 1);
     if (!known) {
         void *t = NULL;
         if (!m->app || lg_app_resolve_tenant(m->app, name, &t) != 1)
@@ -209,6 +214,8 @@ static int tenant_ix(lg_metrics *m, const char *name, bool known)
         }
         return m->other;
     }
+    if (lg_strmap_put(m->tenant_index, name, (void *)(intptr_t)(m->n_tenants + 1)) != 0)
+        return -1;
     int i = m->n_tenants++;
     snprintf(m->tenants[i].name, sizeof m->tenants[i].name, "%s", name);
     return i;
