@@ -38,6 +38,8 @@
  *       well under 50 ms: not a performance figure, only "no busy wait"),
  *       a submit wakes it, stop; lg_engine_free finishes what is left with
  *       CANCELLED "engine shut down".
+ * LG_SOAK=N in the environment adds N random workloads of random shapes
+ * (seed, pool, budget, max_seqs, sharing, VTC/FCFS) for soak runs.
  * The pool is inspected through lg_engine_get_stats; the final "evict
  * everything" step reaches into engine_internal.h (the pool and the tree)
  * from the owner thread.
@@ -129,6 +131,8 @@ typedef struct eng {
     int ad[N_AD]; /* version ids of ADAPTERS */
 } eng;
 
+static lg_sched_policy g_policy = LG_SCHED_VTC; /* of the engines mk_engine makes */
+
 static void mk_engine(eng *g, int n_pages, int budget, int max_seqs, lg_prefix_sharing sh)
 {
     lg_err err = {{0}};
@@ -137,6 +141,7 @@ static void mk_engine(eng *g, int n_pages, int budget, int max_seqs, lg_prefix_s
                   .lora_max_rank = 16},
         .n_pages = n_pages,
         .prefix_sharing = sh,
+        .policy = g_policy,
     };
     memset(g, 0, sizeof *g);
     int rc = lg_engine_create(g_be, g_w, &o, &g->e, &err);
@@ -272,11 +277,14 @@ static void fill_random(int32_t *p, int n, uint64_t *s)
 
 /* ---- (a) random workloads ---------------------------------------------------------------------- */
 
-static void random_workload(uint64_t seed0, int n_req, int n_pages, int budget, lg_prefix_sharing sh, eng *ref)
+/* pressure: the pool is small for the batch, so preemptions and adapter
+ * evictions must have happened (the paths were exercised) */
+static void random_workload(uint64_t seed0, int n_req, int n_pages, int budget, int max_seqs, lg_prefix_sharing sh,
+                            bool pressure, eng *ref)
 {
     uint64_t seed = seed0;
     eng g;
-    mk_engine(&g, n_pages, budget, 8, sh);
+    mk_engine(&g, n_pages, budget, max_seqs, sh);
     int32_t shared[3][64];
     for (int i = 0; i < 3; i++) fill_random(shared[i], 64, &seed);
     static const char *TEN[] = {"", "t1", "t2"}, *SALT[] = {"", "", "s"};
@@ -417,7 +425,7 @@ static void random_workload(uint64_t seed0, int n_req, int n_pages, int budget, 
     CHECK(n_cancels > 0 && n_self > 0 && n_len > 0);
     if (sh != LG_PREFIX_OFF)
         CHECK(n_cached > 0);
-    if (n_pages < 64) /* a small pool: requests and adapters fight for pages */
+    if (pressure)
         CHECK(s.preemptions > 0 && s.adapter_evictions > 0);
     CHECK(s.adapter_loads >= N_AD);
     check_no_leaks(g.e, "random workload");
@@ -570,6 +578,12 @@ static void test_shared_computation(int budget)
     /* one computation of the shared pages: 5 x 80 prompt tokens, 64 reused */
     CHECK(s.prompt_tokens - s0.prompt_tokens == 400 && s.cached_tokens - s0.cached_tokens == 64);
     CHECK(s.prefix_hits - s0.prefix_hits == 1 && s.prefix_lookups - s0.prefix_lookups == 5);
+    /* VTC service: computed prompt tokens x 1 + output tokens x 2 */
+    lg_tenant_stats ts;
+    CHECK(lg_engine_tenant_stats(g.e, "u", &ts) == 0 && ts.service == 80 + 2 * 8 && ts.queued == 0 && ts.running == 0);
+    CHECK_MSG(lg_engine_tenant_stats(g.e, "t", &ts) == 0 && ts.service == 3 * (80 + 16) + (80 - 64) + 16,
+              "tenant t: service %g", ts.service);
+    CHECK(lg_engine_tenant_stats(g.e, "nobody", &ts) == -1);
 
     /* later, a request that extends a's prompt reuses all 5 of its pages */
     int32_t q[100];
@@ -645,6 +659,7 @@ static void test_replace_remove(void)
     lg_engine_step(g.e, &err);
     lg_engine_stats s = stats(g.e);
     CHECK_MSG(s.adapters_registered == N_AD + 1, "%d versions registered", s.adapters_registered);
+    CHECK_MSG(s.adapters_resident == 1, "%d versions in the pool; only v2 should be", s.adapters_resident);
     /* a second request of the new version does hit its own cache */
     treq *r2b = new_req(p, 60, 4, 1, "t");
     CHECK(submit(&g, r2b, &err) == 0);
@@ -879,10 +894,23 @@ int main(void)
      * reference engine (big pool, no prefix cache, whole-prompt prefill) */
     eng ref;
     mk_engine(&ref, 400, 512, 8, LG_PREFIX_OFF);
-    random_workload(0x9e3779b97f4a7c15ull, 250, 40, 64, LG_PREFIX_TENANT, &ref);
-    random_workload(0x243f6a8885a308d3ull, 250, 120, 48, LG_PREFIX_TENANT, &ref);
-    random_workload(0xa4093822299f31d0ull, 200, 48, 32, LG_PREFIX_GLOBAL, &ref);
-    random_workload(0x13198a2e03707344ull, 150, 40, 512, LG_PREFIX_OFF, &ref);
+    random_workload(0x9e3779b97f4a7c15ull, 250, 40, 64, 8, LG_PREFIX_TENANT, true, &ref);
+    random_workload(0x243f6a8885a308d3ull, 250, 120, 48, 8, LG_PREFIX_TENANT, false, &ref);
+    random_workload(0xa4093822299f31d0ull, 200, 48, 32, 3, LG_PREFIX_GLOBAL, false, &ref);
+    g_policy = LG_SCHED_FCFS;
+    random_workload(0x13198a2e03707344ull, 150, 40, 512, 8, LG_PREFIX_OFF, true, &ref);
+    /* LG_SOAK=N: N more workloads with random seeds and shapes (not in CI) */
+    const char *soak = getenv("LG_SOAK");
+    uint64_t ss = (uint64_t)time(NULL) | 1;
+    for (int i = 0, n = soak ? atoi(soak) : 0; i < n; i++) {
+        uint64_t sd = rng(&ss);
+        g_policy = sd & 1 ? LG_SCHED_FCFS : LG_SCHED_VTC;
+        lg_prefix_sharing sh = (lg_prefix_sharing)((sd >> 1) % 3);
+        int pages = 30 + (int)((sd >> 3) % 100), budget = 16 + (int)((sd >> 11) % 300);
+        int max_seqs = 1 + (int)((sd >> 21) % 10);
+        printf("soak %d: policy %s, ", i, g_policy == LG_SCHED_FCFS ? "fcfs" : "vtc");
+        random_workload(sd, 200, pages, budget, max_seqs, sh, false, &ref);
+    }
     lg_engine_free(ref.e);
     printf("%.1f s\n", lg_now() - t0);
     lg_backend_free(g_be);
