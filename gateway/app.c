@@ -426,6 +426,12 @@ int lg_app_create(const lg_serve_config *cfg, lg_serve_env *env, lg_app **out, l
     app->max_context = lg_engine_max_context(app->engine);
     app->tok = lg_weights_tokenizer(app->weights);
     if (app->tok) {
+        for (int i = 0; i < lg_tokenizer_n_vocab(app->tok); i++) {
+            const char *tt = lg_tokenizer_token_text(app->tok, i);
+            int len = tt ? (int)strlen(tt) : 0;
+            if (len > app->max_token_bytes)
+                app->max_token_bytes = len;
+        }
         int bos = lg_tokenizer_bos(app->tok), eos = lg_tokenizer_eos(app->tok);
         lg_err cerr = {{0}};
         if (lg_chat_template_new(lg_weights_chat_template(app->weights), cfg->chat_template,

@@ -86,6 +86,7 @@ typedef struct lg_app {
     char model_id[256];                  /* --served-model-name or the model's file/dir name */
     int64_t created_at;                  /* Unix seconds of process start ("created" of the base model) */
     int max_context;
+    int max_token_bytes;                 /* longest vocabulary entry in bytes (an upper bound per token) */
     /* store */
     lg_store *store;                     /* the writer: lg_app_store_acquire */
     pthread_mutex_t store_lock;

@@ -120,6 +120,23 @@ static int message_text(lg_request *r, json_t *content, int i, char **out)
     return 0;
 }
 
+/* Text so long that it cannot fit the context whatever it encodes to (every
+ * token covers at most app->max_token_bytes bytes) is refused before the
+ * tokenizer runs: tokenizing runs on the loop thread, and this bounds its
+ * work to about context x max_token_bytes bytes per prompt. */
+static int too_long(lg_app *app, lg_request *r, const char *param, size_t bytes)
+{
+    size_t cap = (size_t)app->max_context * (size_t)(app->max_token_bytes > 0 ? app->max_token_bytes : 1);
+    if (bytes <= cap)
+        return 0;
+    lg_respond_error(r, 400, "context_length_exceeded", param,
+                     "This model's maximum context length is %d tokens. However, your %s is %zu bytes long, "
+                     "which is at least %zu tokens. Please reduce the length of the %s.",
+                     app->max_context, param, bytes, bytes / (size_t)(app->max_token_bytes > 0 ? app->max_token_bytes : 1),
+                     param);
+    return -1;
+}
+
 static int chat_prompt(lg_app *app, lg_request *r, json_t *body, lg_oai_request *q)
 {
     json_t *msgs = json_object_get(body, "messages");
@@ -184,6 +201,8 @@ static int chat_prompt(lg_app *app, lg_request *r, json_t *body, lg_oai_request 
     lg_err err = {{0}};
     if (rc == 0 && lg_chat_template_apply(app->chat, cm, (int)n, &text, &err) != 0)
         rc = BAD("messages", "Invalid 'messages': %s", err.msg);
+    if (rc == 0 && too_long(app, r, "messages", strlen(text)) != 0)
+        rc = -1;
     if (rc == 0 && lg_tokenizer_encode(app->tok, text, strlen(text), false, true, &q->prompts[0],
                                        &q->n_prompt_tokens[0], &err) != 0)
         rc = BAD("messages", "Invalid 'messages': %s", err.msg);
@@ -201,6 +220,8 @@ static int encode_text(lg_app *app, lg_request *r, json_t *s, int32_t **ids, int
 {
     if (!app->tok)
         return BAD("prompt", "The model %s has no tokenizer; give the prompt as token ids.", app->model_id);
+    if (too_long(app, r, "prompt", json_string_length(s)) != 0)
+        return -1;
     lg_err err = {{0}};
     if (lg_tokenizer_encode(app->tok, json_string_value(s), json_string_length(s), lg_tokenizer_add_bos(app->tok),
                             false, ids, n, &err) != 0)

@@ -206,3 +206,17 @@ def test_client_disconnect_mid_stream_is_billed(smol):
         time.sleep(0.1)
     assert len(rows) == 1, "no ledger record for the disconnected request"
     assert rows[0]["http_status"] == 499 and 4 <= rows[0]["completion_tokens"] < 400
+
+
+def test_text_too_long_for_any_tokenization_is_refused_before_tokenizing(smol):
+    # 3 MB can never fit the 4096-token context (no token covers more than the
+    # vocabulary's longest entry): refused from its length, without running the
+    # tokenizer on the loop thread
+    c = smol.client(smol.keys["acme"])
+    r = c.post("/t/acme/v1/completions", json={"model": "smollm2", "prompt": "bread " * 500_000, "max_tokens": 1})
+    assert r.status_code == 400, r.text
+    e = r.json()["error"]
+    assert e["code"] == "context_length_exceeded" and e["param"] == "prompt" and "bytes long" in e["message"]
+    r = c.post("/t/acme/v1/chat/completions", json={"model": "smollm2", "max_tokens": 1,
+                                                    "messages": [{"role": "user", "content": "rye " * 800_000}]})
+    assert r.status_code == 400 and r.json()["error"]["code"] == "context_length_exceeded", r.text
