@@ -573,10 +573,12 @@ int lg_engine_submit(lg_engine *e, const lg_request_params *p, int64_t *id, lg_e
     else e->inbox_head = r;
     e->inbox_tail = r;
     e->outstanding++;
-    wake_locked(e);
-    pthread_mutex_unlock(&e->mu);
+    /* under the lock: once it is released the owner thread may run, finish
+     * and free r; and so the id is stored before any callback can fire */
     if (id)
         *id = r->id;
+    wake_locked(e);
+    pthread_mutex_unlock(&e->mu);
     return 0;
 }
 
