@@ -37,7 +37,9 @@
  *       arrive, an idle engine sleeps (process CPU time over 300 ms of idle
  *       well under 50 ms: not a performance figure, only "no busy wait"),
  *       a submit wakes it, stop; lg_engine_free finishes what is left with
- *       CANCELLED "engine shut down".
+ *       CANCELLED "engine shut down"; bursts of one-token submits from two
+ *       threads: the id submit returns is the callbacks' id (under ASan this
+ *       caught submit reading the request after the engine thread freed it).
  * LG_SOAK=N in the environment adds N random workloads of random shapes
  * (seed, pool, budget, max_seqs, sharing, VTC/FCFS) for soak runs.
  * The pool is inspected through lg_engine_get_stats; the final "evict
@@ -744,6 +746,66 @@ static void *submit_main(void *arg)
     return NULL;
 }
 
+/* Many one-token requests from two threads at once while the engine thread
+ * runs: a request often finishes before lg_engine_submit has returned. The
+ * id submit hands back must be the one the callbacks got (submit used to
+ * read it from the request after unlocking: a use-after-free when the
+ * engine thread had already finished and freed it, and a wrong id). */
+static bool wait_finished(int want);
+
+typedef struct burst {
+    eng *g;
+    treq *t;
+    int n;
+} burst;
+
+static void *burst_main(void *arg)
+{
+    burst *b = arg;
+    lg_err err = {{0}};
+    for (int i = 0; i < b->n; i++) submit(b->g, &b->t[i], &err);
+    return NULL;
+}
+
+static void test_submit_race(void)
+{
+    enum { T = 2, PER = 1500 };
+    lg_err err = {{0}};
+    eng g;
+    mk_engine(&g, 100, 64, 8, LG_PREFIX_OFF);
+    CHECK(lg_engine_start(g.e, &err) == 0);
+    treq *t = calloc(T * PER, sizeof *t);
+    for (int i = 0; i < T * PER; i++) {
+        t[i].prompt[0] = 3 + i % 300;
+        t[i].n_prompt = 1;
+        t[i].max_tokens = 1;
+        t[i].ignore_eos = true;
+        t[i].stop_id = -1;
+        t[i].self_cancel_after = -1;
+    }
+    pthread_mutex_lock(&g_mu);
+    int base = g_finished;
+    pthread_mutex_unlock(&g_mu);
+    burst b[T];
+    pthread_t th[T];
+    for (int k = 0; k < T; k++) {
+        b[k] = (burst){&g, t + k * PER, PER};
+        pthread_create(&th[k], NULL, burst_main, &b[k]);
+    }
+    for (int k = 0; k < T; k++) pthread_join(th[k], NULL);
+    CHECK(wait_finished(base + T * PER));
+    int bad = 0;
+    pthread_mutex_lock(&g_mu);
+    for (int i = 0; i < T * PER; i++)
+        if (!t[i].accepted || t[i].n_fin != 1 || t[i].cb_id != t[i].id || t[i].n_tok != 1)
+            bad++;
+    pthread_mutex_unlock(&g_mu);
+    CHECK_MSG(bad == 0, "%d of %d requests: submit's id differs from the callbacks' (or not finished once)", bad,
+              T * PER);
+    lg_engine_free(g.e);
+    free(t);
+}
+
 static double cpu_seconds(void)
 {
     struct timespec ts;
@@ -792,8 +854,13 @@ static void test_engine_thread(void)
     CHECK_MSG(wait_finished(base + N), "the engine thread did not finish %d requests", N);
     for (int i = 0; i < N; i++) {
         pthread_mutex_lock(&g_mu);
-        CHECK(t[i]->n_fin == 1 && t[i]->reason == LG_FINISH_LENGTH && t[i]->n_tok == t[i]->max_tokens &&
-              !t[i]->bad_index && t[i]->cb_id == t[i]->id && t[i]->usage.completion_tokens == t[i]->n_tok);
+        CHECK_MSG(t[i]->n_fin == 1 && t[i]->reason == LG_FINISH_LENGTH && t[i]->n_tok == t[i]->max_tokens &&
+                      !t[i]->bad_index && t[i]->cb_id == t[i]->id && t[i]->usage.completion_tokens == t[i]->n_tok,
+                  "thread request %d (id %lld, cb id %lld, adapter %d): %d finishes, %s '%s', %d of %d tokens, "
+                  "%d bad indices, usage %d",
+                  i, (long long)t[i]->id, (long long)t[i]->cb_id, t[i]->adapter, t[i]->n_fin,
+                  lg_finish_reason_name(t[i]->reason), t[i]->err, t[i]->n_tok, t[i]->max_tokens, t[i]->bad_index,
+                  t[i]->usage.completion_tokens);
         pthread_mutex_unlock(&g_mu);
     }
 
@@ -890,6 +957,8 @@ int main(void)
     test_shared_computation(32);
     test_replace_remove();
     test_engine_thread();
+    for (int k = 0; k < 3; k++)
+        test_submit_race();
     /* random workloads, checked against the same requests alone on a
      * reference engine (big pool, no prefix cache, whole-prompt prefill) */
     eng ref;
