@@ -102,7 +102,13 @@ int lg_engine_create(lg_backend *be, const lg_weights *w, const lg_engine_opts *
         return lg_fail(err, "out of memory");
     e->be = be;
     pthread_mutex_init(&e->mu, NULL);
-    pthread_cond_init(&e->cv, NULL);
+    /* timed waits on the monotonic clock: a jump of the wall clock must not
+     * stretch the engine thread's polls */
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&e->cv, &ca);
+    pthread_condattr_destroy(&ca);
     pthread_mutex_init(&e->stats_mu, NULL);
     e->next_id = 1;
     e->next_adapter_id = 1;
@@ -951,7 +957,7 @@ static void wait_locked(lg_engine *e, double timeout_s)
         return;
     }
     struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
+    clock_gettime(CLOCK_MONOTONIC, &ts);
     double t = (double)ts.tv_sec + ts.tv_nsec * 1e-9 + timeout_s;
     ts.tv_sec = (time_t)t;
     ts.tv_nsec = (long)((t - (double)ts.tv_sec) * 1e9);
