@@ -197,6 +197,14 @@ int lg_db_open(const char *path, bool read_only, sqlite3 **out, lg_err *err)
             goto fail;
         }
     } else {
+        /* SQLite opens a file it may not write read-only without a word (an
+         * existing WAL database then passes every step below): refuse here,
+         * or serve would start, say it is ready, and fail every write later */
+        if (sqlite3_db_readonly(db, "main") == 1) {
+            int e = access(path, W_OK) != 0 ? errno : EACCES;
+            lg_fail(err, "the database file is not writable (%s)", strerror(e));
+            goto fail;
+        }
         /* settings that cannot change inside a transaction come first */
         char *msg = NULL;
         sqlite3_stmt *st = NULL;
