@@ -8,7 +8,8 @@
  * metrics.c).
  *
  * Exit status: 0 after a clean shutdown (SIGTERM/SIGINT), 1 runtime
- * failure (one line on stderr), 2 bad usage.
+ * failure (one line on stderr) or a shutdown that had to give up usage
+ * records (the ledger could not write them; logged in full), 2 bad usage.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -25,6 +26,7 @@
 typedef struct app_ctx {
     const lg_serve_config *cfg;
     lg_app *app;
+    bool ledger_lost; /* the drain had to give up usage records: exit 1 */
 } app_ctx;
 
 static int setup(void *user, lg_router *rt, lg_serve_env *env, lg_err *err)
@@ -66,7 +68,8 @@ static bool ready(void *user, json_t *checks)
 static void on_drain(void *user)
 {
     app_ctx *c = user;
-    lg_app_shutdown(c->app);
+    if (lg_app_shutdown(c->app) != 0)
+        c->ledger_lost = true;
 }
 
 static void teardown(void *user)
@@ -93,7 +96,7 @@ int lg_cmd_serve(int argc, char **argv)
         lg_serve_config_dispose(&cfg);
         return 1;
     }
-    app_ctx ctx = {&cfg, NULL};
+    app_ctx ctx = {&cfg, NULL, false};
     /* what to do next, copy-paste: an operator makes a tenant and a key, then calls it */
     char banner[2048];
     const char *l = cfg.listen[0];
@@ -127,6 +130,8 @@ int lg_cmd_serve(int argc, char **argv)
     int rc = lg_serve_run(&cfg, &app, &err);
     if (rc != 0)
         fprintf(stderr, "loragate serve: %s\n", err.msg);
+    else if (ctx.ledger_lost)
+        fprintf(stderr, "loragate serve: stopped, but usage records could not be written (see above): exit 1\n");
     lg_serve_config_dispose(&cfg);
-    return rc == 0 ? 0 : 1;
+    return rc == 0 && !ctx.ledger_lost ? 0 : 1;
 }

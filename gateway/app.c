@@ -465,19 +465,24 @@ int lg_app_create(const lg_serve_config *cfg, lg_serve_env *env, lg_app **out, l
     return 0;
 }
 
-void lg_app_shutdown(lg_app *app)
+int lg_app_shutdown(lg_app *app)
 {
     if (!app || app->shut_down)
-        return;
+        return 0;
     app->shut_down = true;
     app->ready = false;
     if (app->engine)
         lg_engine_stop(app->engine);
     if (app->ledger) {
         lg_err err = {{0}};
-        if (lg_ledger_stop(app->ledger, 30000, &err) != 0)
+        /* the drain bound also bounds how long unwritable records are retried */
+        int ms = (int)(app->cfg->drain_timeout_s * 1000);
+        if (lg_ledger_stop(app->ledger, ms > 1000 ? ms : 1000, &err) != 0) {
             fprintf(stderr, "loragate serve: ledger: %s\n", err.msg);
+            return -1;
+        }
     }
+    return 0;
 }
 
 static void free_val(void *ctx, const char *key, void *val) { free(val); }

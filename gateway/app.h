@@ -111,8 +111,10 @@ typedef struct lg_app {
  * engine. Slow (model load): called from setup before the server starts. */
 int lg_app_create(const lg_serve_config *cfg, lg_serve_env *env, lg_app **out, lg_err *err);
 /* Stops the engine (in-flight requests get on_finish CANCELLED), flushes and
- * stops the ledger. Called on drain, after the loops stopped. */
-void lg_app_shutdown(lg_app *app);
+ * stops the ledger. Called on drain, after the loops stopped. Returns -1 when
+ * the ledger had to give up records (logged in full on stderr), so the
+ * process can exit non-zero; 0 otherwise (also on a second call). */
+int lg_app_shutdown(lg_app *app);
 void lg_app_free(lg_app *app);
 
 /* ---- store (worker threads only) ---- */

@@ -29,7 +29,9 @@ class Serve:
         self.data_dir = str(tmp_path / "data")
         self.stderr_path = tmp_path / f"serve-{time.monotonic_ns()}.err"
         cmd = [LORAGATE, "serve", "--model", model, "--data-dir", self.data_dir, "--listen", "127.0.0.1:0",
-               "--threads", "2", "--drain-timeout", "10", "--access-log", str(tmp_path / "access.log"), *args]
+               "--threads", "2", "--access-log", str(tmp_path / "access.log"), *args]
+        if "--drain-timeout" not in args:
+            cmd += ["--drain-timeout", "10"]
         env = dict(os.environ, LORAGATE_ADMIN_KEY=ADMIN_KEY)
         self.err = open(self.stderr_path, "wb")
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self.err, env=env, text=True)

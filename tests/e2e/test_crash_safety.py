@@ -366,6 +366,36 @@ def test_full_disk_gives_503_and_recovers_without_loss(tmp_path):
         umount(str(data))
 
 
+def test_shutdown_that_loses_records_exits_non_zero(tmp_path):
+    """SIGTERM while the disk is full and a record waits: after the drain bound
+    the ledger gives the record up (logged in full) and serve exits 1, so a
+    supervisor sees the loss."""
+    need_mount(tmp_path)
+    root = tmp_path / "lost"
+    data = root / "data"
+    data.mkdir(parents=True)
+    assert mount("-t", "tmpfs", "-o", "size=24m", "tmpfs", str(data)).returncode == 0
+    try:
+        s = Serve(root, MODEL_PATH, *MODEL_ARGS, "--drain-timeout", "2")
+        try:
+            s.tenant("acme")
+            key = s.key("acme")
+            fill(os.path.join(s.data_dir, "filler"))
+            results, threads = {}, []
+            plain = s.client()
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and plain.get("/readyz").status_code != 503:
+                threads.append(request_thread(s, key, results, len(threads)))
+                time.sleep(0.3)
+            assert plain.get("/readyz").status_code == 503
+        finally:
+            rc = s.stop(timeout=60)
+        assert rc == 1, s.stderr()[-3000:]
+        assert "usage records could not be written" in s.stderr()
+    finally:
+        umount(str(data))
+
+
 def request_thread(s, key, results, i):
     def run():
         c = s.openai(key, tenant="acme")
