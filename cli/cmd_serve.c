@@ -121,10 +121,13 @@ int lg_cmd_serve(int argc, char **argv)
              "-d '{\"name\":\"dev\",\"scopes\":[\"inference\",\"adapters\"]}'\n"
              "then, with the \"key\" it printed, any OpenAI client at %s/t/acme/v1, e.g.:\n"
              "  curl %s%s/t/acme/v1/chat/completions -H \"Authorization: Bearer lg-...\" "
-             "-H 'content-type: application/json' -d '{\"model\":\"MODEL\",\"messages\":[{\"role\":\"user\","
+             "-H 'content-type: application/json' -d '{\"model\":\"%s\",\"messages\":[{\"role\":\"user\","
              "\"content\":\"Hello\"}]}'\n"
-             "(MODEL: the base model's id, see GET /v1/models; docs/api.md has every route)",
-             cacert, keyexpr, url, cacert, keyexpr, url, url, cacert, url);
+             "%s",
+             cacert, keyexpr, url, cacert, keyexpr, url, url, cacert, url,
+             cfg.served_model_name ? cfg.served_model_name : "MODEL",
+             cfg.served_model_name ? "(docs/api.md has every route)"
+                                   : "(MODEL: the base model's id, see GET /v1/models; docs/api.md has every route)");
     lg_serve_app app = {.setup = setup, .ready = ready, .on_drain = on_drain, .teardown = teardown, .user = &ctx,
                         .banner = banner};
     int rc = lg_serve_run(&cfg, &app, &err);
