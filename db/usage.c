@@ -279,74 +279,24 @@ int lg_store_usage_top_adapters(lg_store *st, int64_t tenant_id, int64_t start_t
 
 /* ---- CSV ------------------------------------------------------------------------ */
 
-typedef struct lg_buf {
-    char *p;
-    size_t n, cap;
-    bool oom;
-} lg_buf;
-
-static void lg_buf_put(lg_buf *b, const char *s, size_t n)
-{
-    if (b->oom)
-        return;
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 4096;
-        while (cap < b->n + n + 1)
-            cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p) {
-            b->oom = true;
-            return;
-        }
-        b->p = p;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = '\0';
-}
-
-static void lg_buf_printf(lg_buf *b, const char *fmt, ...)
-{
-    char tmp[256];
-    va_list ap, ap2;
-    va_start(ap, fmt);
-    va_copy(ap2, ap);
-    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
-    va_end(ap);
-    if (n >= 0 && (size_t)n < sizeof tmp) {
-        lg_buf_put(b, tmp, (size_t)n);
-    } else if (n > 0) {
-        char *big = malloc((size_t)n + 1);
-        if (big) {
-            vsnprintf(big, (size_t)n + 1, fmt, ap2);
-            lg_buf_put(b, big, (size_t)n);
-            free(big);
-        } else {
-            b->oom = true;
-        }
-    }
-    va_end(ap2);
-}
-
 /* ",<field>": quoted when needed, defused when a spreadsheet would read a formula */
-static void lg_csv_text(lg_buf *b, const char *s)
+static void lg_csv_text(lg_strbuf *b, const char *s)
 {
-    lg_buf_put(b, ",", 1);
+    lg_strbuf_put(b, ",", 1);
     bool formula = s[0] == '=' || s[0] == '+' || s[0] == '-' || s[0] == '@' || s[0] == '\t' || s[0] == '\r';
     bool quote = formula || strpbrk(s, ",\"\r\n") != NULL;
     if (quote)
-        lg_buf_put(b, "\"", 1);
+        lg_strbuf_put(b, "\"", 1);
     if (formula)
-        lg_buf_put(b, "'", 1);
+        lg_strbuf_put(b, "'", 1);
     for (const char *c = s; *c; c++) {
         if (*c == '"')
-            lg_buf_put(b, "\"\"", 2);
+            lg_strbuf_put(b, "\"\"", 2);
         else
-            lg_buf_put(b, c, 1);
+            lg_strbuf_put(b, c, 1);
     }
     if (quote)
-        lg_buf_put(b, "\"", 1);
+        lg_strbuf_put(b, "\"", 1);
 }
 
 int lg_usage_report_csv(const lg_usage_report *r, char **out, size_t *len, lg_err *err)
@@ -356,8 +306,8 @@ int lg_usage_report_csv(const lg_usage_report *r, char **out, size_t *len, lg_er
     if (!r)
         return lg_fail(err, "expected a usage report"), LG_STORE_INVALID;
     const unsigned g = r->group_by;
-    lg_buf b = {0};
-    lg_buf_printf(&b, "start_time,end_time%s%s%s,input_tokens,input_cached_tokens,output_tokens,"
+    lg_strbuf b = {0};
+    lg_strbuf_printf(&b, "start_time,end_time%s%s%s,input_tokens,input_cached_tokens,output_tokens,"
                       "num_model_requests,cost_usd\r\n",
                   g & LG_USAGE_GROUP_MODEL ? ",model" : "", g & LG_USAGE_GROUP_API_KEY ? ",api_key_id" : "",
                   g & LG_USAGE_GROUP_TENANT ? ",tenant_id,tenant" : "");
@@ -365,18 +315,18 @@ int lg_usage_report_csv(const lg_usage_report *r, char **out, size_t *len, lg_er
         const lg_usage_bucket *k = &r->buckets[i];
         for (int j = 0; j < k->n_results; j++) {
             const lg_usage_result *x = &k->results[j];
-            lg_buf_printf(&b, "%lld,%lld", (long long)k->start_time, (long long)k->end_time);
+            lg_strbuf_printf(&b, "%lld,%lld", (long long)k->start_time, (long long)k->end_time);
             if (g & LG_USAGE_GROUP_MODEL)
                 lg_csv_text(&b, x->model);
             if (g & LG_USAGE_GROUP_API_KEY)
                 lg_csv_text(&b, x->api_key_id);
             if (g & LG_USAGE_GROUP_TENANT) {
-                lg_buf_printf(&b, ",%lld", (long long)x->tenant_id);
+                lg_strbuf_printf(&b, ",%lld", (long long)x->tenant_id);
                 lg_csv_text(&b, x->tenant_name);
             }
             char usd[LG_MONEY_USD_BUF];
             lg_money_format_usd(x->cost_pico, usd);
-            lg_buf_printf(&b, ",%lld,%lld,%lld,%lld,%s\r\n", (long long)x->input_tokens,
+            lg_strbuf_printf(&b, ",%lld,%lld,%lld,%lld,%s\r\n", (long long)x->input_tokens,
                           (long long)x->input_cached_tokens, (long long)x->output_tokens,
                           (long long)x->num_model_requests, usd);
         }
@@ -386,6 +336,6 @@ int lg_usage_report_csv(const lg_usage_report *r, char **out, size_t *len, lg_er
         return lg_fail(err, "out of memory formatting usage CSV");
     }
     *out = b.p;
-    *len = b.n;
+    *len = b.len;
     return 0;
 }

@@ -67,36 +67,6 @@ struct lg_chat_template {
     bool asst_space_before_eos; /* Llama-2: ' ' + content + ' ' + eos */
 };
 
-/* ---- small growable string --------------------------------------------- */
-
-typedef struct lg_sbuf {
-    char *p;
-    size_t n, cap;
-    bool oom;
-} lg_sbuf;
-
-static void sb_putn(lg_sbuf *b, const char *s, size_t n)
-{
-    if (b->oom)
-        return;
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->n + n + 1)
-            cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p) {
-            b->oom = true;
-            return;
-        }
-        b->p = p;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = 0;
-}
-static void sb_put(lg_sbuf *b, const char *s) { sb_putn(b, s, strlen(s)); }
-
 /* ---- Python str.strip() ---------------------------------------------------- */
 
 /* Decodes one UTF-8 code point at s[0..n); returns its length (1 on bad bytes). */
@@ -123,7 +93,7 @@ static bool py_space(uint32_t c)
 }
 
 /* Appends s with Python whitespace stripped from both ends. */
-static void sb_put_stripped(lg_sbuf *b, const char *s)
+static void sb_put_stripped(lg_strbuf *b, const char *s)
 {
     const unsigned char *u = (const unsigned char *)s;
     size_t n = strlen(s), i = 0, end = 0;
@@ -144,7 +114,7 @@ static void sb_put_stripped(lg_sbuf *b, const char *s)
         if (!py_space(c))
             end = j;
     }
-    sb_putn(b, s + i, end - i);
+    lg_strbuf_put(b, s + i, end - i);
 }
 
 /* ---- reading literals out of the template text ------------------------------ */
@@ -414,69 +384,69 @@ lg_chat_family lg_chat_template_family(const lg_chat_template *t) { return t->fa
 
 static bool is_role(const lg_chat_msg *m, const char *r) { return !strcmp(m->role, r); }
 
-static void render_chatml(const lg_chat_template *t, const lg_chat_msg *m, int n, lg_sbuf *b)
+static void render_chatml(const lg_chat_template *t, const lg_chat_msg *m, int n, lg_strbuf *b)
 {
     if (t->default_system && !is_role(&m[0], "system")) {
-        sb_put(b, "<|im_start|>system\n");
-        sb_put(b, t->default_system);
-        sb_put(b, "<|im_end|>\n");
+        lg_strbuf_puts(b, "<|im_start|>system\n");
+        lg_strbuf_puts(b, t->default_system);
+        lg_strbuf_puts(b, "<|im_end|>\n");
     }
     for (int i = 0; i < n; i++) {
-        sb_put(b, "<|im_start|>");
-        sb_put(b, m[i].role);
-        sb_put(b, "\n");
-        sb_put(b, m[i].content);
-        sb_put(b, "<|im_end|>\n");
+        lg_strbuf_puts(b, "<|im_start|>");
+        lg_strbuf_puts(b, m[i].role);
+        lg_strbuf_puts(b, "\n");
+        lg_strbuf_puts(b, m[i].content);
+        lg_strbuf_puts(b, "<|im_end|>\n");
     }
-    sb_put(b, "<|im_start|>assistant\n");
+    lg_strbuf_puts(b, "<|im_start|>assistant\n");
 }
 
-static void l3_header(lg_sbuf *b, const char *role)
+static void l3_header(lg_strbuf *b, const char *role)
 {
-    sb_put(b, "<|start_header_id|>");
-    sb_put(b, role);
-    sb_put(b, "<|end_header_id|>\n\n");
+    lg_strbuf_puts(b, "<|start_header_id|>");
+    lg_strbuf_puts(b, role);
+    lg_strbuf_puts(b, "<|end_header_id|>\n\n");
 }
 
-static void render_llama3(const lg_chat_template *t, const lg_chat_msg *m, int n, lg_sbuf *b)
+static void render_llama3(const lg_chat_template *t, const lg_chat_msg *m, int n, lg_strbuf *b)
 {
     int i = 0;
     if (t->l3_sys_block) {
-        sb_put(b, t->bos);
+        lg_strbuf_puts(b, t->bos);
         l3_header(b, "system");
-        sb_put(b, "Cutting Knowledge Date: ");
-        sb_put(b, t->l3_cutoff);
-        sb_put(b, "\nToday Date: ");
+        lg_strbuf_puts(b, "Cutting Knowledge Date: ");
+        lg_strbuf_puts(b, t->l3_cutoff);
+        lg_strbuf_puts(b, "\nToday Date: ");
         if (t->l3_date) {
-            sb_put(b, t->l3_date);
+            lg_strbuf_puts(b, t->l3_date);
         } else {
             char d[64];
             time_t now = time(NULL);
             struct tm tm;
             localtime_r(&now, &tm);
             strftime(d, sizeof d, "%d %b %Y", &tm);
-            sb_put(b, d);
+            lg_strbuf_puts(b, d);
         }
-        sb_put(b, "\n\n");
+        lg_strbuf_puts(b, "\n\n");
         if (n > 0 && is_role(&m[0], "system")) {
             sb_put_stripped(b, m[0].content);
             i = 1;
         }
-        sb_put(b, "<|eot_id|>");
+        lg_strbuf_puts(b, "<|eot_id|>");
     }
     for (; i < n; i++) {
         if (i == 0 && !t->l3_sys_block)
-            sb_put(b, t->bos);
+            lg_strbuf_puts(b, t->bos);
         l3_header(b, m[i].role);
         sb_put_stripped(b, m[i].content);
-        sb_put(b, "<|eot_id|>");
+        lg_strbuf_puts(b, "<|eot_id|>");
     }
     l3_header(b, "assistant");
 }
 
 #define LG_ALTERNATE_MSG "Conversation roles must alternate user/assistant/user/assistant/..."
 
-static int render_inst(const lg_chat_template *t, const lg_chat_msg *m, int n, lg_sbuf *b, lg_err *err)
+static int render_inst(const lg_chat_template *t, const lg_chat_msg *m, int n, lg_strbuf *b, lg_err *err)
 {
     const char *sys = NULL;
     int first = 0;
@@ -488,7 +458,7 @@ static int render_inst(const lg_chat_template *t, const lg_chat_msg *m, int n, l
         sys = t->default_system;
     }
     if (!t->bos_per_user)
-        sb_put(b, t->bos);
+        lg_strbuf_puts(b, t->bos);
     for (int i = first; i < n; i++) {
         int k = i - first; /* loop.index0 */
         bool user = is_role(&m[i], "user");
@@ -500,31 +470,31 @@ static int render_inst(const lg_chat_template *t, const lg_chat_msg *m, int n, l
         }
         if (t->inst == LG_INST_LLAMA2) {
             /* content = (k == 0 && sys) ? "<<SYS>>\n" + sys + "\n<</SYS>>\n\n" + content : content */
-            lg_sbuf c = {0};
+            lg_strbuf c = {0};
             if (k == 0 && sys) {
-                sb_put(&c, "<<SYS>>\n");
+                lg_strbuf_puts(&c, "<<SYS>>\n");
                 if (t->l2_sys_trim) sb_put_stripped(&c, sys);
-                else sb_put(&c, sys);
-                sb_put(&c, "\n<</SYS>>\n\n");
+                else lg_strbuf_puts(&c, sys);
+                lg_strbuf_puts(&c, "\n<</SYS>>\n\n");
             }
-            sb_put(&c, m[i].content);
+            lg_strbuf_puts(&c, m[i].content);
             const char *cs = c.p ? c.p : "";
             if (user) {
                 if (t->bos_per_user)
-                    sb_put(b, t->bos);
-                sb_put(b, "[INST] ");
+                    lg_strbuf_puts(b, t->bos);
+                lg_strbuf_puts(b, "[INST] ");
                 sb_put_stripped(b, cs);
-                sb_put(b, " [/INST]");
+                lg_strbuf_puts(b, " [/INST]");
             } else if (is_role(&m[i], "assistant")) {
-                sb_put(b, " ");
+                lg_strbuf_puts(b, " ");
                 sb_put_stripped(b, cs);
                 if (t->asst_space_before_eos)
-                    sb_put(b, " ");
-                sb_put(b, t->eos);
+                    lg_strbuf_puts(b, " ");
+                lg_strbuf_puts(b, t->eos);
             } else if (is_role(&m[i], "system") && t->l2_sys_branch) {
-                sb_put(b, "<<SYS>>\n");
+                lg_strbuf_puts(b, "<<SYS>>\n");
                 sb_put_stripped(b, cs);
-                sb_put(b, "\n<</SYS>>\n\n");
+                lg_strbuf_puts(b, "\n<</SYS>>\n\n");
             } /* else: the template writes nothing for it */
             bool oom = c.oom;
             free(c.p);
@@ -534,18 +504,18 @@ static int render_inst(const lg_chat_template *t, const lg_chat_msg *m, int n, l
         }
         /* Mistral */
         if (user) {
-            sb_put(b, t->inst_lead_space ? " [INST] " : "[INST] ");
+            lg_strbuf_puts(b, t->inst_lead_space ? " [INST] " : "[INST] ");
             if (k == 0 && sys) {
-                sb_put(b, sys);
-                sb_put(b, "\n\n");
+                lg_strbuf_puts(b, sys);
+                lg_strbuf_puts(b, "\n\n");
             }
-            sb_put(b, m[i].content);
-            sb_put(b, " [/INST]");
+            lg_strbuf_puts(b, m[i].content);
+            lg_strbuf_puts(b, " [/INST]");
         } else if (is_role(&m[i], "assistant")) {
-            sb_put(b, t->asst_prefix);
-            sb_put(b, m[i].content);
-            sb_put(b, t->eos);
-            sb_put(b, t->asst_suffix);
+            lg_strbuf_puts(b, t->asst_prefix);
+            lg_strbuf_puts(b, m[i].content);
+            lg_strbuf_puts(b, t->eos);
+            lg_strbuf_puts(b, t->asst_suffix);
         } else if (t->inst == LG_INST_MISTRAL_RAISE) {
             return lg_fail(err, "Only user and assistant roles are supported!");
         } else {
@@ -569,7 +539,7 @@ int lg_chat_template_apply(const lg_chat_template *t, const lg_chat_msg *msgs, i
         if (strcmp(r, "system") && strcmp(r, "user") && strcmp(r, "assistant"))
             return lg_fail(err, "chat template: message %d has role '%s'; expected system, user or assistant", i, r);
     }
-    lg_sbuf b = {0};
+    lg_strbuf b = {0};
     int rc = 0;
     switch (t->family) {
     case LG_CHAT_CHATML: render_chatml(t, msgs, n_msgs, &b); break;

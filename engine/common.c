@@ -238,3 +238,53 @@ void lg_log(const char *fmt, ...)
     va_end(ap);
     fputc('\n', stderr);
 }
+
+/* ---- lg_strbuf ------------------------------------------------------------ */
+
+static bool strbuf_reserve(lg_strbuf *b, size_t extra)
+{
+    if (b->oom)
+        return false;
+    if (b->len + extra + 1 <= b->cap)
+        return true;
+    size_t cap = b->cap ? b->cap : 256;
+    while (cap < b->len + extra + 1)
+        cap *= 2;
+    char *p = realloc(b->p, cap);
+    if (!p) {
+        b->oom = true;
+        return false;
+    }
+    b->p = p;
+    b->cap = cap;
+    return true;
+}
+
+void lg_strbuf_put(lg_strbuf *b, const char *s, size_t n)
+{
+    if (!strbuf_reserve(b, n))
+        return;
+    memcpy(b->p + b->len, s, n);
+    b->len += n;
+    b->p[b->len] = 0;
+}
+
+void lg_strbuf_puts(lg_strbuf *b, const char *s) { lg_strbuf_put(b, s, strlen(s)); }
+
+void lg_strbuf_printf(lg_strbuf *b, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (n < 0) {
+        b->oom = true;
+        return;
+    }
+    if (!strbuf_reserve(b, (size_t)n))
+        return;
+    va_start(ap, fmt);
+    vsnprintf(b->p + b->len, b->cap - b->len, fmt, ap);
+    va_end(ap);
+    b->len += (size_t)n;
+}

@@ -93,4 +93,17 @@ double lg_now(void);
 extern int lg_log_verbose;
 void lg_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
+/* A growable NUL-terminated string (JSON-free text output: chat templates,
+ * CSV, Prometheus text, HTML). Zero-initialise; p stays NULL until the first
+ * append. After an allocation failure `oom` is set and later appends are
+ * dropped, so a writer checks it once at the end; free(b.p) when done. */
+typedef struct lg_strbuf {
+    char *p;
+    size_t len, cap;
+    bool oom;
+} lg_strbuf;
+void lg_strbuf_put(lg_strbuf *b, const char *s, size_t n);
+void lg_strbuf_puts(lg_strbuf *b, const char *s);
+void lg_strbuf_printf(lg_strbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
 #endif

@@ -160,8 +160,11 @@ static int auth_key(lg_request *r, lg_app *app, unsigned scope)
                                    "tenant settings.");
         return -1;
     }
-    lg_app_tenant *t = lg_app_tenant_by_id(app, k.tenant_id);
-    if (!t || t->deleted) {
+    /* by name (a hash lookup), not by id: this runs on every request */
+    void *tv = NULL;
+    lg_app_resolve_tenant(app, k.tenant_name, &tv);
+    lg_app_tenant *t = tv;
+    if (!t || t->id != k.tenant_id) {
         lg_respond_unauthorized(r, "Incorrect API key provided: its tenant no longer exists.");
         return -1;
     }

@@ -214,19 +214,24 @@ static int hexval(char c)
     return -1;
 }
 
-int lg_percent_decode(const char *src, size_t len, char *out, size_t cap)
+/* form: application/x-www-form-urlencoded ('+' is a space, '/' may be escaped) */
+static int pct_decode(const char *src, size_t len, char *out, size_t cap, bool form)
 {
     size_t o = 0;
     for (size_t i = 0; i < len; i++) {
         char c = src[i];
-        if (c == '%') {
+        if (c == '+' && form) {
+            c = ' ';
+        } else if (c == '%') {
             int hi, lo;
             if (i + 2 >= len || (hi = hexval(src[i + 1])) < 0 || (lo = hexval(src[i + 2])) < 0)
                 return -1;
             c = (char)(hi << 4 | lo);
             i += 2;
-            if (c == 0 || c == '/')
+            if (c == 0 || (c == '/' && !form))
                 return -1;
+        } else if (c == 0 && form) {
+            return -1;
         }
         if (o + 1 >= cap)
             return -1;
@@ -237,6 +242,10 @@ int lg_percent_decode(const char *src, size_t len, char *out, size_t cap)
     out[o] = 0;
     return (int)o;
 }
+
+int lg_percent_decode(const char *src, size_t len, char *out, size_t cap) { return pct_decode(src, len, out, cap, false); }
+
+int lg_form_decode(const char *src, size_t len, char *out, size_t cap) { return pct_decode(src, len, out, cap, true); }
 
 /* ---- Authorization: Bearer ------------------------------------------------- */
 

@@ -51,6 +51,9 @@ int lg_media_type_param(const char *ct, size_t len, const char *name, char *out,
  * Refuses (returns -1) bad escapes, a decoded NUL or '/', and overflow;
  * returns the decoded length. '+' is kept as is (paths, not forms). */
 int lg_percent_decode(const char *src, size_t len, char *out, size_t cap);
+/* The same for application/x-www-form-urlencoded names and values: '+' is a
+ * space and an escaped '/' is allowed; a decoded NUL is still refused. */
+int lg_form_decode(const char *src, size_t len, char *out, size_t cap);
 
 /* Authorization header value "Bearer <token>" (scheme case-insensitive,
  * spaces around the token allowed). Sets *tok and *tlen to the token (a slice

@@ -88,45 +88,8 @@ struct lg_metrics {
 
 /* ---- growing text ------------------------------------------------------------ */
 
-typedef struct sbuf {
-    char *p;
-    size_t len, cap;
-    bool oom;
-} sbuf;
-
-static void sb_printf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void sb_printf(sbuf *b, const char *fmt, ...)
-{
-    if (b->oom)
-        return;
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int n = vsnprintf(b->p ? b->p + b->len : NULL, b->p ? b->cap - b->len : 0, fmt, ap);
-        va_end(ap);
-        if (n < 0) {
-            b->oom = true;
-            return;
-        }
-        if (b->p && b->len + (size_t)n < b->cap) {
-            b->len += (size_t)n;
-            return;
-        }
-        size_t cap = b->cap ? b->cap : 16384;
-        while (cap < b->len + (size_t)n + 1)
-            cap *= 2;
-        char *q = realloc(b->p, cap);
-        if (!q) {
-            b->oom = true;
-            return;
-        }
-        b->p = q;
-        b->cap = cap;
-    }
-}
-
 /* A label value with \ " and newline escaped (the exposition format's rule). */
-static void sb_label(sbuf *b, const char *v)
+static void sb_label(lg_strbuf *b, const char *v)
 {
     char tmp[3 * LG_STORE_NAME_MAX + 8];
     size_t k = 0;
@@ -142,7 +105,7 @@ static void sb_label(sbuf *b, const char *v)
         }
     }
     tmp[k] = 0;
-    sb_printf(b, "%s", tmp);
+    lg_strbuf_printf(b, "%s", tmp);
 }
 
 /* ---- creation ------------------------------------------------------------------ */
@@ -338,9 +301,9 @@ void lg_metrics_limited(lg_metrics *m, const char *tenant, const char *reason)
 
 /* ---- the exposition ------------------------------------------------------------------ */
 
-static void head(sbuf *b, const char *name, const char *type, const char *help)
+static void head(lg_strbuf *b, const char *name, const char *type, const char *help)
 {
-    sb_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+    lg_strbuf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
 static void fmt_num(char *buf, size_t n, double v)
@@ -359,7 +322,7 @@ static void fmt_num(char *buf, size_t n, double v)
     }
 }
 
-static void hist_out(sbuf *b, const char *name, const char *help, const hist *h)
+static void hist_out(lg_strbuf *b, const char *name, const char *help, const hist *h)
 {
     head(b, name, "histogram", help);
     uint64_t cum = 0;
@@ -367,26 +330,26 @@ static void hist_out(sbuf *b, const char *name, const char *help, const hist *h)
     for (int i = 0; i < h->n; i++) {
         cum += h->counts[i];
         fmt_num(le, sizeof le, h->bounds[i]);
-        sb_printf(b, "%s_bucket{le=\"%s\"} %" PRIu64 "\n", name, le, cum);
+        lg_strbuf_printf(b, "%s_bucket{le=\"%s\"} %" PRIu64 "\n", name, le, cum);
     }
-    sb_printf(b, "%s_bucket{le=\"+Inf\"} %" PRIu64 "\n", name, h->count);
+    lg_strbuf_printf(b, "%s_bucket{le=\"+Inf\"} %" PRIu64 "\n", name, h->count);
     char sum[40];
     fmt_num(sum, sizeof sum, h->sum);
-    sb_printf(b, "%s_sum %s\n%s_count %" PRIu64 "\n", name, sum, name, h->count);
+    lg_strbuf_printf(b, "%s_sum %s\n%s_count %" PRIu64 "\n", name, sum, name, h->count);
 }
 
-static void gauge(sbuf *b, const char *name, const char *help, double v)
+static void gauge(lg_strbuf *b, const char *name, const char *help, double v)
 {
     char s[40];
     fmt_num(s, sizeof s, v);
     head(b, name, "gauge", help);
-    sb_printf(b, "%s %s\n", name, s);
+    lg_strbuf_printf(b, "%s %s\n", name, s);
 }
 
-static void counter(sbuf *b, const char *name, const char *help, uint64_t v)
+static void counter(lg_strbuf *b, const char *name, const char *help, uint64_t v)
 {
     head(b, name, "counter", help);
-    sb_printf(b, "%s %" PRIu64 "\n", name, v);
+    lg_strbuf_printf(b, "%s %" PRIu64 "\n", name, v);
 }
 
 static int cmp_float(const void *a, const void *b)
@@ -396,17 +359,17 @@ static int cmp_float(const void *a, const void *b)
 }
 
 /* The per-tenant counters: with labels one line per tenant, else one line. */
-static void tenant_counter(sbuf *b, const lg_metrics *m, const char *name, const char *help, size_t off)
+static void tenant_counter(lg_strbuf *b, const lg_metrics *m, const char *name, const char *help, size_t off)
 {
     head(b, name, "counter", help);
     if (!m->tenant_labels) {
-        sb_printf(b, "%s %" PRIu64 "\n", name, *(const uint64_t *)((const char *)&m->tenants[LG_METRICS_MAX_TENANTS] + off));
+        lg_strbuf_printf(b, "%s %" PRIu64 "\n", name, *(const uint64_t *)((const char *)&m->tenants[LG_METRICS_MAX_TENANTS] + off));
         return;
     }
     for (int i = 0; i < m->n_tenants; i++) {
-        sb_printf(b, "%s{tenant=\"", name);
+        lg_strbuf_printf(b, "%s{tenant=\"", name);
         sb_label(b, m->tenants[i].name);
-        sb_printf(b, "\"} %" PRIu64 "\n", *(const uint64_t *)((const char *)&m->tenants[i] + off));
+        lg_strbuf_printf(b, "\"} %" PRIu64 "\n", *(const uint64_t *)((const char *)&m->tenants[i] + off));
     }
 }
 
@@ -423,7 +386,7 @@ static int cmp_req(const void *a, const void *b)
 
 static char *render(lg_metrics *m, size_t *len)
 {
-    sbuf b = {0};
+    lg_strbuf b = {0};
     lg_app *app = m->app;
 
     /* ---- ours, copied under the lock ---- */
@@ -449,7 +412,7 @@ static char *render(lg_metrics *m, size_t *len)
     snap.tenants = tenants;
     snap.n_tenants = nt;
 
-    sb_printf(&b, "# HELP loragate_build_info The running loragate version.\n# TYPE loragate_build_info gauge\n"
+    lg_strbuf_printf(&b, "# HELP loragate_build_info The running loragate version.\n# TYPE loragate_build_info gauge\n"
                   "loragate_build_info{version=\"%s\"} 1\n",
               LG_VERSION);
     if (app)
@@ -458,15 +421,15 @@ static char *render(lg_metrics *m, size_t *len)
     head(&b, "loragate_http_requests_total", "counter", "HTTP requests answered, by route name, status and tenant.");
     qsort(reqs, nr, sizeof *reqs, cmp_req);
     for (size_t i = 0; i < nr; i++) {
-        sb_printf(&b, "loragate_http_requests_total{route=\"");
+        lg_strbuf_printf(&b, "loragate_http_requests_total{route=\"");
         sb_label(&b, reqs[i].route);
-        sb_printf(&b, "\",status=\"%d\"", reqs[i].status);
+        lg_strbuf_printf(&b, "\",status=\"%d\"", reqs[i].status);
         if (m->tenant_labels) {
-            sb_printf(&b, ",tenant=\"");
+            lg_strbuf_printf(&b, ",tenant=\"");
             sb_label(&b, reqs[i].tenant >= 0 ? tenants[reqs[i].tenant].name : "");
-            sb_printf(&b, "\"");
+            lg_strbuf_printf(&b, "\"");
         }
-        sb_printf(&b, "} %" PRIu64 "\n", reqs[i].n);
+        lg_strbuf_printf(&b, "} %" PRIu64 "\n", reqs[i].n);
     }
     free(reqs);
 
@@ -489,15 +452,15 @@ static char *render(lg_metrics *m, size_t *len)
          "Requests refused with 429 by the tenant limits, by reason (rpm, tpm, concurrent, monthly_tokens).");
     for (int r = 0; r < R_N; r++) {
         if (!m->tenant_labels) {
-            sb_printf(&b, "loragate_rate_limited_total{reason=\"%s\"} %" PRIu64 "\n", REASONS[r],
+            lg_strbuf_printf(&b, "loragate_rate_limited_total{reason=\"%s\"} %" PRIu64 "\n", REASONS[r],
                       tenants[LG_METRICS_MAX_TENANTS].limited[r]);
             continue;
         }
         for (int i = 0; i < nt; i++)
             if (tenants[i].limited[r]) {
-                sb_printf(&b, "loragate_rate_limited_total{reason=\"%s\",tenant=\"", REASONS[r]);
+                lg_strbuf_printf(&b, "loragate_rate_limited_total{reason=\"%s\",tenant=\"", REASONS[r]);
                 sb_label(&b, tenants[i].name);
-                sb_printf(&b, "\"} %" PRIu64 "\n", tenants[i].limited[r]);
+                lg_strbuf_printf(&b, "\"} %" PRIu64 "\n", tenants[i].limited[r]);
             }
     }
     free(tenants);
@@ -511,7 +474,7 @@ static char *render(lg_metrics *m, size_t *len)
         head(&b, "loragate_pool_pages", "gauge",
              "Pages of the device memory pool by kind: kv (KV cache in use), adapter (LoRA weights), cached "
              "(evictable prefix-cache pages), free.");
-        sb_printf(&b, "loragate_pool_pages{kind=\"kv\"} %d\nloragate_pool_pages{kind=\"adapter\"} %d\n"
+        lg_strbuf_printf(&b, "loragate_pool_pages{kind=\"kv\"} %d\nloragate_pool_pages{kind=\"adapter\"} %d\n"
                       "loragate_pool_pages{kind=\"cached\"} %d\nloragate_pool_pages{kind=\"free\"} %d\n",
                   es.pages_kv, es.pages_adapter, es.pages_cached, es.pages_free);
         gauge(&b, "loragate_pool_pages_capacity", "Pages of the device memory pool.", es.pages_total);
@@ -549,11 +512,11 @@ static char *render(lg_metrics *m, size_t *len)
         for (int i = 0; i < 3; i++) {
             char v[40];
             fmt_num(v, sizeof v, n ? ms[(int)floor(Q[i] * (n - 1) + 0.5)] / 1000.0 : NAN);
-            sb_printf(&b, "loragate_adapter_load_seconds{quantile=\"%g\"} %s\n", Q[i], v);
+            lg_strbuf_printf(&b, "loragate_adapter_load_seconds{quantile=\"%g\"} %s\n", Q[i], v);
         }
         char sum[40];
         fmt_num(sum, sizeof sum, es.adapter_load_seconds);
-        sb_printf(&b, "loragate_adapter_load_seconds_sum %s\nloragate_adapter_load_seconds_count %" PRId64 "\n", sum,
+        lg_strbuf_printf(&b, "loragate_adapter_load_seconds_sum %s\nloragate_adapter_load_seconds_count %" PRId64 "\n", sum,
                   es.adapter_loads);
     }
 
@@ -566,11 +529,11 @@ static char *render(lg_metrics *m, size_t *len)
         char le[40];
         for (int i = 0; i < LG_LEDGER_HIST_N; i++) {
             fmt_num(le, sizeof le, lg_ledger_hist_bounds[i]);
-            sb_printf(&b, "loragate_ledger_commit_seconds_bucket{le=\"%s\"} %" PRIu64 "\n", le, ls.hist[i]);
+            lg_strbuf_printf(&b, "loragate_ledger_commit_seconds_bucket{le=\"%s\"} %" PRIu64 "\n", le, ls.hist[i]);
         }
         char sum[40];
         fmt_num(sum, sizeof sum, ls.commit_seconds_sum);
-        sb_printf(&b,
+        lg_strbuf_printf(&b,
                   "loragate_ledger_commit_seconds_bucket{le=\"+Inf\"} %" PRIu64
                   "\nloragate_ledger_commit_seconds_sum %s\nloragate_ledger_commit_seconds_count %" PRIu64 "\n",
                   ls.hist[LG_LEDGER_HIST_N], sum, ls.hist[LG_LEDGER_HIST_N]);

@@ -108,8 +108,7 @@ typedef struct choice_st {
     lg_stopper *stp;
     bool stop_matched, finished, role_sent;
     lg_finish_reason reason;
-    char *text;
-    size_t len, cap;
+    lg_strbuf text;
     json_t *lp; /* chat: array of content logprobs; completions: object of arrays */
 } choice_st;
 
@@ -136,7 +135,7 @@ static void gen_cleanup(gen *g)
     for (int i = 0; g->c && i < g->n; i++) {
         lg_detok_free(g->c[i].dt);
         lg_stopper_free(g->c[i].stp);
-        free(g->c[i].text);
+        free(g->c[i].text.p);
         json_decref(g->c[i].lp);
     }
     free(g->c);
@@ -152,24 +151,6 @@ static const char *finish_name(lg_finish_reason r)
     case LG_FINISH_CANCELLED: return "cancelled";
     default: return "error";
     }
-}
-
-static int append(choice_st *c, const char *s, size_t n)
-{
-    if (c->len + n + 1 > c->cap) {
-        size_t cap = c->cap ? c->cap * 2 : 256;
-        while (cap < c->len + n + 1)
-            cap *= 2;
-        char *t = realloc(c->text, cap);
-        if (!t)
-            return -1;
-        c->text = t;
-        c->cap = cap;
-    }
-    memcpy(c->text + c->len, s, n);
-    c->len += n;
-    c->text[c->len] = 0;
-    return 0;
 }
 
 static json_t *bytes_of(const char *s, size_t n)
@@ -291,7 +272,7 @@ static void emit_text(gen *g, int i, const char *s, size_t n, json_t *lp)
         else
             json_decref(lp);
     } else {
-        append(c, s, n);
+        lg_strbuf_put(&c->text, s, n);
     }
 }
 
@@ -311,9 +292,9 @@ static void on_token_ev(gen *g, const ev_token *t)
         } else {
             if (g->stream) {
                 lp = cmpl_lp_new();
-                cmpl_lp_add(lp, g->app->tok, t, g->top_logprobs, c->len);
+                cmpl_lp_add(lp, g->app->tok, t, g->top_logprobs, c->text.len);
             } else {
-                cmpl_lp_add(c->lp, g->app->tok, t, g->top_logprobs, c->len);
+                cmpl_lp_add(c->lp, g->app->tok, t, g->top_logprobs, c->text.len);
             }
         }
     }
@@ -396,10 +377,10 @@ static void on_billed_ev(gen *g, lg_request *r, const ev_billed *b)
         json_t *ch;
         if (g->kind == LG_OAI_CHAT)
             ch = json_pack("{s:i,s:{s:s,s:s%,s:n,s:[]},s:o,s:s}", "index", i, "message", "role", "assistant",
-                           "content", c->text ? c->text : "", c->len, "refusal", "annotations", "logprobs", lp,
+                           "content", c->text.p ? c->text.p : "", c->text.len, "refusal", "annotations", "logprobs", lp,
                            "finish_reason", finish_name(c->reason));
         else
-            ch = json_pack("{s:s%,s:i,s:o,s:s}", "text", c->text ? c->text : "", c->len, "index", i, "logprobs", lp,
+            ch = json_pack("{s:s%,s:i,s:o,s:s}", "text", c->text.p ? c->text.p : "", c->text.len, "index", i, "logprobs", lp,
                            "finish_reason", finish_name(c->reason));
         json_array_append_new(choices, ch);
     }
@@ -505,11 +486,9 @@ static void finalize(job *j)
     lg_limits_finish(app->limits, j->tenant, j->est_tokens, rec->prompt_tokens + rec->completion_tokens);
     double e2e = (rec->finished_at - rec->received_at) / 1000.0;
     double ttft = rec->first_token_at ? (rec->first_token_at - rec->received_at) / 1000.0 : -1;
-    double tpot = rec->completion_tokens > 1 && ttft >= 0
-                      ? (e2e - ttft) / (double)(rec->completion_tokens / (j->n_choices ? j->n_choices : 1) - 1 > 0
-                                                    ? rec->completion_tokens / j->n_choices - 1
-                                                    : 1)
-                      : -1;
+    int64_t per_choice = rec->completion_tokens / j->n_choices; /* n_choices >= 1 */
+    double tpot = rec->completion_tokens > 1 && ttft >= 0 ? (e2e - ttft) / (double)(per_choice > 1 ? per_choice - 1 : 1)
+                                                          : -1;
     lg_metrics_generation(app->metrics, j->tenant->name, ttft, tpot, e2e, rec->prompt_tokens, rec->cached_tokens,
                           rec->completion_tokens);
     if (lg_ledger_append(app->ledger, rec, billed, j, &err) != 0) {

@@ -48,41 +48,6 @@
 
 /* ---- form / query decoding (shared with usage_page.c) ---------------------- */
 
-static int hexval(int c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
-static int form_decode(const char *s, size_t n, char *out, size_t cap)
-{
-    size_t k = 0;
-    for (size_t i = 0; i < n; i++) {
-        int c = (unsigned char)s[i];
-        if (c == '+') {
-            c = ' ';
-        } else if (c == '%') {
-            if (i + 2 >= n)
-                return -1;
-            int h = hexval(s[i + 1]), l = hexval(s[i + 2]);
-            if (h < 0 || l < 0)
-                return -1;
-            c = h * 16 + l;
-            i += 2;
-        }
-        if (c == 0 || k + 1 >= cap)
-            return -1;
-        out[k++] = (char)c;
-    }
-    out[k] = 0;
-    return (int)k;
-}
-
 int lg__form_each(const char *s, size_t len, int (*cb)(void *user, const char *name, const char *value), void *user)
 {
     char name[4096], value[4096];
@@ -94,8 +59,8 @@ int lg__form_each(const char *s, size_t len, int (*cb)(void *user, const char *n
             const char *eq = memchr(s, '=', (size_t)(pe - s));
             const char *ke = eq ? eq : pe;
             const char *v = eq ? eq + 1 : pe;
-            if (form_decode(s, (size_t)(ke - s), name, sizeof name) < 0 ||
-                form_decode(v, (size_t)(pe - v), value, sizeof value) < 0)
+            if (lg_form_decode(s, (size_t)(ke - s), name, sizeof name) < 0 ||
+                lg_form_decode(v, (size_t)(pe - v), value, sizeof value) < 0)
                 return -1;
             int rc = cb(user, name, value);
             if (rc)

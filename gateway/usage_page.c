@@ -101,70 +101,17 @@ static void css_hash(char out[64])
 
 /* ---- text -------------------------------------------------------------------------- */
 
-typedef struct sbuf {
-    char *p;
-    size_t len, cap;
-    bool oom;
-} sbuf;
-
-static void sb_put(sbuf *b, const char *s, size_t n)
-{
-    if (b->oom)
-        return;
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 32768;
-        while (cap < b->len + n + 1)
-            cap *= 2;
-        char *q = realloc(b->p, cap);
-        if (!q) {
-            b->oom = true;
-            return;
-        }
-        b->p = q;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = 0;
-}
-
-static void sb_printf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void sb_printf(sbuf *b, const char *fmt, ...)
-{
-    char tmp[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
-    va_end(ap);
-    if (n < 0)
-        return;
-    if ((size_t)n < sizeof tmp) {
-        sb_put(b, tmp, (size_t)n);
-        return;
-    }
-    char *big = malloc((size_t)n + 1);
-    if (!big) {
-        b->oom = true;
-        return;
-    }
-    va_start(ap, fmt);
-    vsnprintf(big, (size_t)n + 1, fmt, ap);
-    va_end(ap);
-    sb_put(b, big, (size_t)n);
-    free(big);
-}
-
 /* HTML text and attribute values: & < > " ' escaped. */
-static void sb_esc(sbuf *b, const char *s)
+static void sb_esc(lg_strbuf *b, const char *s)
 {
     for (; *s; s++) {
         switch (*s) {
-        case '&': sb_put(b, "&amp;", 5); break;
-        case '<': sb_put(b, "&lt;", 4); break;
-        case '>': sb_put(b, "&gt;", 4); break;
-        case '"': sb_put(b, "&quot;", 6); break;
-        case '\'': sb_put(b, "&#39;", 5); break;
-        default: sb_put(b, s, 1);
+        case '&': lg_strbuf_put(b, "&amp;", 5); break;
+        case '<': lg_strbuf_put(b, "&lt;", 4); break;
+        case '>': lg_strbuf_put(b, "&gt;", 4); break;
+        case '"': lg_strbuf_put(b, "&quot;", 6); break;
+        case '\'': lg_strbuf_put(b, "&#39;", 5); break;
+        default: lg_strbuf_put(b, s, 1);
         }
     }
 }
@@ -360,15 +307,15 @@ static void page_headers(page_ctx *c, lg_request *r)
     lg_request_add_header(r, "referrer-policy", "same-origin"); /* no-referrer would make browsers send Origin: null on our own form POSTs */
 }
 
-static void page_open(sbuf *b, const char *title)
+static void page_open(lg_strbuf *b, const char *title)
 {
-    sb_printf(b, "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+    lg_strbuf_printf(b, "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
                  "<meta name=\"viewport\" content=\"width=device-width,initial-scale=1\"><title>");
     sb_esc(b, title);
-    sb_printf(b, "</title><style>%s</style></head><body>", CSS);
+    lg_strbuf_printf(b, "</title><style>%s</style></head><body>", CSS);
 }
 
-static int send_html(page_ctx *c, lg_request *r, int status, sbuf *b)
+static int send_html(page_ctx *c, lg_request *r, int status, lg_strbuf *b)
 {
     page_headers(c, r);
     if (b->oom) {
@@ -382,17 +329,17 @@ static int send_html(page_ctx *c, lg_request *r, int status, sbuf *b)
 
 static int sign_in_page(page_ctx *c, lg_request *r, int status, const char *error)
 {
-    sbuf b = {0};
+    lg_strbuf b = {0};
     page_open(&b, "loragate usage: sign in");
-    sb_printf(&b, "<main><section class=\"login\"><h2>loragate usage</h2>"
+    lg_strbuf_printf(&b, "<main><section class=\"login\"><h2>loragate usage</h2>"
                   "<p class=\"muted\">Sign in with an API key of your tenant, or with the operator key to see every "
                   "tenant. The key is sent once and kept only in server memory for this session.</p>");
     if (error) {
-        sb_printf(&b, "<p class=\"err\" id=\"error\">");
+        lg_strbuf_printf(&b, "<p class=\"err\" id=\"error\">");
         sb_esc(&b, error);
-        sb_printf(&b, "</p>");
+        lg_strbuf_printf(&b, "</p>");
     }
-    sb_printf(&b, "<form method=\"post\" action=\"/usage/login\"><label for=\"key\">API key</label>"
+    lg_strbuf_printf(&b, "<form method=\"post\" action=\"/usage/login\"><label for=\"key\">API key</label>"
                   "<input id=\"key\" name=\"key\" type=\"password\" autocomplete=\"off\" required "
                   "spellcheck=\"false\"><button type=\"submit\">Sign in</button></form></section></main></body></html>\n");
     return send_html(c, r, status, &b);
@@ -531,7 +478,7 @@ typedef struct page_job {
     lg_limits_state lstate;
     lg_tenant *all_tenants;
     int n_all_tenants;
-    sbuf html;
+    lg_strbuf html;
 } page_job;
 
 static void add_res(lg_usage_result *a, const lg_usage_result *b)
@@ -693,7 +640,7 @@ static void day_label(int64_t t, char *out, size_t cap, bool year)
         snprintf(out, cap, "%02d-%02d", tm.tm_mon + 1, tm.tm_mday);
 }
 
-static void axis(sbuf *b, double ymax, bool money, bool percent, int nd, const day *d)
+static void axis(lg_strbuf *b, double ymax, bool money, bool percent, int nd, const day *d)
 {
     int h = CH - MT - MB;
     for (int i = 0; i <= 4; i++) {
@@ -710,9 +657,9 @@ static void axis(sbuf *b, double ymax, bool money, bool percent, int nd, const d
         }
         else
             fmt_short(v, lab, sizeof lab);
-        sb_printf(b, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"%s\"/>", ML, y, CW - MR, y,
+        lg_strbuf_printf(b, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"%s\"/>", ML, y, CW - MR, y,
                   i ? "#eef0f3" : "#9aa3b2");
-        sb_printf(b, "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\">%s</text>", ML - 6, y + 4, lab);
+        lg_strbuf_printf(b, "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\">%s</text>", ML - 6, y + 4, lab);
     }
     int every = nd <= 10 ? 1 : nd <= 31 ? 5 : 15;
     double bw = (double)(CW - ML - MR) / (nd ? nd : 1);
@@ -720,19 +667,19 @@ static void axis(sbuf *b, double ymax, bool money, bool percent, int nd, const d
         if ((nd - 1 - i) % every == 0) {
             char lab[16];
             day_label(d[i].start, lab, sizeof lab, false);
-            sb_printf(b, "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">%s</text>", ML + bw * (i + 0.5),
+            lg_strbuf_printf(b, "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">%s</text>", ML + bw * (i + 0.5),
                       CH - MB + 16, lab);
         }
 }
 
-static void svg_open(sbuf *b, const char *id, const char *label)
+static void svg_open(lg_strbuf *b, const char *id, const char *label)
 {
-    sb_printf(b, "<svg id=\"%s\" viewBox=\"0 0 %d %d\" width=\"%d\" height=\"%d\" role=\"img\" aria-label=\"%s\" "
+    lg_strbuf_printf(b, "<svg id=\"%s\" viewBox=\"0 0 %d %d\" width=\"%d\" height=\"%d\" role=\"img\" aria-label=\"%s\" "
                  "xmlns=\"http://www.w3.org/2000/svg\">",
               id, CW, CH, CW, CH, label);
 }
 
-static void chart_tokens(sbuf *b, const page_job *j)
+static void chart_tokens(lg_strbuf *b, const page_job *j)
 {
     double mx = 0;
     for (int i = 0; i < j->nd; i++) {
@@ -759,16 +706,16 @@ static void chart_tokens(sbuf *b, const page_job *j)
             if (ph <= 0)
                 continue;
             y -= ph;
-            sb_printf(b,
+            lg_strbuf_printf(b,
                       "<rect class=\"bar-tokens\" data-day=\"%s\" data-part=\"%d\" data-v=\"%.0f\" x=\"%.1f\" "
                       "y=\"%.2f\" width=\"%.1f\" height=\"%.2f\" fill=\"%s\"><title>%s: %.0f %s tokens</title></rect>",
                       date, k, parts[k], ML + bw * i + bw * 0.15, y, bw * 0.7, ph, fill[k], date, parts[k], what[k]);
         }
     }
-    sb_printf(b, "</svg>");
+    lg_strbuf_printf(b, "</svg>");
 }
 
-static void chart_cost(sbuf *b, const page_job *j)
+static void chart_cost(lg_strbuf *b, const page_job *j)
 {
     double mx = 0;
     for (int i = 0; i < j->nd; i++)
@@ -787,42 +734,42 @@ static void chart_cost(sbuf *b, const page_job *j)
         char date[16], exact[LG_MONEY_USD_BUF];
         day_label(j->d[i].start, date, sizeof date, true);
         lg_money_format_usd(j->d[i].tot.cost_pico, exact);
-        sb_printf(b,
+        lg_strbuf_printf(b,
                   "<rect class=\"bar-cost\" data-day=\"%s\" data-v=\"%s\" x=\"%.1f\" y=\"%.2f\" width=\"%.1f\" "
                   "height=\"%.2f\" fill=\"#54a24b\"><title>%s: $%s</title></rect>",
                   date, exact, ML + bw * i + bw * 0.15, MT + h - ph, bw * 0.7, ph, date, exact);
     }
-    sb_printf(b, "</svg>");
+    lg_strbuf_printf(b, "</svg>");
 }
 
-static void chart_cached(sbuf *b, const page_job *j)
+static void chart_cached(lg_strbuf *b, const page_job *j)
 {
     svg_open(b, "chart-cached", "Cached share of input tokens per day");
     axis(b, 100, false, true, j->nd, j->d);
     int h = CH - MT - MB;
     double bw = (double)(CW - ML - MR) / (j->nd ? j->nd : 1);
-    sbuf pts = {0};
+    lg_strbuf pts = {0};
     for (int i = 0; i < j->nd; i++) {
         const lg_usage_result *t = &j->d[i].tot;
         if (!t->input_tokens)
             continue;
         double pct = 100.0 * (double)t->input_cached_tokens / (double)t->input_tokens;
         double x = ML + bw * (i + 0.5), y = MT + h - pct / 100 * h;
-        sb_printf(&pts, "%.1f,%.1f ", x, y);
+        lg_strbuf_printf(&pts, "%.1f,%.1f ", x, y);
         char date[16];
         day_label(j->d[i].start, date, sizeof date, true);
-        sb_printf(b,
+        lg_strbuf_printf(b,
                   "<circle class=\"pt-cached\" data-day=\"%s\" data-v=\"%.4f\" cx=\"%.1f\" cy=\"%.1f\" r=\"3.5\" "
                   "fill=\"#b279a2\"><title>%s: %.1f%% of input tokens cached</title></circle>",
                   date, pct, x, y, date, pct);
     }
     if (pts.p)
-        sb_printf(b, "<polyline points=\"%s\" fill=\"none\" stroke=\"#b279a2\" stroke-width=\"2\"/>", pts.p);
+        lg_strbuf_printf(b, "<polyline points=\"%s\" fill=\"none\" stroke=\"#b279a2\" stroke-width=\"2\"/>", pts.p);
     free(pts.p);
-    sb_printf(b, "</svg>");
+    lg_strbuf_printf(b, "</svg>");
 }
 
-static void chart_adapters(sbuf *b, const page_job *j)
+static void chart_adapters(lg_strbuf *b, const page_job *j)
 {
     int n = j->n_ad;
     int rowh = 26, height = 12 + rowh * (n ? n : 1);
@@ -830,58 +777,58 @@ static void chart_adapters(sbuf *b, const page_job *j)
     for (int i = 0; i < n; i++)
         if ((double)(j->ad[i].input_tokens + j->ad[i].output_tokens) > mx)
             mx = (double)(j->ad[i].input_tokens + j->ad[i].output_tokens);
-    sb_printf(b, "<svg id=\"chart-adapters\" viewBox=\"0 0 %d %d\" width=\"%d\" height=\"%d\" role=\"img\" "
+    lg_strbuf_printf(b, "<svg id=\"chart-adapters\" viewBox=\"0 0 %d %d\" width=\"%d\" height=\"%d\" role=\"img\" "
                  "aria-label=\"Top adapters by tokens\" xmlns=\"http://www.w3.org/2000/svg\">",
               CW, height, CW, height);
     if (!n)
-        sb_printf(b, "<text x=\"10\" y=\"24\">No requests in this range.</text>");
+        lg_strbuf_printf(b, "<text x=\"10\" y=\"24\">No requests in this range.</text>");
     int lx = 200, w = CW - lx - 120;
     for (int i = 0; i < n; i++) {
         const lg_usage_adapter *a = &j->ad[i];
         double tok = (double)(a->input_tokens + a->output_tokens);
         double bwid = mx > 0 ? tok / mx * w : 0;
         int y = 8 + rowh * i;
-        sb_printf(b, "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">", lx - 8, y + 15);
-        sbuf nm = {0};
+        lg_strbuf_printf(b, "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">", lx - 8, y + 15);
+        lg_strbuf nm = {0};
         if (j->v.op && !j->filter_id) {
             for (int k = 0; k < j->n_all_tenants; k++)
                 if (j->all_tenants[k].id == a->tenant_id) {
-                    sb_put(&nm, j->all_tenants[k].name, strlen(j->all_tenants[k].name));
-                    sb_put(&nm, "/", 1);
+                    lg_strbuf_put(&nm, j->all_tenants[k].name, strlen(j->all_tenants[k].name));
+                    lg_strbuf_put(&nm, "/", 1);
                 }
         }
         const char *an = a->adapter_name[0] ? a->adapter_name : "base model";
-        sb_put(&nm, an, strlen(an));
+        lg_strbuf_put(&nm, an, strlen(an));
         sb_esc(b, nm.p ? nm.p : "");
         char t[32];
         fmt_int((int64_t)tok, t, sizeof t);
-        sb_printf(b, "</text><rect class=\"bar-adapter\" data-v=\"%.0f\" x=\"%d\" y=\"%d\" width=\"%.1f\" height=\"18\" "
+        lg_strbuf_printf(b, "</text><rect class=\"bar-adapter\" data-v=\"%.0f\" x=\"%d\" y=\"%d\" width=\"%.1f\" height=\"18\" "
                      "fill=\"#4c78a8\"><title>",
                   tok, lx, y + 2, bwid > 1 ? bwid : 1);
         sb_esc(b, nm.p ? nm.p : "");
-        sb_printf(b, ": %s tokens</title></rect><text x=\"%.1f\" y=\"%d\">%s</text>", t, lx + bwid + 6, y + 15, t);
+        lg_strbuf_printf(b, ": %s tokens</title></rect><text x=\"%.1f\" y=\"%d\">%s</text>", t, lx + bwid + 6, y + 15, t);
         free(nm.p);
     }
-    sb_printf(b, "</svg>");
+    lg_strbuf_printf(b, "</svg>");
 }
 
 /* ---- the page --------------------------------------------------------------------------------------- */
 
-static void td_int(sbuf *b, const char *k, int64_t v)
+static void td_int(lg_strbuf *b, const char *k, int64_t v)
 {
     char t[32];
     fmt_int(v, t, sizeof t);
-    sb_printf(b, "<td data-k=\"%s\" data-v=\"%" PRId64 "\">%s</td>", k, v, t);
+    lg_strbuf_printf(b, "<td data-k=\"%s\" data-v=\"%" PRId64 "\">%s</td>", k, v, t);
 }
 
-static void td_cost(sbuf *b, int64_t pico)
+static void td_cost(lg_strbuf *b, int64_t pico)
 {
     char exact[LG_MONEY_USD_BUF];
     lg_money_format_usd(pico, exact);
-    sb_printf(b, "<td data-k=\"cost\" data-v=\"%s\">$%s</td>", exact, exact);
+    lg_strbuf_printf(b, "<td data-k=\"cost\" data-v=\"%s\">$%s</td>", exact, exact);
 }
 
-static void row_cells(sbuf *b, const lg_usage_result *t)
+static void row_cells(lg_strbuf *b, const lg_usage_result *t)
 {
     td_int(b, "num_model_requests", t->num_model_requests);
     td_int(b, "input_tokens", t->input_tokens);
@@ -893,72 +840,72 @@ static void row_cells(sbuf *b, const lg_usage_result *t)
 static const char TH[] =
     "<th>Requests</th><th>Input tokens</th><th>of which cached</th><th>Output tokens</th><th>Cost (USD)</th>";
 
-static void card(sbuf *b, const char *id, const char *k, const char *shown, const char *exact)
+static void card(lg_strbuf *b, const char *id, const char *k, const char *shown, const char *exact)
 {
-    sb_printf(b, "<div class=\"card\" id=\"%s\" data-v=\"%s\"><div class=\"k\">%s</div><div class=\"v\">%s</div></div>",
+    lg_strbuf_printf(b, "<div class=\"card\" id=\"%s\" data-v=\"%s\"><div class=\"k\">%s</div><div class=\"v\">%s</div></div>",
               id, exact, k, shown);
 }
 
 static void render_page(page_job *j)
 {
-    sbuf *b = &j->html;
+    lg_strbuf *b = &j->html;
     char title[160];
     const char *scope = j->v.op ? (j->filter_id ? j->filter : "all tenants") : j->v.tenant;
     snprintf(title, sizeof title, "loragate usage: %s", scope);
     page_open(b, title);
-    sb_printf(b, "<header><h1>loragate usage</h1><div class=\"who\" id=\"who\">");
+    lg_strbuf_printf(b, "<header><h1>loragate usage</h1><div class=\"who\" id=\"who\">");
     if (j->v.op) {
-        sb_printf(b, "Operator view: <b id=\"scope\">");
+        lg_strbuf_printf(b, "Operator view: <b id=\"scope\">");
         sb_esc(b, scope);
-        sb_printf(b, "</b>");
+        lg_strbuf_printf(b, "</b>");
     } else {
-        sb_printf(b, "Tenant <b id=\"scope\">");
+        lg_strbuf_printf(b, "Tenant <b id=\"scope\">");
         sb_esc(b, j->v.tenant);
-        sb_printf(b, "</b> <span class=\"muted\">(signed in with %s)</span>", j->v.key_id);
+        lg_strbuf_printf(b, "</b> <span class=\"muted\">(signed in with %s)</span>", j->v.key_id);
     }
-    sb_printf(b, "</div><form method=\"post\" action=\"/usage/logout\"><button type=\"submit\">Sign out</button>"
+    lg_strbuf_printf(b, "</div><form method=\"post\" action=\"/usage/logout\"><button type=\"submit\">Sign out</button>"
                  "</form></header><main>");
 
     /* range and tenant choice: plain GET links and a GET form, no key in them */
-    sb_printf(b, "<nav>Range:");
+    lg_strbuf_printf(b, "<nav>Range:");
     static const int R[] = {7, 30, 90};
     for (int i = 0; i < 3; i++) {
         if (R[i] == j->days) {
-            sb_printf(b, " <b>%d days</b>", R[i]);
+            lg_strbuf_printf(b, " <b>%d days</b>", R[i]);
             continue;
         }
-        sb_printf(b, " <a href=\"/usage?days=%d", R[i]);
+        lg_strbuf_printf(b, " <a href=\"/usage?days=%d", R[i]);
         if (j->filter_id) {
-            sb_printf(b, "&amp;tenant=");
+            lg_strbuf_printf(b, "&amp;tenant=");
             sb_esc(b, j->filter);
         }
-        sb_printf(b, "\">%d days</a>", R[i]);
+        lg_strbuf_printf(b, "\">%d days</a>", R[i]);
     }
     if (j->v.op) {
-        sb_printf(b, "<form method=\"get\" action=\"/usage\">"
+        lg_strbuf_printf(b, "<form method=\"get\" action=\"/usage\">"
                      "<input type=\"hidden\" name=\"days\" value=\"%d\"> Tenant: <select name=\"tenant\">"
                      "<option value=\"\">all tenants</option>",
                   j->days);
         for (int i = 0; i < j->n_all_tenants; i++) {
-            sb_printf(b, "<option value=\"");
+            lg_strbuf_printf(b, "<option value=\"");
             sb_esc(b, j->all_tenants[i].name);
-            sb_printf(b, "\"%s>", j->filter_id == j->all_tenants[i].id ? " selected" : "");
+            lg_strbuf_printf(b, "\"%s>", j->filter_id == j->all_tenants[i].id ? " selected" : "");
             sb_esc(b, j->all_tenants[i].name);
-            sb_printf(b, "</option>");
+            lg_strbuf_printf(b, "</option>");
         }
-        sb_printf(b, "</select> <button type=\"submit\">Show</button></form>");
+        lg_strbuf_printf(b, "</select> <button type=\"submit\">Show</button></form>");
     }
     char from[16], to[16];
     day_label(j->start, from, sizeof from, true);
     day_label(j->end - 1, to, sizeof to, true);
-    sb_printf(b, "<span class=\"muted\" id=\"range\" data-start=\"%" PRId64 "\" data-end=\"%" PRId64
+    lg_strbuf_printf(b, "<span class=\"muted\" id=\"range\" data-start=\"%" PRId64 "\" data-end=\"%" PRId64
                  "\">%s to %s (UTC days, today included)</span></nav>",
               j->start, j->end, from, to);
 
     /* summary cards */
     const lg_usage_result *t = &j->total;
     char shown[64], exact[64];
-    sb_printf(b, "<div class=\"cards\" id=\"totals\">");
+    lg_strbuf_printf(b, "<div class=\"cards\" id=\"totals\">");
     fmt_int(t->num_model_requests, shown, sizeof shown);
     snprintf(exact, sizeof exact, "%" PRId64, t->num_model_requests);
     card(b, "total-requests", "Requests", shown, exact);
@@ -972,90 +919,90 @@ static void render_page(page_job *j)
     lg_money_format_usd(t->cost_pico, exact);
     fmt_usd_short(t->cost_pico, shown, sizeof shown);
     card(b, "total-cost", "Cost", shown, exact);
-    sb_printf(b, "</div>");
+    lg_strbuf_printf(b, "</div>");
 
     if (j->have_limits && j->limits.monthly_tokens >= 0) {
         char used[32], lim[32];
         fmt_int(j->lstate.month_tokens, used, sizeof used);
         fmt_int(j->limits.monthly_tokens, lim, sizeof lim);
-        sb_printf(b, "<section id=\"budget\"><h2>Monthly token budget</h2><p>%s of %s tokens used this month (UTC).</p>"
+        lg_strbuf_printf(b, "<section id=\"budget\"><h2>Monthly token budget</h2><p>%s of %s tokens used this month (UTC).</p>"
                      "</section>",
                   used, lim);
     }
 
-    sb_printf(b, "<section><h2>Tokens per day</h2><div class=\"legend\"><span><i class=\"sw s1\"></i>uncached input"
+    lg_strbuf_printf(b, "<section><h2>Tokens per day</h2><div class=\"legend\"><span><i class=\"sw s1\"></i>uncached input"
                  "</span><span><i class=\"sw s2\"></i>cached input</span><span><i class=\"sw s3\"></i>output</span>"
                  "</div>");
     chart_tokens(b, j);
-    sb_printf(b, "</section><section><h2>Cost per day (USD)</h2>");
+    lg_strbuf_printf(b, "</section><section><h2>Cost per day (USD)</h2>");
     chart_cost(b, j);
-    sb_printf(b, "</section><section><h2>Cached share of input tokens per day</h2><p class=\"muted\">Prompt tokens "
+    lg_strbuf_printf(b, "</section><section><h2>Cached share of input tokens per day</h2><p class=\"muted\">Prompt tokens "
                  "served from the prefix cache are billed at the cached-input price. Over the range: <b>%.1f%%</b>.</p>",
               share);
     chart_cached(b, j);
-    sb_printf(b, "</section><section><h2>Top adapters by tokens</h2>");
+    lg_strbuf_printf(b, "</section><section><h2>Top adapters by tokens</h2>");
     chart_adapters(b, j);
-    sb_printf(b, "<table id=\"adapters\"><tr><th>Adapter</th>%s</tr>", TH);
+    lg_strbuf_printf(b, "<table id=\"adapters\"><tr><th>Adapter</th>%s</tr>", TH);
     for (int i = 0; i < j->n_ad; i++) {
         const lg_usage_adapter *a = &j->ad[i];
-        sb_printf(b, "<tr data-adapter=\"");
+        lg_strbuf_printf(b, "<tr data-adapter=\"");
         sb_esc(b, a->adapter_name);
-        sb_printf(b, "\" data-tenant-id=\"%" PRId64 "\"><td>", a->tenant_id);
+        lg_strbuf_printf(b, "\" data-tenant-id=\"%" PRId64 "\"><td>", a->tenant_id);
         sb_esc(b, a->adapter_name[0] ? a->adapter_name : "base model");
-        sb_printf(b, "</td>");
+        lg_strbuf_printf(b, "</td>");
         lg_usage_result r = {.input_tokens = a->input_tokens, .input_cached_tokens = a->input_cached_tokens,
                              .output_tokens = a->output_tokens, .num_model_requests = a->num_model_requests,
                              .cost_pico = a->cost_pico};
         row_cells(b, &r);
-        sb_printf(b, "</tr>");
+        lg_strbuf_printf(b, "</tr>");
     }
-    sb_printf(b, "</table></section>");
+    lg_strbuf_printf(b, "</table></section>");
 
     if (j->tenants) {
-        sb_printf(b, "<section><h2>Tenants</h2><table id=\"tenants\"><tr><th>Tenant</th>%s</tr>", TH);
+        lg_strbuf_printf(b, "<section><h2>Tenants</h2><table id=\"tenants\"><tr><th>Tenant</th>%s</tr>", TH);
         for (int i = 0; i < j->n_tenants; i++) {
-            sb_printf(b, "<tr data-tenant=\"");
+            lg_strbuf_printf(b, "<tr data-tenant=\"");
             sb_esc(b, j->tenants[i].name);
-            sb_printf(b, "\"><td>");
+            lg_strbuf_printf(b, "\"><td>");
             if (j->tenants[i].name[0]) {
-                sb_printf(b, "<a href=\"/usage?days=%d&amp;tenant=", j->days);
+                lg_strbuf_printf(b, "<a href=\"/usage?days=%d&amp;tenant=", j->days);
                 sb_esc(b, j->tenants[i].name);
-                sb_printf(b, "\">");
+                lg_strbuf_printf(b, "\">");
                 sb_esc(b, j->tenants[i].name);
-                sb_printf(b, "</a>");
+                lg_strbuf_printf(b, "</a>");
             } else {
-                sb_printf(b, "(no tenant)");
+                lg_strbuf_printf(b, "(no tenant)");
             }
-            sb_printf(b, "</td>");
+            lg_strbuf_printf(b, "</td>");
             row_cells(b, &j->tenants[i].tot);
-            sb_printf(b, "</tr>");
+            lg_strbuf_printf(b, "</tr>");
         }
-        sb_printf(b, "</table></section>");
+        lg_strbuf_printf(b, "</table></section>");
     }
     if (j->keys) {
-        sb_printf(b, "<section><h2>API keys</h2><table id=\"keys\"><tr><th>Key id</th>%s</tr>", TH);
+        lg_strbuf_printf(b, "<section><h2>API keys</h2><table id=\"keys\"><tr><th>Key id</th>%s</tr>", TH);
         for (int i = 0; i < j->n_keys; i++) {
-            sb_printf(b, "<tr data-key=\"");
+            lg_strbuf_printf(b, "<tr data-key=\"");
             sb_esc(b, j->keys[i].name);
-            sb_printf(b, "\"><td>");
+            lg_strbuf_printf(b, "\"><td>");
             sb_esc(b, j->keys[i].name[0] ? j->keys[i].name : "(none)");
-            sb_printf(b, "</td>");
+            lg_strbuf_printf(b, "</td>");
             row_cells(b, &j->keys[i].tot);
-            sb_printf(b, "</tr>");
+            lg_strbuf_printf(b, "</tr>");
         }
-        sb_printf(b, "</table></section>");
+        lg_strbuf_printf(b, "</table></section>");
     }
-    sb_printf(b, "<section><h2>By day</h2><table id=\"days\"><tr><th>Day (UTC)</th>%s</tr>", TH);
+    lg_strbuf_printf(b, "<section><h2>By day</h2><table id=\"days\"><tr><th>Day (UTC)</th>%s</tr>", TH);
     for (int i = j->nd - 1; i >= 0; i--) {
         char date[16];
         day_label(j->d[i].start, date, sizeof date, true);
-        sb_printf(b, "<tr data-day=\"%s\"><td>%s</td>", date, date);
+        lg_strbuf_printf(b, "<tr data-day=\"%s\"><td>%s</td>", date, date);
         row_cells(b, &j->d[i].tot);
-        sb_printf(b, "</tr>");
+        lg_strbuf_printf(b, "</tr>");
     }
-    sb_printf(b, "<tr id=\"total-row\"><td><b>Total</b></td>");
+    lg_strbuf_printf(b, "<tr id=\"total-row\"><td><b>Total</b></td>");
     row_cells(b, t);
-    sb_printf(b, "</tr></table><p class=\"muted\">Costs are exact sums of per-request costs (12 decimals). Input "
+    lg_strbuf_printf(b, "</tr></table><p class=\"muted\">Costs are exact sums of per-request costs (12 decimals). Input "
                  "tokens include cached ones. Every request that reached the model is counted, also failed or "
                  "cancelled ones.</p></section></main></body></html>\n");
 }
