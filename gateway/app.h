@@ -164,7 +164,7 @@ void lg_app_adapter_uninstall(lg_app *app, int64_t tenant_id, const char *name);
 void lg_app_adapter_uninstall_tenant(lg_app *app, int64_t tenant_id);
 
 /* ---- helpers for JSON answers ---- */
-/* "2026-11-22T10:00:00Z"-free: OpenAI uses Unix seconds everywhere. */
+/* Wall-clock time: OpenAI objects carry Unix seconds, the store Unix ms. */
 int64_t lg_app_unix_now(void);
 int64_t lg_app_unix_ms(void);
 

@@ -420,9 +420,8 @@ int lg_oai_request_parse(lg_app *app, lg_request *r, const lg_app_tenant *t, lg_
     }
     json_t *u = json_object_get(body, "user");
     if (u && !json_is_null(u)) {
-        if (!json_is_string(u))
+        if (!json_is_string(u)) /* accepted, not stored */
             return BAD("user", "Invalid type for 'user': expected a string.");
-        snprintf(q->user, sizeof q->user, "%s", json_string_value(u));
     }
     /* accepted for compatibility and ignored, but only with OpenAI's types */
     bool store_flag;
@@ -481,7 +480,6 @@ int lg_oai_request_parse(lg_app *app, lg_request *r, const lg_app_tenant *t, lg_
         return -1;
     }
     if (g) {
-        q->max_tokens_given = true;
         if (ll + longest > ctx) {
             lg_respond_error(r, 400, "context_length_exceeded", mt_key,
                              "This model's maximum context length is %d tokens. However, you requested %lld tokens "

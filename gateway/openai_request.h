@@ -30,7 +30,6 @@ typedef struct lg_oai_request {
     int n_prompt_tokens[LG_OAI_MAX_PROMPTS];
     int n;                        /* choices per prompt */
     int max_tokens;               /* resolved (>= 1) */
-    bool max_tokens_given;
     float temperature, top_p, presence_penalty, frequency_penalty;
     bool has_seed;
     int64_t seed;
@@ -40,7 +39,6 @@ typedef struct lg_oai_request {
     bool logprobs;                /* chat: logprobs=true; completions: logprobs given */
     int top_logprobs;             /* chat top_logprobs, completions logprobs */
     char cache_salt[LG_MAX_CACHE_SALT + 1];
-    char user[256];
 } lg_oai_request;
 
 /* Parses body for tenant t. On failure answers r (400 / 404 model) and
