@@ -15,7 +15,13 @@
  *     of the keys they see / time.
  *     with LG_BLASLT=1, cuBLASLt with the algorithm timed per shape
  *     (kernels/gemm_lt.cu) is a column too;
- * Usage: bench_kernels [--quick]   (--quick: cuBLAS (and cuBLASLt) only)   (tests/gpu/run_device.sh bench runs it)
+ *  4. decode attention (one query token per sequence, paged KV): W1's shape
+ *     (32 sequences x 192 keys, 32 heads of 128), batch 1 (256 keys), and
+ *     32 x 2,048 keys with 8 kv heads; us and TB/s of K/V bytes read, REPS
+ *     launches per graph over rotated KV copies (L2 holds none).
+ * Usage: bench_kernels [--quick] [--only matmul|prefill|decode]
+ *   (--quick: cuBLAS (and cuBLASLt) only; --only: that section and the
+ *   ceilings)   (tests/gpu/run_device.sh bench and kernels run it)
  * Output: tables on stdout. Exits on a failed check (a benchmark program).
  */
 #include "backend.h"
@@ -175,14 +181,85 @@ static double time_prefill(int fa2, int L, int nh, int nkv, int hd)
     return ms[4] * 1e3;
 }
 
+/* Decode attention: n_seqs one-token queries over kv_len keys each, us per launch (median of NTRIAL
+ * graph replays of REPS launches, each launch on its own copy of the KV pages and metadata). */
+static double time_decode(int n_seqs, int kv_len, int nh, int nkv, int hd)
+{
+    const int pt = 16, ppseq = (kv_len + pt - 1) / pt, n_pages = n_seqs * ppseq, kvdim = nkv * hd;
+    const size_t blk = (size_t)pt * kvdim * 2, pb = 2 * blk, copy_bytes = (size_t)n_pages * pb;
+    int copies = (int)((ROT_BYTES + copy_bytes - 1) / copy_bytes);
+    if (copies < 2)
+        copies = 2;
+    if (copies > REPS)
+        copies = REPS;
+    CK((size_t)copies * copy_bytes <= ARENA_BYTES);
+    const int T = n_seqs;
+    const size_t nint = (size_t)5 * T + 2 + n_pages; /* pos, slot, q_indptr, kv_len, page_indptr, page_ids */
+    int32_t *h = malloc(nint * 4 * copies);
+    int32_t *d = G->i.alloc(G, nint * 4 * copies);
+    void *q = dev_random_f16((size_t)T * nh * hd, 1.0f), *out = G->i.alloc(G, (size_t)T * nh * hd * 2);
+    CK(h && d && out);
+    lg_step_meta m[REPS];
+    for (int c = 0; c < copies; c++) {
+        int32_t *b = h + nint * c, *pos = b, *slot = pos + T, *qi = slot + T, *kvl = qi + T + 1, *pi = kvl + T,
+                *pids = pi + T + 1;
+        for (int s = 0; s < T; s++) pos[s] = kv_len - 1, slot[s] = 0, qi[s] = s, kvl[s] = kv_len, pi[s] = s * ppseq;
+        qi[T] = T, pi[T] = n_pages;
+        for (int p = 0; p < n_pages; p++) pids[p] = c * n_pages + p;
+        int32_t *db = d + nint * c;
+        m[c] = (lg_step_meta){.n_tokens = T, .n_seqs = T, .max_q_len = 1, .max_kv_len = kv_len, .pos = db,
+                              .slot = db + T, .q_indptr = db + 2 * T, .kv_len = db + 3 * T + 1,
+                              .page_indptr = db + 4 * T + 1, .page_ids = db + 5 * T + 2};
+    }
+    CK(G->i.upload(G, d, h, nint * 4 * copies) == 0);
+    lg_kv_view kv = {arena, pb, 0, blk, pt, nkv, hd, LG_F16};
+    timer tm = timer_new();
+    char key[64];
+    snprintf(key, sizeof key, "decode %d %d %d %d %d", n_seqs, kv_len, nh, nkv, hd);
+    float ms[NTRIAL];
+    for (int trial = -2; trial < NTRIAL; trial++) {
+        bool replayed = false;
+        CKC(cudaEventRecord(tm.e0, tm.st));
+        CK(G->i.graph_begin(G, key, strlen(key), &replayed) == 0);
+        if (!replayed)
+            for (int r = 0; r < REPS; r++)
+                CK(G->i.attention(G, lg_tensor_2d(out, LG_F16, T, nh * hd), lg_tensor_2d(q, LG_F16, T, nh * hd), kv,
+                                  &m[r % copies], nh, 1.0f / sqrtf((float)hd)) == 0);
+        CK(G->i.graph_end(G, true) == 0);
+        CKC(cudaEventRecord(tm.e1, tm.st));
+        CKC(cudaEventSynchronize(tm.e1));
+        if (trial >= 0)
+            CKC(cudaEventElapsedTime(&ms[trial], tm.e0, tm.e1));
+    }
+    timer_free(&tm);
+    G->i.graph_reset(G);
+    G->i.dealloc(G, q), G->i.dealloc(G, out), G->i.dealloc(G, d);
+    free(h);
+    qsort(ms, NTRIAL, sizeof(float), cmp_f);
+    return ms[NTRIAL / 2] * 1e3 / REPS;
+}
+
 int main(int argc, char **argv)
 {
-    const int quick = argc > 1 && !strcmp(argv[1], "--quick"); /* auto and cuBLAS only */
+    int quick = 0; /* auto and cuBLAS only */
+    const char *only = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--quick"))
+            quick = 1;
+        else if (!strcmp(argv[i], "--only") && i + 1 < argc)
+            only = argv[++i];
+        else {
+            fprintf(stderr, "usage: bench_kernels [--quick] [--only matmul|prefill|decode]\n");
+            return 2;
+        }
+    }
+#define SECTION(name) (!only || !strcmp(only, name))
     arena = bench_setup(ARENA_BYTES);
     printf("== ceilings: device-to-device copy %.2f TB/s (read + write); cuBLAS f16 GEMM 8192^3 %.0f TFLOP/s\n",
            copy_tbs(), gemm_peak());
     fflush(stdout);
 
+    if (SECTION("matmul")) {
     void *x = dev_random_f16((size_t)64 * 11008, 1.0f);
     void *y = G->i.alloc(G, (size_t)64 * 32000 * 4);
     CK(x && y);
@@ -233,7 +310,9 @@ int main(int argc, char **argv)
     lg_cuda_skinny_mode(0);
     lg_cuda_blaslt(-1);
     G->i.dealloc(G, x), G->i.dealloc(G, y);
+    }
 
+    if (SECTION("prefill")) {
     printf("== causal prefill attention, f16, one sequence: us and TFLOP/s (4 hd heads sum_q keys(q))\n");
     const int cfg[][4] = {{2048, 32, 32, 128}, {2048, 32, 8, 128}, {4096, 32, 32, 128}};
     for (int c = 0; c < 3; c++) {
@@ -243,6 +322,19 @@ int main(int argc, char **argv)
         printf("  L=%d heads %d/%d hd %d: fa2 %.1f us %.0f TFLOP/s | wmma %.1f us %.0f TFLOP/s\n", L, nh, nkv, hd,
                t_fa2, flop / (t_fa2 * 1e-6) * 1e-12, t_wmma, flop / (t_wmma * 1e-6) * 1e-12);
         fflush(stdout);
+    }
+    }
+
+    if (SECTION("decode")) {
+        printf("== decode attention, f16, one query token per sequence: us per launch and TB/s of K/V read\n");
+        const int dc[][5] = {{32, 192, 32, 32, 128}, {1, 256, 32, 32, 128}, {32, 2048, 32, 8, 128}, {1, 32768, 32, 8, 128}};
+        for (int c = 0; c < 4; c++) {
+            const int ns = dc[c][0], L = dc[c][1], nh = dc[c][2], nkv = dc[c][3], hd = dc[c][4];
+            const double us = time_decode(ns, L, nh, nkv, hd), bytes = 2.0 * ns * L * nkv * hd * 2;
+            printf("  %d seqs x %d keys, heads %d/%d hd %d: %.1f us %.2f TB/s\n", ns, L, nh, nkv, hd, us,
+                   bytes / (us * 1e-6) * 1e-12);
+            fflush(stdout);
+        }
     }
     CK(G->i.sync(G) == 0);
     G->i.dealloc(G, arena);

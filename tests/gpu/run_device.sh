@@ -4,7 +4,12 @@
 # HF/peft fixtures end to end on the CUDA backend, and every figure of
 # docs/benchmarks.md "GPU speed (issue 10)" next to its reference.
 #
-#   bash tests/gpu/run_device.sh [all|test|serving|bench|profile]     (from the repo root)
+#   bash tests/gpu/run_device.sh [all|test|serving|bench|profile|kernels]     (from the repo root)
+#
+# kernels: quick loop for kernel work — builds only test_cuda_ops and
+# bench_kernels (unless TARGETS says otherwise), runs the op tests of the
+# groups in LG_ONLY (test_cuda_ops.c; e.g. LG_ONLY=attention) and the
+# bench_kernels section ONLY (matmul, prefill or decode; empty: all).
 #
 # serving: the serving-runtime workloads (tests/gpu/serving_bench.sh: W1,
 # adapter load latency, W2 many adapters, W3 shared prompts, W4 flooding
@@ -58,6 +63,7 @@ fi
 if [ $built = 0 ]; then
   t0=$SECONDS
   cmake -S . -B build-cuda -DCMAKE_BUILD_TYPE=Release >"$OUT/cmake.log" 2>&1 || { tail -20 "$OUT/cmake.log"; exit 1; }
+  [ "$WHAT" = kernels ] && TARGETS=${TARGETS:-"test_cuda_ops bench_kernels"}
   cmake --build build-cuda -j"$(nproc)" --target ${TARGETS:-all} >"$OUT/build.log" 2>&1 || { grep -E "error" "$OUT/build.log" | head -30; exit 1; }
   note "build: $((SECONDS - t0)) s"
 fi
@@ -66,6 +72,13 @@ note "device: $(nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.
 # OLD / OLD_LABEL: the reference configuration of the "old" runs (default: the issue-10 paths off)
 OLD=${OLD:-"LG_PDL=0 LG_SKINNY=0 LG_ATTN_FA2=0 LG_FUSE_ROPE_KV=0 LG_FUSE_LORA=0"}
 OLD_LABEL=${OLD_LABEL:-old}
+
+if [ "$WHAT" = kernels ]; then
+  build-cuda/test_cuda_ops --no-bench >"$OUT/test_cuda_ops.log" 2>&1
+  note "op tests (LG_ONLY=${LG_ONLY:-all}): rc=$? $(grep -E 'passed|failed' "$OUT/test_cuda_ops.log" | tail -1)"
+  grep -E "FAIL" "$OUT/test_cuda_ops.log" | head -20
+  build-cuda/bench_kernels ${ONLY:+--only $ONLY} ${BENCH_KERNELS_ARGS:-} 2>&1 | tee "$OUT/bench_kernels.txt"
+fi
 
 if want test; then
   build-cuda/test_cuda_ops >"$OUT/test_cuda_ops.log" 2>&1

@@ -17,6 +17,8 @@
  * Then times the decode-critical kernels (host clock around 50 launches
  * between syncs) and prints one table: op, case, dtype, error, limit, us.
  * Usage: test_cuda_ops [--no-bench]. Exit status 0 only if all passed.
+ * LG_ONLY=group[,group...] runs only those groups (misc, attention, lora,
+ * graph, matmul: gemv, skinny, matmul_lora; rope_kv) — for kernel work.
  * Needs a GPU; a CMake target of CUDA builds, run by tests/gpu/run_device.sh.
  */
 #include "backend.h"
@@ -34,6 +36,17 @@ void lg_cuda_attn_fa2(int on);    /* kernels/attention.cu: 0 = prefill on the wm
 void lg_cuda_skinny_mode(int mode); /* kernels/gemm_skinny.cu: 0 = off (default), 1 = auto, 10 + v = variant v */
 void lg_cuda_blaslt(int on);        /* kernels/gemm_lt.cu: 1 on, 0 off, -1 as LG_BLASLT */
 static int n_fail, n_pass;
+static int only(const char *group) /* LG_ONLY unset: every group */
+{
+    const char *e = getenv("LG_ONLY");
+    if (!e || !*e)
+        return 1;
+    const size_t n = strlen(group);
+    for (const char *p = e; (p = strstr(p, group)); p += n)
+        if ((p == e || p[-1] == ',') && (p[n] == 0 || p[n] == ','))
+            return 1;
+    return 0;
+}
 static uint64_t rng_s = 0x9E3779B97F4A7C15ull;
 
 static uint32_t rnd(void)
@@ -1327,23 +1340,25 @@ int main(int argc, char **argv)
         }
         rng_s = 0x9E3779B97F4A7C15ull + (uint64_t)di * 7919;
 
-        test_embed(dt, 37, 1000, 520);
-        test_add_rmsnorm(dt, 33, 1000, 1);
-        test_add_rmsnorm(dt, 5, 4096, 0);
-        test_matmul(dt, 7, 1000, 520, 0, 0, 0, 0);
-        test_matmul(dt, 64, 768, 1024, 0, 1, 0, 256);
-        test_matmul(dt, 3, 384, 256, 0, 1, 1, 40);
-        test_matmul(dt, 5, 32000, 256, 1, 0, 0, 0);
-        test_rope(dt, 19, 8, 2, 64, 4096);
-        test_rope(dt, 7, 4, 4, 16, 100);
-        test_rope(dt, 9, 32, 8, 128, 32768);
-        test_silu_mul(dt, 13, 1376);
-        test_get_rows(dt, 50, 520, 9);
-        test_convert(LG_F32, dt, 17, 333);
-        test_convert(dt, LG_F32, 17, 333);
-        test_convert(dt, dt == LG_F16 ? LG_BF16 : LG_F16, 5, 64);
+        if (only("misc")) {
+            test_embed(dt, 37, 1000, 520);
+            test_add_rmsnorm(dt, 33, 1000, 1);
+            test_add_rmsnorm(dt, 5, 4096, 0);
+            test_matmul(dt, 7, 1000, 520, 0, 0, 0, 0);
+            test_matmul(dt, 64, 768, 1024, 0, 1, 0, 256);
+            test_matmul(dt, 3, 384, 256, 0, 1, 1, 40);
+            test_matmul(dt, 5, 32000, 256, 1, 0, 0, 0);
+            test_rope(dt, 19, 8, 2, 64, 4096);
+            test_rope(dt, 7, 4, 4, 16, 100);
+            test_rope(dt, 9, 32, 8, 128, 32768);
+            test_silu_mul(dt, 13, 1376);
+            test_get_rows(dt, 50, 520, 9);
+            test_convert(LG_F32, dt, 17, 333);
+            test_convert(dt, LG_F32, 17, 333);
+            test_convert(dt, dt == LG_F16 ? LG_BF16 : LG_F16, 5, 64);
+        }
 
-        {   /* attention */
+        if (only("attention")) {   /* attention */
             int q1[] = {37, 1, 100}, k1[] = {37, 51, 300};
             attn_case prefill = {3, q1, k1};
             test_attention(dt, "prefill", &prefill, 8, 2, 64, 0);
@@ -1369,7 +1384,7 @@ int main(int argc, char **argv)
             test_attention(dt, "prefill wmma", &pf, 32, 32, 128, 0);
             lg_cuda_attn_fa2(1);
         }
-        {   /* LoRA */
+        if (only("lora")) {   /* LoRA */
             int len1[] = {1, 5, 17, 1, 0, 64, 3, 1, 9}, r1[] = {8, 0, 64, 1, 16, 13, 32, 0, 2};
             test_lora(dt, LG_F32, "ragged", 9, len1, r1, 1024, 768, 256, 2048, 0);
             test_lora(dt, dt, "ragged", 9, len1, r1, 1000, 333, 5, 400, 0);
@@ -1377,12 +1392,16 @@ int main(int argc, char **argv)
             for (int i = 0; i < 32; i++) len2[i] = 1, r2[i] = (int[]){0, 1, 4, 8, 16, 32, 64, 7}[i % 8];
             test_lora(dt, LG_F32, "decode 32x1", 32, len2, r2, 4096, 4096, 0, 4096, 0);
         }
-        test_graph(dt);
-        test_gemv_all(dt);
-        test_skinny_all(dt);
-        test_matmul_lora(dt);
-        test_rope_kv(dt);
-        if (bench) {
+        if (only("graph"))
+            test_graph(dt);
+        if (only("matmul")) {
+            test_gemv_all(dt);
+            test_skinny_all(dt);
+            test_matmul_lora(dt);
+        }
+        if (only("rope_kv"))
+            test_rope_kv(dt);
+        if (bench && !getenv("LG_ONLY")) {
             bench_matmul(dt, 1, 4096, 4096);
             bench_matmul(dt, 32, 4096, 4096);
             bench_matmul(dt, 32, 28672, 4096);
