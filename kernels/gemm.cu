@@ -72,7 +72,11 @@ int cu_matmul(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tensor b
     const int g = cu_gemv_try(be, y, x, W, bias, accumulate);
     if (g <= 0)
         return g;
-    /* decode batches (T <= 64): the tensor-core weight stream of gemm_skinny.cu */
+    /* decode batches (5 <= T <= 64): the stream-K tensor-core weight stream of gemm_streamk.cu */
+    const int skm = cu_streamk_try(be, y, x, W, bias, accumulate);
+    if (skm <= 0)
+        return skm;
+    /* the older tensor-core skinny matmul of gemm_skinny.cu (opt-in, LG_SKINNY=1) */
     const int sk = cu_skinny_try(be, y, x, W, bias, accumulate, NULL);
     if (sk <= 0)
         return sk;

@@ -76,6 +76,11 @@ int cu_matmul_lora(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_ten
  * 0 done, -1 error, 1 not taken (T > 64, K % 8, alignment, LG_SKINNY=0): use cuBLAS. */
 int cu_skinny_try(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tensor bias, bool accumulate,
                   const struct cu_lora_epi *lora);
+/* The stream-K tensor-core matmul for 5..64 token rows (gemm_streamk.cu), same contract as
+ * cu_gemv_try: 0 done, -1 error, 1 not taken (mode 0, T, K % 8, alignment): next in line. */
+int cu_streamk_try(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tensor bias, bool accumulate);
+/* Benchmarks: 0 = stream-K matmul off, 1 = auto, 10 + v = variant v (gemm_streamk.cu). Also LG_STREAMK. */
+extern "C" void lg_cuda_streamk_mode(int mode);
 /* The matmul on cuBLASLt with its algorithm timed per shape (gemm_lt.cu; LG_BLASLT=1): 0 done, -1 error,
  * 1 not taken: use cublasGemmEx. cu_lt_free releases its state (cuda_free). */
 int cu_lt_try(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, bool accumulate);

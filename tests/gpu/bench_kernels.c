@@ -34,6 +34,7 @@
 
 cudaStream_t lg_cuda_compute_stream(lg_backend *be); /* kernels/lora_shrink.cu */
 void lg_cuda_skinny_mode(int mode);                  /* kernels/gemm_skinny.cu */
+void lg_cuda_streamk_mode(int mode);                 /* kernels/gemm_streamk.cu */
 void lg_cuda_attn_fa2(int on);                       /* kernels/attention.cu */
 void lg_cuda_blaslt(int on);                         /* kernels/gemm_lt.cu: 1 on, 0 off, -1 as LG_BLASLT */
 
@@ -64,7 +65,9 @@ static void timer_free(timer *t)
     CKC(cudaEventDestroy(t->e1));
 }
 
-/* Median us per launch of REPS matmuls (rotating W copies) in one graph, skinny mode `mode`. */
+/* Median us per launch of REPS matmuls (rotating W copies) in one graph. mode: 0 cuBLAS, 1 stream-K
+ * matmul as dispatched, 2 cuBLASLt with the algorithm timed per shape, 3 the older skinny matmul,
+ * 10 + v stream-K variant v. */
 static double time_mm(int mode, int T, int N, int K, lg_dtype ydt, void *x, void *y)
 {
     const size_t wbytes = (size_t)N * K * 2, slot = (wbytes + 4095) / 4096 * 4096;
@@ -72,7 +75,8 @@ static double time_mm(int mode, int T, int N, int K, lg_dtype ydt, void *x, void
     if (copies < 2)
         copies = 2;
     CK((size_t)copies * slot <= ARENA_BYTES);
-    lg_cuda_skinny_mode(mode == 2 ? 0 : mode); /* 2: cuBLASLt, algorithm timed per shape */
+    lg_cuda_skinny_mode(mode == 3 ? 1 : 0);
+    lg_cuda_streamk_mode(mode == 1 || mode >= 10 ? mode : 0);
     lg_cuda_blaslt(mode == 2);
     timer tm = timer_new();
     char key[64];
@@ -273,25 +277,42 @@ int main(int argc, char **argv)
                   {"down", 4096, 11008, LG_F16},
                   {"lm_head", 32000, 4096, LG_F32}};
     const int Ts[] = {8, 16, 32, 64};
-    int modes[7], nm = 0;
+    int modes[8], nm = 0;
     const char *lt_env = getenv("LG_BLASLT"); /* the cuBLASLt column: opt-in, like the path */
     modes[nm++] = 0;
     if (lt_env && *lt_env == '1')
         modes[nm++] = 2;
     if (!quick)
         modes[nm++] = 1, modes[nm++] = 10, modes[nm++] = 11, modes[nm++] = 12, modes[nm++] = 13;
-    const char *mname[] = {"cublas", "skinny", "cublasLt tuned", "v0 2x4", "v1 2x2", "v2 1x4", "v3 4x2"};
-#define MI(mode) ((mode) < 10 ? (mode) : (mode) - 7)
+    if (getenv("BENCH_OLD_SKINNY"))
+        modes[nm++] = 3;
+    const char *mname[] = {"cublas", "streamK", "cublasLt tuned", "old skinny", "sk v0 4w128", "sk v1 8w128",
+                           "sk v2 4w256", "sk v3 4x2w64"};
+#define MI(mode) ((mode) < 10 ? (mode) : (mode) - 6)
     printf("== decode matmul, f16: us per launch and TB/s of weights (median of %d graph replays of %d launches, "
            "W rotated over >= %zu MB)\n",
            NTRIAL, REPS, ROT_BYTES >> 20);
     printf("%-8s %6s %6s %2s |", "shape", "N", "K", "T");
     for (int m = 0; m < nm; m++) printf(" %14s", mname[MI(modes[m])]);
     printf("\n");
-    double tot_ms[7][4] = {{0}};
+    double tot_ms[8][4] = {{0}};
+    const char *pick = getenv("BENCH_MM"); /* "shape:T" (e.g. qkv:32): that case only, for profilers */
+    if (getenv("BENCH_MODES")) { /* e.g. "0 10": those matmul paths only */
+        nm = 0;
+        for (char *p = getenv("BENCH_MODES"), *end; nm < 8 && *p; p = end) {
+            const long m = strtol(p, &end, 10);
+            if (end == p)
+                break;
+            modes[nm++] = (int)m;
+        }
+    }
     for (int s = 0; s < 5; s++)
         for (int ti = 0; ti < 4; ti++) {
             const int T = Ts[ti], N = shapes[s].N, K = shapes[s].K;
+            char here[32];
+            snprintf(here, sizeof here, "%s:%d", shapes[s].name, T);
+            if (pick && strcmp(pick, here))
+                continue;
             printf("%-8s %6d %6d %2d |", shapes[s].name, N, K, T);
             for (int m = 0; m < nm; m++) {
                 double us = time_mm(modes[m], T, N, K, shapes[s].ydt, x, y);
@@ -308,6 +329,7 @@ int main(int argc, char **argv)
         printf("\n");
     }
     lg_cuda_skinny_mode(0);
+    lg_cuda_streamk_mode(-1); /* as LG_STREAMK */
     lg_cuda_blaslt(-1);
     G->i.dealloc(G, x), G->i.dealloc(G, y);
     }

@@ -34,6 +34,7 @@
 static lg_backend *G, *C; /* GPU under test, CPU oracle */
 void lg_cuda_attn_fa2(int on);    /* kernels/attention.cu: 0 = prefill on the wmma kernel */
 void lg_cuda_skinny_mode(int mode); /* kernels/gemm_skinny.cu: 0 = off (default), 1 = auto, 10 + v = variant v */
+void lg_cuda_streamk_mode(int mode); /* kernels/gemm_streamk.cu: 0 = off, 1 = auto, 10 + v = variant v, -1 = as LG_STREAMK */
 void lg_cuda_blaslt(int on);        /* kernels/gemm_lt.cu: 1 on, 0 off, -1 as LG_BLASLT */
 static int n_fail, n_pass;
 static int only(const char *group) /* LG_ONLY unset: every group */
@@ -1293,6 +1294,40 @@ static void test_skinny_all(lg_dtype dt)
     lg_cuda_blaslt(-1); /* as LG_BLASLT */
 }
 
+/* The stream-K matmul for 5..64 rows (kernels/gemm_streamk.cu) through the same checks: as
+ * dispatched and each variant forced. Cases cover T not a multiple of 8, N not a multiple of
+ * the tile, K not a multiple of the chunk, tiles split between blocks (few tiles, long K: the
+ * workspace and the last block's sum), strided and unaligned y slices, bias and accumulate, and
+ * chains eager then replayed in a step graph (PDL ordering, counters left at zero). */
+static void test_streamk_all(lg_dtype dt)
+{
+    const int modes[] = {1, 10, 11, 12, 13};
+    const char *names[] = {"streamk", "streamk/v0", "streamk/v1", "streamk/v2", "streamk/v3"};
+    lg_cuda_skinny_mode(0);
+    for (int mi = 0; mi < 5; mi++) {
+        lg_cuda_streamk_mode(modes[mi]);
+        gemv_op = names[mi];
+        /*        T   N      K    y32 bias acc  c0  ytot  xpad */
+        test_gemv(dt, 5, 384, 1032, 0, 1, 0, 0, 384, 0);
+        test_gemv(dt, 8, 1000, 520, 0, 0, 0, 0, 1000, 0);     /* N % 64 != 0, K % 64 != 0 */
+        test_gemv(dt, 13, 777, 4104, 0, 1, 1, 3, 800, 8);    /* odd N, unaligned y slice */
+        test_gemv(dt, 32, 256, 4096, 0, 0, 0, 0, 256, 0);     /* 4 tiles: split between blocks */
+        test_gemv(dt, 32, 4096, 4096, 0, 2, 0, 0, 4096, 0);
+        test_gemv(dt, 33, 520, 11008, 1, 1, 1, 5, 600, 0);    /* split tiles, f32 y, accumulate */
+        test_gemv(dt, 48, 1536, 1024, 0, 0, 1, 0, 1536, 8);
+        test_gemv(dt, 64, 2048, 2056, 0, 1, 0, 16, 2100, 0);
+        test_gemv(dt, 64, 32000, 256, 1, 0, 0, 0, 32000, 0);  /* many tiles, f32 logits */
+        test_gemv(dt, 17, 64, 8, 0, 0, 0, 0, 64, 0);          /* K = 8: one vector per row */
+        test_gemv(dt, 24, 12288, 4096, 0, 0, 0, 0, 12288, 0); /* qkv of a 7B decode step */
+    }
+    lg_cuda_streamk_mode(1);
+    gemv_op = "streamk";
+    test_gemv_chain(dt, 32);
+    test_gemv_chain(dt, 64);
+    test_gemv_chain(dt, 8);
+    lg_cuda_streamk_mode(-1); /* as LG_STREAMK */
+}
+
 static void test_gemv_all(lg_dtype dt)
 {
     for (int forced = 0; forced < 2; forced++) {
@@ -1397,6 +1432,7 @@ int main(int argc, char **argv)
         if (only("matmul")) {
             test_gemv_all(dt);
             test_skinny_all(dt);
+            test_streamk_all(dt);
             test_matmul_lora(dt);
         }
         if (only("rope_kv"))

@@ -1,0 +1,435 @@
+/*
+ * gemm_streamk.cu — stream-K tensor-core matmul for decode batches of
+ * 5..64 token rows:
+ *   for t < T, n < N:
+ *     y[t, n] = (accumulate ? y[t, n] : 0) + sum_k x[t, k] * W[n, k] (+ bias[n])
+ * f32 accumulation; x and W f16 or bf16 (one type), y that type or f32. The
+ * same function as the cuBLAS path of gemm.cu, which dispatches here
+ * (cu_streamk_try) when K % 8 == 0 and x and W rows are 16-byte aligned.
+ *
+ * A decode matmul is a weight stream: W is 32-260 MB, x at most 1.4 MB.
+ * cuBLAS reaches 2.1-2.7 TB/s on these shapes inside a step, largely from
+ * wave quantisation (qkv: 96 tiles on 132 SMs) and a separate split-K
+ * reduce launch. Here:
+ *
+ *  - Work units: a unit is (tile of BM = 16 x MT x WARPS rows of W, chunk of KC
+ *    columns of K). Units are numbered tile-major (a tile's chunks are
+ *    consecutive) and the grid is one wave (resident blocks, at most one
+ *    per unit); block b takes the contiguous units [b U / G, (b+1) U / G):
+ *    every block streams the same number of weight bytes (+-1 unit), with no
+ *    second wave and no idle SM (stream-K, Osama et al., PPoPP'23).
+ *  - Loads: a STAGES-deep cp.async pipeline (16-byte cp.async.cg, L1
+ *    bypassed) per unit: the W tile [BM][KC] (each 16 consecutive threads
+ *    read 256 contiguous bytes of a row) and the x tile [T][KC]; rows past
+ *    N, tokens past T and columns past K are zero-filled. Shared memory rows
+ *    are padded by 16 bytes (conflict-free ldmatrix).
+ *  - Math: warp w owns rows [16 MT w, 16 MT (w + 1)) of the tile and every token:
+ *    mma.sync m16n8k16 with A = W rows (ldmatrix.x4) and B = x rows
+ *    (ldmatrix.x4: an x row is a column of x^T), NT n8-tiles of tokens.
+ *  - Tiles split between blocks: each contributing block writes its partial
+ *    tile (f32, in mma-fragment order: coalesced) to slot (b - first block
+ *    of the tile) of a workspace and adds its chunk count to the tile's
+ *    counter (c->sem); the block that completes the count sums the slots in
+ *    slot order, runs the epilogue and resets the counter to 0. No second
+ *    launch, and deterministic: the sum's order does not depend on which
+ *    block arrives last, so graph replays stay bit-identical.
+ *  - Programmatic dependent launch (cuda_common.cuh): the W tiles of the
+ *    first STAGES - 1 units are requested before pdl_wait (weights are never
+ *    written by a kernel), x, y, bias, workspace and counters after.
+ *
+ * Variants v (WARPS, m16 tiles per warp MT, KC, STAGES): 0 = (4, 1, 128, 4),
+ * 1 = (8, 1, 128, 3), 2 = (4, 1, 256, 3), 3 = (4, 2, 64, 4); NT = 8 (33..64
+ * tokens) uses one stage fewer in v0 and v3.
+ * LG_STREAMK (read once) or lg_cuda_streamk_mode(): 0 = off (cuBLAS),
+ * 1 = auto, 10 + v = variant v for every call it can take.
+ */
+#include "ops.cuh"
+
+#include <stdlib.h>
+
+#define SKM_MAX_T 64
+
+struct skm_args {
+    void *y;
+    int64_t ldy;
+    const void *x;
+    int64_t ldx;
+    const void *W;
+    int64_t ldw;
+    const void *bias;
+    lg_dtype bdt;
+    int N, K, T, accumulate;
+    int nc;         /* chunks per tile: ceil(K / KC) */
+    int units;      /* tiles * nc (< 2^31 / 1024: checked) */
+    int slots;      /* workspace slots per tile */
+    float *part;    /* [tiles][slots][BM * NT * 8] partial tiles (fragment order) */
+    int *sem;       /* [tiles] chunk counters, zero between launches */
+};
+
+__device__ __forceinline__ uint32_t skm_smem(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
+
+__device__ __forceinline__ void skm_cp16(void *dst, const void *src, bool ok)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(skm_smem(dst)), "l"(src), "r"(ok ? 16 : 0)
+                 : "memory");
+}
+__device__ __forceinline__ void skm_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N> __device__ __forceinline__ void skm_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
+
+__device__ __forceinline__ void skm_ldm4(uint32_t *r, const void *p)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(skm_smem(p)));
+}
+
+template <typename TX> __device__ __forceinline__ void skm_mma(float *d, const uint32_t *a, uint32_t b0, uint32_t b1);
+template <> __device__ __forceinline__ void skm_mma<__half>(float *d, const uint32_t *a, uint32_t b0, uint32_t b1)
+{
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+                 "{%0, %1, %2, %3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+template <>
+__device__ __forceinline__ void skm_mma<__nv_bfloat16>(float *d, const uint32_t *a, uint32_t b0, uint32_t b1)
+{
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+                 "{%0, %1, %2, %3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* Shared memory of one stage: W [BM][KC + 8], then x [XR][KC + 8] (XR >= 16: ldmatrix.x4 reads 16 token rows). */
+template <int WARPS, int MT, int KC, int NT> struct skm_layout {
+    static constexpr int BM = 16 * MT * WARPS, LD = KC + 8, XR = NT * 8 < 16 ? 16 : NT * 8;
+    static constexpr int STAGE = (BM + XR) * LD; /* elements */
+};
+
+/* First block whose unit range holds unit u: the largest b with floor(b U / G) <= u. */
+__device__ __forceinline__ int skm_block_of(int u, int U, int G)
+{
+    return (int)(((int64_t)(u + 1) * G + U - 1) / U) - 1;
+}
+
+template <typename TX, typename TY, int NT, int WARPS, int MT, int KC, int STAGES>
+__global__ void __launch_bounds__(WARPS * 32) gemm_streamk_kernel(skm_args a)
+{
+    using L = skm_layout<WARPS, MT, KC, NT>;
+    constexpr int F = MT * NT; /* accumulator fragments per warp: (m16 tile, n8 tile) */
+    constexpr int THREADS = WARPS * 32, BM = L::BM, LD = L::LD, VPR = KC / 8; /* 16-byte vectors per row */
+    constexpr int EL = BM * NT * 8;                                            /* floats of a partial tile */
+    extern __shared__ __align__(128) unsigned char skm_sm[];
+    TX *sm = (TX *)skm_sm;
+    __shared__ int is_last;
+    pdl_trigger();
+
+    const int G = gridDim.x, b = blockIdx.x;
+    const int u_begin = (int)((int64_t)b * a.units / G), u_end = (int)((int64_t)(b + 1) * a.units / G);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c4 = lane & 3;
+    const int mi = lane >> 3, li = lane & 7;
+
+    /* the unit's tile and first column: (tile, k0) */
+    auto load_w = [&](int tile, int k0, int slot) {
+        TX *ws = sm + slot * L::STAGE;
+#pragma unroll
+        for (int j = 0; j < BM * VPR / THREADS; j++) { /* = KC / 16 */
+            const int i = threadIdx.x + j * THREADS, r = i / VPR, v = i % VPR, n = tile * BM + r, k = k0 + v * 8;
+            const bool ok = n < a.N && k < a.K;
+            const TX *src = (const TX *)a.W + (int64_t)(ok ? n : 0) * a.ldw + (ok ? k : 0);
+            skm_cp16(ws + r * LD + v * 8, src, ok);
+        }
+    };
+    auto load_x = [&](int k0, int slot) {
+        TX *xs = sm + slot * L::STAGE + BM * LD;
+#pragma unroll
+        for (int j = 0; j < (L::XR * VPR + THREADS - 1) / THREADS; j++) {
+            const int i = threadIdx.x + j * THREADS;
+            if (L::XR * VPR % THREADS != 0 && i >= L::XR * VPR)
+                break;
+            const int r = i / VPR, v = i % VPR, k = k0 + v * 8;
+            const bool ok = r < a.T && k < a.K;
+            const TX *src = (const TX *)a.x + (int64_t)(ok ? r : 0) * a.ldx + (ok ? k : 0);
+            skm_cp16(xs + r * LD + v * 8, src, ok);
+        }
+    };
+
+    /* prologue: W of the first STAGES - 1 units before pdl_wait, their x after; one commit group per stage.
+     * (lt, lk): tile and column of the next unit to load, stepped without divisions */
+    const int tile0 = u_begin / a.nc, k00 = (u_begin - tile0 * a.nc) * KC;
+    {
+        int lt = tile0, lk = k00;
+#pragma unroll
+        for (int s = 0; s < STAGES - 1; s++) {
+            if (u_begin + s < u_end)
+                load_w(lt, lk, s);
+            lk += KC;
+            if (lk >= a.nc * KC)
+                lk = 0, lt++;
+        }
+    }
+    pdl_wait();
+    int lt = tile0, lk = k00;
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; s++) {
+        if (u_begin + s < u_end)
+            load_x(lk, s);
+        skm_commit();
+        lk += KC;
+        if (lk >= a.nc * KC)
+            lk = 0, lt++;
+    }
+
+    float acc[F][4];
+#pragma unroll
+    for (int f = 0; f < F; f++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) acc[f][e] = 0.0f;
+    int seg_begin = u_begin, tile = tile0, kc_i = k00 / KC; /* the unit computed: its tile and chunk */
+
+    for (int u = u_begin; u < u_end; u++) {
+        const int i = (int)(u - u_begin);
+        skm_wait<STAGES - 2>();
+        __syncthreads(); /* unit u landed; every warp is done with the slot refilled below */
+        {
+            if (u + STAGES - 1 < u_end) {
+                load_w(lt, lk, (i + STAGES - 1) % STAGES);
+                load_x(lk, (i + STAGES - 1) % STAGES);
+            }
+            skm_commit();
+            lk += KC;
+            if (lk >= a.nc * KC)
+                lk = 0, lt++;
+        }
+        const TX *ws = sm + (i % STAGES) * L::STAGE, *xs = ws + BM * LD;
+#pragma unroll
+        for (int ks = 0; ks < KC / 16; ks++) {
+            uint32_t af[MT][4];
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++)
+                skm_ldm4(af[mt], ws + ((warp * MT + mt) * 16 + (mi & 1) * 8 + li) * LD + ks * 16 + (mi >> 1) * 8);
+#pragma unroll
+            for (int np = 0; np < (NT + 1) / 2; np++) {
+                uint32_t bf[4];
+                skm_ldm4(bf, xs + (np * 16 + (mi >> 1) * 8 + li) * LD + ks * 16 + (mi & 1) * 8);
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++) {
+                    skm_mma<TX>(acc[mt * NT + 2 * np], af[mt], bf[0], bf[1]);
+                    if (2 * np + 1 < NT)
+                        skm_mma<TX>(acc[mt * NT + 2 * np + 1], af[mt], bf[2], bf[3]);
+                }
+            }
+        }
+
+        const int t0 = tile * a.nc, t1 = t0 + a.nc;
+        if (++kc_i < a.nc && u + 1 != u_end)
+            continue; /* the tile goes on in this block */
+        /* end of this block's part of the tile */
+        const bool whole = seg_begin == t0 && u + 1 == t1;
+        bool store = whole;
+        if (!whole) {
+            const int first = skm_block_of(t0, a.units, G), last = skm_block_of(t1 - 1, a.units, G);
+            float *mine = a.part + ((size_t)tile * a.slots + (b - first)) * EL;
+#pragma unroll
+            for (int f = 0; f < F; f++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) __stcg(mine + ((warp * F + f) * 4 + e) * 32 + lane, acc[f][e]);
+            __threadfence();
+            __syncthreads();
+            if (threadIdx.x == 0) {
+                const int n_mine = (int)(u + 1 - seg_begin);
+                is_last = atomicAdd(a.sem + tile, n_mine) + n_mine == a.nc;
+            }
+            __syncthreads();
+            if (is_last) {
+                __threadfence();
+                /* sum the slots in slot order; SU slots' loads in flight at once (L2 round trips, not one per value) */
+                constexpr int SU = F >= 8 ? 2 : 4;
+                const float *all = a.part + (size_t)tile * a.slots * EL + (warp * F * 4) * 32 + lane;
+                const int n_slots = last - first + 1;
+#pragma unroll
+                for (int f = 0; f < F; f++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) acc[f][e] = 0.0f;
+                for (int s0 = 0; s0 < n_slots; s0 += SU) {
+                    float v[SU][F][4];
+#pragma unroll
+                    for (int j = 0; j < SU; j++)
+#pragma unroll
+                        for (int f = 0; f < F; f++)
+#pragma unroll
+                            for (int e = 0; e < 4; e++)
+                                v[j][f][e] = s0 + j < n_slots ? __ldcg(all + (size_t)(s0 + j) * EL + (f * 4 + e) * 32) : 0.0f;
+#pragma unroll
+                    for (int j = 0; j < SU; j++)
+#pragma unroll
+                        for (int f = 0; f < F; f++)
+#pragma unroll
+                            for (int e = 0; e < 4; e++) acc[f][e] += v[j][f][e];
+                }
+                if (threadIdx.x == 0)
+                    atomicExch(a.sem + tile, 0);
+                store = true;
+            }
+        }
+        if (store) {
+#pragma unroll
+            for (int f = 0; f < F; f++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int mt = f / NT, nt = f % NT;
+                    const int n = tile * BM + (warp * MT + mt) * 16 + g + 8 * (e >> 1), t = nt * 8 + 2 * c4 + (e & 1);
+                    if (n < a.N && t < a.T) {
+                        TY *p = (TY *)a.y + (int64_t)t * a.ldy + n;
+                        float r = acc[f][e];
+                        if (a.accumulate)
+                            r += to_f32(*p);
+                        if (a.bias)
+                            r += load_any(a.bias, a.bdt, n);
+                        *p = from_f32<TY>(r);
+                    }
+                }
+        }
+#pragma unroll
+        for (int f = 0; f < F; f++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) acc[f][e] = 0.0f;
+        seg_begin = u + 1;
+        tile++, kc_i = 0;
+    }
+    skm_wait<0>(); /* no cp.async left in flight at exit */
+}
+
+/* ---- host side ---------------------------------------------------------------------------- */
+
+#define SKM_VARIANTS 4
+
+static int g_streamk = -1; /* -1: not read yet */
+
+extern "C" void lg_cuda_streamk_mode(int mode) { g_streamk = mode; }
+
+static int streamk_mode(void)
+{
+    if (g_streamk < 0) {
+        const char *e = getenv("LG_STREAMK");
+        g_streamk = e && *e ? atoi(e) : 0;
+    }
+    return g_streamk;
+}
+
+typedef void (*skm_fn)(skm_args);
+struct skm_kernel {
+    skm_fn f;
+    int warps, bm, kc;
+    size_t smem;
+};
+
+template <typename TX, typename TY, int NT, int WARPS, int MT, int KC, int STAGES> static skm_kernel make()
+{
+    skm_kernel k;
+    k.f = gemm_streamk_kernel<TX, TY, NT, WARPS, MT, KC, STAGES>;
+    k.warps = WARPS;
+    k.bm = 16 * MT * WARPS;
+    k.kc = KC;
+    k.smem = (size_t)STAGES * skm_layout<WARPS, MT, KC, NT>::STAGE * sizeof(TX);
+    return k;
+}
+
+template <typename TX, typename TY, int NT> static skm_kernel pick(int v)
+{
+    switch (v) {
+    case 1: return make<TX, TY, NT, 8, 1, 128, 3>();
+    case 2: return make<TX, TY, NT, 4, 1, 256, 3>();
+    case 3: return make<TX, TY, NT, 4, 2, 64, NT == 8 ? 3 : 4>();
+    default: return make<TX, TY, NT, 4, 1, 128, NT == 8 ? 3 : 4>();
+    }
+}
+
+template <typename TX, typename TY> static skm_kernel pick_nt(int nt, int v)
+{
+    switch (nt) {
+    case 1: return pick<TX, TY, 1>(v);
+    case 2: return pick<TX, TY, 2>(v);
+    case 4: return pick<TX, TY, 4>(v);
+    default: return pick<TX, TY, 8>(v);
+    }
+}
+
+/* Resident blocks per SM of a kernel (after raising its dynamic shared memory limit), cached. */
+static int skm_resident(cuda_ctx *c, const skm_kernel &k)
+{
+    static skm_fn keys[64];
+    static int vals[64];
+    for (int i = 0; i < 64 && keys[i]; i++)
+        if (keys[i] == k.f)
+            return vals[i];
+    int n = 0;
+    if (cudaFuncSetAttribute(k.f, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)k.smem) != cudaSuccess ||
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, k.f, k.warps * 32, k.smem) != cudaSuccess) {
+        cudaGetLastError();
+        n = 0;
+    }
+    for (int i = 0; i < 64; i++)
+        if (!keys[i]) {
+            keys[i] = k.f, vals[i] = n;
+            break;
+        }
+    (void)c;
+    return n;
+}
+
+int cu_streamk_try(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tensor bias, bool accumulate)
+{
+    cuda_ctx *c = CU_CTX(be);
+    const int mode = streamk_mode();
+    const int T = (int)x.rows;
+    if (mode == 0 || T < 5 || T > SKM_MAX_T || x.cols % 8 != 0 || x.stride % 8 != 0 || W.stride % 8 != 0 ||
+        !cu_aligned16(x.data) || !cu_aligned16(W.data) || W.rows > INT32_MAX / 2 || x.cols > INT32_MAX / 2)
+        return 1;
+    const int nt = T <= 8 ? 1 : T <= 16 ? 2 : T <= 32 ? 4 : 8;
+    const int v = mode >= 10 ? (mode - 10) % SKM_VARIANTS : 0;
+    const skm_kernel k = x.dtype == LG_F16
+                             ? (y.dtype == LG_F32 ? pick_nt<__half, float>(nt, v) : pick_nt<__half, __half>(nt, v))
+                             : (y.dtype == LG_F32 ? pick_nt<__nv_bfloat16, float>(nt, v)
+                                                  : pick_nt<__nv_bfloat16, __nv_bfloat16>(nt, v));
+    if (k.smem > c->max_smem_optin)
+        return 1;
+    const int per_sm = skm_resident(c, k);
+    if (per_sm < 1)
+        return 1;
+    const int N = (int)W.rows, K = (int)x.cols, BM = k.bm;
+    const int tiles = (N + BM - 1) / BM, nc = (K + k.kc - 1) / k.kc;
+    if (tiles > CU_SEM_COUNT)
+        return 1;
+    if ((int64_t)tiles * nc > INT32_MAX / 1024)
+        return 1;
+    const int units = tiles * nc;
+    const int G = units < per_sm * c->n_sm ? units : per_sm * c->n_sm;
+    skm_args a;
+    a.y = y.data;
+    a.ldy = y.stride;
+    a.x = x.data;
+    a.ldx = x.stride;
+    a.W = W.data;
+    a.ldw = W.stride;
+    a.bias = bias.data;
+    a.bdt = bias.dtype;
+    a.N = N;
+    a.K = K;
+    a.T = T;
+    a.accumulate = accumulate ? 1 : 0;
+    a.nc = nc;
+    a.units = units;
+    /* blocks meeting one tile: each holds >= floor(units / G) units of it */
+    const int upb = units / G;
+    a.slots = (int)(nc / upb + 2);
+    a.sem = c->sem;
+    const size_t ws = (size_t)tiles * a.slots * BM * nt * 8 * sizeof(float);
+    a.part = (float *)cu_workspace(c, ws);
+    if (!a.part)
+        return CU_FAIL(c, "matmul: cannot allocate %zu bytes of stream-K workspace", ws);
+    cudaError_t e = cu_launch(c, k.f, dim3((unsigned)G), dim3((unsigned)(k.warps * 32)), k.smem, a);
+    if (e != cudaSuccess)
+        return CU_FAIL(c, "matmul: stream-K launch (N=%d T=%d K=%d) failed: %s", N, T, K, cudaGetErrorString(e));
+    return 0;
+}
