@@ -6,34 +6,463 @@
  *     s_j = scale * q[t,h] . K_s[j, kh]             j in chunk c
  *     m_c = max_j s_j;  l_c = sum_j exp(s_j - m_c);  o_c = sum_j exp(s_j - m_c) V_s[j, kh]
  *   combine: M = max_c m_c, L = sum_c l_c e^{m_c - M}, out = sum_c o_c e^{m_c - M} / L
- * With one chunk per token the block writes out = o / l directly.
+ * (computed in base 2: q is pre-scaled by scale * log2(e), exponentials are exp2).
  *
  * Block = (token, kv head, up to GMAX query heads of its group) x chunk;
  * 128 threads. K/V rows are read once per block for all its query heads
  * (GQA reuse): a row is split over `lpr` lanes (16 bytes = 8 elements
- * each), so a warp covers 32 / lpr keys at a time. Scores of the chunk sit
- * in shared memory ([GMAX][C] f32), then softmax, then P V with per-lane
- * f32 accumulators reduced through shared memory, warp by warp in a
- * fixed order (deterministic).
- * The chunk's page ids are staged in shared memory first, so each K/V load
- * depends on a shared-memory read, not on a global one.
+ * each; lpr = power of two >= head_dim / 8), so the block is NG = 128 / lpr
+ * lane groups, and group g takes the chunk's rows g, g + NG, g + 2 NG, ...
+ * One pass over the chunk (FlashDecoding style online softmax): each
+ * iteration a lane loads the K and the V words of U rows (2 U 16-byte loads
+ * in flight before any use), the group reduces the U scores with shuffles
+ * and updates its running max m, sum l and accumulators o (rescaled by
+ * exp2(m_old - m_new)). No shared memory and no barrier in the loop; at the
+ * end the NG group states are merged through shared memory in group order.
+ * The chunk's page ids are staged in shared memory first (a tile of up to
+ * DEC_TILE keys at a time), so each K/V load depends on a shared-memory
+ * read, not on a global one.
+ * Split-K without a second launch: with more than one chunk for its token,
+ * a block writes its (m, l, o) partial to the workspace, and the last block
+ * of its (token, kv head, head group) to arrive (a counter in c->sem, reset
+ * to 0 by that block) merges the partials in chunk order. The order of every
+ * sum is fixed (group order, chunk order; the counter only picks which block
+ * does the merge), so results are bit-reproducible run to run, as graph
+ * replays promise (backend.h).
  * Launch shape (chunk size, grid.y) depends only on n_tokens, the head
  * layout and max_kv_len (an upper bound: each block takes its sequence's
  * length from pos), so a graph recorded for a bucketed max_kv_len replays
- * correctly for any lengths under it.
+ * correctly for any lengths under it. The chunk count aims at one full wave
+ * of resident blocks (occupancy x SMs), in chunks of at least 32 keys.
  * Programmatic dependent launch (cuda_common.cuh): the block stages its
- * page ids (step metadata) before pdl_wait, q and K/V after.
+ * first page ids (step metadata) before pdl_wait; q, K/V, workspace and
+ * counters after.
  * Works for any query length (it is also the prefill fallback for head_dim
  * % 16 != 0) and any head_dim % 8 == 0 up to 256.
  */
 #include "ops.cuh"
 
+#include <stdlib.h>
+
 #define DEC_THREADS 128
-#define DEC_WARPS (DEC_THREADS / 32)
-#define DEC_CMAX 1024
-#define DEC_UNROLL 4 /* key rows per lane loaded before use: bytes in flight */
+#define DEC_TILE 1024 /* keys whose page ids are staged in shared memory at a time */
+#define DEC_MIN_CHUNK 32
+#define DEC_LOG2E 1.4426950408889634f
 
 struct dec_args {
+    const void *q;
+    int64_t ldq;
+    void *out;
+    int64_t ldo;
+    const char *kv_base;
+    size_t page_bytes, k_off, v_off;
+    int page_tokens, nkv, hd, group, nh, n_hsub, lpr;
+    const int32_t *pos, *q_indptr, *page_indptr, *page_ids;
+    int n_seqs, chunk, max_chunks;
+    int prefetch;   /* experiment: 1 the next iteration's rows into L2, 2 the first rows before pdl_wait */
+    float scale;    /* softmax scale * log2(e) */
+    float *part_o;  /* [T * nh * max_chunks][hd] unnormalised, when split */
+    float *part_ml; /* [T * nh * max_chunks][2] (m, l) */
+    int *sem;       /* [T * nkv * n_hsub] arrival counters (c->sem), zero between launches */
+};
+
+__device__ __forceinline__ int seq_of_token(const int32_t *q_indptr, int n_seqs, int t)
+{
+    int lo = 0, hi = n_seqs - 1; /* last s with q_indptr[s] <= t */
+    while (lo < hi) {
+        int mid = (lo + hi + 1) >> 1;
+        if (q_indptr[mid] <= t) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo;
+}
+
+__device__ __forceinline__ float dec_exp2(float x)
+{
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x)); /* exp2(-inf) = +0 */
+    return y;
+}
+
+/* K/V words are read once: past L1 (the next kernel's data stays in L2 either way) */
+__device__ __forceinline__ uint4 dec_ld(const char *p)
+{
+    uint4 r;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+                 : "l"(p));
+    return r;
+}
+
+/* page ids of keys [j0, j1) of the sequence into pid_s[0 ..] */
+__device__ __forceinline__ void dec_stage(int *pid_s, const int32_t *pages, int j0, int j1, int pt)
+{
+    const int pg0 = j0 / pt, n_pg = (j1 - 1) / pt - pg0 + 1;
+    for (int i = threadIdx.x; i < n_pg; i += DEC_THREADS) pid_s[i] = pages[pg0 + i];
+}
+
+/* resident blocks per SM the register budget is set for (64, 80, 128, 255 registers) */
+#define DEC_MINB(GMAX) ((GMAX) == 1 ? 8 : (GMAX) == 2 ? 6 : (GMAX) == 4 ? 4 : 2)
+
+template <typename T, int GMAX, int U, int MINB>
+__global__ void __launch_bounds__(DEC_THREADS, MINB) attn_decode_kernel(dec_args a)
+{
+    extern __shared__ float4 dec_sm[];
+    const int hd = a.hd, lpr = a.lpr, NG = DEC_THREADS / lpr;
+    float *o_s = (float *)dec_sm;           /* [NG][GMAX][hd] group accumulators */
+    float *ml_s = o_s + NG * GMAX * hd;     /* [NG][GMAX][2] group (m, l) */
+    int *flag_s = (int *)(ml_s + 2 * NG * GMAX);
+    int *pid_s = flag_s + 4;                /* page ids of the current tile */
+
+    pdl_trigger();
+    const int hs = blockIdx.x % a.n_hsub, kh = (blockIdx.x / a.n_hsub) % a.nkv, t = blockIdx.x / (a.n_hsub * a.nkv);
+    const int C = a.chunk, ch = blockIdx.y, n_ctx = a.pos[t] + 1, j0 = ch * C;
+    if (j0 >= n_ctx)
+        return;
+    const int j1 = min(j0 + C, n_ctx), n_ch = min((n_ctx + C - 1) / C, (int)gridDim.y);
+    const int h0 = kh * a.group + hs * GMAX, gc = min(GMAX, a.group - hs * GMAX);
+    const int s = seq_of_token(a.q_indptr, a.n_seqs, t);
+    const int32_t *pages = a.page_ids + a.page_indptr[s];
+    const int pt = a.page_tokens;
+    int tj0 = j0, tj1 = min(j0 + DEC_TILE, j1);
+    dec_stage(pid_s, pages, tj0, tj1, pt);
+    const int sub = threadIdx.x & (lpr - 1), g = threadIdx.x / lpr;
+    const bool active = sub < (hd >> 3);
+    const size_t row_bytes = (size_t)a.nkv * hd * sizeof(T);
+    const char *kb = a.kv_base + a.k_off + (size_t)kh * hd * sizeof(T) + (size_t)sub * 16; /* this lane's K word of slot 0 of page 0 */
+    const int64_t dv = (int64_t)a.v_off - (int64_t)a.k_off;
+    /* K word of this lane in row jr of the tile starting at key tj0 (page pg0) */
+#define DEC_ROW(jr) (kb + (size_t)pid_s[(tj0 + (jr)) / pt - pg0] * a.page_bytes + (size_t)((tj0 + (jr)) % pt) * row_bytes)
+    __syncthreads(); /* pid_s */
+    if (a.prefetch == 2 && active && (sub & 7) == 0) { /* experiment: the first rows into L2 before pdl_wait */
+        const int pg0 = tj0 / pt;
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int jr = u * (DEC_THREADS / lpr) + g;
+            if (jr < tj1 - tj0) {
+                const char *row = DEC_ROW(jr);
+                asm volatile("prefetch.global.L2 [%0];" ::"l"(row));
+                asm volatile("prefetch.global.L2 [%0];" ::"l"(row + dv));
+            }
+        }
+    }
+    pdl_wait(); /* everything above is step metadata; q and this step's K/V rows come from the kernels before */
+
+    float q[GMAX][8];
+    {
+        const T *qrow = (const T *)a.q + (int64_t)t * a.ldq + (int64_t)h0 * hd + sub * 8;
+#pragma unroll
+        for (int r = 0; r < GMAX; r++)
+#pragma unroll
+            for (int e = 0; e < 8; e++) q[r][e] = active && r < gc ? to_f32(qrow[r * hd + e]) * a.scale : 0.0f;
+    }
+    float m[GMAX], l[GMAX], acc[GMAX][8];
+#pragma unroll
+    for (int r = 0; r < GMAX; r++) {
+        m[r] = -INFINITY;
+        l[r] = 0.0f;
+#pragma unroll
+        for (int e = 0; e < 8; e++) acc[r][e] = 0.0f;
+    }
+
+    for (;;) {
+        const int tlen = tj1 - tj0, pg0 = tj0 / pt;
+        for (int rb = 0; rb < tlen; rb += NG * U) { /* uniform per block: shuffles below take whole warps */
+            uint4 ku[U], vu[U];
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                const int jr = rb + u * NG + g;
+                ku[u] = vu[u] = make_uint4(0, 0, 0, 0);
+                if (active && jr < tlen) {
+                    const char *row = DEC_ROW(jr);
+                    ku[u] = dec_ld(row);
+                    vu[u] = dec_ld(row + dv);
+                }
+            }
+            if (a.prefetch == 1 && (sub & 7) == 0) { /* experiment: the next iteration's rows into L2 */
+#pragma unroll
+                for (int u = 0; u < U; u++) {
+                    const int jr = rb + NG * U + u * NG + g;
+                    if (active && jr < tlen) {
+                        const char *row = DEC_ROW(jr);
+                        asm volatile("prefetch.global.L2 [%0];" ::"l"(row));
+                        asm volatile("prefetch.global.L2 [%0];" ::"l"(row + dv));
+                    }
+                }
+            }
+            /* scores of the U rows, reduced over the group's lanes (every lane gets the sum) */
+            float sc[GMAX][U];
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                float kf[8];
+                unpack8<T>(ku[u], kf);
+                const bool valid = rb + u * NG + g < tlen;
+#pragma unroll
+                for (int r = 0; r < GMAX; r++) {
+                    float d = 0.0f;
+#pragma unroll
+                    for (int e = 0; e < 8; e++) d = fmaf(q[r][e], kf[e], d);
+#pragma unroll
+                    for (int o = 16; o > 0; o >>= 1)
+                        if (o < lpr)
+                            d += __shfl_xor_sync(0xffffffffu, d, o);
+                    sc[r][u] = valid ? d : -INFINITY;
+                }
+            }
+            /* online softmax: new max, rescale, probabilities (p = 0 for rows past the chunk) */
+#pragma unroll
+            for (int r = 0; r < GMAX; r++) {
+                float mx = m[r];
+#pragma unroll
+                for (int u = 0; u < U; u++) mx = fmaxf(mx, sc[r][u]);
+                const float mref = mx == -INFINITY ? 0.0f : mx; /* no row yet: everything stays 0 */
+                const float alpha = dec_exp2(m[r] - mref);
+                m[r] = mx;
+                l[r] *= alpha;
+#pragma unroll
+                for (int e = 0; e < 8; e++) acc[r][e] *= alpha;
+#pragma unroll
+                for (int u = 0; u < U; u++) {
+                    sc[r][u] = dec_exp2(sc[r][u] - mref);
+                    l[r] += sc[r][u];
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                float vf[8];
+                unpack8<T>(vu[u], vf);
+#pragma unroll
+                for (int r = 0; r < GMAX; r++)
+#pragma unroll
+                    for (int e = 0; e < 8; e++) acc[r][e] = fmaf(sc[r][u], vf[e], acc[r][e]);
+            }
+        }
+        if (tj1 >= j1)
+            break;
+        __syncthreads(); /* pid_s read by everyone */
+        tj0 = tj1;
+        tj1 = min(tj0 + DEC_TILE, j1);
+        dec_stage(pid_s, pages, tj0, tj1, pt);
+        __syncthreads();
+    }
+
+    /* merge the NG group states in group order */
+    if (active) {
+#pragma unroll
+        for (int r = 0; r < GMAX; r++) {
+            float4 *dst = (float4 *)(o_s + (g * GMAX + r) * hd + sub * 8);
+            dst[0] = make_float4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]);
+            dst[1] = make_float4(acc[r][4], acc[r][5], acc[r][6], acc[r][7]);
+            if (sub == 0) {
+                ml_s[2 * (g * GMAX + r)] = m[r];
+                ml_s[2 * (g * GMAX + r) + 1] = l[r];
+            }
+        }
+    }
+    __syncthreads();
+    const bool split = n_ch > 1;
+    T *obase = (T *)a.out + (int64_t)t * a.ldo + (int64_t)h0 * hd;
+    for (int i = threadIdx.x; i < gc * hd; i += DEC_THREADS) {
+        const int r = i / hd, d = i - r * hd;
+        float M = -INFINITY; /* finite: group 0 has the chunk's first row */
+        for (int gg = 0; gg < NG; gg++) M = fmaxf(M, ml_s[2 * (gg * GMAX + r)]);
+        float L = 0.0f, O = 0.0f;
+        for (int gg = 0; gg < NG; gg++) {
+            const float w = dec_exp2(ml_s[2 * (gg * GMAX + r)] - M);
+            L = fmaf(ml_s[2 * (gg * GMAX + r) + 1], w, L);
+            O = fmaf(o_s[(gg * GMAX + r) * hd + d], w, O);
+        }
+        if (!split) {
+            obase[i] = from_f32<T>(O / L);
+        } else {
+            const size_t pi = ((size_t)t * a.nh + h0 + r) * a.max_chunks + ch;
+            __stcg(a.part_o + pi * hd + d, O);
+            if (d == 0)
+                __stcg((float2 *)a.part_ml + pi, make_float2(M, L));
+        }
+    }
+    if (!split)
+        return;
+
+    /* the last block of this (token, kv head, head group) merges the partials, in chunk order */
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        const int last = atomicAdd(a.sem + blockIdx.x, 1) == n_ch - 1;
+        if (last)
+            atomicExch(a.sem + blockIdx.x, 0); /* every block of the group has arrived */
+        *flag_s = last;
+    }
+    __syncthreads();
+    if (!*flag_s)
+        return;
+    __threadfence();
+    for (int i = threadIdx.x; i < gc * hd; i += DEC_THREADS) {
+        const int r = i / hd, d = i - r * hd;
+        const size_t p0 = ((size_t)t * a.nh + h0 + r) * a.max_chunks;
+        const float2 *ml = (const float2 *)a.part_ml + p0;
+        float M = -INFINITY;
+#pragma unroll 8
+        for (int c = 0; c < n_ch; c++) M = fmaxf(M, __ldcg(ml + c).x);
+        float L = 0.0f, O = 0.0f;
+#pragma unroll 8
+        for (int c = 0; c < n_ch; c++) {
+            const float2 v = __ldcg(ml + c);
+            const float w = dec_exp2(v.x - M);
+            L = fmaf(v.y, w, L);
+            O = fmaf(__ldcg(a.part_o + (p0 + c) * hd + d), w, O);
+        }
+        obase[i] = from_f32<T>(O / L);
+    }
+}
+#undef DEC_ROW
+
+typedef void (*dec_fn)(dec_args);
+
+template <typename T, int GMAX> static dec_fn pick_u(int v)
+{
+    constexpr int U = GMAX >= 8 ? 2 : 4; /* registers: q and o are 8 GMAX floats each */
+    switch (v) {
+    case 1: return attn_decode_kernel<T, GMAX, U, 1>;
+    case 2: return attn_decode_kernel<T, GMAX, 2 * U, 1>;
+    default: return attn_decode_kernel<T, GMAX, U, DEC_MINB(GMAX)>;
+    }
+}
+template <typename T> static dec_fn pick(int gmax, int v)
+{
+    switch (gmax) {
+    case 1: return pick_u<T, 1>(v);
+    case 2: return pick_u<T, 2>(v);
+    case 4: return pick_u<T, 4>(v);
+    default: return pick_u<T, 8>(v);
+    }
+}
+
+/* Resident blocks per SM of (kernel, dynamic shared memory), cached; a kernel not seen yet first gets the
+ * shared-memory opt-in. -1: the opt-in failed. */
+static int dec_resident(cuda_ctx *c, dec_fn f, size_t smem)
+{
+    static struct {
+        dec_fn f;
+        size_t smem;
+        int n;
+    } cache[64];
+    static int n_cache = 0;
+    for (int i = 0; i < n_cache; i++)
+        if (cache[i].f == f && cache[i].smem == smem)
+            return cache[i].n;
+    if (cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)c->max_smem_optin) != cudaSuccess) {
+        cudaGetLastError();
+        return -1;
+    }
+    int n = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, f, DEC_THREADS, smem) != cudaSuccess || n < 1) {
+        cudaGetLastError();
+        n = 1;
+    }
+    if (n_cache < 64) /* else: recomputed next time (only shapes of many head layouts get here) */
+        cache[n_cache].f = f, cache[n_cache].smem = smem, cache[n_cache].n = n, n_cache++;
+    return n;
+}
+
+static int env_int(const char *name, int dflt)
+{
+    const char *e = getenv(name);
+    return e && *e ? atoi(e) : dflt;
+}
+
+static int cu_attention_decode_old(lg_backend *be, lg_tensor out, lg_tensor q, lg_kv_view kv, const lg_step_meta *m,
+                                   int n_heads, float scale);
+
+int cu_attention_decode(lg_backend *be, lg_tensor out, lg_tensor q, lg_kv_view kv, const lg_step_meta *m,
+                        int n_heads, float scale)
+{
+    static int old = -1, var = -1, pf = -1, bps = -1;
+    if (old < 0) {
+        old = env_int("LG_DEC_OLD", 0);
+        var = env_int("LG_DEC_V", 0);
+        pf = env_int("LG_DEC_PF", 0);
+        bps = env_int("LG_DEC_BPS", 0);
+    }
+    if (old)
+        return cu_attention_decode_old(be, out, q, kv, m, n_heads, scale);
+    cuda_ctx *c = CU_CTX(be);
+    const int hd = kv.head_dim, nkv = kv.n_kv_heads, group = n_heads / nkv, T_ = m->n_tokens;
+    const int gmax = group >= 8 ? 8 : group >= 4 ? 4 : group >= 2 ? 2 : 1;
+    const int n_hsub = (group + gmax - 1) / gmax;
+    const int max_kv = m->max_kv_len > 0 ? m->max_kv_len : 1;
+    int lpr = 1;
+    while (lpr < hd / 8) lpr <<= 1;
+    const int NG = DEC_THREADS / lpr;
+    const dec_fn f = kv.dtype == LG_F16 ? pick<__half>(gmax, var) : pick<__nv_bfloat16>(gmax, var);
+    const size_t smem_fixed = ((size_t)NG * gmax * hd + 2 * (size_t)NG * gmax + 4) * sizeof(float);
+    /* occupancy at the largest page-id tile: independent of max_kv_len, and an upper bound of the launch's */
+    const size_t smem_max = smem_fixed + ((size_t)DEC_TILE / kv.page_tokens + 2) * sizeof(int);
+    if (smem_max > c->max_smem_optin)
+        return CU_FAIL(c, "attention decode: %zu bytes of shared memory needed, %zu available", smem_max,
+                       c->max_smem_optin);
+    const int per_sm = dec_resident(c, f, smem_max);
+    if (per_sm < 0)
+        return CU_FAIL(c, "attention decode: cannot set the kernel's shared memory opt-in");
+    /* chunks: as many as one full wave of resident blocks holds, each at least DEC_MIN_CHUNK keys;
+     * one chunk when the counters cannot cover the blocks */
+    const int64_t base_blocks = (int64_t)T_ * nkv * n_hsub, resident = (int64_t)(bps > 0 ? bps : per_sm) * c->n_sm;
+    int64_t nc = base_blocks >= resident || base_blocks > CU_SEM_COUNT ? 1 : resident / base_blocks;
+    int64_t C = (max_kv + nc - 1) / nc;
+    C = (C + DEC_MIN_CHUNK - 1) / DEC_MIN_CHUNK * DEC_MIN_CHUNK;
+    if (C >= max_kv)
+        C = max_kv;
+    const int max_chunks = (int)((max_kv + C - 1) / C);
+    if (base_blocks > INT32_MAX || max_chunks > 65535)
+        return CU_FAIL(c, "attention decode: grid %lld x %d too large", (long long)base_blocks, max_chunks);
+    const size_t smem = smem_fixed + ((size_t)(C < DEC_TILE ? C : DEC_TILE) / kv.page_tokens + 2) * sizeof(int);
+    dec_args a;
+    a.q = q.data;
+    a.ldq = q.stride;
+    a.out = out.data;
+    a.ldo = out.stride;
+    a.kv_base = (const char *)kv.base;
+    a.page_bytes = kv.page_bytes;
+    a.k_off = kv.k_off;
+    a.v_off = kv.v_off;
+    a.page_tokens = kv.page_tokens;
+    a.nkv = nkv;
+    a.hd = hd;
+    a.group = group;
+    a.nh = n_heads;
+    a.n_hsub = n_hsub;
+    a.lpr = lpr;
+    a.pos = m->pos;
+    a.q_indptr = m->q_indptr;
+    a.page_indptr = m->page_indptr;
+    a.page_ids = m->page_ids;
+    a.n_seqs = m->n_seqs;
+    a.chunk = (int)C;
+    a.max_chunks = max_chunks;
+    a.prefetch = pf;
+    a.scale = scale * DEC_LOG2E;
+    a.part_o = a.part_ml = NULL;
+    a.sem = c->sem;
+    if (max_chunks > 1) {
+        size_t n = (size_t)T_ * n_heads * max_chunks;
+        char *ws = (char *)cu_workspace(c, n * ((size_t)hd + 2) * sizeof(float));
+        if (!ws)
+            return CU_FAIL(c, "attention decode: cannot allocate %zu bytes of split-K workspace",
+                           n * ((size_t)hd + 2) * sizeof(float));
+        a.part_o = (float *)ws;
+        a.part_ml = a.part_o + n * hd;
+    }
+    dim3 grid((unsigned)base_blocks, (unsigned)max_chunks);
+    (void)cu_launch(c, f, grid, DEC_THREADS, smem, a);
+    CU_LAUNCHED(c);
+    return 0;
+}
+
+/* ==== the previous kernel, for comparison only (LG_DEC_OLD=1) ==== */
+#define DEC_WARPS (DEC_THREADS / 32)
+#define DEC_CMAX 1024
+#define DEC_UNROLL 4
+struct dec_args_old {
     const void *q;
     int64_t ldq;
     void *out;
@@ -48,7 +477,7 @@ struct dec_args {
     float *part_ml; /* [T * nh * max_chunks][2] (m, l) */
 };
 
-__device__ __forceinline__ int seq_of_token(const int32_t *q_indptr, int n_seqs, int t)
+__device__ __forceinline__ int seq_of_token_old(const int32_t *q_indptr, int n_seqs, int t)
 {
     int lo = 0, hi = n_seqs - 1; /* last s with q_indptr[s] <= t */
     while (lo < hi) {
@@ -60,7 +489,7 @@ __device__ __forceinline__ int seq_of_token(const int32_t *q_indptr, int n_seqs,
 }
 
 template <typename T, int GMAX>
-__global__ void __launch_bounds__(DEC_THREADS) attn_decode_kernel(dec_args a)
+__global__ void __launch_bounds__(DEC_THREADS) attn_decode_kernel_old(dec_args_old a)
 {
     extern __shared__ float sm[];
     const int hd = a.hd, C = a.chunk;
@@ -79,7 +508,7 @@ __global__ void __launch_bounds__(DEC_THREADS) attn_decode_kernel(dec_args a)
         return;
     const int j1 = min(j0 + C, n_ctx), len = j1 - j0;
     const int h0 = kh * a.group + hs * GMAX, gc = min(GMAX, a.group - hs * GMAX);
-    const int s = seq_of_token(a.q_indptr, a.n_seqs, t);
+    const int s = seq_of_token_old(a.q_indptr, a.n_seqs, t);
     const int32_t *pages = a.page_ids + a.page_indptr[s];
     /* the chunk's page ids, staged once: K/V loads below index shared memory
      * instead of waiting on a dependent global load per row */
@@ -232,8 +661,8 @@ __global__ void __launch_bounds__(DEC_THREADS) attn_decode_kernel(dec_args a)
     }
 }
 
-/* One block per (token, head): merges the chunk partials of attn_decode_kernel. */
-template <typename T> __global__ void attn_combine_kernel(dec_args a)
+/* One block per (token, head): merges the chunk partials of attn_decode_kernel_old. */
+template <typename T> __global__ void attn_combine_kernel_old(dec_args_old a)
 {
     pdl_trigger();
     pdl_wait();
@@ -253,35 +682,35 @@ template <typename T> __global__ void attn_combine_kernel(dec_args a)
     }
 }
 
-template <typename T, int GMAX> static int launch(cuda_ctx *c, dec_args a, int T_, size_t smem)
+template <typename T, int GMAX> static int launch_old(cuda_ctx *c, dec_args_old a, int T_, size_t smem)
 {
     static bool attr_set = false; /* per instantiation; smem never exceeds the first opt-in below */
     if (!attr_set) {
-        CU_TRY(c, cudaFuncSetAttribute(attn_decode_kernel<T, GMAX>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        CU_TRY(c, cudaFuncSetAttribute(attn_decode_kernel_old<T, GMAX>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        (int)c->max_smem_optin));
         attr_set = true;
     }
     dim3 grid((unsigned)((size_t)T_ * a.nkv * a.n_hsub), (unsigned)a.max_chunks);
-    (void)cu_launch(c, attn_decode_kernel<T, GMAX>, grid, DEC_THREADS, smem, a);
+    (void)cu_launch(c, attn_decode_kernel_old<T, GMAX>, grid, DEC_THREADS, smem, a);
     CU_LAUNCHED(c);
     if (a.max_chunks > 1) {
-        (void)cu_launch(c, attn_combine_kernel<T>, (unsigned)((size_t)T_ * a.nh), 128, 0, a);
+        (void)cu_launch(c, attn_combine_kernel_old<T>, (unsigned)((size_t)T_ * a.nh), 128, 0, a);
         CU_LAUNCHED(c);
     }
     return 0;
 }
 
-template <typename T> static int launch_g(cuda_ctx *c, dec_args a, int T_, int gmax, size_t smem)
+template <typename T> static int launch_g_old(cuda_ctx *c, dec_args_old a, int T_, int gmax, size_t smem)
 {
     switch (gmax) {
-    case 1: return launch<T, 1>(c, a, T_, smem);
-    case 2: return launch<T, 2>(c, a, T_, smem);
-    case 4: return launch<T, 4>(c, a, T_, smem);
-    default: return launch<T, 8>(c, a, T_, smem);
+    case 1: return launch_old<T, 1>(c, a, T_, smem);
+    case 2: return launch_old<T, 2>(c, a, T_, smem);
+    case 4: return launch_old<T, 4>(c, a, T_, smem);
+    default: return launch_old<T, 8>(c, a, T_, smem);
     }
 }
 
-int cu_attention_decode(lg_backend *be, lg_tensor out, lg_tensor q, lg_kv_view kv, const lg_step_meta *m,
+static int cu_attention_decode_old(lg_backend *be, lg_tensor out, lg_tensor q, lg_kv_view kv, const lg_step_meta *m,
                         int n_heads, float scale)
 {
     cuda_ctx *c = CU_CTX(be);
@@ -302,7 +731,7 @@ int cu_attention_decode(lg_backend *be, lg_tensor out, lg_tensor q, lg_kv_view k
     if (smem > c->max_smem_optin)
         return CU_FAIL(c, "attention decode: %zu bytes of shared memory needed, %zu available", smem,
                        c->max_smem_optin);
-    dec_args a;
+    dec_args_old a;
     a.q = q.data;
     a.ldq = q.stride;
     a.out = out.data;
@@ -336,6 +765,6 @@ int cu_attention_decode(lg_backend *be, lg_tensor out, lg_tensor q, lg_kv_view k
         a.part_ml = a.part_o + n * hd;
     }
     if (kv.dtype == LG_F16)
-        return launch_g<__half>(c, a, T_, gmax, smem);
-    return launch_g<__nv_bfloat16>(c, a, T_, gmax, smem);
+        return launch_g_old<__half>(c, a, T_, gmax, smem);
+    return launch_g_old<__nv_bfloat16>(c, a, T_, gmax, smem);
 }
