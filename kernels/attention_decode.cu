@@ -6,7 +6,7 @@
  *     s_j = scale * q[t,h] . K_s[j, kh]             j in chunk c
  *     m_c = max_j s_j;  l_c = sum_j exp(s_j - m_c);  o_c = sum_j exp(s_j - m_c) V_s[j, kh]
  *   combine: M = max_c m_c, L = sum_c l_c e^{m_c - M}, out = sum_c o_c e^{m_c - M} / L
- * (computed in base 2: q is pre-scaled by scale * log2(e), exponentials are exp2).
+ * (in base 2: q is pre-scaled by scale * log2(e), the exponentials are exp2).
  *
  * Block = (token, kv head, up to GMAX query heads of its group) x chunk;
  * 128 threads. K/V rows are read once per block for all its query heads
@@ -14,29 +14,40 @@
  * each; lpr = power of two >= head_dim / 8), so the block is NG = 128 / lpr
  * lane groups, and group g takes the chunk's rows g, g + NG, g + 2 NG, ...
  * One pass over the chunk (FlashDecoding style online softmax): each
- * iteration a lane loads the K and the V words of U rows (2 U 16-byte loads
- * in flight before any use), the group reduces the U scores with shuffles
- * and updates its running max m, sum l and accumulators o (rescaled by
- * exp2(m_old - m_new)). No shared memory and no barrier in the loop; at the
- * end the NG group states are merged through shared memory in group order.
- * The chunk's page ids are staged in shared memory first (a tile of up to
- * DEC_TILE keys at a time), so each K/V load depends on a shared-memory
- * read, not on a global one.
+ * iteration a lane takes the K and the V words of U rows, the group reduces
+ * the U scores with shuffles and updates its running max m, sum l and
+ * accumulators o (rescaled by exp2(m_old - m_new)). No barrier in the loop;
+ * the NG group states are merged through shared memory in group order.
+ * Loads, two ways (template S):
+ *  - S = 0 (one query head per block, MHA): the 2 U words go straight into
+ *    registers, all issued before any use (small register budget: 8 blocks
+ *    per SM hold the bytes in flight);
+ *  - S >= 2 (GQA: q and o take 16 GMAX registers): a ring of S stages of U
+ *    rows per thread in shared memory, filled with cp.async (16 bytes each,
+ *    zero-filled past the chunk): S - 1 stages stay in flight while the lane
+ *    computes on one. Each thread reads back only the words it copied
+ *    itself, so the ring needs cp.async.wait_group, no barrier.
+ * The chunk's page ids are staged in shared memory first (DEC_PIDCAP pages
+ * at a time), so each K/V address depends on a shared-memory read, not on
+ * a global one.
  * Split-K without a second launch: with more than one chunk for its token,
  * a block writes its (m, l, o) partial to the workspace, and the last block
  * of its (token, kv head, head group) to arrive (a counter in c->sem, reset
- * to 0 by that block) merges the partials in chunk order. The order of every
- * sum is fixed (group order, chunk order; the counter only picks which block
- * does the merge), so results are bit-reproducible run to run, as graph
- * replays promise (backend.h).
+ * to 0 by that block) merges the partials. Every sum has a fixed order
+ * (group order; chunk weights per head by one warp's fixed shuffle tree;
+ * outputs in chunk order): the counter only picks which block does the
+ * merge, so results are bit-reproducible run to run, as graph replays
+ * promise (backend.h).
  * Launch shape (chunk size, grid.y) depends only on n_tokens, the head
  * layout and max_kv_len (an upper bound: each block takes its sequence's
  * length from pos), so a graph recorded for a bucketed max_kv_len replays
  * correctly for any lengths under it. The chunk count aims at one full wave
- * of resident blocks (occupancy x SMs), in chunks of at least 32 keys.
- * Programmatic dependent launch (cuda_common.cuh): the block stages its
- * first page ids (step metadata) before pdl_wait; q, K/V, workspace and
- * counters after.
+ * of resident blocks (occupancy x SMs), chunks of at least 32 keys.
+ * Programmatic dependent launch (cuda_common.cuh): before pdl_wait the block
+ * reads only step metadata (pos, q_indptr, page table) and, from the page
+ * ids, issues L2 prefetches (prefetch.global.L2: no value is read) of the
+ * K/V rows it loads first, so their DRAM latency overlaps the kernel
+ * before; q, K/V, workspace and counters are read after pdl_wait.
  * Works for any query length (it is also the prefill fallback for head_dim
  * % 16 != 0) and any head_dim % 8 == 0 up to 256.
  */
@@ -45,8 +56,9 @@
 #include <stdlib.h>
 
 #define DEC_THREADS 128
-#define DEC_TILE 1024 /* keys whose page ids are staged in shared memory at a time */
+#define DEC_PIDCAP 256     /* page ids staged at a time: a tile of (DEC_PIDCAP - 2) pages of keys */
 #define DEC_MIN_CHUNK 32
+#define DEC_MAX_CHUNKS 512 /* the merge keeps [GMAX][chunks] weights where the group states were */
 #define DEC_LOG2E 1.4426950408889634f
 
 struct dec_args {
@@ -58,8 +70,8 @@ struct dec_args {
     size_t page_bytes, k_off, v_off;
     int page_tokens, nkv, hd, group, nh, n_hsub, lpr;
     const int32_t *pos, *q_indptr, *page_indptr, *page_ids;
-    int n_seqs, chunk, max_chunks;
-    int prefetch;   /* experiment: 1 the next iteration's rows into L2, 2 the first rows before pdl_wait */
+    int n_seqs, chunk, tile, max_chunks;
+    int prefetch;   /* 1: L2 prefetch of the first rows before pdl_wait */
     float scale;    /* softmax scale * log2(e) */
     float *part_o;  /* [T * nh * max_chunks][hd] unnormalised, when split */
     float *part_ml; /* [T * nh * max_chunks][2] (m, l) */
@@ -84,7 +96,7 @@ __device__ __forceinline__ float dec_exp2(float x)
     return y;
 }
 
-/* K/V words are read once: past L1 (the next kernel's data stays in L2 either way) */
+/* K/V words are read once: past L1 */
 __device__ __forceinline__ uint4 dec_ld(const char *p)
 {
     uint4 r;
@@ -93,6 +105,14 @@ __device__ __forceinline__ uint4 dec_ld(const char *p)
                  : "l"(p));
     return r;
 }
+/* 16 bytes global -> shared, asynchronous; n = 0: 16 zero bytes, nothing read */
+__device__ __forceinline__ void dec_cp16(uint4 *dst, const char *src, int n)
+{
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(n) : "memory");
+}
+__device__ __forceinline__ void dec_cp_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N> __device__ __forceinline__ void dec_cp_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
 
 /* page ids of keys [j0, j1) of the sequence into pid_s[0 ..] */
 __device__ __forceinline__ void dec_stage(int *pid_s, const int32_t *pages, int j0, int j1, int pt)
@@ -101,18 +121,76 @@ __device__ __forceinline__ void dec_stage(int *pid_s, const int32_t *pages, int 
     for (int i = threadIdx.x; i < n_pg; i += DEC_THREADS) pid_s[i] = pages[pg0 + i];
 }
 
-/* resident blocks per SM the register budget is set for (64, 80, 128, 255 registers) */
-#define DEC_MINB(GMAX) ((GMAX) == 1 ? 8 : (GMAX) == 2 ? 6 : (GMAX) == 4 ? 4 : 2)
+/* U rows of one lane group: scores (reduced over the group's lpr lanes; every lane gets the sum), then the
+ * online softmax update. Row u is valid when u * ng < vlim; invalid rows get p = 0 (their words are zero). */
+template <typename T, int GMAX, int U>
+__device__ __forceinline__ void dec_rows(const uint4 (&ku)[U], const uint4 (&vu)[U], int vlim, int ng, int lpr,
+                                         const float (&q)[GMAX][8], float (&m)[GMAX], float (&l)[GMAX],
+                                         float (&acc)[GMAX][8])
+{
+    float sc[GMAX][U];
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        float kf[8];
+        unpack8<T>(ku[u], kf);
+#pragma unroll
+        for (int r = 0; r < GMAX; r++) {
+            float d = 0.0f;
+#pragma unroll
+            for (int e = 0; e < 8; e++) d = fmaf(q[r][e], kf[e], d);
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1)
+                if (o < lpr)
+                    d += __shfl_xor_sync(0xffffffffu, d, o);
+            sc[r][u] = u * ng < vlim ? d : -INFINITY;
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < GMAX; r++) {
+        float mx = m[r];
+#pragma unroll
+        for (int u = 0; u < U; u++) mx = fmaxf(mx, sc[r][u]);
+        const float mref = mx == -INFINITY ? 0.0f : mx; /* no row yet: everything stays 0 */
+        const float alpha = dec_exp2(m[r] - mref);
+        m[r] = mx;
+        l[r] *= alpha;
+#pragma unroll
+        for (int e = 0; e < 8; e++) acc[r][e] *= alpha;
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            sc[r][u] = dec_exp2(sc[r][u] - mref);
+            l[r] += sc[r][u];
+        }
+    }
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        float vf[8];
+        unpack8<T>(vu[u], vf);
+#pragma unroll
+        for (int r = 0; r < GMAX; r++)
+#pragma unroll
+            for (int e = 0; e < 8; e++) acc[r][e] = fmaf(sc[r][u], vf[e], acc[r][e]);
+    }
+}
 
-template <typename T, int GMAX, int U, int MINB>
+/* shared memory: [region0: ring | group accumulators | merge weights][ml: NG][GMAX][2][flag: 4 ints][pid_s] */
+__host__ __device__ static inline size_t dec_region0(int ng, int gmax, int hd, int U, int S)
+{
+    const size_t acc = (size_t)ng * gmax * hd * sizeof(float), ring = (size_t)S * U * 2 * DEC_THREADS * 16;
+    return acc > ring ? acc : ring;
+}
+
+template <typename T, int GMAX, int U, int S, int MINB>
 __global__ void __launch_bounds__(DEC_THREADS, MINB) attn_decode_kernel(dec_args a)
 {
-    extern __shared__ float4 dec_sm[];
+    extern __shared__ uint4 dec_sm[];
     const int hd = a.hd, lpr = a.lpr, NG = DEC_THREADS / lpr;
-    float *o_s = (float *)dec_sm;           /* [NG][GMAX][hd] group accumulators */
-    float *ml_s = o_s + NG * GMAX * hd;     /* [NG][GMAX][2] group (m, l) */
+    const size_t r0 = dec_region0(NG, GMAX, hd, U, S);
+    uint4 *ring = dec_sm;                               /* [S][U][2][DEC_THREADS] (S > 0) */
+    float *o_s = (float *)dec_sm;                       /* [NG][GMAX][hd] group accumulators, after the loop */
+    float *ml_s = (float *)((char *)dec_sm + r0);       /* [NG][GMAX][2] group (m, l) */
     int *flag_s = (int *)(ml_s + 2 * NG * GMAX);
-    int *pid_s = flag_s + 4;                /* page ids of the current tile */
+    int *pid_s = flag_s + 4;                            /* page ids of the current tile */
 
     pdl_trigger();
     const int hs = blockIdx.x % a.n_hsub, kh = (blockIdx.x / a.n_hsub) % a.nkv, t = blockIdx.x / (a.n_hsub * a.nkv);
@@ -124,21 +202,25 @@ __global__ void __launch_bounds__(DEC_THREADS, MINB) attn_decode_kernel(dec_args
     const int s = seq_of_token(a.q_indptr, a.n_seqs, t);
     const int32_t *pages = a.page_ids + a.page_indptr[s];
     const int pt = a.page_tokens;
-    int tj0 = j0, tj1 = min(j0 + DEC_TILE, j1);
+    int tj0 = j0, tj1 = min(j0 + a.tile, j1);
     dec_stage(pid_s, pages, tj0, tj1, pt);
+
     const int sub = threadIdx.x & (lpr - 1), g = threadIdx.x / lpr;
     const bool active = sub < (hd >> 3);
     const size_t row_bytes = (size_t)a.nkv * hd * sizeof(T);
-    const char *kb = a.kv_base + a.k_off + (size_t)kh * hd * sizeof(T) + (size_t)sub * 16; /* this lane's K word of slot 0 of page 0 */
+    /* this lane's K word in slot 0 of page 0; V is dv bytes further */
+    const char *kb = a.kv_base + a.k_off + (size_t)kh * hd * sizeof(T) + (size_t)sub * 16;
     const int64_t dv = (int64_t)a.v_off - (int64_t)a.k_off;
-    /* K word of this lane in row jr of the tile starting at key tj0 (page pg0) */
-#define DEC_ROW(jr) (kb + (size_t)pid_s[(tj0 + (jr)) / pt - pg0] * a.page_bytes + (size_t)((tj0 + (jr)) % pt) * row_bytes)
+    /* K word of this lane in row jr of the tile that starts at key tj0 (page pg0) */
+#define DEC_ROW(jr) \
+    (kb + (size_t)pid_s[(tj0 + (jr)) / pt - pg0] * a.page_bytes + (size_t)((tj0 + (jr)) % pt) * row_bytes)
     __syncthreads(); /* pid_s */
-    if (a.prefetch == 2 && active && (sub & 7) == 0) { /* experiment: the first rows into L2 before pdl_wait */
+    if (a.prefetch && active && (sub & 7) == 0) { /* one prefetch per 128 bytes of the rows loaded first */
         const int pg0 = tj0 / pt;
+        constexpr int PF = S > 2 ? (S - 1) * U : U;
 #pragma unroll
-        for (int u = 0; u < U; u++) {
-            const int jr = u * (DEC_THREADS / lpr) + g;
+        for (int u = 0; u < PF; u++) {
+            const int jr = u * NG + g;
             if (jr < tj1 - tj0) {
                 const char *row = DEC_ROW(jr);
                 asm volatile("prefetch.global.L2 [%0];" ::"l"(row));
@@ -167,86 +249,67 @@ __global__ void __launch_bounds__(DEC_THREADS, MINB) attn_decode_kernel(dec_args
 
     for (;;) {
         const int tlen = tj1 - tj0, pg0 = tj0 / pt;
-        for (int rb = 0; rb < tlen; rb += NG * U) { /* uniform per block: shuffles below take whole warps */
-            uint4 ku[U], vu[U];
-#pragma unroll
-            for (int u = 0; u < U; u++) {
-                const int jr = rb + u * NG + g;
-                ku[u] = vu[u] = make_uint4(0, 0, 0, 0);
-                if (active && jr < tlen) {
-                    const char *row = DEC_ROW(jr);
-                    ku[u] = dec_ld(row);
-                    vu[u] = dec_ld(row + dv);
-                }
-            }
-            if (a.prefetch == 1 && (sub & 7) == 0) { /* experiment: the next iteration's rows into L2 */
+        if constexpr (S == 0) {
+            for (int rb = 0; rb < tlen; rb += NG * U) { /* uniform per block: the shuffles take whole warps */
+                uint4 ku[U], vu[U];
 #pragma unroll
                 for (int u = 0; u < U; u++) {
-                    const int jr = rb + NG * U + u * NG + g;
+                    const int jr = rb + u * NG + g;
+                    ku[u] = vu[u] = make_uint4(0, 0, 0, 0);
                     if (active && jr < tlen) {
                         const char *row = DEC_ROW(jr);
-                        asm volatile("prefetch.global.L2 [%0];" ::"l"(row));
-                        asm volatile("prefetch.global.L2 [%0];" ::"l"(row + dv));
+                        ku[u] = dec_ld(row);
+                        vu[u] = dec_ld(row + dv);
                     }
                 }
+                dec_rows<T, GMAX, U>(ku, vu, tlen - rb - g, NG, lpr, q, m, l, acc);
             }
-            /* scores of the U rows, reduced over the group's lanes (every lane gets the sum) */
-            float sc[GMAX][U];
+        } else {
+            const int n_it = (tlen + NG * U - 1) / (NG * U);
+            /* stage `it` of the ring: U rows per thread, zeros past the tile (and in idle lanes) */
+            auto issue = [&](int it) {
+                if (it < n_it) {
+                    uint4 *st = ring + (size_t)(it % S) * U * 2 * DEC_THREADS + threadIdx.x;
 #pragma unroll
-            for (int u = 0; u < U; u++) {
-                float kf[8];
-                unpack8<T>(ku[u], kf);
-                const bool valid = rb + u * NG + g < tlen;
-#pragma unroll
-                for (int r = 0; r < GMAX; r++) {
-                    float d = 0.0f;
-#pragma unroll
-                    for (int e = 0; e < 8; e++) d = fmaf(q[r][e], kf[e], d);
-#pragma unroll
-                    for (int o = 16; o > 0; o >>= 1)
-                        if (o < lpr)
-                            d += __shfl_xor_sync(0xffffffffu, d, o);
-                    sc[r][u] = valid ? d : -INFINITY;
+                    for (int u = 0; u < U; u++) {
+                        const int jr = it * NG * U + u * NG + g;
+                        const bool ok = active && jr < tlen;
+                        const char *row = ok ? DEC_ROW(jr) : kb;
+                        dec_cp16(st + (2 * u) * DEC_THREADS, row, ok ? 16 : 0);
+                        dec_cp16(st + (2 * u + 1) * DEC_THREADS, row + (ok ? dv : 0), ok ? 16 : 0);
+                    }
                 }
-            }
-            /* online softmax: new max, rescale, probabilities (p = 0 for rows past the chunk) */
+                dec_cp_commit(); /* empty past the end: the group count stays uniform */
+            };
 #pragma unroll
-            for (int r = 0; r < GMAX; r++) {
-                float mx = m[r];
-#pragma unroll
-                for (int u = 0; u < U; u++) mx = fmaxf(mx, sc[r][u]);
-                const float mref = mx == -INFINITY ? 0.0f : mx; /* no row yet: everything stays 0 */
-                const float alpha = dec_exp2(m[r] - mref);
-                m[r] = mx;
-                l[r] *= alpha;
-#pragma unroll
-                for (int e = 0; e < 8; e++) acc[r][e] *= alpha;
+            for (int it = 0; it < S - 1; it++) issue(it);
+            for (int it = 0; it < n_it; it++) {
+                issue(it + S - 1); /* into the slot read in iteration it - 1 by this same thread */
+                dec_cp_wait<S - 1>();
+                const uint4 *st = ring + (size_t)(it % S) * U * 2 * DEC_THREADS + threadIdx.x;
+                uint4 ku[U], vu[U];
 #pragma unroll
                 for (int u = 0; u < U; u++) {
-                    sc[r][u] = dec_exp2(sc[r][u] - mref);
-                    l[r] += sc[r][u];
+                    ku[u] = st[(2 * u) * DEC_THREADS];
+                    vu[u] = st[(2 * u + 1) * DEC_THREADS];
                 }
+                dec_rows<T, GMAX, U>(ku, vu, tlen - it * NG * U - g, NG, lpr, q, m, l, acc);
             }
-#pragma unroll
-            for (int u = 0; u < U; u++) {
-                float vf[8];
-                unpack8<T>(vu[u], vf);
-#pragma unroll
-                for (int r = 0; r < GMAX; r++)
-#pragma unroll
-                    for (int e = 0; e < 8; e++) acc[r][e] = fmaf(sc[r][u], vf[e], acc[r][e]);
-            }
+            dec_cp_wait<0>();
         }
         if (tj1 >= j1)
             break;
         __syncthreads(); /* pid_s read by everyone */
         tj0 = tj1;
-        tj1 = min(tj0 + DEC_TILE, j1);
+        tj1 = min(tj0 + a.tile, j1);
         dec_stage(pid_s, pages, tj0, tj1, pt);
         __syncthreads();
     }
+#undef DEC_ROW
 
     /* merge the NG group states in group order */
+    if (S > 0)
+        __syncthreads(); /* the accumulators overwrite the ring */
     if (active) {
 #pragma unroll
         for (int r = 0; r < GMAX; r++) {
@@ -284,7 +347,7 @@ __global__ void __launch_bounds__(DEC_THREADS, MINB) attn_decode_kernel(dec_args
     if (!split)
         return;
 
-    /* the last block of this (token, kv head, head group) merges the partials, in chunk order */
+    /* the last block of this (token, kv head, head group) to arrive merges the partials */
     __threadfence();
     __syncthreads();
     if (threadIdx.x == 0) {
@@ -297,44 +360,84 @@ __global__ void __launch_bounds__(DEC_THREADS, MINB) attn_decode_kernel(dec_args
     if (!*flag_s)
         return;
     __threadfence();
-    for (int i = threadIdx.x; i < gc * hd; i += DEC_THREADS) {
-        const int r = i / hd, d = i - r * hd;
-        const size_t p0 = ((size_t)t * a.nh + h0 + r) * a.max_chunks;
-        const float2 *ml = (const float2 *)a.part_ml + p0;
+    float *w_s = o_s;  /* [gc][n_ch] chunk weights exp2(m_c - M) (n_ch <= DEC_MAX_CHUNKS) */
+    float *L_s = ml_s; /* [gc] */
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    for (int r = warp; r < gc; r += DEC_THREADS / 32) {
+        const float2 *ml = (const float2 *)a.part_ml + ((size_t)t * a.nh + h0 + r) * a.max_chunks;
         float M = -INFINITY;
-#pragma unroll 8
-        for (int c = 0; c < n_ch; c++) M = fmaxf(M, __ldcg(ml + c).x);
-        float L = 0.0f, O = 0.0f;
-#pragma unroll 8
-        for (int c = 0; c < n_ch; c++) {
+        for (int c = lane; c < n_ch; c += 32) M = fmaxf(M, __ldcg(ml + c).x);
+        M = warp_max(M);
+        float L = 0.0f;
+        for (int c = lane; c < n_ch; c += 32) {
             const float2 v = __ldcg(ml + c);
             const float w = dec_exp2(v.x - M);
+            w_s[r * n_ch + c] = w;
             L = fmaf(v.y, w, L);
-            O = fmaf(__ldcg(a.part_o + (p0 + c) * hd + d), w, O);
         }
-        obase[i] = from_f32<T>(O / L);
+        L = warp_sum(L);
+        if (lane == 0)
+            L_s[r] = L;
+    }
+    __syncthreads();
+    const int hd4 = hd >> 2;
+    for (int i = threadIdx.x; i < gc * hd4; i += DEC_THREADS) {
+        const int r = i / hd4, d4 = i - r * hd4;
+        const float4 *po = (const float4 *)(a.part_o + ((size_t)t * a.nh + h0 + r) * a.max_chunks * hd) + d4;
+        const float *w = w_s + r * n_ch;
+        float4 O = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll 16
+        for (int c = 0; c < n_ch; c++) {
+            const float4 v = __ldcg(po + (size_t)c * hd4);
+            const float wc = w[c];
+            O.x = fmaf(v.x, wc, O.x);
+            O.y = fmaf(v.y, wc, O.y);
+            O.z = fmaf(v.z, wc, O.z);
+            O.w = fmaf(v.w, wc, O.w);
+        }
+        const float L = L_s[r];
+        T *o = obase + r * hd + 4 * d4;
+        o[0] = from_f32<T>(O.x / L);
+        o[1] = from_f32<T>(O.y / L);
+        o[2] = from_f32<T>(O.z / L);
+        o[3] = from_f32<T>(O.w / L);
     }
 }
-#undef DEC_ROW
 
 typedef void (*dec_fn)(dec_args);
 
-template <typename T, int GMAX> static dec_fn pick_u(int v)
+/* per query heads per block: rows per iteration (U), ring stages (S, 0: registers), register budget (MINB) */
+struct dec_cfg {
+    dec_fn f;
+    int U, S;
+};
+template <typename T, int GMAX, int U, int S, int MINB> static dec_cfg dec_make()
 {
-    constexpr int U = GMAX >= 8 ? 2 : 4; /* registers: q and o are 8 GMAX floats each */
-    switch (v) {
-    case 1: return attn_decode_kernel<T, GMAX, U, 1>;
-    case 2: return attn_decode_kernel<T, GMAX, 2 * U, 1>;
-    default: return attn_decode_kernel<T, GMAX, U, DEC_MINB(GMAX)>;
-    }
+    return {attn_decode_kernel<T, GMAX, U, S, MINB>, U, S};
 }
-template <typename T> static dec_fn pick(int gmax, int v)
+template <typename T> static dec_cfg dec_pick(int gmax, int v)
 {
+    if (v == 1) { /* experiment: the ring everywhere, deeper */
+        switch (gmax) {
+        case 1: return dec_make<T, 1, 2, 3, 8>();
+        case 2: return dec_make<T, 2, 4, 4, 4>();
+        case 4: return dec_make<T, 4, 4, 4, 3>();
+        default: return dec_make<T, 8, 2, 4, 2>();
+        }
+    }
+    if (v == 2) { /* experiment: registers everywhere (the first version) */
+        switch (gmax) {
+        case 1: return dec_make<T, 1, 4, 0, 8>();
+        case 2: return dec_make<T, 2, 4, 0, 6>();
+        case 4: return dec_make<T, 4, 4, 0, 4>();
+        default: return dec_make<T, 8, 2, 0, 2>();
+        }
+    }
     switch (gmax) {
-    case 1: return pick_u<T, 1>(v);
-    case 2: return pick_u<T, 2>(v);
-    case 4: return pick_u<T, 4>(v);
-    default: return pick_u<T, 8>(v);
+    case 1: return dec_make<T, 1, 4, 0, 8>();
+    case 2: return dec_make<T, 2, 4, 3, 4>();
+    case 4: return dec_make<T, 4, 4, 3, 4>();
+    default: return dec_make<T, 8, 2, 3, 2>();
     }
 }
 
@@ -360,7 +463,7 @@ static int dec_resident(cuda_ctx *c, dec_fn f, size_t smem)
         cudaGetLastError();
         n = 1;
     }
-    if (n_cache < 64) /* else: recomputed next time (only shapes of many head layouts get here) */
+    if (n_cache < 64) /* else: asked again next time (only many head layouts get here) */
         cache[n_cache].f = f, cache[n_cache].smem = smem, cache[n_cache].n = n, n_cache++;
     return n;
 }
@@ -381,7 +484,7 @@ int cu_attention_decode(lg_backend *be, lg_tensor out, lg_tensor q, lg_kv_view k
     if (old < 0) {
         old = env_int("LG_DEC_OLD", 0);
         var = env_int("LG_DEC_V", 0);
-        pf = env_int("LG_DEC_PF", 0);
+        pf = env_int("LG_DEC_PF", 1);
         bps = env_int("LG_DEC_BPS", 0);
     }
     if (old)
@@ -394,28 +497,28 @@ int cu_attention_decode(lg_backend *be, lg_tensor out, lg_tensor q, lg_kv_view k
     int lpr = 1;
     while (lpr < hd / 8) lpr <<= 1;
     const int NG = DEC_THREADS / lpr;
-    const dec_fn f = kv.dtype == LG_F16 ? pick<__half>(gmax, var) : pick<__nv_bfloat16>(gmax, var);
-    const size_t smem_fixed = ((size_t)NG * gmax * hd + 2 * (size_t)NG * gmax + 4) * sizeof(float);
-    /* occupancy at the largest page-id tile: independent of max_kv_len, and an upper bound of the launch's */
-    const size_t smem_max = smem_fixed + ((size_t)DEC_TILE / kv.page_tokens + 2) * sizeof(int);
-    if (smem_max > c->max_smem_optin)
-        return CU_FAIL(c, "attention decode: %zu bytes of shared memory needed, %zu available", smem_max,
+    const dec_cfg k = kv.dtype == LG_F16 ? dec_pick<__half>(gmax, var) : dec_pick<__nv_bfloat16>(gmax, var);
+    const size_t smem = dec_region0(NG, gmax, hd, k.U, k.S) + (2 * (size_t)NG * gmax + 4 + DEC_PIDCAP) * 4;
+    if (smem > c->max_smem_optin)
+        return CU_FAIL(c, "attention decode: %zu bytes of shared memory needed, %zu available", smem,
                        c->max_smem_optin);
-    const int per_sm = dec_resident(c, f, smem_max);
+    const int per_sm = dec_resident(c, k.f, smem);
     if (per_sm < 0)
         return CU_FAIL(c, "attention decode: cannot set the kernel's shared memory opt-in");
     /* chunks: as many as one full wave of resident blocks holds, each at least DEC_MIN_CHUNK keys;
      * one chunk when the counters cannot cover the blocks */
     const int64_t base_blocks = (int64_t)T_ * nkv * n_hsub, resident = (int64_t)(bps > 0 ? bps : per_sm) * c->n_sm;
     int64_t nc = base_blocks >= resident || base_blocks > CU_SEM_COUNT ? 1 : resident / base_blocks;
+    if (nc > DEC_MAX_CHUNKS)
+        nc = DEC_MAX_CHUNKS;
     int64_t C = (max_kv + nc - 1) / nc;
     C = (C + DEC_MIN_CHUNK - 1) / DEC_MIN_CHUNK * DEC_MIN_CHUNK;
     if (C >= max_kv)
         C = max_kv;
     const int max_chunks = (int)((max_kv + C - 1) / C);
-    if (base_blocks > INT32_MAX || max_chunks > 65535)
+    if (base_blocks > INT32_MAX || max_chunks > DEC_MAX_CHUNKS)
         return CU_FAIL(c, "attention decode: grid %lld x %d too large", (long long)base_blocks, max_chunks);
-    const size_t smem = smem_fixed + ((size_t)(C < DEC_TILE ? C : DEC_TILE) / kv.page_tokens + 2) * sizeof(int);
+    const int64_t tile = (int64_t)(DEC_PIDCAP - 2) * kv.page_tokens; /* keys whose page ids fit pid_s */
     dec_args a;
     a.q = q.data;
     a.ldq = q.stride;
@@ -438,6 +541,7 @@ int cu_attention_decode(lg_backend *be, lg_tensor out, lg_tensor q, lg_kv_view k
     a.page_ids = m->page_ids;
     a.n_seqs = m->n_seqs;
     a.chunk = (int)C;
+    a.tile = (int)(tile < C ? tile : C);
     a.max_chunks = max_chunks;
     a.prefetch = pf;
     a.scale = scale * DEC_LOG2E;
@@ -453,7 +557,7 @@ int cu_attention_decode(lg_backend *be, lg_tensor out, lg_tensor q, lg_kv_view k
         a.part_ml = a.part_o + n * hd;
     }
     dim3 grid((unsigned)base_blocks, (unsigned)max_chunks);
-    (void)cu_launch(c, f, grid, DEC_THREADS, smem, a);
+    (void)cu_launch(c, k.f, grid, DEC_THREADS, smem, a);
     CU_LAUNCHED(c);
     return 0;
 }
