@@ -18,36 +18,42 @@
  * the U scores with shuffles and updates its running max m, sum l and
  * accumulators o (rescaled by exp2(m_old - m_new)). No barrier in the loop;
  * the NG group states are merged through shared memory in group order.
- * Loads, two ways (template S):
- *  - S = 0 (one query head per block, MHA): the 2 U words go straight into
- *    registers, all issued before any use (small register budget: 8 blocks
- *    per SM hold the bytes in flight);
- *  - S >= 2 (GQA: q and o take 16 GMAX registers): a ring of S stages of U
- *    rows per thread in shared memory, filled with cp.async (16 bytes each,
- *    zero-filled past the chunk): S - 1 stages stay in flight while the lane
- *    computes on one. Each thread reads back only the words it copied
- *    itself, so the ring needs cp.async.wait_group, no barrier.
+ * Loads, two ways (template S; dec_pick has U and S per GMAX):
+ *  - S = 0 (GMAX 1: MHA): the 2 U words go straight into registers, all
+ *    issued before any use (64 registers: 8 blocks per SM hold the bytes
+ *    in flight);
+ *  - S = 3 (GMAX 2, 4, 8: q and o take 16 GMAX registers): a ring of S
+ *    stages of U rows per thread in shared memory, filled with cp.async
+ *    (16 bytes each, zero-filled past the chunk): S - 1 stages stay in
+ *    flight while the lane computes on one. Each thread reads back only the
+ *    words it copied itself, so the ring needs cp.async.wait_group, no
+ *    barrier.
  * The chunk's page ids are staged in shared memory first (DEC_PIDCAP pages
  * at a time), so each K/V address depends on a shared-memory read, not on
  * a global one.
  * Split-K without a second launch: with more than one chunk for its token,
  * a block writes its (m, l, o) partial to the workspace, and the last block
  * of its (token, kv head, head group) to arrive (a counter in c->sem, reset
- * to 0 by that block) merges the partials. Every sum has a fixed order
- * (group order; chunk weights per head by one warp's fixed shuffle tree;
- * outputs in chunk order): the counter only picks which block does the
- * merge, so results are bit-reproducible run to run, as graph replays
- * promise (backend.h).
+ * to 0 by that block) merges the partials: one warp per head holds every
+ * chunk's (m, l) in registers and writes the chunk weights exp2(m_c - M) to
+ * shared memory (L through a fixed shuffle tree), then each output is
+ * summed in chunk order (the first DEC_PRE chunks' o words are loaded
+ * before the weights are known). Every sum has a fixed order: the counter
+ * only picks which block does the merge, so results are bit-reproducible
+ * run to run, as graph replays promise (backend.h).
  * Launch shape (chunk size, grid.y) depends only on n_tokens, the head
  * layout and max_kv_len (an upper bound: each block takes its sequence's
  * length from pos), so a graph recorded for a bucketed max_kv_len replays
  * correctly for any lengths under it. The chunk count aims at one full wave
- * of resident blocks (occupancy x SMs), chunks of at least 32 keys.
+ * of resident blocks (occupancy x SMs), chunks of at least DEC_MIN_CHUNK
+ * keys, at most DEC_MAX_CHUNKS chunks.
  * Programmatic dependent launch (cuda_common.cuh): before pdl_wait the block
- * reads only step metadata (pos, q_indptr, page table) and, from the page
- * ids, issues L2 prefetches (prefetch.global.L2: no value is read) of the
- * K/V rows it loads first, so their DRAM latency overlaps the kernel
- * before; q, K/V, workspace and counters are read after pdl_wait.
+ * reads only step metadata (pos, q_indptr, page table); from the page ids
+ * it also issues L2 prefetches (prefetch.global.L2, a cache hint: no value
+ * is read, and L2 is where the kernel before writes) of the K/V rows it
+ * loads first, so their DRAM latency overlaps the kernel before (W1 shape:
+ * 36.7 -> 34.1 us); LG_DEC_PREFETCH=0 turns them off. q, K/V, workspace and
+ * counters are read after pdl_wait.
  * Works for any query length (it is also the prefill fallback for head_dim
  * % 16 != 0) and any head_dim % 8 == 0 up to 256.
  */
@@ -58,7 +64,8 @@
 #define DEC_THREADS 128
 #define DEC_PIDCAP 256     /* page ids staged at a time: a tile of (DEC_PIDCAP - 2) pages of keys */
 #define DEC_MIN_CHUNK 32
-#define DEC_MAX_CHUNKS 512 /* the merge keeps [GMAX][chunks] weights where the group states were */
+#define DEC_MAX_CHUNKS 256 /* the merge keeps [GMAX][chunks] weights where the group states were, 8 per lane */
+#define DEC_PRE 4          /* chunks whose o words the merge loads before their weights are known */
 #define DEC_LOG2E 1.4426950408889634f
 
 struct dec_args {
@@ -360,34 +367,65 @@ __global__ void __launch_bounds__(DEC_THREADS, MINB) attn_decode_kernel(dec_args
     if (!*flag_s)
         return;
     __threadfence();
-    float *w_s = o_s;  /* [gc][n_ch] chunk weights exp2(m_c - M) (n_ch <= DEC_MAX_CHUNKS) */
+    /* the o words of this thread's first output for the first DEC_PRE chunks: loaded before the weights */
+    const int hd4 = hd >> 2, n_out = gc * hd4;
+    float4 pre[DEC_PRE];
+    if (threadIdx.x < n_out) {
+        const int r = threadIdx.x / hd4, d4 = threadIdx.x - r * hd4;
+        const float4 *po = (const float4 *)(a.part_o + ((size_t)t * a.nh + h0 + r) * a.max_chunks * hd) + d4;
+#pragma unroll
+        for (int k = 0; k < DEC_PRE; k++) pre[k] = k < n_ch ? __ldcg(po + (size_t)k * hd4) : make_float4(0, 0, 0, 0);
+    }
+    /* chunk weights exp2(m_c - M) and L per head, one warp per head, the (m, l) pairs in registers */
+    float *w_s = o_s;  /* [gc][n_ch] (n_ch <= DEC_MAX_CHUNKS) */
     float *L_s = ml_s; /* [gc] */
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     for (int r = warp; r < gc; r += DEC_THREADS / 32) {
         const float2 *ml = (const float2 *)a.part_ml + ((size_t)t * a.nh + h0 + r) * a.max_chunks;
+        float2 v[DEC_MAX_CHUNKS / 32];
         float M = -INFINITY;
-        for (int c = lane; c < n_ch; c += 32) M = fmaxf(M, __ldcg(ml + c).x);
+#pragma unroll
+        for (int k = 0; k < DEC_MAX_CHUNKS / 32; k++) {
+            const int c = lane + 32 * k;
+            v[k] = c < n_ch ? __ldcg(ml + c) : make_float2(-INFINITY, 0.0f);
+            M = fmaxf(M, v[k].x);
+        }
         M = warp_max(M);
         float L = 0.0f;
-        for (int c = lane; c < n_ch; c += 32) {
-            const float2 v = __ldcg(ml + c);
-            const float w = dec_exp2(v.x - M);
-            w_s[r * n_ch + c] = w;
-            L = fmaf(v.y, w, L);
+#pragma unroll
+        for (int k = 0; k < DEC_MAX_CHUNKS / 32; k++) {
+            const int c = lane + 32 * k;
+            const float w = dec_exp2(v[k].x - M); /* 0 past n_ch */
+            if (c < n_ch)
+                w_s[r * n_ch + c] = w;
+            L = fmaf(v[k].y, w, L);
         }
         L = warp_sum(L);
         if (lane == 0)
             L_s[r] = L;
     }
     __syncthreads();
-    const int hd4 = hd >> 2;
-    for (int i = threadIdx.x; i < gc * hd4; i += DEC_THREADS) {
+    /* outputs, chunk order */
+    for (int i = threadIdx.x; i < n_out; i += DEC_THREADS) {
         const int r = i / hd4, d4 = i - r * hd4;
         const float4 *po = (const float4 *)(a.part_o + ((size_t)t * a.nh + h0 + r) * a.max_chunks * hd) + d4;
         const float *w = w_s + r * n_ch;
         float4 O = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        int c0 = 0;
+        if (i == threadIdx.x) {
+#pragma unroll
+            for (int k = 0; k < DEC_PRE; k++)
+                if (k < n_ch) {
+                    const float wc = w[k];
+                    O.x = fmaf(pre[k].x, wc, O.x);
+                    O.y = fmaf(pre[k].y, wc, O.y);
+                    O.z = fmaf(pre[k].z, wc, O.z);
+                    O.w = fmaf(pre[k].w, wc, O.w);
+                }
+            c0 = DEC_PRE;
+        }
 #pragma unroll 16
-        for (int c = 0; c < n_ch; c++) {
+        for (int c = c0; c < n_ch; c++) {
             const float4 v = __ldcg(po + (size_t)c * hd4);
             const float wc = w[c];
             O.x = fmaf(v.x, wc, O.x);
@@ -406,7 +444,8 @@ __global__ void __launch_bounds__(DEC_THREADS, MINB) attn_decode_kernel(dec_args
 
 typedef void (*dec_fn)(dec_args);
 
-/* per query heads per block: rows per iteration (U), ring stages (S, 0: registers), register budget (MINB) */
+/* the kernel for GMAX query heads per block: U rows per iteration, S ring stages (0: registers), a register
+ * budget for MINB blocks per SM (GMAX 1: 64 registers) */
 struct dec_cfg {
     dec_fn f;
     int U, S;
@@ -415,24 +454,8 @@ template <typename T, int GMAX, int U, int S, int MINB> static dec_cfg dec_make(
 {
     return {attn_decode_kernel<T, GMAX, U, S, MINB>, U, S};
 }
-template <typename T> static dec_cfg dec_pick(int gmax, int v)
+template <typename T> static dec_cfg dec_pick(int gmax)
 {
-    if (v == 1) { /* experiment: the ring everywhere, deeper */
-        switch (gmax) {
-        case 1: return dec_make<T, 1, 2, 3, 8>();
-        case 2: return dec_make<T, 2, 4, 4, 4>();
-        case 4: return dec_make<T, 4, 4, 4, 3>();
-        default: return dec_make<T, 8, 2, 4, 2>();
-        }
-    }
-    if (v == 2) { /* experiment: registers everywhere (the first version) */
-        switch (gmax) {
-        case 1: return dec_make<T, 1, 4, 0, 8>();
-        case 2: return dec_make<T, 2, 4, 0, 6>();
-        case 4: return dec_make<T, 4, 4, 0, 4>();
-        default: return dec_make<T, 8, 2, 0, 2>();
-        }
-    }
     switch (gmax) {
     case 1: return dec_make<T, 1, 4, 0, 8>();
     case 2: return dec_make<T, 2, 4, 3, 4>();
@@ -468,27 +491,14 @@ static int dec_resident(cuda_ctx *c, dec_fn f, size_t smem)
     return n;
 }
 
-static int env_int(const char *name, int dflt)
-{
-    const char *e = getenv(name);
-    return e && *e ? atoi(e) : dflt;
-}
-
-static int cu_attention_decode_old(lg_backend *be, lg_tensor out, lg_tensor q, lg_kv_view kv, const lg_step_meta *m,
-                                   int n_heads, float scale);
-
 int cu_attention_decode(lg_backend *be, lg_tensor out, lg_tensor q, lg_kv_view kv, const lg_step_meta *m,
                         int n_heads, float scale)
 {
-    static int old = -1, var = -1, pf = -1, bps = -1;
-    if (old < 0) {
-        old = env_int("LG_DEC_OLD", 0);
-        var = env_int("LG_DEC_V", 0);
-        pf = env_int("LG_DEC_PF", 1);
-        bps = env_int("LG_DEC_BPS", 0);
+    static int prefetch = -1; /* LG_DEC_PREFETCH=0: no L2 prefetch before pdl_wait */
+    if (prefetch < 0) {
+        const char *e = getenv("LG_DEC_PREFETCH");
+        prefetch = !(e && *e == '0');
     }
-    if (old)
-        return cu_attention_decode_old(be, out, q, kv, m, n_heads, scale);
     cuda_ctx *c = CU_CTX(be);
     const int hd = kv.head_dim, nkv = kv.n_kv_heads, group = n_heads / nkv, T_ = m->n_tokens;
     const int gmax = group >= 8 ? 8 : group >= 4 ? 4 : group >= 2 ? 2 : 1;
@@ -497,7 +507,7 @@ int cu_attention_decode(lg_backend *be, lg_tensor out, lg_tensor q, lg_kv_view k
     int lpr = 1;
     while (lpr < hd / 8) lpr <<= 1;
     const int NG = DEC_THREADS / lpr;
-    const dec_cfg k = kv.dtype == LG_F16 ? dec_pick<__half>(gmax, var) : dec_pick<__nv_bfloat16>(gmax, var);
+    const dec_cfg k = kv.dtype == LG_F16 ? dec_pick<__half>(gmax) : dec_pick<__nv_bfloat16>(gmax);
     const size_t smem = dec_region0(NG, gmax, hd, k.U, k.S) + (2 * (size_t)NG * gmax + 4 + DEC_PIDCAP) * 4;
     if (smem > c->max_smem_optin)
         return CU_FAIL(c, "attention decode: %zu bytes of shared memory needed, %zu available", smem,
@@ -507,7 +517,7 @@ int cu_attention_decode(lg_backend *be, lg_tensor out, lg_tensor q, lg_kv_view k
         return CU_FAIL(c, "attention decode: cannot set the kernel's shared memory opt-in");
     /* chunks: as many as one full wave of resident blocks holds, each at least DEC_MIN_CHUNK keys;
      * one chunk when the counters cannot cover the blocks */
-    const int64_t base_blocks = (int64_t)T_ * nkv * n_hsub, resident = (int64_t)(bps > 0 ? bps : per_sm) * c->n_sm;
+    const int64_t base_blocks = (int64_t)T_ * nkv * n_hsub, resident = (int64_t)per_sm * c->n_sm;
     int64_t nc = base_blocks >= resident || base_blocks > CU_SEM_COUNT ? 1 : resident / base_blocks;
     if (nc > DEC_MAX_CHUNKS)
         nc = DEC_MAX_CHUNKS;
@@ -543,7 +553,7 @@ int cu_attention_decode(lg_backend *be, lg_tensor out, lg_tensor q, lg_kv_view k
     a.chunk = (int)C;
     a.tile = (int)(tile < C ? tile : C);
     a.max_chunks = max_chunks;
-    a.prefetch = pf;
+    a.prefetch = prefetch;
     a.scale = scale * DEC_LOG2E;
     a.part_o = a.part_ml = NULL;
     a.sem = c->sem;
@@ -562,313 +572,3 @@ int cu_attention_decode(lg_backend *be, lg_tensor out, lg_tensor q, lg_kv_view k
     return 0;
 }
 
-/* ==== the previous kernel, for comparison only (LG_DEC_OLD=1) ==== */
-#define DEC_WARPS (DEC_THREADS / 32)
-#define DEC_CMAX 1024
-#define DEC_UNROLL 4
-struct dec_args_old {
-    const void *q;
-    int64_t ldq;
-    void *out;
-    int64_t ldo;
-    const char *kv_base;
-    size_t page_bytes, k_off, v_off;
-    int page_tokens, nkv, hd, group, nh, n_hsub;
-    const int32_t *pos, *q_indptr, *page_indptr, *page_ids;
-    int n_seqs, chunk, max_chunks;
-    float scale;
-    float *part_o;  /* [T * nh * max_chunks][hd] unnormalised, when split */
-    float *part_ml; /* [T * nh * max_chunks][2] (m, l) */
-};
-
-__device__ __forceinline__ int seq_of_token_old(const int32_t *q_indptr, int n_seqs, int t)
-{
-    int lo = 0, hi = n_seqs - 1; /* last s with q_indptr[s] <= t */
-    while (lo < hi) {
-        int mid = (lo + hi + 1) >> 1;
-        if (q_indptr[mid] <= t) lo = mid;
-        else hi = mid - 1;
-    }
-    return lo;
-}
-
-template <typename T, int GMAX>
-__global__ void __launch_bounds__(DEC_THREADS) attn_decode_kernel_old(dec_args_old a)
-{
-    extern __shared__ float sm[];
-    const int hd = a.hd, C = a.chunk;
-    float *q_s = sm;                  /* [GMAX][hd] */
-    float *o_s = q_s + GMAX * hd;     /* [GMAX][hd] */
-    float *s_s = o_s + GMAX * hd;     /* [GMAX][C] */
-    float *ml_s = s_s + GMAX * C;     /* [GMAX][2] */
-    int *pid_s = (int *)(ml_s + 2 * GMAX); /* [C / page_tokens + 2] page ids of this chunk */
-
-    pdl_trigger();
-    const int hs = blockIdx.x % a.n_hsub, kh = (blockIdx.x / a.n_hsub) % a.nkv, t = blockIdx.x / (a.n_hsub * a.nkv);
-    const int ch = blockIdx.y;
-    const int n_ctx = a.pos[t] + 1;
-    const int j0 = ch * C;
-    if (j0 >= n_ctx)
-        return;
-    const int j1 = min(j0 + C, n_ctx), len = j1 - j0;
-    const int h0 = kh * a.group + hs * GMAX, gc = min(GMAX, a.group - hs * GMAX);
-    const int s = seq_of_token_old(a.q_indptr, a.n_seqs, t);
-    const int32_t *pages = a.page_ids + a.page_indptr[s];
-    /* the chunk's page ids, staged once: K/V loads below index shared memory
-     * instead of waiting on a dependent global load per row */
-    const int pg0 = j0 / a.page_tokens, n_pg = (j1 - 1) / a.page_tokens - pg0 + 1;
-    for (int i = threadIdx.x; i < n_pg; i += DEC_THREADS) pid_s[i] = pages[pg0 + i];
-    pdl_wait(); /* everything above is step metadata; q and this step's K/V rows come from the kernels before */
-
-    const T *qrow = (const T *)a.q + (int64_t)t * a.ldq + (int64_t)h0 * hd;
-    for (int i = threadIdx.x; i < GMAX * hd; i += DEC_THREADS) {
-        int r = i / hd;
-        q_s[i] = r < gc ? to_f32(qrow[i]) * a.scale : 0.0f;
-        o_s[i] = 0.0f;
-    }
-    __syncthreads();
-
-    /* lanes per key row: power of two >= hd / 8 */
-    const int vecs = hd / 8;
-    int lpr = 1;
-    while (lpr < vecs) lpr <<= 1;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int sub = lane & (lpr - 1), rows_per_warp = 32 / lpr;
-    const int row_step = DEC_WARPS * rows_per_warp;
-    const bool active = sub < vecs;
-    const size_t row_bytes = (size_t)a.nkv * hd * sizeof(T);
-    const size_t head_off = (size_t)kh * hd * sizeof(T) + (size_t)sub * 16;
-
-    /* phase 1: scores; DEC_UNROLL key rows per lane in flight before any use */
-    for (int jb = warp * rows_per_warp; jb < len; jb += row_step * DEC_UNROLL) { /* uniform per warp */
-        uint4 ku[DEC_UNROLL];
-#pragma unroll
-        for (int u = 0; u < DEC_UNROLL; u++) {
-            const int jr = jb + u * row_step + lane / lpr, j = j0 + jr;
-            ku[u] = make_uint4(0, 0, 0, 0);
-            if (active && jr < len) {
-                const char *pg = a.kv_base + (size_t)pid_s[j / a.page_tokens - pg0] * a.page_bytes;
-                ku[u] = *(const uint4 *)(pg + a.k_off + (size_t)(j % a.page_tokens) * row_bytes + head_off);
-            }
-        }
-#pragma unroll
-        for (int u = 0; u < DEC_UNROLL; u++) {
-            const int jr = jb + u * row_step + lane / lpr;
-            float kf[8];
-            unpack8<T>(ku[u], kf);
-#pragma unroll
-            for (int r = 0; r < GMAX; r++) {
-                float d = 0.0f;
-                if (active) {
-                    const float *qq = q_s + r * hd + sub * 8;
-#pragma unroll
-                    for (int e = 0; e < 8; e++) d += qq[e] * kf[e];
-                }
-                for (int o = lpr >> 1; o > 0; o >>= 1) d += __shfl_xor_sync(0xffffffffu, d, o);
-                if (sub == 0 && jr < len)
-                    s_s[r * C + jr] = d;
-            }
-        }
-    }
-    __syncthreads();
-
-    /* phase 2: softmax within the chunk, one warp per head */
-    for (int r = warp; r < gc; r += DEC_WARPS) {
-        float *sr = s_s + r * C;
-        float mx = -INFINITY;
-        for (int i = lane; i < len; i += 32) mx = fmaxf(mx, sr[i]);
-        mx = warp_max(mx);
-        float sum = 0.0f;
-        for (int i = lane; i < len; i += 32) {
-            float p = __expf(sr[i] - mx);
-            sr[i] = p;
-            sum += p;
-        }
-        sum = warp_sum(sum);
-        if (lane == 0) {
-            ml_s[2 * r] = mx;
-            ml_s[2 * r + 1] = sum;
-        }
-    }
-    for (int r = gc + warp; r < GMAX; r += DEC_WARPS) /* unused heads: p = 0 */
-        for (int i = lane; i < len; i += 32) s_s[r * C + i] = 0.0f;
-    __syncthreads();
-
-    /* phase 3: o = P V */
-    float acc[GMAX][8];
-#pragma unroll
-    for (int r = 0; r < GMAX; r++)
-#pragma unroll
-        for (int e = 0; e < 8; e++) acc[r][e] = 0.0f;
-    for (int jb = warp * rows_per_warp; jb < len; jb += row_step * DEC_UNROLL) {
-        uint4 vu[DEC_UNROLL];
-#pragma unroll
-        for (int u = 0; u < DEC_UNROLL; u++) {
-            const int jr = jb + u * row_step + lane / lpr, j = j0 + jr;
-            vu[u] = make_uint4(0, 0, 0, 0);
-            if (active && jr < len) {
-                const char *pg = a.kv_base + (size_t)pid_s[j / a.page_tokens - pg0] * a.page_bytes;
-                vu[u] = *(const uint4 *)(pg + a.v_off + (size_t)(j % a.page_tokens) * row_bytes + head_off);
-            }
-        }
-#pragma unroll
-        for (int u = 0; u < DEC_UNROLL; u++) {
-            const int jr = jb + u * row_step + lane / lpr;
-            if (jr >= len)
-                continue;
-            float vf[8];
-            unpack8<T>(vu[u], vf);
-#pragma unroll
-            for (int r = 0; r < GMAX; r++) {
-                float p = s_s[r * C + jr];
-#pragma unroll
-                for (int e = 0; e < 8; e++) acc[r][e] += p * vf[e];
-            }
-        }
-    }
-    /* reduce over the key rows of this warp (lanes with the same sub), then across warps */
-#pragma unroll
-    for (int r = 0; r < GMAX; r++)
-#pragma unroll
-        for (int e = 0; e < 8; e++)
-            for (int o = lpr; o < 32; o <<= 1) acc[r][e] += __shfl_xor_sync(0xffffffffu, acc[r][e], o);
-    /* warps add in a fixed order (no atomics): results are bit-reproducible,
-     * which graph replays promise (backend.h) */
-    for (int w = 0; w < DEC_WARPS; w++) {
-        if (warp == w && lane < lpr && active) {
-#pragma unroll
-            for (int r = 0; r < GMAX; r++)
-                if (r < gc)
-#pragma unroll
-                    for (int e = 0; e < 8; e++) o_s[r * hd + sub * 8 + e] += acc[r][e];
-        }
-        __syncthreads();
-    }
-
-    if (gridDim.y == 1) {
-        for (int i = threadIdx.x; i < gc * hd; i += DEC_THREADS) {
-            int r = i / hd;
-            T *orow = (T *)a.out + (int64_t)t * a.ldo + (int64_t)(h0 + r) * hd;
-            orow[i % hd] = from_f32<T>(o_s[i] / ml_s[2 * r + 1]);
-        }
-    } else {
-        for (int i = threadIdx.x; i < gc * hd; i += DEC_THREADS) {
-            int r = i / hd;
-            size_t pi = ((size_t)t * a.nh + h0 + r) * a.max_chunks + ch;
-            a.part_o[pi * hd + i % hd] = o_s[i];
-        }
-        for (int r = threadIdx.x; r < gc; r += DEC_THREADS) {
-            size_t pi = ((size_t)t * a.nh + h0 + r) * a.max_chunks + ch;
-            a.part_ml[2 * pi] = ml_s[2 * r];
-            a.part_ml[2 * pi + 1] = ml_s[2 * r + 1];
-        }
-    }
-}
-
-/* One block per (token, head): merges the chunk partials of attn_decode_kernel_old. */
-template <typename T> __global__ void attn_combine_kernel_old(dec_args_old a)
-{
-    pdl_trigger();
-    pdl_wait();
-    const int t = blockIdx.x / a.nh, h = blockIdx.x % a.nh, hd = a.hd;
-    const int n_ch = (a.pos[t] + 1 + a.chunk - 1) / a.chunk;
-    const size_t p0 = ((size_t)t * a.nh + h) * a.max_chunks;
-    float M = -INFINITY;
-    for (int c = 0; c < n_ch; c++) M = fmaxf(M, a.part_ml[2 * (p0 + c)]);
-    float L = 0.0f;
-    for (int c = 0; c < n_ch; c++) L += a.part_ml[2 * (p0 + c) + 1] * __expf(a.part_ml[2 * (p0 + c)] - M);
-    const float invL = 1.0f / L;
-    T *orow = (T *)a.out + (int64_t)t * a.ldo + (int64_t)h * hd;
-    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
-        float o = 0.0f;
-        for (int c = 0; c < n_ch; c++) o += a.part_o[(p0 + c) * hd + d] * __expf(a.part_ml[2 * (p0 + c)] - M);
-        orow[d] = from_f32<T>(o * invL);
-    }
-}
-
-template <typename T, int GMAX> static int launch_old(cuda_ctx *c, dec_args_old a, int T_, size_t smem)
-{
-    static bool attr_set = false; /* per instantiation; smem never exceeds the first opt-in below */
-    if (!attr_set) {
-        CU_TRY(c, cudaFuncSetAttribute(attn_decode_kernel_old<T, GMAX>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       (int)c->max_smem_optin));
-        attr_set = true;
-    }
-    dim3 grid((unsigned)((size_t)T_ * a.nkv * a.n_hsub), (unsigned)a.max_chunks);
-    (void)cu_launch(c, attn_decode_kernel_old<T, GMAX>, grid, DEC_THREADS, smem, a);
-    CU_LAUNCHED(c);
-    if (a.max_chunks > 1) {
-        (void)cu_launch(c, attn_combine_kernel_old<T>, (unsigned)((size_t)T_ * a.nh), 128, 0, a);
-        CU_LAUNCHED(c);
-    }
-    return 0;
-}
-
-template <typename T> static int launch_g_old(cuda_ctx *c, dec_args_old a, int T_, int gmax, size_t smem)
-{
-    switch (gmax) {
-    case 1: return launch_old<T, 1>(c, a, T_, smem);
-    case 2: return launch_old<T, 2>(c, a, T_, smem);
-    case 4: return launch_old<T, 4>(c, a, T_, smem);
-    default: return launch_old<T, 8>(c, a, T_, smem);
-    }
-}
-
-static int cu_attention_decode_old(lg_backend *be, lg_tensor out, lg_tensor q, lg_kv_view kv, const lg_step_meta *m,
-                        int n_heads, float scale)
-{
-    cuda_ctx *c = CU_CTX(be);
-    const int hd = kv.head_dim, nkv = kv.n_kv_heads, group = n_heads / nkv, T_ = m->n_tokens;
-    const int gmax = group >= 8 ? 8 : group >= 4 ? 4 : group >= 2 ? 2 : 1;
-    const int n_hsub = (group + gmax - 1) / gmax;
-    const int max_kv = m->max_kv_len > 0 ? m->max_kv_len : 1;
-    /* chunk: enough blocks to fill the chip (about 4 per SM), at most DEC_CMAX keys */
-    const int64_t base_blocks = (int64_t)T_ * nkv * n_hsub;
-    int64_t want = ((int64_t)max_kv * base_blocks) / (4 * (int64_t)c->n_sm);
-    int C = (int)(want < 64 ? 64 : want > DEC_CMAX ? DEC_CMAX : want);
-    C = (C + 63) / 64 * 64;
-    if (C >= max_kv)
-        C = (max_kv + 31) / 32 * 32;
-    const int max_chunks = (max_kv + C - 1) / C;
-    size_t smem = ((size_t)2 * gmax * hd + (size_t)gmax * C + 2 * gmax) * sizeof(float) +
-                  ((size_t)C / (size_t)kv.page_tokens + 2) * sizeof(int);
-    if (smem > c->max_smem_optin)
-        return CU_FAIL(c, "attention decode: %zu bytes of shared memory needed, %zu available", smem,
-                       c->max_smem_optin);
-    dec_args_old a;
-    a.q = q.data;
-    a.ldq = q.stride;
-    a.out = out.data;
-    a.ldo = out.stride;
-    a.kv_base = (const char *)kv.base;
-    a.page_bytes = kv.page_bytes;
-    a.k_off = kv.k_off;
-    a.v_off = kv.v_off;
-    a.page_tokens = kv.page_tokens;
-    a.nkv = nkv;
-    a.hd = hd;
-    a.group = group;
-    a.nh = n_heads;
-    a.n_hsub = n_hsub;
-    a.pos = m->pos;
-    a.q_indptr = m->q_indptr;
-    a.page_indptr = m->page_indptr;
-    a.page_ids = m->page_ids;
-    a.n_seqs = m->n_seqs;
-    a.chunk = C;
-    a.max_chunks = max_chunks;
-    a.scale = scale;
-    a.part_o = a.part_ml = NULL;
-    if (max_chunks > 1) {
-        size_t n = (size_t)T_ * n_heads * max_chunks;
-        char *ws = (char *)cu_workspace(c, n * ((size_t)hd + 2) * sizeof(float));
-        if (!ws)
-            return CU_FAIL(c, "attention decode: cannot allocate %zu bytes of split-K workspace",
-                           n * ((size_t)hd + 2) * sizeof(float));
-        a.part_o = (float *)ws;
-        a.part_ml = a.part_o + n * hd;
-    }
-    if (kv.dtype == LG_F16)
-        return launch_g_old<__half>(c, a, T_, gmax, smem);
-    return launch_g_old<__nv_bfloat16>(c, a, T_, gmax, smem);
-}
