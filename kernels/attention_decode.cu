@@ -6,32 +6,67 @@
  *     s_j = scale * q[t,h] . K_s[j, kh]             j in chunk c
  *     m_c = max_j s_j;  l_c = sum_j exp(s_j - m_c);  o_c = sum_j exp(s_j - m_c) V_s[j, kh]
  *   combine: M = max_c m_c, L = sum_c l_c e^{m_c - M}, out = sum_c o_c e^{m_c - M} / L
- * With one chunk per token the block writes out = o / l directly.
+ * (in base 2: q is pre-scaled by scale * log2(e), the exponentials are exp2).
  *
  * Block = (token, kv head, up to GMAX query heads of its group) x chunk;
  * 128 threads. K/V rows are read once per block for all its query heads
  * (GQA reuse): a row is split over `lpr` lanes (16 bytes = 8 elements
- * each), so a warp covers 32 / lpr keys at a time. Scores of the chunk sit
- * in shared memory ([GMAX][C] f32), then softmax, then P V with per-lane
- * f32 accumulators reduced through shared memory, warp by warp in a
- * fixed order (deterministic).
- * The chunk's page ids are staged in shared memory first, so each K/V load
- * depends on a shared-memory read, not on a global one.
+ * each; lpr = power of two >= head_dim / 8), so the block is NG = 128 / lpr
+ * lane groups, and group g takes the chunk's rows g, g + NG, g + 2 NG, ...
+ * One pass over the chunk (FlashDecoding style online softmax): each
+ * iteration a lane takes the K and the V words of U rows, the group reduces
+ * the U scores with shuffles and updates its running max m, sum l and
+ * accumulators o (rescaled by exp2(m_old - m_new)). No barrier in the loop;
+ * the NG group states are merged through shared memory in group order.
+ * Loads, two ways (template S; dec_pick has U and S per GMAX):
+ *  - S = 0 (GMAX 1: MHA): the 2 U words go straight into registers, all
+ *    issued before any use (64 registers: 8 blocks per SM hold the bytes
+ *    in flight);
+ *  - S = 3 (GMAX 2, 4, 8: q and o take 16 GMAX registers): a ring of S
+ *    stages of U rows per thread in shared memory, filled with cp.async
+ *    (16 bytes each, zero-filled past the chunk): S - 1 stages stay in
+ *    flight while the lane computes on one. Each thread reads back only the
+ *    words it copied itself, so the ring needs cp.async.wait_group, no
+ *    barrier.
+ * The chunk's page ids are staged in shared memory first (DEC_PIDCAP pages
+ * at a time), so each K/V address depends on a shared-memory read, not on
+ * a global one.
+ * Split-K without a second launch: with more than one chunk for its token,
+ * a block writes its (m, l, o) partial to the workspace, and the last block
+ * of its (token, kv head, head group) to arrive (a counter in c->sem, reset
+ * to 0 by that block) merges the partials: one warp per head holds every
+ * chunk's (m, l) in registers and writes the chunk weights exp2(m_c - M) to
+ * shared memory (L through a fixed shuffle tree), then each output is
+ * summed in chunk order (the first DEC_PRE chunks' o words are loaded
+ * before the weights are known). Every sum has a fixed order: the counter
+ * only picks which block does the merge, so results are bit-reproducible
+ * run to run, as graph replays promise (backend.h).
  * Launch shape (chunk size, grid.y) depends only on n_tokens, the head
  * layout and max_kv_len (an upper bound: each block takes its sequence's
  * length from pos), so a graph recorded for a bucketed max_kv_len replays
- * correctly for any lengths under it.
- * Programmatic dependent launch (cuda_common.cuh): the block stages its
- * page ids (step metadata) before pdl_wait, q and K/V after.
+ * correctly for any lengths under it. The chunk count aims at one full wave
+ * of resident blocks (occupancy x SMs), chunks of at least DEC_MIN_CHUNK
+ * keys, at most DEC_MAX_CHUNKS chunks.
+ * Programmatic dependent launch (cuda_common.cuh): before pdl_wait the block
+ * reads only step metadata (pos, q_indptr, page table); from the page ids
+ * it also issues L2 prefetches (prefetch.global.L2, a cache hint: no value
+ * is read, and L2 is where the kernel before writes) of the K/V rows it
+ * loads first, so their DRAM latency overlaps the kernel before (W1 shape:
+ * 36.7 -> 34.1 us); LG_DEC_PREFETCH=0 turns them off. q, K/V, workspace and
+ * counters are read after pdl_wait.
  * Works for any query length (it is also the prefill fallback for head_dim
  * % 16 != 0) and any head_dim % 8 == 0 up to 256.
  */
 #include "ops.cuh"
 
+#include <stdlib.h>
+
 #define DEC_THREADS 128
-#define DEC_WARPS (DEC_THREADS / 32)
-#define DEC_CMAX 1024
-#define DEC_UNROLL 4 /* key rows per lane loaded before use: bytes in flight */
+#define DEC_PIDCAP 256     /* page ids staged at a time: a tile of (DEC_PIDCAP - 2) pages of keys */
+#define DEC_MIN_CHUNK 32
+#define DEC_MAX_CHUNKS 256 /* the merge keeps [GMAX][chunks] weights where the group states were, 8 per lane */
+#define DEC_PRE 4          /* chunks whose o words the merge loads before their weights are known */
+#define DEC_LOG2E 1.4426950408889634f
 
 struct dec_args {
     const void *q;
@@ -40,12 +75,14 @@ struct dec_args {
     int64_t ldo;
     const char *kv_base;
     size_t page_bytes, k_off, v_off;
-    int page_tokens, nkv, hd, group, nh, n_hsub;
+    int page_tokens, nkv, hd, group, nh, n_hsub, lpr;
     const int32_t *pos, *q_indptr, *page_indptr, *page_ids;
-    int n_seqs, chunk, max_chunks;
-    float scale;
+    int n_seqs, chunk, tile, max_chunks;
+    int prefetch;   /* 1: L2 prefetch of the first rows before pdl_wait */
+    float scale;    /* softmax scale * log2(e) */
     float *part_o;  /* [T * nh * max_chunks][hd] unnormalised, when split */
     float *part_ml; /* [T * nh * max_chunks][2] (m, l) */
+    int *sem;       /* [T * nkv * n_hsub] arrival counters (c->sem), zero between launches */
 };
 
 __device__ __forceinline__ int seq_of_token(const int32_t *q_indptr, int n_seqs, int t)
@@ -59,249 +96,439 @@ __device__ __forceinline__ int seq_of_token(const int32_t *q_indptr, int n_seqs,
     return lo;
 }
 
-template <typename T, int GMAX>
-__global__ void __launch_bounds__(DEC_THREADS) attn_decode_kernel(dec_args a)
+__device__ __forceinline__ float dec_exp2(float x)
 {
-    extern __shared__ float sm[];
-    const int hd = a.hd, C = a.chunk;
-    float *q_s = sm;                  /* [GMAX][hd] */
-    float *o_s = q_s + GMAX * hd;     /* [GMAX][hd] */
-    float *s_s = o_s + GMAX * hd;     /* [GMAX][C] */
-    float *ml_s = s_s + GMAX * C;     /* [GMAX][2] */
-    int *pid_s = (int *)(ml_s + 2 * GMAX); /* [C / page_tokens + 2] page ids of this chunk */
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x)); /* exp2(-inf) = +0 */
+    return y;
+}
+
+/* K/V words are read once: past L1 */
+__device__ __forceinline__ uint4 dec_ld(const char *p)
+{
+    uint4 r;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+                 : "l"(p));
+    return r;
+}
+/* 16 bytes global -> shared, asynchronous; n = 0: 16 zero bytes, nothing read */
+__device__ __forceinline__ void dec_cp16(uint4 *dst, const char *src, int n)
+{
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(n) : "memory");
+}
+__device__ __forceinline__ void dec_cp_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N> __device__ __forceinline__ void dec_cp_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
+
+/* page ids of keys [j0, j1) of the sequence into pid_s[0 ..] */
+__device__ __forceinline__ void dec_stage(int *pid_s, const int32_t *pages, int j0, int j1, int pt)
+{
+    const int pg0 = j0 / pt, n_pg = (j1 - 1) / pt - pg0 + 1;
+    for (int i = threadIdx.x; i < n_pg; i += DEC_THREADS) pid_s[i] = pages[pg0 + i];
+}
+
+/* U rows of one lane group: scores (reduced over the group's lpr lanes; every lane gets the sum), then the
+ * online softmax update. Row u is valid when u * ng < vlim; invalid rows get p = 0 (their words are zero). */
+template <typename T, int GMAX, int U>
+__device__ __forceinline__ void dec_rows(const uint4 (&ku)[U], const uint4 (&vu)[U], int vlim, int ng, int lpr,
+                                         const float (&q)[GMAX][8], float (&m)[GMAX], float (&l)[GMAX],
+                                         float (&acc)[GMAX][8])
+{
+    float sc[GMAX][U];
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        float kf[8];
+        unpack8<T>(ku[u], kf);
+#pragma unroll
+        for (int r = 0; r < GMAX; r++) {
+            float d = 0.0f;
+#pragma unroll
+            for (int e = 0; e < 8; e++) d = fmaf(q[r][e], kf[e], d);
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1)
+                if (o < lpr)
+                    d += __shfl_xor_sync(0xffffffffu, d, o);
+            sc[r][u] = u * ng < vlim ? d : -INFINITY;
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < GMAX; r++) {
+        float mx = m[r];
+#pragma unroll
+        for (int u = 0; u < U; u++) mx = fmaxf(mx, sc[r][u]);
+        const float mref = mx == -INFINITY ? 0.0f : mx; /* no row yet: everything stays 0 */
+        const float alpha = dec_exp2(m[r] - mref);
+        m[r] = mx;
+        l[r] *= alpha;
+#pragma unroll
+        for (int e = 0; e < 8; e++) acc[r][e] *= alpha;
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            sc[r][u] = dec_exp2(sc[r][u] - mref);
+            l[r] += sc[r][u];
+        }
+    }
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        float vf[8];
+        unpack8<T>(vu[u], vf);
+#pragma unroll
+        for (int r = 0; r < GMAX; r++)
+#pragma unroll
+            for (int e = 0; e < 8; e++) acc[r][e] = fmaf(sc[r][u], vf[e], acc[r][e]);
+    }
+}
+
+/* shared memory: [region0: ring | group accumulators | merge weights][ml: NG][GMAX][2][flag: 4 ints][pid_s] */
+__host__ __device__ static inline size_t dec_region0(int ng, int gmax, int hd, int U, int S)
+{
+    const size_t acc = (size_t)ng * gmax * hd * sizeof(float), ring = (size_t)S * U * 2 * DEC_THREADS * 16;
+    return acc > ring ? acc : ring;
+}
+
+template <typename T, int GMAX, int U, int S, int MINB>
+__global__ void __launch_bounds__(DEC_THREADS, MINB) attn_decode_kernel(dec_args a)
+{
+    extern __shared__ uint4 dec_sm[];
+    const int hd = a.hd, lpr = a.lpr, NG = DEC_THREADS / lpr;
+    const size_t r0 = dec_region0(NG, GMAX, hd, U, S);
+    uint4 *ring = dec_sm;                               /* [S][U][2][DEC_THREADS] (S > 0) */
+    float *o_s = (float *)dec_sm;                       /* [NG][GMAX][hd] group accumulators, after the loop */
+    float *ml_s = (float *)((char *)dec_sm + r0);       /* [NG][GMAX][2] group (m, l) */
+    int *flag_s = (int *)(ml_s + 2 * NG * GMAX);
+    int *pid_s = flag_s + 4;                            /* page ids of the current tile */
 
     pdl_trigger();
     const int hs = blockIdx.x % a.n_hsub, kh = (blockIdx.x / a.n_hsub) % a.nkv, t = blockIdx.x / (a.n_hsub * a.nkv);
-    const int ch = blockIdx.y;
-    const int n_ctx = a.pos[t] + 1;
-    const int j0 = ch * C;
+    const int C = a.chunk, ch = blockIdx.y, n_ctx = a.pos[t] + 1, j0 = ch * C;
     if (j0 >= n_ctx)
         return;
-    const int j1 = min(j0 + C, n_ctx), len = j1 - j0;
+    const int j1 = min(j0 + C, n_ctx), n_ch = min((n_ctx + C - 1) / C, (int)gridDim.y);
     const int h0 = kh * a.group + hs * GMAX, gc = min(GMAX, a.group - hs * GMAX);
     const int s = seq_of_token(a.q_indptr, a.n_seqs, t);
     const int32_t *pages = a.page_ids + a.page_indptr[s];
-    /* the chunk's page ids, staged once: K/V loads below index shared memory
-     * instead of waiting on a dependent global load per row */
-    const int pg0 = j0 / a.page_tokens, n_pg = (j1 - 1) / a.page_tokens - pg0 + 1;
-    for (int i = threadIdx.x; i < n_pg; i += DEC_THREADS) pid_s[i] = pages[pg0 + i];
+    const int pt = a.page_tokens;
+    int tj0 = j0, tj1 = min(j0 + a.tile, j1);
+    dec_stage(pid_s, pages, tj0, tj1, pt);
+
+    const int sub = threadIdx.x & (lpr - 1), g = threadIdx.x / lpr;
+    const bool active = sub < (hd >> 3);
+    const size_t row_bytes = (size_t)a.nkv * hd * sizeof(T);
+    /* this lane's K word in slot 0 of page 0; V is dv bytes further */
+    const char *kb = a.kv_base + a.k_off + (size_t)kh * hd * sizeof(T) + (size_t)sub * 16;
+    const int64_t dv = (int64_t)a.v_off - (int64_t)a.k_off;
+    /* K word of this lane in row jr of the tile that starts at key tj0 (page pg0) */
+#define DEC_ROW(jr) \
+    (kb + (size_t)pid_s[(tj0 + (jr)) / pt - pg0] * a.page_bytes + (size_t)((tj0 + (jr)) % pt) * row_bytes)
+    __syncthreads(); /* pid_s */
+    if (a.prefetch && active && (sub & 7) == 0) { /* one prefetch per 128 bytes of the rows loaded first */
+        const int pg0 = tj0 / pt;
+        constexpr int PF = S > 2 ? (S - 1) * U : U;
+#pragma unroll
+        for (int u = 0; u < PF; u++) {
+            const int jr = u * NG + g;
+            if (jr < tj1 - tj0) {
+                const char *row = DEC_ROW(jr);
+                asm volatile("prefetch.global.L2 [%0];" ::"l"(row));
+                asm volatile("prefetch.global.L2 [%0];" ::"l"(row + dv));
+            }
+        }
+    }
     pdl_wait(); /* everything above is step metadata; q and this step's K/V rows come from the kernels before */
 
-    const T *qrow = (const T *)a.q + (int64_t)t * a.ldq + (int64_t)h0 * hd;
-    for (int i = threadIdx.x; i < GMAX * hd; i += DEC_THREADS) {
-        int r = i / hd;
-        q_s[i] = r < gc ? to_f32(qrow[i]) * a.scale : 0.0f;
-        o_s[i] = 0.0f;
+    float q[GMAX][8];
+    {
+        const T *qrow = (const T *)a.q + (int64_t)t * a.ldq + (int64_t)h0 * hd + sub * 8;
+#pragma unroll
+        for (int r = 0; r < GMAX; r++)
+#pragma unroll
+            for (int e = 0; e < 8; e++) q[r][e] = active && r < gc ? to_f32(qrow[r * hd + e]) * a.scale : 0.0f;
     }
-    __syncthreads();
-
-    /* lanes per key row: power of two >= hd / 8 */
-    const int vecs = hd / 8;
-    int lpr = 1;
-    while (lpr < vecs) lpr <<= 1;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int sub = lane & (lpr - 1), rows_per_warp = 32 / lpr;
-    const int row_step = DEC_WARPS * rows_per_warp;
-    const bool active = sub < vecs;
-    const size_t row_bytes = (size_t)a.nkv * hd * sizeof(T);
-    const size_t head_off = (size_t)kh * hd * sizeof(T) + (size_t)sub * 16;
-
-    /* phase 1: scores; DEC_UNROLL key rows per lane in flight before any use */
-    for (int jb = warp * rows_per_warp; jb < len; jb += row_step * DEC_UNROLL) { /* uniform per warp */
-        uint4 ku[DEC_UNROLL];
+    float m[GMAX], l[GMAX], acc[GMAX][8];
 #pragma unroll
-        for (int u = 0; u < DEC_UNROLL; u++) {
-            const int jr = jb + u * row_step + lane / lpr, j = j0 + jr;
-            ku[u] = make_uint4(0, 0, 0, 0);
-            if (active && jr < len) {
-                const char *pg = a.kv_base + (size_t)pid_s[j / a.page_tokens - pg0] * a.page_bytes;
-                ku[u] = *(const uint4 *)(pg + a.k_off + (size_t)(j % a.page_tokens) * row_bytes + head_off);
-            }
-        }
-#pragma unroll
-        for (int u = 0; u < DEC_UNROLL; u++) {
-            const int jr = jb + u * row_step + lane / lpr;
-            float kf[8];
-            unpack8<T>(ku[u], kf);
-#pragma unroll
-            for (int r = 0; r < GMAX; r++) {
-                float d = 0.0f;
-                if (active) {
-                    const float *qq = q_s + r * hd + sub * 8;
-#pragma unroll
-                    for (int e = 0; e < 8; e++) d += qq[e] * kf[e];
-                }
-                for (int o = lpr >> 1; o > 0; o >>= 1) d += __shfl_xor_sync(0xffffffffu, d, o);
-                if (sub == 0 && jr < len)
-                    s_s[r * C + jr] = d;
-            }
-        }
-    }
-    __syncthreads();
-
-    /* phase 2: softmax within the chunk, one warp per head */
-    for (int r = warp; r < gc; r += DEC_WARPS) {
-        float *sr = s_s + r * C;
-        float mx = -INFINITY;
-        for (int i = lane; i < len; i += 32) mx = fmaxf(mx, sr[i]);
-        mx = warp_max(mx);
-        float sum = 0.0f;
-        for (int i = lane; i < len; i += 32) {
-            float p = __expf(sr[i] - mx);
-            sr[i] = p;
-            sum += p;
-        }
-        sum = warp_sum(sum);
-        if (lane == 0) {
-            ml_s[2 * r] = mx;
-            ml_s[2 * r + 1] = sum;
-        }
-    }
-    for (int r = gc + warp; r < GMAX; r += DEC_WARPS) /* unused heads: p = 0 */
-        for (int i = lane; i < len; i += 32) s_s[r * C + i] = 0.0f;
-    __syncthreads();
-
-    /* phase 3: o = P V */
-    float acc[GMAX][8];
-#pragma unroll
-    for (int r = 0; r < GMAX; r++)
+    for (int r = 0; r < GMAX; r++) {
+        m[r] = -INFINITY;
+        l[r] = 0.0f;
 #pragma unroll
         for (int e = 0; e < 8; e++) acc[r][e] = 0.0f;
-    for (int jb = warp * rows_per_warp; jb < len; jb += row_step * DEC_UNROLL) {
-        uint4 vu[DEC_UNROLL];
-#pragma unroll
-        for (int u = 0; u < DEC_UNROLL; u++) {
-            const int jr = jb + u * row_step + lane / lpr, j = j0 + jr;
-            vu[u] = make_uint4(0, 0, 0, 0);
-            if (active && jr < len) {
-                const char *pg = a.kv_base + (size_t)pid_s[j / a.page_tokens - pg0] * a.page_bytes;
-                vu[u] = *(const uint4 *)(pg + a.v_off + (size_t)(j % a.page_tokens) * row_bytes + head_off);
-            }
-        }
-#pragma unroll
-        for (int u = 0; u < DEC_UNROLL; u++) {
-            const int jr = jb + u * row_step + lane / lpr;
-            if (jr >= len)
-                continue;
-            float vf[8];
-            unpack8<T>(vu[u], vf);
-#pragma unroll
-            for (int r = 0; r < GMAX; r++) {
-                float p = s_s[r * C + jr];
-#pragma unroll
-                for (int e = 0; e < 8; e++) acc[r][e] += p * vf[e];
-            }
-        }
     }
-    /* reduce over the key rows of this warp (lanes with the same sub), then across warps */
+
+    for (;;) {
+        const int tlen = tj1 - tj0, pg0 = tj0 / pt;
+        if constexpr (S == 0) {
+            for (int rb = 0; rb < tlen; rb += NG * U) { /* uniform per block: the shuffles take whole warps */
+                uint4 ku[U], vu[U];
 #pragma unroll
-    for (int r = 0; r < GMAX; r++)
+                for (int u = 0; u < U; u++) {
+                    const int jr = rb + u * NG + g;
+                    ku[u] = vu[u] = make_uint4(0, 0, 0, 0);
+                    if (active && jr < tlen) {
+                        const char *row = DEC_ROW(jr);
+                        ku[u] = dec_ld(row);
+                        vu[u] = dec_ld(row + dv);
+                    }
+                }
+                dec_rows<T, GMAX, U>(ku, vu, tlen - rb - g, NG, lpr, q, m, l, acc);
+            }
+        } else {
+            const int n_it = (tlen + NG * U - 1) / (NG * U);
+            /* stage `it` of the ring: U rows per thread, zeros past the tile (and in idle lanes) */
+            auto issue = [&](int it) {
+                if (it < n_it) {
+                    uint4 *st = ring + (size_t)(it % S) * U * 2 * DEC_THREADS + threadIdx.x;
 #pragma unroll
-        for (int e = 0; e < 8; e++)
-            for (int o = lpr; o < 32; o <<= 1) acc[r][e] += __shfl_xor_sync(0xffffffffu, acc[r][e], o);
-    /* warps add in a fixed order (no atomics): results are bit-reproducible,
-     * which graph replays promise (backend.h) */
-    for (int w = 0; w < DEC_WARPS; w++) {
-        if (warp == w && lane < lpr && active) {
+                    for (int u = 0; u < U; u++) {
+                        const int jr = it * NG * U + u * NG + g;
+                        const bool ok = active && jr < tlen;
+                        const char *row = ok ? DEC_ROW(jr) : kb;
+                        dec_cp16(st + (2 * u) * DEC_THREADS, row, ok ? 16 : 0);
+                        dec_cp16(st + (2 * u + 1) * DEC_THREADS, row + (ok ? dv : 0), ok ? 16 : 0);
+                    }
+                }
+                dec_cp_commit(); /* empty past the end: the group count stays uniform */
+            };
 #pragma unroll
-            for (int r = 0; r < GMAX; r++)
-                if (r < gc)
+            for (int it = 0; it < S - 1; it++) issue(it);
+            for (int it = 0; it < n_it; it++) {
+                issue(it + S - 1); /* into the slot read in iteration it - 1 by this same thread */
+                dec_cp_wait<S - 1>();
+                const uint4 *st = ring + (size_t)(it % S) * U * 2 * DEC_THREADS + threadIdx.x;
+                uint4 ku[U], vu[U];
 #pragma unroll
-                    for (int e = 0; e < 8; e++) o_s[r * hd + sub * 8 + e] += acc[r][e];
+                for (int u = 0; u < U; u++) {
+                    ku[u] = st[(2 * u) * DEC_THREADS];
+                    vu[u] = st[(2 * u + 1) * DEC_THREADS];
+                }
+                dec_rows<T, GMAX, U>(ku, vu, tlen - it * NG * U - g, NG, lpr, q, m, l, acc);
+            }
+            dec_cp_wait<0>();
         }
+        if (tj1 >= j1)
+            break;
+        __syncthreads(); /* pid_s read by everyone */
+        tj0 = tj1;
+        tj1 = min(tj0 + a.tile, j1);
+        dec_stage(pid_s, pages, tj0, tj1, pt);
         __syncthreads();
     }
+#undef DEC_ROW
 
-    if (gridDim.y == 1) {
-        for (int i = threadIdx.x; i < gc * hd; i += DEC_THREADS) {
-            int r = i / hd;
-            T *orow = (T *)a.out + (int64_t)t * a.ldo + (int64_t)(h0 + r) * hd;
-            orow[i % hd] = from_f32<T>(o_s[i] / ml_s[2 * r + 1]);
+    /* merge the NG group states in group order */
+    if (S > 0)
+        __syncthreads(); /* the accumulators overwrite the ring */
+    if (active) {
+#pragma unroll
+        for (int r = 0; r < GMAX; r++) {
+            float4 *dst = (float4 *)(o_s + (g * GMAX + r) * hd + sub * 8);
+            dst[0] = make_float4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]);
+            dst[1] = make_float4(acc[r][4], acc[r][5], acc[r][6], acc[r][7]);
+            if (sub == 0) {
+                ml_s[2 * (g * GMAX + r)] = m[r];
+                ml_s[2 * (g * GMAX + r) + 1] = l[r];
+            }
         }
-    } else {
-        for (int i = threadIdx.x; i < gc * hd; i += DEC_THREADS) {
-            int r = i / hd;
-            size_t pi = ((size_t)t * a.nh + h0 + r) * a.max_chunks + ch;
-            a.part_o[pi * hd + i % hd] = o_s[i];
+    }
+    __syncthreads();
+    const bool split = n_ch > 1;
+    T *obase = (T *)a.out + (int64_t)t * a.ldo + (int64_t)h0 * hd;
+    for (int i = threadIdx.x; i < gc * hd; i += DEC_THREADS) {
+        const int r = i / hd, d = i - r * hd;
+        float M = -INFINITY; /* finite: group 0 has the chunk's first row */
+        for (int gg = 0; gg < NG; gg++) M = fmaxf(M, ml_s[2 * (gg * GMAX + r)]);
+        float L = 0.0f, O = 0.0f;
+        for (int gg = 0; gg < NG; gg++) {
+            const float w = dec_exp2(ml_s[2 * (gg * GMAX + r)] - M);
+            L = fmaf(ml_s[2 * (gg * GMAX + r) + 1], w, L);
+            O = fmaf(o_s[(gg * GMAX + r) * hd + d], w, O);
         }
-        for (int r = threadIdx.x; r < gc; r += DEC_THREADS) {
-            size_t pi = ((size_t)t * a.nh + h0 + r) * a.max_chunks + ch;
-            a.part_ml[2 * pi] = ml_s[2 * r];
-            a.part_ml[2 * pi + 1] = ml_s[2 * r + 1];
+        if (!split) {
+            obase[i] = from_f32<T>(O / L);
+        } else {
+            const size_t pi = ((size_t)t * a.nh + h0 + r) * a.max_chunks + ch;
+            __stcg(a.part_o + pi * hd + d, O);
+            if (d == 0)
+                __stcg((float2 *)a.part_ml + pi, make_float2(M, L));
         }
+    }
+    if (!split)
+        return;
+
+    /* the last block of this (token, kv head, head group) to arrive merges the partials */
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        const int last = atomicAdd(a.sem + blockIdx.x, 1) == n_ch - 1;
+        if (last)
+            atomicExch(a.sem + blockIdx.x, 0); /* every block of the group has arrived */
+        *flag_s = last;
+    }
+    __syncthreads();
+    if (!*flag_s)
+        return;
+    __threadfence();
+    /* the o words of this thread's first output for the first DEC_PRE chunks: loaded before the weights */
+    const int hd4 = hd >> 2, n_out = gc * hd4;
+    float4 pre[DEC_PRE];
+    if (threadIdx.x < n_out) {
+        const int r = threadIdx.x / hd4, d4 = threadIdx.x - r * hd4;
+        const float4 *po = (const float4 *)(a.part_o + ((size_t)t * a.nh + h0 + r) * a.max_chunks * hd) + d4;
+#pragma unroll
+        for (int k = 0; k < DEC_PRE; k++) pre[k] = k < n_ch ? __ldcg(po + (size_t)k * hd4) : make_float4(0, 0, 0, 0);
+    }
+    /* chunk weights exp2(m_c - M) and L per head, one warp per head, the (m, l) pairs in registers */
+    float *w_s = o_s;  /* [gc][n_ch] (n_ch <= DEC_MAX_CHUNKS) */
+    float *L_s = ml_s; /* [gc] */
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    for (int r = warp; r < gc; r += DEC_THREADS / 32) {
+        const float2 *ml = (const float2 *)a.part_ml + ((size_t)t * a.nh + h0 + r) * a.max_chunks;
+        float2 v[DEC_MAX_CHUNKS / 32];
+        float M = -INFINITY;
+#pragma unroll
+        for (int k = 0; k < DEC_MAX_CHUNKS / 32; k++) {
+            const int c = lane + 32 * k;
+            v[k] = c < n_ch ? __ldcg(ml + c) : make_float2(-INFINITY, 0.0f);
+            M = fmaxf(M, v[k].x);
+        }
+        M = warp_max(M);
+        float L = 0.0f;
+#pragma unroll
+        for (int k = 0; k < DEC_MAX_CHUNKS / 32; k++) {
+            const int c = lane + 32 * k;
+            const float w = dec_exp2(v[k].x - M); /* 0 past n_ch */
+            if (c < n_ch)
+                w_s[r * n_ch + c] = w;
+            L = fmaf(v[k].y, w, L);
+        }
+        L = warp_sum(L);
+        if (lane == 0)
+            L_s[r] = L;
+    }
+    __syncthreads();
+    /* outputs, chunk order */
+    for (int i = threadIdx.x; i < n_out; i += DEC_THREADS) {
+        const int r = i / hd4, d4 = i - r * hd4;
+        const float4 *po = (const float4 *)(a.part_o + ((size_t)t * a.nh + h0 + r) * a.max_chunks * hd) + d4;
+        const float *w = w_s + r * n_ch;
+        float4 O = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        int c0 = 0;
+        if (i == threadIdx.x) {
+#pragma unroll
+            for (int k = 0; k < DEC_PRE; k++)
+                if (k < n_ch) {
+                    const float wc = w[k];
+                    O.x = fmaf(pre[k].x, wc, O.x);
+                    O.y = fmaf(pre[k].y, wc, O.y);
+                    O.z = fmaf(pre[k].z, wc, O.z);
+                    O.w = fmaf(pre[k].w, wc, O.w);
+                }
+            c0 = DEC_PRE;
+        }
+#pragma unroll 16
+        for (int c = c0; c < n_ch; c++) {
+            const float4 v = __ldcg(po + (size_t)c * hd4);
+            const float wc = w[c];
+            O.x = fmaf(v.x, wc, O.x);
+            O.y = fmaf(v.y, wc, O.y);
+            O.z = fmaf(v.z, wc, O.z);
+            O.w = fmaf(v.w, wc, O.w);
+        }
+        const float L = L_s[r];
+        T *o = obase + r * hd + 4 * d4;
+        o[0] = from_f32<T>(O.x / L);
+        o[1] = from_f32<T>(O.y / L);
+        o[2] = from_f32<T>(O.z / L);
+        o[3] = from_f32<T>(O.w / L);
     }
 }
 
-/* One block per (token, head): merges the chunk partials of attn_decode_kernel. */
-template <typename T> __global__ void attn_combine_kernel(dec_args a)
+typedef void (*dec_fn)(dec_args);
+
+/* the kernel for GMAX query heads per block: U rows per iteration, S ring stages (0: registers), a register
+ * budget for MINB blocks per SM (GMAX 1: 64 registers) */
+struct dec_cfg {
+    dec_fn f;
+    int U, S;
+};
+template <typename T, int GMAX, int U, int S, int MINB> static dec_cfg dec_make()
 {
-    pdl_trigger();
-    pdl_wait();
-    const int t = blockIdx.x / a.nh, h = blockIdx.x % a.nh, hd = a.hd;
-    const int n_ch = (a.pos[t] + 1 + a.chunk - 1) / a.chunk;
-    const size_t p0 = ((size_t)t * a.nh + h) * a.max_chunks;
-    float M = -INFINITY;
-    for (int c = 0; c < n_ch; c++) M = fmaxf(M, a.part_ml[2 * (p0 + c)]);
-    float L = 0.0f;
-    for (int c = 0; c < n_ch; c++) L += a.part_ml[2 * (p0 + c) + 1] * __expf(a.part_ml[2 * (p0 + c)] - M);
-    const float invL = 1.0f / L;
-    T *orow = (T *)a.out + (int64_t)t * a.ldo + (int64_t)h * hd;
-    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
-        float o = 0.0f;
-        for (int c = 0; c < n_ch; c++) o += a.part_o[(p0 + c) * hd + d] * __expf(a.part_ml[2 * (p0 + c)] - M);
-        orow[d] = from_f32<T>(o * invL);
-    }
+    return {attn_decode_kernel<T, GMAX, U, S, MINB>, U, S};
 }
-
-template <typename T, int GMAX> static int launch(cuda_ctx *c, dec_args a, int T_, size_t smem)
-{
-    static bool attr_set = false; /* per instantiation; smem never exceeds the first opt-in below */
-    if (!attr_set) {
-        CU_TRY(c, cudaFuncSetAttribute(attn_decode_kernel<T, GMAX>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       (int)c->max_smem_optin));
-        attr_set = true;
-    }
-    dim3 grid((unsigned)((size_t)T_ * a.nkv * a.n_hsub), (unsigned)a.max_chunks);
-    (void)cu_launch(c, attn_decode_kernel<T, GMAX>, grid, DEC_THREADS, smem, a);
-    CU_LAUNCHED(c);
-    if (a.max_chunks > 1) {
-        (void)cu_launch(c, attn_combine_kernel<T>, (unsigned)((size_t)T_ * a.nh), 128, 0, a);
-        CU_LAUNCHED(c);
-    }
-    return 0;
-}
-
-template <typename T> static int launch_g(cuda_ctx *c, dec_args a, int T_, int gmax, size_t smem)
+template <typename T> static dec_cfg dec_pick(int gmax)
 {
     switch (gmax) {
-    case 1: return launch<T, 1>(c, a, T_, smem);
-    case 2: return launch<T, 2>(c, a, T_, smem);
-    case 4: return launch<T, 4>(c, a, T_, smem);
-    default: return launch<T, 8>(c, a, T_, smem);
+    case 1: return dec_make<T, 1, 4, 0, 8>();
+    case 2: return dec_make<T, 2, 4, 3, 4>();
+    case 4: return dec_make<T, 4, 4, 3, 4>();
+    default: return dec_make<T, 8, 2, 3, 2>();
     }
+}
+
+/* Resident blocks per SM of (kernel, dynamic shared memory), cached; a kernel not seen yet first gets the
+ * shared-memory opt-in. -1: the opt-in failed. */
+static int dec_resident(cuda_ctx *c, dec_fn f, size_t smem)
+{
+    static struct {
+        dec_fn f;
+        size_t smem;
+        int n;
+    } cache[64];
+    static int n_cache = 0;
+    for (int i = 0; i < n_cache; i++)
+        if (cache[i].f == f && cache[i].smem == smem)
+            return cache[i].n;
+    if (cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)c->max_smem_optin) != cudaSuccess) {
+        cudaGetLastError();
+        return -1;
+    }
+    int n = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, f, DEC_THREADS, smem) != cudaSuccess || n < 1) {
+        cudaGetLastError();
+        n = 1;
+    }
+    if (n_cache < 64) /* else: asked again next time (only many head layouts get here) */
+        cache[n_cache].f = f, cache[n_cache].smem = smem, cache[n_cache].n = n, n_cache++;
+    return n;
 }
 
 int cu_attention_decode(lg_backend *be, lg_tensor out, lg_tensor q, lg_kv_view kv, const lg_step_meta *m,
                         int n_heads, float scale)
 {
+    static int prefetch = -1; /* LG_DEC_PREFETCH=0: no L2 prefetch before pdl_wait */
+    if (prefetch < 0) {
+        const char *e = getenv("LG_DEC_PREFETCH");
+        prefetch = !(e && *e == '0');
+    }
     cuda_ctx *c = CU_CTX(be);
     const int hd = kv.head_dim, nkv = kv.n_kv_heads, group = n_heads / nkv, T_ = m->n_tokens;
     const int gmax = group >= 8 ? 8 : group >= 4 ? 4 : group >= 2 ? 2 : 1;
     const int n_hsub = (group + gmax - 1) / gmax;
     const int max_kv = m->max_kv_len > 0 ? m->max_kv_len : 1;
-    /* chunk: enough blocks to fill the chip (about 4 per SM), at most DEC_CMAX keys */
-    const int64_t base_blocks = (int64_t)T_ * nkv * n_hsub;
-    int64_t want = ((int64_t)max_kv * base_blocks) / (4 * (int64_t)c->n_sm);
-    int C = (int)(want < 64 ? 64 : want > DEC_CMAX ? DEC_CMAX : want);
-    C = (C + 63) / 64 * 64;
-    if (C >= max_kv)
-        C = (max_kv + 31) / 32 * 32;
-    const int max_chunks = (max_kv + C - 1) / C;
-    size_t smem = ((size_t)2 * gmax * hd + (size_t)gmax * C + 2 * gmax) * sizeof(float) +
-                  ((size_t)C / (size_t)kv.page_tokens + 2) * sizeof(int);
+    int lpr = 1;
+    while (lpr < hd / 8) lpr <<= 1;
+    const int NG = DEC_THREADS / lpr;
+    const dec_cfg k = kv.dtype == LG_F16 ? dec_pick<__half>(gmax) : dec_pick<__nv_bfloat16>(gmax);
+    const size_t smem = dec_region0(NG, gmax, hd, k.U, k.S) + (2 * (size_t)NG * gmax + 4 + DEC_PIDCAP) * 4;
     if (smem > c->max_smem_optin)
         return CU_FAIL(c, "attention decode: %zu bytes of shared memory needed, %zu available", smem,
                        c->max_smem_optin);
+    const int per_sm = dec_resident(c, k.f, smem);
+    if (per_sm < 0)
+        return CU_FAIL(c, "attention decode: cannot set the kernel's shared memory opt-in");
+    /* chunks: as many as one full wave of resident blocks holds, each at least DEC_MIN_CHUNK keys;
+     * one chunk when the counters cannot cover the blocks */
+    const int64_t base_blocks = (int64_t)T_ * nkv * n_hsub, resident = (int64_t)per_sm * c->n_sm;
+    int64_t nc = base_blocks >= resident || base_blocks > CU_SEM_COUNT ? 1 : resident / base_blocks;
+    if (nc > DEC_MAX_CHUNKS)
+        nc = DEC_MAX_CHUNKS;
+    int64_t C = (max_kv + nc - 1) / nc;
+    C = (C + DEC_MIN_CHUNK - 1) / DEC_MIN_CHUNK * DEC_MIN_CHUNK;
+    if (C >= max_kv)
+        C = max_kv;
+    const int max_chunks = (int)((max_kv + C - 1) / C);
+    if (base_blocks > INT32_MAX || max_chunks > DEC_MAX_CHUNKS)
+        return CU_FAIL(c, "attention decode: grid %lld x %d too large", (long long)base_blocks, max_chunks);
+    const int64_t tile = (int64_t)(DEC_PIDCAP - 2) * kv.page_tokens; /* keys whose page ids fit pid_s */
     dec_args a;
     a.q = q.data;
     a.ldq = q.stride;
@@ -317,15 +544,19 @@ int cu_attention_decode(lg_backend *be, lg_tensor out, lg_tensor q, lg_kv_view k
     a.group = group;
     a.nh = n_heads;
     a.n_hsub = n_hsub;
+    a.lpr = lpr;
     a.pos = m->pos;
     a.q_indptr = m->q_indptr;
     a.page_indptr = m->page_indptr;
     a.page_ids = m->page_ids;
     a.n_seqs = m->n_seqs;
-    a.chunk = C;
+    a.chunk = (int)C;
+    a.tile = (int)(tile < C ? tile : C);
     a.max_chunks = max_chunks;
-    a.scale = scale;
+    a.prefetch = prefetch;
+    a.scale = scale * DEC_LOG2E;
     a.part_o = a.part_ml = NULL;
+    a.sem = c->sem;
     if (max_chunks > 1) {
         size_t n = (size_t)T_ * n_heads * max_chunks;
         char *ws = (char *)cu_workspace(c, n * ((size_t)hd + 2) * sizeof(float));
@@ -335,7 +566,9 @@ int cu_attention_decode(lg_backend *be, lg_tensor out, lg_tensor q, lg_kv_view k
         a.part_o = (float *)ws;
         a.part_ml = a.part_o + n * hd;
     }
-    if (kv.dtype == LG_F16)
-        return launch_g<__half>(c, a, T_, gmax, smem);
-    return launch_g<__nv_bfloat16>(c, a, T_, gmax, smem);
+    dim3 grid((unsigned)base_blocks, (unsigned)max_chunks);
+    (void)cu_launch(c, k.f, grid, DEC_THREADS, smem, a);
+    CU_LAUNCHED(c);
+    return 0;
 }
+
