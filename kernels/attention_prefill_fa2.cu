@@ -7,29 +7,35 @@
  * Math (same as attention.cu): for each query row (token t, head h),
  *   out = sum_{j <= pos[t]} softmax_j(scale * q . K[j]) V[j],
  * tile by tile over keys with the online softmax in base 2 (c = scale *
- * log2 e): m' = max(m, c max_j s_j), p_j = 2^(c s_j - m') (one FFMA and
- * one ex2.approx.ftz), l = l 2^(m - m') + sum_j p_j,
- * O = O 2^(m - m') + P V, out = O / l. O is rescaled only when some row of
- * the warp has a new maximum (2^0 = 1 exactly otherwise: same result).
+ * log2 e, scores s = q . K[j] unscaled): m' = max(m, c max_j s_j),
+ * p_j = 2^(c s_j - m') (one FFMA and one ex2.approx.ftz),
+ * l = l 2^(m - m') + sum_j p_j, O = O 2^(m - m') + P V, out = O / l.
+ * O is rescaled only when a row of the warp got a new maximum (otherwise
+ * every factor is 2^0 = 1: the same result).
  *
- * Block = (kv head, sequence, tile of BM query rows); rows are the
+ * Block = (kv head, sequence, tile of BM = 128 query rows); rows are the
  * (token, head-in-group) pairs of the sequence's query run, so the heads of
- * a GQA group share every K/V tile. NW warps, warp w owns the WM x 16 rows
- * [16 WM w, 16 WM (w + 1)). Per key tile of BN = 64 (cp.async through the
- * page table into a ring of ST buffers, zero past the last key; tiles
- * kt + 1 .. kt + ST - 1 are in flight while tile kt is computed):
- *   S = Q K^T   m16n8k16, A = Q fragments (ldmatrix from shared memory per
- *               k step, or kept in registers: QREG), B = K rows (ldmatrix:
- *               a K row is a column of K^T; one B fragment feeds WM MMAs);
- *   mask j > pos only on the tiles that cross the diagonal of this warp's
- *   rows (a tile past every row of the warp is skipped outright), online
+ * a GQA group share every K/V tile. 4 warps, warp w owns the 32 rows
+ * [32w, 32w + 32) as two m16 tiles (fa_cfg: NW warps x WM m16 tiles). Per
+ * key tile of BN = 64 (cp.async through the page table into a ring of
+ * ST = 2 buffers, zero past the last key; tile kt + 1 loads while tile kt
+ * is computed):
+ *   S = Q K^T   m16n8k16, A = Q fragments (ldmatrix from shared memory at
+ *               each k step: registers hold O, S and P), B = K rows
+ *               (ldmatrix: a K row is a column of K^T); each B fragment
+ *               feeds both m16 tiles, so one ldmatrix per 4 MMAs;
+ *   mask j > pos only on the tile that crosses the diagonal of the warp's
+ *   rows; a tile past every row of the warp is skipped (no MMA); online
  *   softmax on the S accumulators (a row lives in the 4 lanes of a quad:
  *   two shuffles);
  *   O += P V    A = P straight from the S accumulators (the C layout of two
  *               n8 tiles is the A layout of one k16 step), B = V through
- *               ldmatrix.trans.
+ *               ldmatrix.trans, again one fragment for both m16 tiles.
  * Shared memory rows are unpadded, their 16-byte chunks XOR-swizzled by
- * (row & 7): ldmatrix and cp.async are conflict-free.
+ * (row & 7): ldmatrix and cp.async are conflict-free, and a k step moves a
+ * lane's ldmatrix address by one XOR. HD = 128: Q 32 KB + K/V 2 x 2 x
+ * 16 KB = 96 KB; 255 registers: two blocks per SM.
+ * Page of key j: a shift when page_tokens is a power of two, else a divide.
  * Grid (kv head, sequence, rank): rank 0 is every sequence's last query
  * tile (the most keys), so the longest tiles of all heads start first.
  * Programmatic dependent launch (cuda_common.cuh): waits before any load.
@@ -37,7 +43,6 @@
 #include "ops.cuh"
 
 #include <limits.h>
-#include <stdlib.h>
 
 #include <type_traits>
 
@@ -63,21 +68,8 @@ __device__ __forceinline__ void fa_cp16(void *dst, const void *src, bool ok)
                  : "memory");
 }
 __device__ __forceinline__ void fa_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-__device__ __forceinline__ void fa_wait_all() { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
 template <int N> __device__ __forceinline__ void fa_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
 
-__device__ __forceinline__ void fa_ldm4(uint32_t *r, const void *p)
-{
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(fa_smem(p)));
-}
-__device__ __forceinline__ void fa_ldm4t(uint32_t *r, const void *p)
-{
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(fa_smem(p)));
-}
 __device__ __forceinline__ void fa_ldm4(uint32_t *r, uint32_t addr)
 {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
@@ -128,22 +120,20 @@ template <> __device__ __forceinline__ uint32_t fa_pack<__nv_bfloat16>(float lo,
     return *(uint32_t *)&h;
 }
 
-/* One configuration: NW warps of WM x 16 query rows, ST K/V buffers, Q fragments in registers or not. */
-template <int HD_, int NW_, int WM_, int ST_, bool QREG_> struct fa_cfg {
+/* One configuration: NW warps of WM x 16 query rows, ST K/V buffers; two blocks per SM. */
+template <int HD_, int NW_, int WM_, int ST_> struct fa_cfg {
     static constexpr int HD = HD_, NW = NW_, WM = WM_, ST = ST_;
-    static constexpr bool QREG = QREG_;
     static constexpr int BM = 16 * WM * NW, BN = FA_BN, THREADS = 32 * NW;
     static constexpr int TILE = BN * HD;                         /* elements of one K or V tile */
     static constexpr int Q = 0, K = BM * HD, V = K + ST * TILE; /* element offsets in shared memory */
     static constexpr size_t BYTES = (size_t)(V + ST * TILE) * 2;
-    static constexpr int MINB = (NW == 8 && QREG) ? 1 : 2; /* blocks per SM the registers are sized for */
 };
 
 /* Element offset of 16-byte chunk c of row r in a swizzled tile of rows of HD elements. */
 template <int HD> __device__ __forceinline__ int fa_sw(int r, int c) { return r * HD + ((c ^ (r & 7)) << 3); }
 
 template <typename T, class C>
-__global__ void __launch_bounds__(C::THREADS, C::MINB) attn_prefill_fa2_kernel(fa_args a)
+__global__ void __launch_bounds__(C::THREADS, 2) attn_prefill_fa2_kernel(fa_args a)
 {
     constexpr int HD = C::HD, WM = C::WM, ST = C::ST, BM = C::BM, BN = C::BN, THREADS = C::THREADS;
     constexpr int VEC = HD / 8, NKK = HD / 16, NDT = HD / 8;
@@ -237,7 +227,6 @@ __global__ void __launch_bounds__(C::THREADS, C::MINB) attn_prefill_fa2_kernel(f
     const uint32_t k_addr = fa_smem(Ks) + ((mi >> 1) * 8 + li) * ROWB + (((mi & 1) ^ li) << 4);
     const uint32_t v_addr = fa_smem(Vs) + ((mi & 1) * 8 + li) * ROWB + (((mi >> 1) ^ li) << 4);
 
-    uint32_t qf[C::QREG ? NKK : 1][4];
     float o[WM][NDT][4];
 #pragma unroll
     for (int mt = 0; mt < WM; mt++)
@@ -254,11 +243,6 @@ __global__ void __launch_bounds__(C::THREADS, C::MINB) attn_prefill_fa2_kernel(f
     for (int kt = 0; kt < n_tiles; kt++) {
         fa_wait<ST - 2>();
         __syncthreads(); /* tile kt landed; every warp is done with the buffer tile kt + ST - 1 overwrites */
-        if (C::QREG && kt == 0) {
-#pragma unroll
-            for (int kk = 0; kk < NKK; kk++)
-                fa_ldm4(qf[C::QREG ? kk : 0], q_addr ^ (32 * kk));
-        }
         if (kt + ST - 1 < n_tiles)
             load_kv(kt + ST - 1, (kt + ST - 1) % ST);
         fa_commit();
@@ -277,13 +261,8 @@ __global__ void __launch_bounds__(C::THREADS, C::MINB) attn_prefill_fa2_kernel(f
 #pragma unroll
         for (int kk = 0; kk < NKK; kk++) {
             uint32_t qa[WM][4];
-            if (C::QREG) {
 #pragma unroll
-                for (int e = 0; e < 4; e++) qa[0][e] = qf[C::QREG ? kk : 0][e];
-            } else {
-#pragma unroll
-                for (int mt = 0; mt < WM; mt++) fa_ldm4(qa[mt], (q_addr ^ (32 * kk)) + mt * RT16);
-            }
+            for (int mt = 0; mt < WM; mt++) fa_ldm4(qa[mt], (q_addr ^ (32 * kk)) + mt * RT16);
 #pragma unroll
             for (int np = 0; np < BN / 16; np++) {
                 uint32_t b[4];
@@ -393,201 +372,8 @@ __global__ void __launch_bounds__(C::THREADS, C::MINB) attn_prefill_fa2_kernel(f
                 *(uint32_t *)(orow + dt * 8 + 2 * cq) = fa_pack<T>(o[mt][dt][2 * h] * inv, o[mt][dt][2 * h + 1] * inv);
         }
 }
-/* ---- EXPERIMENT ONLY: the previous kernel, as the in-run baseline (LG_FA2_CFG=0) ---- */
-#define FA_BM 64
-template <typename T> __device__ __forceinline__ void fa_mma_old(float *d, const uint32_t *a, uint32_t b0, uint32_t b1);
-template <> __device__ __forceinline__ void fa_mma_old<__half>(float *d, const uint32_t *a, uint32_t b0, uint32_t b1)
-{
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-                 "{%0, %1, %2, %3};"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-#define FA_THREADS 128
-struct fa_old_args {
-    const void *q;
-    int64_t ldq;
-    void *out;
-    int64_t ldo;
-    const char *kv_base;
-    size_t page_bytes, k_off, v_off;
-    int page_tokens, nkv, group;
-    const int32_t *pos, *q_indptr, *page_indptr, *page_ids;
-    float scale_log2; /* scale * log2(e) */
-};
-template <int HD> struct fa_old_layout {
-    static constexpr int LD = HD + 8;                 /* row pitch in elements (16-byte pad) */
-    static constexpr int TILE = FA_BN * LD;           /* one K or V tile */
-    static constexpr int Q = 0, K = FA_BM * LD, V = K + 2 * TILE;
-    static constexpr size_t BYTES = (size_t)(V + 2 * TILE) * 2;
-};
-template <typename T, int HD>
-__global__ void __launch_bounds__(FA_THREADS, 2) attn_prefill_fa2_old(fa_old_args a)
-{
-    using L = fa_old_layout<HD>;
-    constexpr int LD = L::LD, VEC = HD / 8, NKK = HD / 16, NDT = HD / 8;
-    extern __shared__ __align__(128) unsigned char fa_sm[];
-    T *Qs = (T *)fa_sm + L::Q, *Ks = (T *)fa_sm + L::K, *Vs = (T *)fa_sm + L::V;
-    pdl_trigger();
-
-    const int s = blockIdx.y, kh = blockIdx.z, g = a.group;
-    const int q0 = a.q_indptr[s], nrows = (a.q_indptr[s + 1] - q0) * g;
-    const int r0 = (gridDim.x - 1 - blockIdx.x) * FA_BM; /* longest tiles first */
-    if (r0 >= nrows)
-        return;
-    const int rows_here = min(FA_BM, nrows - r0);
-    const int32_t *pages = a.page_ids + a.page_indptr[s];
-    const size_t row_bytes = (size_t)a.nkv * HD * sizeof(T), head_off = (size_t)kh * HD * sizeof(T);
-    pdl_wait(); /* q and this step's K/V rows come from the kernels before */
-    const int n_keys = a.pos[q0 + (r0 + rows_here - 1) / g] + 1;
-    const int n_tiles = (n_keys + FA_BN - 1) / FA_BN;
-
-    /* Q tile */
-    for (int i = threadIdx.x; i < FA_BM * VEC; i += FA_THREADS) {
-        const int r = i / VEC, v = i % VEC;
-        const bool ok = r < rows_here;
-        const int f = r0 + (ok ? r : 0), tok = q0 + f / g, h = kh * g + f % g;
-        fa_cp16(Qs + r * LD + v * 8, (const T *)a.q + (int64_t)tok * a.ldq + (int64_t)h * HD + v * 8, ok);
-    }
-    auto load_kv = [&](int kt, int buf) {
-        for (int i = threadIdx.x; i < FA_BN * VEC; i += FA_THREADS) {
-            const int r = i / VEC, v = i % VEC, j = kt * FA_BN + r;
-            const bool ok = j < n_keys;
-            const int jj = ok ? j : 0;
-            const char *row = a.kv_base + (size_t)pages[jj / a.page_tokens] * a.page_bytes +
-                              (size_t)(jj % a.page_tokens) * row_bytes + head_off + (size_t)v * 16;
-            fa_cp16(Ks + buf * L::TILE + r * LD + v * 8, row + a.k_off, ok);
-            fa_cp16(Vs + buf * L::TILE + r * LD + v * 8, row + a.v_off, ok);
-        }
-    };
-    load_kv(0, 0);
-    fa_commit();
-
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, gq = lane >> 2, cq = lane & 3;
-    const int mi = lane >> 3, li = lane & 7; /* ldmatrix: which 8x8 matrix this lane addresses, which row */
-    int my_pos[2];
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-        const int r = warp * 16 + gq + 8 * h;
-        my_pos[h] = r < rows_here ? a.pos[q0 + (r0 + r) / g] : -1;
-    }
-    uint32_t qf[NKK][4];
-    float o[NDT][4];
-#pragma unroll
-    for (int dt = 0; dt < NDT; dt++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) o[dt][e] = 0.0f;
-    float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};
-
-    for (int kt = 0; kt < n_tiles; kt++) {
-        fa_wait_all();
-        __syncthreads(); /* tile kt landed; every warp is done with the buffer tile kt + 1 overwrites */
-        if (kt == 0) {
-#pragma unroll
-            for (int kk = 0; kk < NKK; kk++)
-                fa_ldm4(qf[kk], Qs + (warp * 16 + (mi & 1) * 8 + li) * LD + kk * 16 + (mi >> 1) * 8);
-        }
-        if (kt + 1 < n_tiles)
-            load_kv(kt + 1, (kt + 1) & 1);
-        fa_commit();
-        const T *Kt = Ks + (kt & 1) * L::TILE, *Vt = Vs + (kt & 1) * L::TILE;
-
-        /* S = Q K^T: 16 rows x 64 keys per warp */
-        float sc[FA_BN / 8][4];
-#pragma unroll
-        for (int nt = 0; nt < FA_BN / 8; nt++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) sc[nt][e] = 0.0f;
-#pragma unroll
-        for (int kk = 0; kk < NKK; kk++) {
-#pragma unroll
-            for (int np = 0; np < FA_BN / 16; np++) {
-                uint32_t b[4];
-                fa_ldm4(b, Kt + (np * 16 + (mi >> 1) * 8 + li) * LD + kk * 16 + (mi & 1) * 8);
-                fa_mma_old<T>(sc[2 * np], qf[kk], b[0], b[1]);
-                fa_mma_old<T>(sc[2 * np + 1], qf[kk], b[2], b[3]);
-            }
-        }
-
-        /* mask, online softmax */
-        float mx[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-        for (int nt = 0; nt < FA_BN / 8; nt++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int j = kt * FA_BN + nt * 8 + 2 * cq + (e & 1);
-                const float v = j <= my_pos[e >> 1] ? sc[nt][e] * a.scale_log2 : -INFINITY;
-                sc[nt][e] = v;
-                mx[e >> 1] = fmaxf(mx[e >> 1], v);
-            }
-        float alpha[2], m_use[2];
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
-            mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
-            const float m_new = fmaxf(m_run[h], mx[h]);
-            m_use[h] = m_new == -INFINITY ? 0.0f : m_new;
-            alpha[h] = exp2f(m_run[h] - m_use[h]); /* 0 while m_run = -inf */
-            m_run[h] = m_new;
-        }
-        float rs[2] = {0.0f, 0.0f};
-#pragma unroll
-        for (int nt = 0; nt < FA_BN / 8; nt++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const float p = exp2f(sc[nt][e] - m_use[e >> 1]);
-                sc[nt][e] = p;
-                rs[e >> 1] += p;
-            }
-#pragma unroll
-        for (int h = 0; h < 2; h++) l_run[h] = l_run[h] * alpha[h] + rs[h]; /* per-lane partial; quad sum at the end */
-#pragma unroll
-        for (int dt = 0; dt < NDT; dt++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) o[dt][e] *= alpha[e >> 1];
-
-        /* O += P V */
-#pragma unroll
-        for (int j = 0; j < FA_BN / 16; j++) {
-            uint32_t pa[4];
-            pa[0] = fa_pack<T>(sc[2 * j][0], sc[2 * j][1]);
-            pa[1] = fa_pack<T>(sc[2 * j][2], sc[2 * j][3]);
-            pa[2] = fa_pack<T>(sc[2 * j + 1][0], sc[2 * j + 1][1]);
-            pa[3] = fa_pack<T>(sc[2 * j + 1][2], sc[2 * j + 1][3]);
-#pragma unroll
-            for (int dp = 0; dp < HD / 16; dp++) {
-                uint32_t b[4];
-                fa_ldm4t(b, Vt + (j * 16 + (mi & 1) * 8 + li) * LD + dp * 16 + (mi >> 1) * 8);
-                fa_mma_old<T>(o[2 * dp], pa, b[0], b[1]);
-                fa_mma_old<T>(o[2 * dp + 1], pa, b[2], b[3]);
-            }
-        }
-    }
-
-    /* out = O / l */
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-        l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 1);
-        l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 2);
-    }
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-        const int r = warp * 16 + gq + 8 * h;
-        if (r >= rows_here)
-            continue;
-        const int f = r0 + r, tok = q0 + f / g, hh = kh * g + f % g;
-        T *orow = (T *)a.out + (int64_t)tok * a.ldo + (int64_t)hh * HD;
-        const float inv = 1.0f / l_run[h];
-#pragma unroll
-        for (int dt = 0; dt < NDT; dt++)
-            *(uint32_t *)(orow + dt * 8 + 2 * cq) = fa_pack<T>(o[dt][2 * h] * inv, o[dt][2 * h + 1] * inv);
-    }
-}
-
-
 template <typename T, class C> static int launch(cuda_ctx *c, const fa_args &a, const lg_step_meta *m)
 {
-    static_assert(!C::QREG || C::WM == 1, "Q fragments in registers: one m tile per warp");
     const size_t smem = C::BYTES;
     if (smem > c->max_smem_optin)
         return 1;
@@ -602,50 +388,6 @@ template <typename T, class C> static int launch(cuda_ctx *c, const fa_args &a, 
         return CU_FAIL(c, "attention prefill: %lld query tiles exceed the grid limit", (long long)n_qt);
     const dim3 grid((unsigned)a.nkv, (unsigned)m->n_seqs, (unsigned)n_qt);
     (void)cu_launch(c, attn_prefill_fa2_kernel<T, C>, grid, C::THREADS, smem, a);
-    CU_LAUNCHED(c);
-    return 0;
-}
-
-/* EXPERIMENT: LG_FA2_CFG picks the head_dim 128 configuration (0: the previous kernel, f16 only) */
-static int fa_sel()
-{
-    static int v = -1;
-    if (v < 0) {
-        const char *e = getenv("LG_FA2_CFG");
-        v = e && *e ? atoi(e) : 3;
-    }
-    return v;
-}
-
-template <typename T> static int launch128(cuda_ctx *c, const fa_args &a, const lg_step_meta *m)
-{
-    switch (fa_sel()) {
-    case 1: return launch<T, fa_cfg<128, 4, 1, 2, true>>(c, a, m);
-    case 2: return launch<T, fa_cfg<128, 4, 1, 3, true>>(c, a, m);
-    case 4: return launch<T, fa_cfg<128, 8, 1, 2, false>>(c, a, m);
-    case 5: return launch<T, fa_cfg<128, 8, 1, 2, true>>(c, a, m);
-    case 6: return launch<T, fa_cfg<128, 8, 1, 3, true>>(c, a, m);
-    default: return launch<T, fa_cfg<128, 4, 2, 2, false>>(c, a, m);
-    }
-}
-
-static int launch_old(cuda_ctx *c, const fa_args &n, const lg_step_meta *m)
-{
-    fa_old_args a;
-    a.q = n.q, a.ldq = n.ldq, a.out = n.out, a.ldo = n.ldo, a.kv_base = n.kv_base, a.page_bytes = n.page_bytes;
-    a.k_off = n.k_off, a.v_off = n.v_off, a.page_tokens = n.page_tokens, a.nkv = n.nkv, a.group = n.group;
-    a.pos = n.pos, a.q_indptr = n.q_indptr, a.page_indptr = n.page_indptr, a.page_ids = n.page_ids;
-    a.scale_log2 = n.scale_log2;
-    const size_t smem = fa_old_layout<128>::BYTES;
-    static bool attr_set = false;
-    if (!attr_set) {
-        CU_TRY(c, cudaFuncSetAttribute(attn_prefill_fa2_old<__half, 128>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       (int)smem));
-        attr_set = true;
-    }
-    const dim3 grid((unsigned)(((int64_t)m->max_q_len * a.group + FA_BM - 1) / FA_BM), (unsigned)m->n_seqs,
-                    (unsigned)a.nkv);
-    (void)cu_launch(c, attn_prefill_fa2_old<__half, 128>, grid, FA_THREADS, smem, a);
     CU_LAUNCHED(c);
     return 0;
 }
@@ -678,10 +420,8 @@ int cu_attention_prefill_fa2(lg_backend *be, lg_tensor out, lg_tensor q, lg_kv_v
     a.page_indptr = m->page_indptr;
     a.page_ids = m->page_ids;
     a.scale_log2 = scale * 1.4426950408889634f;
-    if (kv.dtype == LG_F16) {
-        if (hd == 128 && fa_sel() == 0)
-            return launch_old(c, a, m);
-        return hd == 64 ? launch<__half, fa_cfg<64, 4, 2, 2, false>>(c, a, m) : launch128<__half>(c, a, m);
-    }
-    return hd == 64 ? launch<__nv_bfloat16, fa_cfg<64, 4, 2, 2, false>>(c, a, m) : launch128<__nv_bfloat16>(c, a, m);
+    if (kv.dtype == LG_F16)
+        return hd == 64 ? launch<__half, fa_cfg<64, 4, 2, 2>>(c, a, m) : launch<__half, fa_cfg<128, 4, 2, 2>>(c, a, m);
+    return hd == 64 ? launch<__nv_bfloat16, fa_cfg<64, 4, 2, 2>>(c, a, m)
+                    : launch<__nv_bfloat16, fa_cfg<128, 4, 2, 2>>(c, a, m);
 }
