@@ -399,9 +399,11 @@ static int attn_bench_fn(void *p)
     return G->i.attention(G, a->out, a->q, a->kv, &a->m, a->nh, a->scale);
 }
 
+static int attn_pt = 16; /* page_tokens of test_attention's pool */
+
 static void test_attention(lg_dtype dt, const char *name, const attn_case *ac, int nh, int nkv, int hd, int bench)
 {
-    const int pt = 16, L = 2, layer = 1;
+    const int pt = attn_pt, L = 2, layer = 1;
     const int S = ac->n_seqs, kvdim = nkv * hd, qdim = nh * hd;
     int T = 0, max_q = 0, max_kv = 0, n_pages_used = 0;
     for (int s = 0; s < S; s++) {
@@ -1415,6 +1417,9 @@ int main(int argc, char **argv)
             attn_case pf = {4, q4, k4};
             test_attention(dt, "prefill", &pf, 32, 32, 128, 0); /* FA2: partial tiles, chunk after cache */
             test_attention(dt, "prefill", &pf, 16, 2, 64, 0);
+            attn_pt = 12; /* page_tokens not a power of two */
+            test_attention(dt, "prefill pt12", &pf, 32, 8, 128, 0);
+            attn_pt = 16;
             lg_cuda_attn_fa2(0); /* the wmma kernel at the FA2 head dims too */
             test_attention(dt, "prefill wmma", &pf, 32, 32, 128, 0);
             lg_cuda_attn_fa2(1);
