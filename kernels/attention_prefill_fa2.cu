@@ -27,7 +27,7 @@
  *   mask j > pos only on the tile that crosses the diagonal of the warp's
  *   rows; a tile past every row of the warp is skipped (no MMA); online
  *   softmax on the S accumulators (a row lives in the 4 lanes of a quad:
- *   two shuffles);
+ *   two shuffles; max and sum pairwise, chains of 4 instead of 16);
  *   O += P V    A = P straight from the S accumulators (the C layout of two
  *               n8 tiles is the A layout of one k16 step), B = V through
  *               ldmatrix.trans, again one fragment for both m16 tiles.
@@ -292,11 +292,18 @@ __global__ void __launch_bounds__(C::THREADS, 2) attn_prefill_fa2_kernel(fa_args
         bool grew = false;
 #pragma unroll
         for (int mt = 0; mt < WM; mt++) {
-            float mx[2] = {-INFINITY, -INFINITY};
+            float mx[2];
 #pragma unroll
-            for (int nt = 0; nt < BN / 8; nt++)
+            for (int h = 0; h < 2; h++) { /* pairwise: a chain of 4, not 16 */
+                float t[BN / 8];
 #pragma unroll
-                for (int e = 0; e < 4; e++) mx[e >> 1] = fmaxf(mx[e >> 1], sc[mt][nt][e]);
+                for (int nt = 0; nt < BN / 8; nt++) t[nt] = fmaxf(sc[mt][nt][2 * h], sc[mt][nt][2 * h + 1]);
+#pragma unroll
+                for (int w = BN / 16; w >= 1; w /= 2)
+#pragma unroll
+                    for (int i = 0; i < w; i++) t[i] = fmaxf(t[i], t[i + w]);
+                mx[h] = t[0];
+            }
 #pragma unroll
             for (int h = 0; h < 2; h++) {
                 mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
@@ -311,21 +318,25 @@ __global__ void __launch_bounds__(C::THREADS, 2) attn_prefill_fa2_kernel(fa_args
         uint32_t pa[WM][BN / 16][4]; /* P as the A fragments of the k16 steps of P V */
 #pragma unroll
         for (int mt = 0; mt < WM; mt++) {
-            float rs[2] = {0.0f, 0.0f};
+            float ps[2][BN / 8]; /* row sums per n8 tile, then pairwise */
 #pragma unroll
             for (int nt = 0; nt < BN / 8; nt++) {
                 float p[4];
 #pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    p[e] = fa_ex2(fmaf(sc[mt][nt][e], a.scale_log2, -m_use[mt][e >> 1]));
-                    rs[e >> 1] += p[e];
-                }
+                for (int e = 0; e < 4; e++) p[e] = fa_ex2(fmaf(sc[mt][nt][e], a.scale_log2, -m_use[mt][e >> 1]));
+                ps[0][nt] = p[0] + p[1];
+                ps[1][nt] = p[2] + p[3];
                 pa[mt][nt >> 1][(nt & 1) * 2] = fa_pack<T>(p[0], p[1]);
                 pa[mt][nt >> 1][(nt & 1) * 2 + 1] = fa_pack<T>(p[2], p[3]);
             }
 #pragma unroll
-            for (int h = 0; h < 2; h++)
-                l_run[mt][h] = l_run[mt][h] * alpha[mt][h] + rs[h]; /* per-lane partial; quad sum at the end */
+            for (int h = 0; h < 2; h++) {
+#pragma unroll
+                for (int w = BN / 16; w >= 1; w /= 2)
+#pragma unroll
+                    for (int i = 0; i < w; i++) ps[h][i] += ps[h][i + w];
+                l_run[mt][h] = l_run[mt][h] * alpha[mt][h] + ps[h][0]; /* per-lane partial; quad sum at the end */
+            }
         }
         if (__any_sync(0xffffffffu, grew)) {
 #pragma unroll
