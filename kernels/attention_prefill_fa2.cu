@@ -40,6 +40,7 @@
  * tile (the most keys), so the longest tiles of all heads start first.
  * Programmatic dependent launch (cuda_common.cuh): waits before any load.
  */
+#include "mma.cuh"
 #include "ops.cuh"
 
 #include <limits.h>
@@ -60,51 +61,12 @@ struct fa_args {
     float scale_log2; /* scale * log2(e) */
 };
 
-__device__ __forceinline__ uint32_t fa_smem(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
-
-__device__ __forceinline__ void fa_cp16(void *dst, const void *src, bool ok)
-{
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(fa_smem(dst)), "l"(src), "r"(ok ? 16 : 0)
-                 : "memory");
-}
-__device__ __forceinline__ void fa_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-template <int N> __device__ __forceinline__ void fa_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
-
-__device__ __forceinline__ void fa_ldm4(uint32_t *r, uint32_t addr)
-{
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(addr));
-}
-__device__ __forceinline__ void fa_ldm4t(uint32_t *r, uint32_t addr)
-{
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(addr));
-}
 /* 2^x, flushing subnormal results to zero; 2^-inf = 0 */
 __device__ __forceinline__ float fa_ex2(float x)
 {
     float y;
     asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
     return y;
-}
-
-template <typename T> __device__ __forceinline__ void fa_mma(float *d, const uint32_t *a, uint32_t b0, uint32_t b1);
-template <> __device__ __forceinline__ void fa_mma<__half>(float *d, const uint32_t *a, uint32_t b0, uint32_t b1)
-{
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-template <>
-__device__ __forceinline__ void fa_mma<__nv_bfloat16>(float *d, const uint32_t *a, uint32_t b0, uint32_t b1)
-{
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
 /* Two floats -> one 32-bit register of two T (lo = first). */
@@ -159,7 +121,7 @@ __global__ void __launch_bounds__(C::THREADS, 2) attn_prefill_fa2_kernel(fa_args
         const int r = i / VEC, v = i % VEC;
         const bool ok = r < rows_here;
         const int f = r0 + (ok ? r : 0), tok = q0 + f / g, h = kh * g + f % g;
-        fa_cp16(Qs + fa_sw<HD>(r, v), (const T *)a.q + (int64_t)tok * a.ldq + (int64_t)h * HD + v * 8, ok);
+        cu_cp16(Qs + fa_sw<HD>(r, v), (const T *)a.q + (int64_t)tok * a.ldq + (int64_t)h * HD + v * 8, ok);
     }
     /* K/V tile kt into buffer buf: this thread copies chunk lc of rows lr + i * RSTEP
      * (RSTEP % 8 == 0: one swizzled column for all of them) */
@@ -181,8 +143,8 @@ __global__ void __launch_bounds__(C::THREADS, 2) attn_prefill_fa2_kernel(fa_args
             else
                 pg = jj / a.page_tokens, sl = jj - pg * a.page_tokens;
             const char *row = kv_src + (size_t)__ldg(pages + pg) * a.page_bytes + (size_t)sl * row_bytes;
-            fa_cp16(kd + i * RSTEP * HD, row + a.k_off, ok);
-            fa_cp16(vd + i * RSTEP * HD, row + a.v_off, ok);
+            cu_cp16(kd + i * RSTEP * HD, row + a.k_off, ok);
+            cu_cp16(vd + i * RSTEP * HD, row + a.v_off, ok);
         }
     };
     auto load_kv = [&](int kt, int buf) { /* page of key j: a shift when page_tokens is a power of two */
@@ -192,12 +154,12 @@ __global__ void __launch_bounds__(C::THREADS, 2) attn_prefill_fa2_kernel(fa_args
             load_rows(kt, buf, std::false_type());
     };
     load_kv(0, 0);
-    fa_commit(); /* group 0: Q and tile 0 */
+    cu_cp_commit(); /* group 0: Q and tile 0 */
 #pragma unroll
     for (int st = 1; st < ST - 1; st++) {
         if (st < n_tiles)
             load_kv(st, st);
-        fa_commit();
+        cu_cp_commit();
     }
 
     const int lane = tid & 31, warp = tid >> 5, gq = lane >> 2, cq = lane & 3;
@@ -223,9 +185,9 @@ __global__ void __launch_bounds__(C::THREADS, 2) attn_prefill_fa2_kernel(fa_args
      * bytes (fa_sm is 1024-aligned), so chunk c + 2 k of the row is address ^ 32 k, and + 16 rows is
      * + 32 HD bytes: one LOP per k step, the row steps are immediate offsets. */
     constexpr uint32_t ROWB = 2 * HD, RT16 = 16 * ROWB; /* bytes of a row, of 16 rows */
-    const uint32_t q_addr = fa_smem(Qs) + (wr0 + (mi & 1) * 8 + li) * ROWB + (((mi >> 1) ^ li) << 4);
-    const uint32_t k_addr = fa_smem(Ks) + ((mi >> 1) * 8 + li) * ROWB + (((mi & 1) ^ li) << 4);
-    const uint32_t v_addr = fa_smem(Vs) + ((mi & 1) * 8 + li) * ROWB + (((mi >> 1) ^ li) << 4);
+    const uint32_t q_addr = cu_smem_addr(Qs) + (wr0 + (mi & 1) * 8 + li) * ROWB + (((mi >> 1) ^ li) << 4);
+    const uint32_t k_addr = cu_smem_addr(Ks) + ((mi >> 1) * 8 + li) * ROWB + (((mi & 1) ^ li) << 4);
+    const uint32_t v_addr = cu_smem_addr(Vs) + ((mi & 1) * 8 + li) * ROWB + (((mi >> 1) ^ li) << 4);
 
     float o[WM][NDT][4];
 #pragma unroll
@@ -241,11 +203,11 @@ __global__ void __launch_bounds__(C::THREADS, 2) attn_prefill_fa2_kernel(fa_args
         for (int h = 0; h < 2; h++) m_run[mt][h] = -INFINITY, l_run[mt][h] = 0.0f;
 
     for (int kt = 0; kt < n_tiles; kt++) {
-        fa_wait<ST - 2>();
+        cu_cp_wait<ST - 2>();
         __syncthreads(); /* tile kt landed; every warp is done with the buffer tile kt + ST - 1 overwrites */
         if (kt + ST - 1 < n_tiles)
             load_kv(kt + ST - 1, (kt + ST - 1) % ST);
-        fa_commit();
+        cu_cp_commit();
         if (kt * BN > pmax)
             continue; /* every key of the tile is past every row of this warp */
         const uint32_t kb = k_addr + (kt % ST) * (C::TILE * 2), vb = v_addr + (kt % ST) * (C::TILE * 2);
@@ -262,15 +224,15 @@ __global__ void __launch_bounds__(C::THREADS, 2) attn_prefill_fa2_kernel(fa_args
         for (int kk = 0; kk < NKK; kk++) {
             uint32_t qa[WM][4];
 #pragma unroll
-            for (int mt = 0; mt < WM; mt++) fa_ldm4(qa[mt], (q_addr ^ (32 * kk)) + mt * RT16);
+            for (int mt = 0; mt < WM; mt++) cu_ldm4(qa[mt], (q_addr ^ (32 * kk)) + mt * RT16);
 #pragma unroll
             for (int np = 0; np < BN / 16; np++) {
                 uint32_t b[4];
-                fa_ldm4(b, (kb ^ (32 * kk)) + np * RT16);
+                cu_ldm4(b, (kb ^ (32 * kk)) + np * RT16);
 #pragma unroll
                 for (int mt = 0; mt < WM; mt++) {
-                    fa_mma<T>(sc[mt][2 * np], qa[mt], b[0], b[1]);
-                    fa_mma<T>(sc[mt][2 * np + 1], qa[mt], b[2], b[3]);
+                    cu_mma16816<T>(sc[mt][2 * np], qa[mt], b[0], b[1]);
+                    cu_mma16816<T>(sc[mt][2 * np + 1], qa[mt], b[2], b[3]);
                 }
             }
         }
@@ -353,16 +315,16 @@ __global__ void __launch_bounds__(C::THREADS, 2) attn_prefill_fa2_kernel(fa_args
 #pragma unroll
             for (int dp = 0; dp < HD / 16; dp++) {
                 uint32_t b[4];
-                fa_ldm4t(b, (vb ^ (32 * dp)) + j * RT16);
+                cu_ldm4t(b, (vb ^ (32 * dp)) + j * RT16);
 #pragma unroll
                 for (int mt = 0; mt < WM; mt++) {
-                    fa_mma<T>(o[mt][2 * dp], pa[mt][j], b[0], b[1]);
-                    fa_mma<T>(o[mt][2 * dp + 1], pa[mt][j], b[2], b[3]);
+                    cu_mma16816<T>(o[mt][2 * dp], pa[mt][j], b[0], b[1]);
+                    cu_mma16816<T>(o[mt][2 * dp + 1], pa[mt][j], b[2], b[3]);
                 }
             }
         }
     }
-    fa_wait<0>(); /* nothing in flight at exit (only empty groups can be) */
+    cu_cp_wait<0>(); /* nothing in flight at exit (only empty groups can be) */
 
     /* out = O / l */
 #pragma unroll

@@ -33,7 +33,7 @@ typedef struct cuda_ctx {
     cudaStream_t stream;      /* compute stream: every op and upload/download */
     cudaStream_t upload_stream; /* reserved for adapter prefetch (not used by the backend.h ops) */
     int pdl;                  /* 1: step kernels launch with programmatic dependent launch (cu_launch) */
-    int *sem;                 /* [CU_SEM_COUNT] zeroed counters, left zero by every kernel (gemm_skinny.cu) */
+    int *sem;                 /* [CU_SEM_COUNT] zeroed counters, left zero by every kernel (see CU_SEM_COUNT) */
     struct cu_lt *lt;         /* cuBLASLt handle and per-shape algorithms (gemm_lt.cu), made at first use */
     cublasHandle_t blas;      /* bound to `stream` */
     void *blas_ws;            /* cuBLAS workspace */
@@ -81,7 +81,7 @@ int cu_fail_at(cuda_ctx *c, const char *file, int line, const char *fmt, ...)
  * retired and freed with the backend; so growth is legal while recording. */
 void *cu_workspace(cuda_ctx *c, size_t n);
 
-/* Tile counters for in-kernel split-K reductions (gemm_skinny.cu). */
+/* Arrival counters for in-kernel split reductions (gemm_skinny.cu, gemm_streamk.cu, attention_decode.cu): each kernel waits (pdl_wait) before touching them and leaves them zero. */
 #define CU_SEM_COUNT 65536
 
 static inline bool cu_is_float(lg_dtype t) { return t == LG_F32 || t == LG_F16 || t == LG_BF16; }

@@ -43,6 +43,7 @@
  * LG_STREAMK (read once) or lg_cuda_streamk_mode(): 0 = off (cuBLAS),
  * 1 = auto, 10 + v = variant v for every call it can take.
  */
+#include "mma.cuh"
 #include "ops.cuh"
 
 #include <stdlib.h>
@@ -65,40 +66,6 @@ struct skm_args {
     float *part;    /* [tiles][slots][BM * NT * 8] partial tiles (fragment order) */
     int *sem;       /* [tiles] chunk counters, zero between launches */
 };
-
-__device__ __forceinline__ uint32_t skm_smem(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
-
-__device__ __forceinline__ void skm_cp16(void *dst, const void *src, bool ok)
-{
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(skm_smem(dst)), "l"(src), "r"(ok ? 16 : 0)
-                 : "memory");
-}
-__device__ __forceinline__ void skm_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-template <int N> __device__ __forceinline__ void skm_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
-
-__device__ __forceinline__ void skm_ldm4(uint32_t *r, const void *p)
-{
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(skm_smem(p)));
-}
-
-template <typename TX> __device__ __forceinline__ void skm_mma(float *d, const uint32_t *a, uint32_t b0, uint32_t b1);
-template <> __device__ __forceinline__ void skm_mma<__half>(float *d, const uint32_t *a, uint32_t b0, uint32_t b1)
-{
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-                 "{%0, %1, %2, %3};"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-template <>
-__device__ __forceinline__ void skm_mma<__nv_bfloat16>(float *d, const uint32_t *a, uint32_t b0, uint32_t b1)
-{
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-                 "{%0, %1, %2, %3};"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
 
 /* Shared memory of one stage: W [BM][KC + 8], then x [XR][KC + 8] (XR >= 16: ldmatrix.x4 reads 16 token rows). */
 template <int WARPS, int MT, int KC, int NT> struct skm_layout {
@@ -137,7 +104,7 @@ __global__ void __launch_bounds__(WARPS * 32) gemm_streamk_kernel(skm_args a)
             const int i = threadIdx.x + j * THREADS, r = i / VPR, v = i % VPR, n = tile * BM + r, k = k0 + v * 8;
             const bool ok = n < a.N && k < a.K;
             const TX *src = (const TX *)a.W + (int64_t)(ok ? n : 0) * a.ldw + (ok ? k : 0);
-            skm_cp16(ws + r * LD + v * 8, src, ok);
+            cu_cp16(ws + r * LD + v * 8, src, ok);
         }
     };
     auto load_x = [&](int k0, int slot) {
@@ -150,7 +117,7 @@ __global__ void __launch_bounds__(WARPS * 32) gemm_streamk_kernel(skm_args a)
             const int r = i / VPR, v = i % VPR, k = k0 + v * 8;
             const bool ok = r < a.T && k < a.K;
             const TX *src = (const TX *)a.x + (int64_t)(ok ? r : 0) * a.ldx + (ok ? k : 0);
-            skm_cp16(xs + r * LD + v * 8, src, ok);
+            cu_cp16(xs + r * LD + v * 8, src, ok);
         }
     };
 
@@ -174,7 +141,7 @@ __global__ void __launch_bounds__(WARPS * 32) gemm_streamk_kernel(skm_args a)
     for (int s = 0; s < STAGES - 1; s++) {
         if (u_begin + s < u_end)
             load_x(lk, s);
-        skm_commit();
+        cu_cp_commit();
         lk += KC;
         if (lk >= a.nc * KC)
             lk = 0, lt++;
@@ -189,14 +156,14 @@ __global__ void __launch_bounds__(WARPS * 32) gemm_streamk_kernel(skm_args a)
 
     for (int u = u_begin; u < u_end; u++) {
         const int i = (int)(u - u_begin);
-        skm_wait<STAGES - 2>();
+        cu_cp_wait<STAGES - 2>();
         __syncthreads(); /* unit u landed; every warp is done with the slot refilled below */
         {
             if (u + STAGES - 1 < u_end) {
                 load_w(lt, lk, (i + STAGES - 1) % STAGES);
                 load_x(lk, (i + STAGES - 1) % STAGES);
             }
-            skm_commit();
+            cu_cp_commit();
             lk += KC;
             if (lk >= a.nc * KC)
                 lk = 0, lt++;
@@ -207,16 +174,16 @@ __global__ void __launch_bounds__(WARPS * 32) gemm_streamk_kernel(skm_args a)
             uint32_t af[MT][4];
 #pragma unroll
             for (int mt = 0; mt < MT; mt++)
-                skm_ldm4(af[mt], ws + ((warp * MT + mt) * 16 + (mi & 1) * 8 + li) * LD + ks * 16 + (mi >> 1) * 8);
+                cu_ldm4(af[mt], cu_smem_addr(ws + ((warp * MT + mt) * 16 + (mi & 1) * 8 + li) * LD + ks * 16 + (mi >> 1) * 8));
 #pragma unroll
             for (int np = 0; np < (NT + 1) / 2; np++) {
                 uint32_t bf[4];
-                skm_ldm4(bf, xs + (np * 16 + (mi >> 1) * 8 + li) * LD + ks * 16 + (mi & 1) * 8);
+                cu_ldm4(bf, cu_smem_addr(xs + (np * 16 + (mi >> 1) * 8 + li) * LD + ks * 16 + (mi & 1) * 8));
 #pragma unroll
                 for (int mt = 0; mt < MT; mt++) {
-                    skm_mma<TX>(acc[mt * NT + 2 * np], af[mt], bf[0], bf[1]);
+                    cu_mma16816<TX>(acc[mt * NT + 2 * np], af[mt], bf[0], bf[1]);
                     if (2 * np + 1 < NT)
-                        skm_mma<TX>(acc[mt * NT + 2 * np + 1], af[mt], bf[2], bf[3]);
+                        cu_mma16816<TX>(acc[mt * NT + 2 * np + 1], af[mt], bf[2], bf[3]);
                 }
             }
         }
@@ -297,7 +264,7 @@ __global__ void __launch_bounds__(WARPS * 32) gemm_streamk_kernel(skm_args a)
         seg_begin = u + 1;
         tile++, kc_i = 0;
     }
-    skm_wait<0>(); /* no cp.async left in flight at exit */
+    cu_cp_wait<0>(); /* no cp.async left in flight at exit */
 }
 
 /* ---- host side ---------------------------------------------------------------------------- */
