@@ -56,6 +56,25 @@ int cu_check_view(cuda_ctx *c, const char *what, lg_tensor t, const char *file, 
     return 0;
 }
 
+int cu_resident_blocks(const void *f, int threads, size_t smem)
+{
+    static const void *keys[128];
+    static int vals[128];
+    int i = 0;
+    for (; i < 128 && keys[i]; i++)
+        if (keys[i] == f)
+            return vals[i];
+    int n = 0;
+    if ((smem > 0 && cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess) ||
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, f, threads, smem) != cudaSuccess) {
+        cudaGetLastError();
+        n = 0;
+    }
+    if (i < 128)
+        keys[i] = f, vals[i] = n;
+    return n;
+}
+
 void *cu_workspace(cuda_ctx *c, size_t n)
 {
     if (n <= c->ws_size)

@@ -20,6 +20,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+#include <stdlib.h>
 #include <stdint.h>
 
 extern "C" {
@@ -80,6 +81,20 @@ int cu_fail_at(cuda_ctx *c, const char *file, int line, const char *fmt, ...)
  * Growth never frees the old buffer (a recorded graph may name it): it is
  * retired and freed with the backend; so growth is legal while recording. */
 void *cu_workspace(cuda_ctx *c, size_t n);
+
+/* A tuning switch: *cache once set (>= 0), else the integer in environment variable `name`
+ * (unset or empty: def), remembered in *cache. Callers set *cache = -1 to re-read it. */
+static inline int cu_switch(int *cache, const char *name, int def)
+{
+    if (*cache < 0) {
+        const char *e = getenv(name);
+        *cache = e && *e ? atoi(e) : def;
+    }
+    return *cache;
+}
+/* Resident blocks per SM of kernel f at `threads` threads and `smem` dynamic shared memory
+ * (raising its dynamic shared memory limit first), cached per kernel; 0 when it cannot run. */
+int cu_resident_blocks(const void *f, int threads, size_t smem);
 
 /* Arrival counters for in-kernel split reductions (gemm_skinny.cu, gemm_streamk.cu, attention_decode.cu): each kernel waits (pdl_wait) before touching them and leaves them zero. */
 #define CU_SEM_COUNT 65536

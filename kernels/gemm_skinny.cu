@@ -367,14 +367,7 @@ static int g_skinny = -1; /* -1: not read yet */
 
 extern "C" void lg_cuda_skinny_mode(int mode) { g_skinny = mode; }
 
-static int skinny_mode(void)
-{
-    if (g_skinny < 0) {
-        const char *e = getenv("LG_SKINNY");
-        g_skinny = e && *e ? atoi(e) : 0;
-    }
-    return g_skinny;
-}
+static int skinny_mode(void) { return cu_switch(&g_skinny, "LG_SKINNY", 0); }
 
 int cu_skinny_enabled(void) { return skinny_mode() != 0; }
 
@@ -402,27 +395,6 @@ template <typename TX, typename TY> static sk_fn pick_nt(int nt, int v)
     case 4: return pick<TX, TY, 4>(v);
     default: return pick<TX, TY, 8>(v);
     }
-}
-
-/* Resident blocks per SM of a kernel, cached (the kernels use no dynamic shared memory). */
-static int resident_per_sm(sk_fn f)
-{
-    static sk_fn keys[64];
-    static int vals[64];
-    for (int i = 0; i < 64 && keys[i]; i++)
-        if (keys[i] == f)
-            return vals[i];
-    int n = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, f, SK_THREADS, 0) != cudaSuccess || n < 1) {
-        cudaGetLastError();
-        n = 1;
-    }
-    for (int i = 0; i < 64; i++)
-        if (!keys[i]) {
-            keys[i] = f, vals[i] = n;
-            break;
-        }
-    return n;
 }
 
 int cu_skinny_try(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tensor bias, bool accumulate,
@@ -453,7 +425,8 @@ int cu_skinny_try(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tens
                 return 1;
     }
     const int tiles = (N + rows - 1) / rows, steps = (K + 31) / 32;
-    const int resident = resident_per_sm(f) * c->n_sm;
+    const int per_sm = cu_resident_blocks((const void *)f, SK_THREADS, 0);
+    const int resident = (per_sm > 0 ? per_sm : 1) * c->n_sm;
     /* slices: fewest waves per unit of work; each warp keeps at least 4 steps */
     int S = 1;
     double best = 1e30;

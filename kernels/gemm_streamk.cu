@@ -275,14 +275,7 @@ static int g_streamk = -1; /* -1: not read yet */
 
 extern "C" void lg_cuda_streamk_mode(int mode) { g_streamk = mode; }
 
-static int streamk_mode(void)
-{
-    if (g_streamk < 0) {
-        const char *e = getenv("LG_STREAMK");
-        g_streamk = e && *e ? atoi(e) : 0;
-    }
-    return g_streamk;
-}
+static int streamk_mode(void) { return cu_switch(&g_streamk, "LG_STREAMK", 0); }
 
 typedef void (*skm_fn)(skm_args);
 struct skm_kernel {
@@ -322,29 +315,6 @@ template <typename TX, typename TY> static skm_kernel pick_nt(int nt, int v)
     }
 }
 
-/* Resident blocks per SM of a kernel (after raising its dynamic shared memory limit), cached. */
-static int skm_resident(cuda_ctx *c, const skm_kernel &k)
-{
-    static skm_fn keys[64];
-    static int vals[64];
-    for (int i = 0; i < 64 && keys[i]; i++)
-        if (keys[i] == k.f)
-            return vals[i];
-    int n = 0;
-    if (cudaFuncSetAttribute(k.f, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)k.smem) != cudaSuccess ||
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, k.f, k.warps * 32, k.smem) != cudaSuccess) {
-        cudaGetLastError();
-        n = 0;
-    }
-    for (int i = 0; i < 64; i++)
-        if (!keys[i]) {
-            keys[i] = k.f, vals[i] = n;
-            break;
-        }
-    (void)c;
-    return n;
-}
-
 int cu_streamk_try(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tensor bias, bool accumulate)
 {
     cuda_ctx *c = CU_CTX(be);
@@ -361,7 +331,7 @@ int cu_streamk_try(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_ten
                                                   : pick_nt<__nv_bfloat16, __nv_bfloat16>(nt, v));
     if (k.smem > c->max_smem_optin)
         return 1;
-    const int per_sm = skm_resident(c, k);
+    const int per_sm = cu_resident_blocks((const void *)k.f, k.warps * 32, k.smem);
     if (per_sm < 1)
         return 1;
     const int N = (int)W.rows, K = (int)x.cols, BM = k.bm;

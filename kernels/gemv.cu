@@ -178,14 +178,7 @@ static int g_mode = -1; /* -1: not read yet */
 
 extern "C" void lg_cuda_gemv_mode(int mode) { g_mode = mode; }
 
-static int gemv_mode(void)
-{
-    if (g_mode < 0) {
-        const char *e = getenv("LG_GEMV");
-        g_mode = e && *e ? atoi(e) : 1;
-    }
-    return g_mode;
-}
+static int gemv_mode(void) { return cu_switch(&g_mode, "LG_GEMV", 1); }
 
 template <typename TX, typename TY, int T, int R, int U>
 static cudaError_t launch_one(cudaStream_t st, bool pdl, TY *y, int64_t ldy, const TX *x, int64_t ldx, const TX *W,
