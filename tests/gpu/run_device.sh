@@ -22,7 +22,8 @@
 # LoRA shrink/expand and rope/kv launches in stream order, the wmma prefill
 # attention, no programmatic dependent launch), plus W1 and batch-1 with one
 # switch flipped at a time (LG_SKINNY=1 and LG_FUSE_LORA=1 turn on the opt-in
-# skinny matmul and matmul_lora op, together the expand in its epilogue). profile: ncu per-kernel time of one W1 decode step
+# skinny matmul and matmul_lora op, together the expand in its epilogue).
+# EXTRA="label|env|case;..." adds runs of any case under any environment. profile: ncu per-kernel time of one W1 decode step
 # (tests/gpu/profile_decode.sh), new and old. all = test + serving + bench +
 # profile.
 #
@@ -139,6 +140,12 @@ if want bench; then
   for c in ${CASES:-w1_lora w1_base w3_lora b1 pf2048 w2_lora w2_base}; do
     bench new "" $c
     bench "$OLD_LABEL" "$OLD" $c
+  done
+  # EXTRA="label|env assignments|case;..." adds runs (e.g. EXTRA="side0|LG_LORA_SIDE=0|w3_lora")
+  IFS=';' read -ra extra <<<"${EXTRA:-}"
+  for x in "${extra[@]}"; do
+    IFS='|' read -r xl xe xc <<<"$x"
+    bench "$xl" "$xe" "$xc"
   done
   if [ "${ABLATE:-1}" != 0 ]; then   # one path switched at a time
     for sw in LG_PDL=0 LG_FUSE_ROPE_KV=0 LG_FUSE_LORA=1 LG_SKINNY=1 LG_SKINNY=1,LG_FUSE_LORA=1; do
