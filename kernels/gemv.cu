@@ -32,6 +32,16 @@
  * before it touches x, y or the bias. It gained nothing measurable in
  * batch-1 decode while no preceding kernel triggered early; now every step
  * kernel triggers at its start.
+ * L2 prefetch: the blocks that start early also ask for more of their rows
+ * while they wait: the first pf_blocks blocks (about LG_GEMV_PF_MB MB of
+ * W, default 6) issue one cp.async.bulk.prefetch.L2 per row for the part
+ * past their first batch. The kernel before a GEMV in a decode step (norm,
+ * rope/KV write, attention, silu) leaves HBM mostly idle; this fills part
+ * of that gap. Measured on the H100, batch-1 decode ms/step (two runs each,
+ * docs/benchmarks.md): 0 MB 5.245-5.271, 3 MB 5.188-5.198, 5 MB
+ * 5.165-5.176, 8 MB 5.160-5.191, 12 MB 5.196-5.199, 16 MB 5.256-5.263,
+ * 32 MB 5.492; more than the gap can absorb only queues ahead of the other
+ * blocks' demand loads. A cache hint only: no value read before the wait.
  *
  * Tuning switch (benchmarks): lg_cuda_gemv_mode() or the environment
  * variable LG_GEMV at first use: 0 = always cuBLAS; 1 = auto (default);
@@ -81,7 +91,7 @@ template <> __device__ __forceinline__ float dot8<__nv_bfloat16>(uint4 w, uint4 
 template <typename TX, typename TY, int T, int R, int U>
 __global__ void __launch_bounds__(GEMV_WARPS * 32)
     gemv_kernel(TY *__restrict__ y, int64_t ldy, const TX *__restrict__ x, int64_t ldx, const TX *__restrict__ W,
-                int64_t ldw, const void *bias, lg_dtype bdt, int N, int K8, int accumulate)
+                int64_t ldw, const void *bias, lg_dtype bdt, int N, int K8, int accumulate, int pf_blocks)
 {
     pdl_trigger();
     const int lane = threadIdx.x & 31;
@@ -111,6 +121,14 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
 #pragma unroll
         for (int r = 0; r < R; r++) cur[r][u] = i < K8 ? ld_stream16(wr[r] + i) : make_uint4(0, 0, 0, 0);
     }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    /* the first pf_blocks blocks (launched early by PDL, while the kernel
+     * before still runs and HBM idles) also ask for the rest of their rows
+     * into L2: one bulk prefetch per row, past the batch loaded above */
+    if ((int)blockIdx.x < pf_blocks && lane < R && n0 + lane < N && K8 > CH)
+        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(wr[lane] + CH), "r"((K8 - CH) * 16)
+                     : "memory");
+#endif
     /* everything above touches only W; x, y and bias may be written by the preceding kernel */
     asm volatile("griddepcontrol.wait;" ::: "memory");
 
@@ -169,7 +187,7 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
 /* ---- host side ---------------------------------------------------------------------------- */
 
 typedef void (*gemv_fn)(void *, int64_t, const void *, int64_t, const void *, int64_t, const void *, lg_dtype, int,
-                        int, int);
+                        int, int, int);
 
 /* Variants v = 0..3: (R rows per warp, U words per row per batch) = (1,8) (2,4) (2,8) (4,4). */
 #define N_VARIANTS 4
@@ -180,13 +198,20 @@ extern "C" void lg_cuda_gemv_mode(int mode) { g_mode = mode; }
 
 static int gemv_mode(void) { return cu_switch(&g_mode, "LG_GEMV", 1); }
 
+/* L2 prefetch budget of one launch, MB (LG_GEMV_PF_MB; 0: none): see the kernel */
+#define GEMV_PF_MB 6
+static int g_pf_mb = -1;
+
 template <typename TX, typename TY, int T, int R, int U>
 static cudaError_t launch_one(cudaStream_t st, bool pdl, TY *y, int64_t ldy, const TX *x, int64_t ldx, const TX *W,
-                              int64_t ldw, const void *bias, lg_dtype bdt, int N, int K8, int acc)
+                              int64_t ldw, const void *bias, lg_dtype bdt, int N, int K8, int acc, size_t pf_bytes)
 {
     cudaLaunchConfig_t cfg = {};
     const int rows_per_block = GEMV_WARPS * R;
-    cfg.gridDim = dim3((unsigned)((N + rows_per_block - 1) / rows_per_block));
+    const int blocks = (N + rows_per_block - 1) / rows_per_block;
+    const size_t block_bytes = (size_t)rows_per_block * (size_t)K8 * 16;
+    const int pf_blocks = pdl ? (int)(pf_bytes / block_bytes < (size_t)blocks ? pf_bytes / block_bytes : blocks) : 0;
+    cfg.gridDim = dim3((unsigned)blocks);
     cfg.blockDim = dim3(GEMV_WARPS * 32);
     cfg.dynamicSmemBytes = 0;
     cfg.stream = st;
@@ -195,33 +220,34 @@ static cudaError_t launch_one(cudaStream_t st, bool pdl, TY *y, int64_t ldy, con
     attr[0].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = attr;
     cfg.numAttrs = pdl ? 1 : 0;
-    return cudaLaunchKernelEx(&cfg, gemv_kernel<TX, TY, T, R, U>, y, ldy, x, ldx, W, ldw, bias, bdt, N, K8, acc);
+    return cudaLaunchKernelEx(&cfg, gemv_kernel<TX, TY, T, R, U>, y, ldy, x, ldx, W, ldw, bias, bdt, N, K8, acc,
+                              pf_blocks);
 }
 
 template <typename TX, typename TY, int T>
 static cudaError_t launch_t(int v, cudaStream_t st, bool pdl, TY *y, int64_t ldy, const TX *x, int64_t ldx,
-                            const TX *W, int64_t ldw, const void *bias, lg_dtype bdt, int N, int K8, int acc)
+                            const TX *W, int64_t ldw, const void *bias, lg_dtype bdt, int N, int K8, int acc, size_t pf)
 {
     switch (v) {
-    case 0: return launch_one<TX, TY, T, 1, 8>(st, pdl, y, ldy, x, ldx, W, ldw, bias, bdt, N, K8, acc);
-    case 1: return launch_one<TX, TY, T, 2, 4>(st, pdl, y, ldy, x, ldx, W, ldw, bias, bdt, N, K8, acc);
-    case 2: return launch_one<TX, TY, T, 2, 8>(st, pdl, y, ldy, x, ldx, W, ldw, bias, bdt, N, K8, acc);
-    default: return launch_one<TX, TY, T, 4, 4>(st, pdl, y, ldy, x, ldx, W, ldw, bias, bdt, N, K8, acc);
+    case 0: return launch_one<TX, TY, T, 1, 8>(st, pdl, y, ldy, x, ldx, W, ldw, bias, bdt, N, K8, acc, pf);
+    case 1: return launch_one<TX, TY, T, 2, 4>(st, pdl, y, ldy, x, ldx, W, ldw, bias, bdt, N, K8, acc, pf);
+    case 2: return launch_one<TX, TY, T, 2, 8>(st, pdl, y, ldy, x, ldx, W, ldw, bias, bdt, N, K8, acc, pf);
+    default: return launch_one<TX, TY, T, 4, 4>(st, pdl, y, ldy, x, ldx, W, ldw, bias, bdt, N, K8, acc, pf);
     }
 }
 
 template <typename TX, typename TY>
 static cudaError_t launch_ty(int T, int v, cudaStream_t st, bool pdl, lg_tensor y, lg_tensor x, lg_tensor W,
-                             lg_tensor bias, int acc)
+                             lg_tensor bias, int acc, size_t pf)
 {
     TY *yp = (TY *)y.data;
     const TX *xp = (const TX *)x.data, *wp = (const TX *)W.data;
     const int N = (int)W.rows, K8 = (int)(x.cols / 8);
     switch (T) {
-    case 1: return launch_t<TX, TY, 1>(v, st, pdl, yp, y.stride, xp, x.stride, wp, W.stride, bias.data, bias.dtype, N, K8, acc);
-    case 2: return launch_t<TX, TY, 2>(v, st, pdl, yp, y.stride, xp, x.stride, wp, W.stride, bias.data, bias.dtype, N, K8, acc);
-    case 3: return launch_t<TX, TY, 3>(v, st, pdl, yp, y.stride, xp, x.stride, wp, W.stride, bias.data, bias.dtype, N, K8, acc);
-    default: return launch_t<TX, TY, 4>(v, st, pdl, yp, y.stride, xp, x.stride, wp, W.stride, bias.data, bias.dtype, N, K8, acc);
+    case 1: return launch_t<TX, TY, 1>(v, st, pdl, yp, y.stride, xp, x.stride, wp, W.stride, bias.data, bias.dtype, N, K8, acc, pf);
+    case 2: return launch_t<TX, TY, 2>(v, st, pdl, yp, y.stride, xp, x.stride, wp, W.stride, bias.data, bias.dtype, N, K8, acc, pf);
+    case 3: return launch_t<TX, TY, 3>(v, st, pdl, yp, y.stride, xp, x.stride, wp, W.stride, bias.data, bias.dtype, N, K8, acc, pf);
+    default: return launch_t<TX, TY, 4>(v, st, pdl, yp, y.stride, xp, x.stride, wp, W.stride, bias.data, bias.dtype, N, K8, acc, pf);
     }
 }
 
@@ -238,13 +264,14 @@ int cu_gemv_try(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tensor
     int v = mode >= 10 ? (mode - 10) % N_VARIANTS : 1;
     const bool pdl = mode == 2 || c->pdl;
     const int acc = accumulate ? 1 : 0;
+    const size_t pf = (size_t)cu_switch(&g_pf_mb, "LG_GEMV_PF_MB", GEMV_PF_MB) << 20;
     cudaError_t e;
     if (x.dtype == LG_F16) {
-        if (y.dtype == LG_F32) e = launch_ty<__half, float>(T, v, c->stream, pdl, y, x, W, bias, acc);
-        else e = launch_ty<__half, __half>(T, v, c->stream, pdl, y, x, W, bias, acc);
+        if (y.dtype == LG_F32) e = launch_ty<__half, float>(T, v, c->stream, pdl, y, x, W, bias, acc, pf);
+        else e = launch_ty<__half, __half>(T, v, c->stream, pdl, y, x, W, bias, acc, pf);
     } else {
-        if (y.dtype == LG_F32) e = launch_ty<__nv_bfloat16, float>(T, v, c->stream, pdl, y, x, W, bias, acc);
-        else e = launch_ty<__nv_bfloat16, __nv_bfloat16>(T, v, c->stream, pdl, y, x, W, bias, acc);
+        if (y.dtype == LG_F32) e = launch_ty<__nv_bfloat16, float>(T, v, c->stream, pdl, y, x, W, bias, acc, pf);
+        else e = launch_ty<__nv_bfloat16, __nv_bfloat16>(T, v, c->stream, pdl, y, x, W, bias, acc, pf);
     }
     if (e != cudaSuccess)
         return CU_FAIL(c, "matmul: gemv launch (N=%lld T=%d K=%lld) failed: %s", (long long)W.rows, T,
