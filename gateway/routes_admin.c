@@ -409,31 +409,10 @@ out:
     return 0;
 }
 
-static int tenant_patch(lg_request *r, void *user)
+/* PATCH / PUT of a tenant's settings: the body through `parse` (which
+ * answers on error) into an update job, then the job runs. */
+static int tenant_update(lg_request *r, lg_app *app, int (*parse)(lg_request *, json_t *, tenant_job *))
 {
-    lg_app *app = user;
-    lg_app_tenant *t = tenant_param(r, app);
-    if (!t)
-        return 0;
-    json_t *body = lg_admin_json_body(r);
-    if (!body)
-        return 0;
-    static const char *const allowed[] = {"weight", "pricing", "limits", NULL};
-    tenant_job *tj = NULL;
-    if (unknown_fields(r, body, allowed, "request") == 0 && (tj = tenant_job_new(r, app, TJ_UPDATE, t->name))) {
-        if (parse_tenant_fields(r, body, tj) == 0) {
-            json_decref(body);
-            return lg_job_run(r, &tj->j);
-        }
-        free(tj);
-    }
-    json_decref(body);
-    return 0;
-}
-
-static int tenant_pricing_put(lg_request *r, void *user)
-{
-    lg_app *app = user;
     lg_app_tenant *t = tenant_param(r, app);
     if (!t)
         return 0;
@@ -441,7 +420,7 @@ static int tenant_pricing_put(lg_request *r, void *user)
     if (!body)
         return 0;
     tenant_job *tj = tenant_job_new(r, app, TJ_UPDATE, t->name);
-    if (tj && parse_pricing(r, body, &tj->pricing) == 0) {
+    if (tj && parse(r, body, tj) == 0) {
         json_decref(body);
         return lg_job_run(r, &tj->j);
     }
@@ -449,6 +428,20 @@ static int tenant_pricing_put(lg_request *r, void *user)
     json_decref(body);
     return 0;
 }
+
+static int parse_patch(lg_request *r, json_t *body, tenant_job *tj)
+{
+    static const char *const allowed[] = {"weight", "pricing", "limits", NULL};
+    if (unknown_fields(r, body, allowed, "request") != 0)
+        return -1;
+    return parse_tenant_fields(r, body, tj);
+}
+static int parse_pricing_job(lg_request *r, json_t *body, tenant_job *tj) { return parse_pricing(r, body, &tj->pricing); }
+static int parse_limits_job(lg_request *r, json_t *body, tenant_job *tj) { return parse_limits(r, body, &tj->limits); }
+
+static int tenant_patch(lg_request *r, void *user) { return tenant_update(r, user, parse_patch); }
+static int tenant_pricing_put(lg_request *r, void *user) { return tenant_update(r, user, parse_pricing_job); }
+static int tenant_limits_put(lg_request *r, void *user) { return tenant_update(r, user, parse_limits_job); }
 
 static int tenant_pricing_delete(lg_request *r, void *user)
 {
@@ -461,25 +454,6 @@ static int tenant_pricing_delete(lg_request *r, void *user)
         return 0;
     tj->pricing.set = tj->pricing.clear = true;
     return lg_job_run(r, &tj->j);
-}
-
-static int tenant_limits_put(lg_request *r, void *user)
-{
-    lg_app *app = user;
-    lg_app_tenant *t = tenant_param(r, app);
-    if (!t)
-        return 0;
-    json_t *body = lg_admin_json_body(r);
-    if (!body)
-        return 0;
-    tenant_job *tj = tenant_job_new(r, app, TJ_UPDATE, t->name);
-    if (tj && parse_limits(r, body, &tj->limits) == 0) {
-        json_decref(body);
-        return lg_job_run(r, &tj->j);
-    }
-    free(tj);
-    json_decref(body);
-    return 0;
 }
 
 static int tenant_delete(lg_request *r, void *user)
