@@ -292,6 +292,7 @@ extern "C" int lg_backend_cuda_create(const lg_backend_opts *opts, lg_backend **
         return create_fail(err, be, "cuda backend: device %d (%s) has compute capability %d.%d; 8.0+ needed", dev,
                            prop.name, prop.major, prop.minor);
     c->n_sm = prop.multiProcessorCount;
+    c->cc_major = prop.major;
     c->max_smem_optin = prop.sharedMemPerBlockOptin;
     CREATE_TRY(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
     CREATE_TRY(cudaStreamCreateWithFlags(&c->upload_stream, cudaStreamNonBlocking));

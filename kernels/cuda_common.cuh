@@ -30,6 +30,7 @@ extern "C" {
 typedef struct cuda_ctx {
     int device;
     int n_sm;
+    int cc_major;             /* compute capability (9 = Hopper: TMA, wgmma) */
     size_t max_smem_optin;    /* bytes of shared memory a block may opt into */
     cudaStream_t stream;      /* compute stream: every op and upload/download */
     cudaStream_t upload_stream; /* reserved for adapter prefetch (not used by the backend.h ops) */

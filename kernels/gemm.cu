@@ -11,9 +11,11 @@
  * The bias (f32/f16/bf16, added in f32) is a second small kernel; only
  * models with qkv biases pay for it. With accumulate, the product is added
  * to y through beta = 1 and the bias, if any, after.
- * Decode shapes go elsewhere first: T <= 4 to the GEMV (gemv.cu), then,
- * when switched on (LG_SKINNY=1; off by default: it measured slower than
- * cuBLAS), T <= 64 to the tensor-core skinny matmul (gemm_skinny.cu); cuBLAS
+ * Decode shapes go elsewhere first: T <= 4 to the GEMV (gemv.cu), then, on
+ * Hopper, 5 <= T <= 32 to the TMA + wgmma stream-K matmul (gemm_tma.cu;
+ * LG_STREAMK=0 turns it off), then, when switched on, the mma.sync stream-K
+ * (LG_STREAMK=1) or skinny (LG_SKINNY=1) matmuls (both measured slower than
+ * cuBLAS), T <= 64 (gemm_streamk.cu, gemm_skinny.cu); cuBLAS
  * takes the rest (prefill) and anything their alignment rules refuse, on
  * cuBLASLt with a per-shape timed algorithm for 5..128 rows when switched on
  * (LG_BLASLT=1, gemm_lt.cu).
@@ -72,7 +74,11 @@ int cu_matmul(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tensor b
     const int g = cu_gemv_try(be, y, x, W, bias, accumulate);
     if (g <= 0)
         return g;
-    /* decode batches (5 <= T <= 64): the stream-K tensor-core weight stream of gemm_streamk.cu */
+    /* decode batches: the stream-K weight streams of gemm_tma.cu (TMA + wgmma; default for 5..32 rows)
+     * and gemm_streamk.cu (cp.async + mma.sync; opt-in), as LG_STREAMK says */
+    const int tma = cu_tma_try(be, y, x, W, bias, accumulate);
+    if (tma <= 0)
+        return tma;
     const int skm = cu_streamk_try(be, y, x, W, bias, accumulate);
     if (skm <= 0)
         return skm;

@@ -41,31 +41,16 @@
  * 1 = (8, 1, 128, 3), 2 = (4, 1, 256, 3), 3 = (4, 2, 64, 4); NT = 8 (33..64
  * tokens) uses one stage fewer in v0 and v3.
  * LG_STREAMK (read once) or lg_cuda_streamk_mode(): 0 = off (cuBLAS),
- * 1 = auto, 10 + v = variant v for every call it can take.
+ * 1 = this kernel, 10 + v = its variant v for every call it can take;
+ * 2 (the default) and 20 + v select the TMA + wgmma kernel of gemm_tma.cu
+ * instead. This kernel measured slower than cuBLAS from T = 16 up.
  */
+#include "gemm_streamk.cuh"
 #include "mma.cuh"
-#include "ops.cuh"
 
 #include <stdlib.h>
 
 #define SKM_MAX_T 64
-
-struct skm_args {
-    void *y;
-    int64_t ldy;
-    const void *x;
-    int64_t ldx;
-    const void *W;
-    int64_t ldw;
-    const void *bias;
-    lg_dtype bdt;
-    int N, K, T, accumulate;
-    int nc;         /* chunks per tile: ceil(K / KC) */
-    int units;      /* tiles * nc (< 2^31 / 1024: checked) */
-    int slots;      /* workspace slots per tile */
-    float *part;    /* [tiles][slots][BM * NT * 8] partial tiles (fragment order) */
-    int *sem;       /* [tiles] chunk counters, zero between launches */
-};
 
 /* Shared memory of one stage: W [BM][KC + 8], then x [XR][KC + 8] (XR >= 16: ldmatrix.x4 reads 16 token rows). */
 template <int WARPS, int MT, int KC, int NT> struct skm_layout {
@@ -73,27 +58,20 @@ template <int WARPS, int MT, int KC, int NT> struct skm_layout {
     static constexpr int STAGE = (BM + XR) * LD; /* elements */
 };
 
-/* First block whose unit range holds unit u: the largest b with floor(b U / G) <= u. */
-__device__ __forceinline__ int skm_block_of(int u, int U, int G)
-{
-    return (int)(((int64_t)(u + 1) * G + U - 1) / U) - 1;
-}
-
 template <typename TX, typename TY, int NT, int WARPS, int MT, int KC, int STAGES>
 __global__ void __launch_bounds__(WARPS * 32) gemm_streamk_kernel(skm_args a)
 {
     using L = skm_layout<WARPS, MT, KC, NT>;
     constexpr int F = MT * NT; /* accumulator fragments per warp: (m16 tile, n8 tile) */
     constexpr int THREADS = WARPS * 32, BM = L::BM, LD = L::LD, VPR = KC / 8; /* 16-byte vectors per row */
-    constexpr int EL = BM * NT * 8;                                            /* floats of a partial tile */
     extern __shared__ __align__(128) unsigned char skm_sm[];
     TX *sm = (TX *)skm_sm;
     __shared__ int is_last;
     pdl_trigger();
 
-    const int G = gridDim.x, b = blockIdx.x;
-    const int u_begin = (int)((int64_t)b * a.units / G), u_end = (int)((int64_t)(b + 1) * a.units / G);
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c4 = lane & 3;
+    int u_begin, u_end;
+    skm_unit_range(a, blockIdx.x, gridDim.x, &u_begin, &u_end);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int mi = lane >> 3, li = lane & 7;
 
     /* the unit's tile and first column: (tile, k0) */
@@ -188,79 +166,10 @@ __global__ void __launch_bounds__(WARPS * 32) gemm_streamk_kernel(skm_args a)
             }
         }
 
-        const int t0 = tile * a.nc, t1 = t0 + a.nc;
         if (++kc_i < a.nc && u + 1 != u_end)
             continue; /* the tile goes on in this block */
-        /* end of this block's part of the tile */
-        const bool whole = seg_begin == t0 && u + 1 == t1;
-        bool store = whole;
-        if (!whole) {
-            const int first = skm_block_of(t0, a.units, G), last = skm_block_of(t1 - 1, a.units, G);
-            float *mine = a.part + ((size_t)tile * a.slots + (b - first)) * EL;
-#pragma unroll
-            for (int f = 0; f < F; f++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) __stcg(mine + ((warp * F + f) * 4 + e) * 32 + lane, acc[f][e]);
-            __threadfence();
-            __syncthreads();
-            if (threadIdx.x == 0) {
-                const int n_mine = (int)(u + 1 - seg_begin);
-                is_last = atomicAdd(a.sem + tile, n_mine) + n_mine == a.nc;
-            }
-            __syncthreads();
-            if (is_last) {
-                __threadfence();
-                /* sum the slots in slot order; SU slots' loads in flight at once (L2 round trips, not one per value) */
-                constexpr int SU = F >= 8 ? 2 : 4;
-                const float *all = a.part + (size_t)tile * a.slots * EL + (warp * F * 4) * 32 + lane;
-                const int n_slots = last - first + 1;
-#pragma unroll
-                for (int f = 0; f < F; f++)
-#pragma unroll
-                    for (int e = 0; e < 4; e++) acc[f][e] = 0.0f;
-                for (int s0 = 0; s0 < n_slots; s0 += SU) {
-                    float v[SU][F][4];
-#pragma unroll
-                    for (int j = 0; j < SU; j++)
-#pragma unroll
-                        for (int f = 0; f < F; f++)
-#pragma unroll
-                            for (int e = 0; e < 4; e++)
-                                v[j][f][e] = s0 + j < n_slots ? __ldcg(all + (size_t)(s0 + j) * EL + (f * 4 + e) * 32) : 0.0f;
-#pragma unroll
-                    for (int j = 0; j < SU; j++)
-#pragma unroll
-                        for (int f = 0; f < F; f++)
-#pragma unroll
-                            for (int e = 0; e < 4; e++) acc[f][e] += v[j][f][e];
-                }
-                if (threadIdx.x == 0)
-                    atomicExch(a.sem + tile, 0);
-                store = true;
-            }
-        }
-        if (store) {
-#pragma unroll
-            for (int f = 0; f < F; f++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int mt = f / NT, nt = f % NT;
-                    const int n = tile * BM + (warp * MT + mt) * 16 + g + 8 * (e >> 1), t = nt * 8 + 2 * c4 + (e & 1);
-                    if (n < a.N && t < a.T) {
-                        TY *p = (TY *)a.y + (int64_t)t * a.ldy + n;
-                        float r = acc[f][e];
-                        if (a.accumulate)
-                            r += to_f32(*p);
-                        if (a.bias)
-                            r += load_any(a.bias, a.bdt, n);
-                        *p = from_f32<TY>(r);
-                    }
-                }
-        }
-#pragma unroll
-        for (int f = 0; f < F; f++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) acc[f][e] = 0.0f;
+        skm_tile_end<TY, THREADS, F, NT, BM>(a, acc, tile, seg_begin, u, threadIdx.x, 1, &is_last,
+                                             [&](int f) { return warp * MT + f / NT; });
         seg_begin = u + 1;
         tile++, kc_i = 0;
     }
@@ -275,7 +184,8 @@ static int g_streamk = -1; /* -1: not read yet */
 
 extern "C" void lg_cuda_streamk_mode(int mode) { g_streamk = mode; }
 
-static int streamk_mode(void) { return cu_switch(&g_streamk, "LG_STREAMK", 0); }
+/* default 2: the TMA + wgmma kernel (gemm_tma.cu; it declines on GPUs before Hopper) */
+int cu_streamk_mode(void) { return cu_switch(&g_streamk, "LG_STREAMK", 2); }
 
 typedef void (*skm_fn)(skm_args);
 struct skm_kernel {
@@ -318,9 +228,9 @@ template <typename TX, typename TY> static skm_kernel pick_nt(int nt, int v)
 int cu_streamk_try(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tensor bias, bool accumulate)
 {
     cuda_ctx *c = CU_CTX(be);
-    const int mode = streamk_mode();
+    const int mode = cu_streamk_mode();
     const int T = (int)x.rows;
-    if (mode == 0 || T < 5 || T > SKM_MAX_T || x.cols % 8 != 0 || x.stride % 8 != 0 || W.stride % 8 != 0 ||
+    if ((mode != 1 && (mode < 10 || mode >= 20)) || T < 5 || T > SKM_MAX_T || x.cols % 8 != 0 || x.stride % 8 != 0 || W.stride % 8 != 0 ||
         !cu_aligned16(x.data) || !cu_aligned16(W.data) || W.rows > INT32_MAX / 2 || x.cols > INT32_MAX / 2)
         return 1;
     const int nt = T <= 8 ? 1 : T <= 16 ? 2 : T <= 32 ? 4 : 8;
@@ -334,14 +244,6 @@ int cu_streamk_try(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_ten
     const int per_sm = cu_resident_blocks((const void *)k.f, k.warps * 32, k.smem);
     if (per_sm < 1)
         return 1;
-    const int N = (int)W.rows, K = (int)x.cols, BM = k.bm;
-    const int tiles = (N + BM - 1) / BM, nc = (K + k.kc - 1) / k.kc;
-    if (tiles > CU_SEM_COUNT)
-        return 1;
-    if ((int64_t)tiles * nc > INT32_MAX / 1024)
-        return 1;
-    const int units = tiles * nc;
-    const int G = units < per_sm * c->n_sm ? units : per_sm * c->n_sm;
     skm_args a;
     a.y = y.data;
     a.ldy = y.stride;
@@ -351,22 +253,15 @@ int cu_streamk_try(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_ten
     a.ldw = W.stride;
     a.bias = bias.data;
     a.bdt = bias.dtype;
-    a.N = N;
-    a.K = K;
+    a.N = (int)W.rows;
+    a.K = (int)x.cols;
     a.T = T;
     a.accumulate = accumulate ? 1 : 0;
-    a.nc = nc;
-    a.units = units;
-    /* blocks meeting one tile: each holds >= floor(units / G) units of it */
-    const int upb = units / G;
-    a.slots = (int)(nc / upb + 2);
-    a.sem = c->sem;
-    const size_t ws = (size_t)tiles * a.slots * BM * nt * 8 * sizeof(float);
-    a.part = (float *)cu_workspace(c, ws);
-    if (!a.part)
-        return CU_FAIL(c, "matmul: cannot allocate %zu bytes of stream-K workspace", ws);
+    const int G = skm_plan(c, &a, k.bm, k.kc, nt * 8, per_sm);
+    if (G <= 0)
+        return G < 0 ? -1 : 1;
     cudaError_t e = cu_launch(c, k.f, dim3((unsigned)G), dim3((unsigned)(k.warps * 32)), k.smem, a);
     if (e != cudaSuccess)
-        return CU_FAIL(c, "matmul: stream-K launch (N=%d T=%d K=%d) failed: %s", N, T, K, cudaGetErrorString(e));
+        return CU_FAIL(c, "matmul: stream-K launch (N=%d T=%d K=%d) failed: %s", a.N, T, a.K, cudaGetErrorString(e));
     return 0;
 }

@@ -79,8 +79,13 @@ int cu_skinny_try(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tens
 /* The stream-K tensor-core matmul for 5..64 token rows (gemm_streamk.cu), same contract as
  * cu_gemv_try: 0 done, -1 error, 1 not taken (mode 0, T, K % 8, alignment): next in line. */
 int cu_streamk_try(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tensor bias, bool accumulate);
-/* Benchmarks: 0 = stream-K matmul off, 1 = auto, 10 + v = variant v (gemm_streamk.cu). Also LG_STREAMK. */
+/* Benchmarks: 0 = stream-K matmul off, 1 = auto, 10 + v = variant v (gemm_streamk.cu), 2 = the TMA + wgmma
+ * kernel, 20 + v = its variant v (gemm_tma.cu). Also LG_STREAMK. */
 extern "C" void lg_cuda_streamk_mode(int mode);
+int cu_streamk_mode(void);
+/* The TMA + wgmma stream-K matmul for 5..64 token rows (gemm_tma.cu), same contract as cu_streamk_try; taken
+ * when the stream-K mode is 2 or 20 + v. */
+int cu_tma_try(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tensor bias, bool accumulate);
 /* The matmul on cuBLASLt with its algorithm timed per shape (gemm_lt.cu; LG_BLASLT=1): 0 done, -1 error,
  * 1 not taken: use cublasGemmEx. cu_lt_free releases its state (cuda_free). */
 int cu_lt_try(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, bool accumulate);

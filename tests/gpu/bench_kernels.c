@@ -5,9 +5,9 @@
  *  1. ceilings: device-to-device copy bandwidth (bytes read + written) and
  *     the cuBLAS f16 GEMM rate at 8192^3 (the backend's matmul at T = 8192);
  *  2. the decode matmul at T = 8, 16, 32, 64 token rows on the Llama-2-7B
- *     shapes: cuBLAS (lg_cuda_skinny_mode(0)) against the tensor-core skinny
- *     matmul (kernels/gemm_skinny.cu) as dispatched and per variant, in TB/s
- *     of weight bytes; REPS launches per step graph, W rotated over >= 256 MB
+ *     shapes: cuBLAS against the TMA + wgmma stream-K matmul (the default,
+ *     kernels/gemm_tma.cu) and, without --quick, its other variants and the
+ *     mma.sync stream-K (kernels/gemm_streamk.cu), in TB/s of weight bytes; REPS launches per step graph, W rotated over >= 256 MB
  *     (L2 holds none), median of NTRIAL replays (as bench_gemv.c);
  *  3. causal prefill attention, 2,048 tokens, 32 heads of 128 (MHA, and GQA
  *     with 8 kv heads): FlashAttention-2 kernel vs the wmma baseline
@@ -20,7 +20,7 @@
  *     32 x 2,048 keys with 8 kv heads; us and TB/s of K/V bytes read, REPS
  *     launches per graph over rotated KV copies (L2 holds none).
  * Usage: bench_kernels [--quick] [--only matmul|prefill|decode]
- *   (--quick: cuBLAS (and cuBLASLt) only; --only: that section and the
+ *   (--quick: cuBLAS, the default TMA matmul (and cuBLASLt) only; --only: that section and the
  *   ceilings)   (tests/gpu/run_device.sh bench and kernels run it)
  * Output: tables on stdout. Exits on a failed check (a benchmark program).
  */
@@ -67,7 +67,7 @@ static void timer_free(timer *t)
 
 /* Median us per launch of REPS matmuls (rotating W copies) in one graph. mode: 0 cuBLAS, 1 stream-K
  * matmul as dispatched, 2 cuBLASLt with the algorithm timed per shape, 3 the older skinny matmul,
- * 10 + v stream-K variant v. */
+ * 10 + v stream-K variant v, 20 + v TMA + wgmma stream-K variant v (gemm_tma.cu). */
 static double time_mm(int mode, int T, int N, int K, lg_dtype ydt, void *x, void *y)
 {
     const size_t wbytes = (size_t)N * K * 2, slot = (wbytes + 4095) / 4096 * 4096;
@@ -277,29 +277,31 @@ int main(int argc, char **argv)
                   {"down", 4096, 11008, LG_F16},
                   {"lm_head", 32000, 4096, LG_F32}};
     const int Ts[] = {8, 16, 32, 64};
-    int modes[8], nm = 0;
+    int modes[14], nm = 0;
     const char *lt_env = getenv("LG_BLASLT"); /* the cuBLASLt column: opt-in, like the path */
     modes[nm++] = 0;
+    modes[nm++] = 20; /* the default decode path for 5..32 rows (gemm_tma.cu) */
     if (lt_env && *lt_env == '1')
         modes[nm++] = 2;
     if (!quick)
-        modes[nm++] = 1, modes[nm++] = 10, modes[nm++] = 11, modes[nm++] = 12, modes[nm++] = 13;
+        modes[nm++] = 10, modes[nm++] = 21, modes[nm++] = 22, modes[nm++] = 23, modes[nm++] = 24, modes[nm++] = 25;
     if (getenv("BENCH_OLD_SKINNY"))
         modes[nm++] = 3;
-    const char *mname[] = {"cublas", "streamK", "cublasLt tuned", "old skinny", "sk v0 4w128", "sk v1 8w128",
-                           "sk v2 4w256", "sk v3 4x2w64"};
-#define MI(mode) ((mode) < 10 ? (mode) : (mode) - 6)
+    const char *mname[] = {"cublas",      "streamK",     "cublasLt tuned", "old skinny",  "sk v0 4w128",
+                           "sk v1 8w128", "sk v2 4w256", "sk v3 4x2w64",   "tma v0",      "tma v1",
+                           "tma v2",      "tma v3",      "tma v4",         "tma v5"};
+#define MI(mode) ((mode) < 10 ? (mode) : (mode) < 20 ? (mode) - 6 : (mode) - 12)
     printf("== decode matmul, f16: us per launch and TB/s of weights (median of %d graph replays of %d launches, "
            "W rotated over >= %zu MB)\n",
            NTRIAL, REPS, ROT_BYTES >> 20);
     printf("%-8s %6s %6s %2s |", "shape", "N", "K", "T");
     for (int m = 0; m < nm; m++) printf(" %14s", mname[MI(modes[m])]);
     printf("\n");
-    double tot_ms[8][4] = {{0}};
+    double tot_ms[14][4] = {{0}};
     const char *pick = getenv("BENCH_MM"); /* "shape:T" (e.g. qkv:32): that case only, for profilers */
     if (getenv("BENCH_MODES")) { /* e.g. "0 10": those matmul paths only */
         nm = 0;
-        for (char *p = getenv("BENCH_MODES"), *end; nm < 8 && *p; p = end) {
+        for (char *p = getenv("BENCH_MODES"), *end; nm < 14 && *p; p = end) {
             const long m = strtol(p, &end, 10);
             if (end == p)
                 break;

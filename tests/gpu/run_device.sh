@@ -18,9 +18,9 @@
 # bench: the ceilings and kernel tables (tests/gpu/bench_kernels.c), then the
 # engine workloads, each run twice in a row: with this tree's defaults
 # ("new") and with every issue-10 path switched off ("old": LG_PDL=0
-# LG_SKINNY=0 LG_ATTN_FA2=0 LG_FUSE_ROPE_KV=0 LG_FUSE_LORA=0, i.e. separate
+# LG_SKINNY=0 LG_ATTN_FA2=0 LG_FUSE_ROPE_KV=0 LG_FUSE_LORA=0 LG_STREAMK=0, i.e. separate
 # LoRA shrink/expand and rope/kv launches in stream order, the wmma prefill
-# attention, no programmatic dependent launch), plus W1 and batch-1 with one
+# attention, cuBLAS for decode batches, no programmatic dependent launch), plus W1 and batch-1 with one
 # switch flipped at a time (LG_SKINNY=1 and LG_FUSE_LORA=1 turn on the opt-in
 # skinny matmul and matmul_lora op, together the expand in its epilogue).
 # EXTRA="label|env|case;..." adds runs of any case under any environment. profile: ncu per-kernel time of one W1 decode step
@@ -71,14 +71,15 @@ fi
 note "device: $(nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem --format=csv,noheader)"
 
 # OLD / OLD_LABEL: the reference configuration of the "old" runs (default: the issue-10 paths off)
-OLD=${OLD:-"LG_PDL=0 LG_SKINNY=0 LG_ATTN_FA2=0 LG_FUSE_ROPE_KV=0 LG_FUSE_LORA=0"}
+OLD=${OLD:-"LG_PDL=0 LG_SKINNY=0 LG_ATTN_FA2=0 LG_FUSE_ROPE_KV=0 LG_FUSE_LORA=0 LG_STREAMK=0"}
 OLD_LABEL=${OLD_LABEL:-old}
 
 if [ "$WHAT" = kernels ]; then
-  build-cuda/test_cuda_ops --no-bench >"$OUT/test_cuda_ops.log" 2>&1
+  # KTIMEOUT (s, default 240): a hung kernel ends that step, not the call
+  timeout "${KTIMEOUT:-240}" build-cuda/test_cuda_ops --no-bench >"$OUT/test_cuda_ops.log" 2>&1
   note "op tests (LG_ONLY=${LG_ONLY:-all}): rc=$? $(grep -E 'passed|failed' "$OUT/test_cuda_ops.log" | tail -1)"
   grep -E "FAIL" "$OUT/test_cuda_ops.log" | head -20
-  build-cuda/bench_kernels ${ONLY:+--only $ONLY} ${BENCH_KERNELS_ARGS:-} 2>&1 | tee "$OUT/bench_kernels.txt"
+  timeout "${KTIMEOUT:-240}" build-cuda/bench_kernels ${ONLY:+--only $ONLY} ${BENCH_KERNELS_ARGS:-} 2>&1 | tee "$OUT/bench_kernels.txt"
 fi
 
 if want test; then

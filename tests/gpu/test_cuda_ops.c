@@ -34,7 +34,9 @@
 static lg_backend *G, *C; /* GPU under test, CPU oracle */
 void lg_cuda_attn_fa2(int on);    /* kernels/attention.cu: 0 = prefill on the wmma kernel */
 void lg_cuda_skinny_mode(int mode); /* kernels/gemm_skinny.cu: 0 = off (default), 1 = auto, 10 + v = variant v */
-void lg_cuda_streamk_mode(int mode); /* kernels/gemm_streamk.cu: 0 = off, 1 = auto, 10 + v = variant v, -1 = as LG_STREAMK */
+unsigned long lg_cuda_tma_launches(void); /* kernels/gemm_tma.cu: launches so far */
+void lg_cuda_streamk_mode(int mode); /* kernels/gemm_streamk.cu: 0 = off, 1 = mma.sync auto, 10 + v = its variant v,
+                                        2 = TMA auto (default), 20 + v = its variant v, -1 = as LG_STREAMK */
 void lg_cuda_blaslt(int on);        /* kernels/gemm_lt.cu: 1 on, 0 off, -1 as LG_BLASLT */
 static int n_fail, n_pass;
 static int only(const char *group) /* LG_ONLY unset: every group */
@@ -1296,19 +1298,21 @@ static void test_skinny_all(lg_dtype dt)
     lg_cuda_blaslt(-1); /* as LG_BLASLT */
 }
 
-/* The stream-K matmul for 5..64 rows (kernels/gemm_streamk.cu) through the same checks: as
- * dispatched and each variant forced. Cases cover T not a multiple of 8, N not a multiple of
+/* The stream-K matmuls for 5..64 rows (kernels/gemm_streamk.cu, kernels/gemm_tma.cu) through the
+ * same checks: as dispatched and each variant forced. Cases cover T not a multiple of 8, N not a multiple of
  * the tile, K not a multiple of the chunk, tiles split between blocks (few tiles, long K: the
  * workspace and the last block's sum), strided and unaligned y slices, bias and accumulate, and
  * chains eager then replayed in a step graph (PDL ordering, counters left at zero). */
 static void test_streamk_all(lg_dtype dt)
 {
-    const int modes[] = {1, 10, 11, 12, 13};
-    const char *names[] = {"streamk", "streamk/v0", "streamk/v1", "streamk/v2", "streamk/v3"};
+    const int modes[] = {1, 10, 11, 12, 13, 2, 20, 21, 22, 23, 24, 25};
+    const char *names[] = {"streamk", "streamk/v0", "streamk/v1", "streamk/v2", "streamk/v3", "tma",
+                           "tma/v0",  "tma/v1",     "tma/v2",     "tma/v3",     "tma/v4",     "tma/v5"};
     lg_cuda_skinny_mode(0);
-    for (int mi = 0; mi < 5; mi++) {
+    for (int mi = 0; mi < 12; mi++) {
         lg_cuda_streamk_mode(modes[mi]);
         gemv_op = names[mi];
+        const unsigned long tma0 = lg_cuda_tma_launches();
         /*        T   N      K    y32 bias acc  c0  ytot  xpad */
         test_gemv(dt, 5, 384, 1032, 0, 1, 0, 0, 384, 0);
         test_gemv(dt, 8, 1000, 520, 0, 0, 0, 0, 1000, 0);     /* N % 64 != 0, K % 64 != 0 */
@@ -1321,12 +1325,19 @@ static void test_streamk_all(lg_dtype dt)
         test_gemv(dt, 64, 32000, 256, 1, 0, 0, 0, 32000, 0);  /* many tiles, f32 logits */
         test_gemv(dt, 17, 64, 8, 0, 0, 0, 0, 64, 0);          /* K = 8: one vector per row */
         test_gemv(dt, 24, 12288, 4096, 0, 0, 0, 0, 12288, 0); /* qkv of a 7B decode step */
+        if (modes[mi] == 2 || modes[mi] >= 20) { /* the TMA kernel really ran (not the cuBLAS fallback): */
+            const unsigned long got = lg_cuda_tma_launches() - tma0; /* 5..32 rows by default, forced 5..64 */
+            record(names[mi], modes[mi] == 2 ? "took the 7 cases T <= 32" : "took all 11 cases", dt,
+                   got == (modes[mi] == 2 ? 7u : 11u) ? 0.0 : 1.0, 0.0, 1);
+        }
     }
-    lg_cuda_streamk_mode(1);
-    gemv_op = "streamk";
-    test_gemv_chain(dt, 32);
-    test_gemv_chain(dt, 64);
-    test_gemv_chain(dt, 8);
+    for (int mi = 0; mi < 2; mi++) {
+        lg_cuda_streamk_mode(mi == 0 ? 1 : 2);
+        gemv_op = mi == 0 ? "streamk" : "tma";
+        test_gemv_chain(dt, 32);
+        test_gemv_chain(dt, 64);
+        test_gemv_chain(dt, 8);
+    }
     lg_cuda_streamk_mode(-1); /* as LG_STREAMK */
 }
 
