@@ -245,18 +245,7 @@ int cu_streamk_try(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_ten
     if (per_sm < 1)
         return 1;
     skm_args a;
-    a.y = y.data;
-    a.ldy = y.stride;
-    a.x = x.data;
-    a.ldx = x.stride;
-    a.W = W.data;
-    a.ldw = W.stride;
-    a.bias = bias.data;
-    a.bdt = bias.dtype;
-    a.N = (int)W.rows;
-    a.K = (int)x.cols;
-    a.T = T;
-    a.accumulate = accumulate ? 1 : 0;
+    skm_set_call(&a, y, x, W, bias, accumulate);
     const int G = skm_plan(c, &a, k.bm, k.kc, nt * 8, per_sm);
     if (G <= 0)
         return G < 0 ? -1 : 1;

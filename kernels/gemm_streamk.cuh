@@ -3,6 +3,7 @@
  * (gemm_streamk.cu: cp.async + mma.sync; gemm_tma.cu: TMA + wgmma):
  *
  *   skm_args       the call (y, x, W, bias, shapes) and the stream-K plan;
+ *   skm_set_call   host: the call's fields;
  *   skm_plan       host: units, one-wave grid, workspace slots, counters;
  *   skm_unit_range the contiguous units [u_begin, u_end) of block b;
  *   skm_tile_end   device: a block's part of a tile is done: store it
@@ -41,6 +42,23 @@ struct skm_args {
     float *part;    /* [tiles][slots][BM * NTOK] partial tiles (fragment order) */
     int *sem;       /* [tiles] chunk counters, zero between launches */
 };
+
+/* The call's fields of a (the plan's are skm_plan's). */
+static inline void skm_set_call(skm_args *a, lg_tensor y, lg_tensor x, lg_tensor W, lg_tensor bias, bool accumulate)
+{
+    a->y = y.data;
+    a->ldy = y.stride;
+    a->x = x.data;
+    a->ldx = x.stride;
+    a->W = W.data;
+    a->ldw = W.stride;
+    a->bias = bias.data;
+    a->bdt = bias.dtype;
+    a->N = (int)W.rows;
+    a->K = (int)x.cols;
+    a->T = (int)x.rows;
+    a->accumulate = accumulate ? 1 : 0;
+}
 
 /* Fills a's plan for tiles of BM rows, chunks of KC columns, NTOK token columns per tile (accumulator width) and
  * per_sm resident blocks; returns the grid size, 0 when the shape does not fit the counters (use another path), or

@@ -384,18 +384,7 @@ int cu_tma_try(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tensor 
         return 1;
     tma_args ta;
     skm_args &a = ta.s;
-    a.y = y.data;
-    a.ldy = y.stride;
-    a.x = x.data;
-    a.ldx = x.stride;
-    a.W = W.data;
-    a.ldw = W.stride;
-    a.bias = bias.data;
-    a.bdt = bias.dtype;
-    a.N = (int)W.rows;
-    a.K = (int)x.cols;
-    a.T = T;
-    a.accumulate = accumulate ? 1 : 0;
+    skm_set_call(&a, y, x, W, bias, accumulate);
     if (make_map(c, &ta.w, W.data, W.dtype, W.rows, W.cols, W.stride, k.bm) != 0 ||
         make_map(c, &ta.x, x.data, x.dtype, x.rows, x.cols, x.stride, k.ntok) != 0)
         return -1;
