@@ -368,9 +368,10 @@ int cu_tma_try(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tensor 
     cuda_ctx *c = CU_CTX(be);
     const int mode = cu_streamk_mode();
     const int T = (int)x.rows;
-    if ((mode != 2 && (mode < 20 || mode >= 30)) || T < 5 || T > (mode == 2 ? TMA_AUTO_MAX_T : TMA_MAX_T) || x.cols % 8 != 0 || x.stride % 8 != 0 ||
-        W.stride % 8 != 0 || !cu_aligned16(x.data) || !cu_aligned16(W.data) || W.rows > INT32_MAX / 2 ||
-        x.cols > INT32_MAX / 2 || c->cc_major < 9)
+    /* wgmma and this SASS are sm_90a only: Hopper, not later GPUs */
+    if ((mode != 2 && (mode < 20 || mode >= 30)) || T < 5 || T > (mode == 2 ? TMA_AUTO_MAX_T : TMA_MAX_T) ||
+        x.cols % 8 != 0 || x.stride % 8 != 0 || W.stride % 8 != 0 || !cu_aligned16(x.data) || !cu_aligned16(W.data) ||
+        W.rows > INT32_MAX / 2 || x.cols > INT32_MAX / 2 || c->cc_major != 9)
         return 1;
     const int v = mode >= 20 ? (mode - 20) % TMA_VARIANTS : 0;
     const tma_kernel k = x.dtype == LG_F16
@@ -389,7 +390,6 @@ int cu_tma_try(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tensor 
         make_map(c, &ta.x, x.data, x.dtype, x.rows, x.cols, x.stride, k.ntok) != 0)
         return -1;
     const int G = skm_plan(c, &a, k.bm, k.kc, k.ntok, per_sm < k.bps ? per_sm : k.bps);
-
     if (G <= 0)
         return G < 0 ? -1 : 1;
     cudaError_t e = cu_launch(c, k.f, dim3((unsigned)G), dim3((unsigned)k.threads), k.smem, ta);
