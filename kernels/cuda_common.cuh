@@ -193,22 +193,29 @@ __device__ __forceinline__ void pdl_wait()
 
 /* Launches kernel<<<grid, block, smem, c->stream>>>(args...), with the PDL
  * attribute when c->pdl (see above: the kernel must use pdl_wait). Returns
- * the launch status (also left for cudaGetLastError / CU_LAUNCHED). */
+ * the launch status (also left for cudaGetLastError / CU_LAUNCHED). cu_launch_on: the same on stream st,
+ * with the attribute when pdl (a caller that forces PDL on or off). */
 template <typename... KArgs, typename... Args>
-static inline cudaError_t cu_launch(const cuda_ctx *c, void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem,
-                                    Args... args)
+static inline cudaError_t cu_launch_on(cudaStream_t st, bool pdl, void (*kernel)(KArgs...), dim3 grid, dim3 block,
+                                       size_t smem, Args... args)
 {
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;
     cfg.blockDim = block;
     cfg.dynamicSmemBytes = smem;
-    cfg.stream = c->stream;
+    cfg.stream = st;
     cudaLaunchAttribute attr[1];
     attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attr[0].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = attr;
-    cfg.numAttrs = c->pdl ? 1 : 0;
+    cfg.numAttrs = pdl ? 1 : 0;
     return cudaLaunchKernelEx(&cfg, kernel, ((KArgs)args)...);
+}
+template <typename... KArgs, typename... Args>
+static inline cudaError_t cu_launch(const cuda_ctx *c, void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem,
+                                    Args... args)
+{
+    return cu_launch_on(c->stream, c->pdl != 0, kernel, grid, block, smem, args...);
 }
 
 #endif

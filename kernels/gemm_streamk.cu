@@ -230,8 +230,7 @@ int cu_streamk_try(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_ten
     cuda_ctx *c = CU_CTX(be);
     const int mode = cu_streamk_mode();
     const int T = (int)x.rows;
-    if ((mode != 1 && (mode < 10 || mode >= 20)) || T < 5 || T > SKM_MAX_T || x.cols % 8 != 0 || x.stride % 8 != 0 || W.stride % 8 != 0 ||
-        !cu_aligned16(x.data) || !cu_aligned16(W.data) || W.rows > INT32_MAX / 2 || x.cols > INT32_MAX / 2)
+    if ((mode != 1 && (mode < 10 || mode >= 20)) || T < 5 || T > SKM_MAX_T || !skm_shape_ok(x, W))
         return 1;
     const int nt = T <= 8 ? 1 : T <= 16 ? 2 : T <= 32 ? 4 : 8;
     const int v = mode >= 10 ? (mode - 10) % SKM_VARIANTS : 0;

@@ -3,6 +3,7 @@
  * (gemm_streamk.cu: cp.async + mma.sync; gemm_tma.cu: TMA + wgmma):
  *
  *   skm_args       the call (y, x, W, bias, shapes) and the stream-K plan;
+ *   skm_shape_ok   host: alignment and size rules of both kernels;
  *   skm_set_call   host: the call's fields;
  *   skm_plan       host: units, one-wave grid, workspace slots, counters;
  *   skm_unit_range the contiguous units [u_begin, u_end) of block b;
@@ -42,6 +43,13 @@ struct skm_args {
     float *part;    /* [tiles][slots][BM * NTOK] partial tiles (fragment order) */
     int *sem;       /* [tiles] chunk counters, zero between launches */
 };
+
+/* x and W as both stream-K kernels read them: K % 8 == 0, 16-byte aligned rows, shapes within int32 unit math. */
+static inline bool skm_shape_ok(lg_tensor x, lg_tensor W)
+{
+    return x.cols % 8 == 0 && x.stride % 8 == 0 && W.stride % 8 == 0 && cu_aligned16(x.data) && cu_aligned16(W.data) &&
+           W.rows <= INT32_MAX / 2 && x.cols <= INT32_MAX / 2;
+}
 
 /* The call's fields of a (the plan's are skm_plan's). */
 static inline void skm_set_call(skm_args *a, lg_tensor y, lg_tensor x, lg_tensor W, lg_tensor bias, bool accumulate)

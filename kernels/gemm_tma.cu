@@ -370,8 +370,7 @@ int cu_tma_try(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tensor 
     const int T = (int)x.rows;
     /* wgmma and this SASS are sm_90a only: Hopper, not later GPUs */
     if ((mode != 2 && (mode < 20 || mode >= 30)) || T < 5 || T > (mode == 2 ? TMA_AUTO_MAX_T : TMA_MAX_T) ||
-        x.cols % 8 != 0 || x.stride % 8 != 0 || W.stride % 8 != 0 || !cu_aligned16(x.data) || !cu_aligned16(W.data) ||
-        W.rows > INT32_MAX / 2 || x.cols > INT32_MAX / 2 || c->cc_major != 9)
+        !skm_shape_ok(x, W) || c->cc_major != 9)
         return 1;
     const int v = mode >= 20 ? (mode - 20) % TMA_VARIANTS : 0;
     const tma_kernel k = x.dtype == LG_F16

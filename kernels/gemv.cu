@@ -206,22 +206,12 @@ template <typename TX, typename TY, int T, int R, int U>
 static cudaError_t launch_one(cudaStream_t st, bool pdl, TY *y, int64_t ldy, const TX *x, int64_t ldx, const TX *W,
                               int64_t ldw, const void *bias, lg_dtype bdt, int N, int K8, int acc, size_t pf_bytes)
 {
-    cudaLaunchConfig_t cfg = {};
     const int rows_per_block = GEMV_WARPS * R;
     const int blocks = (N + rows_per_block - 1) / rows_per_block;
     const size_t block_bytes = (size_t)rows_per_block * (size_t)K8 * 16;
     const int pf_blocks = pdl ? (int)(pf_bytes / block_bytes < (size_t)blocks ? pf_bytes / block_bytes : blocks) : 0;
-    cfg.gridDim = dim3((unsigned)blocks);
-    cfg.blockDim = dim3(GEMV_WARPS * 32);
-    cfg.dynamicSmemBytes = 0;
-    cfg.stream = st;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = pdl ? 1 : 0;
-    return cudaLaunchKernelEx(&cfg, gemv_kernel<TX, TY, T, R, U>, y, ldy, x, ldx, W, ldw, bias, bdt, N, K8, acc,
-                              pf_blocks);
+    return cu_launch_on(st, pdl, gemv_kernel<TX, TY, T, R, U>, dim3((unsigned)blocks), dim3(GEMV_WARPS * 32), 0, y, ldy,
+                        x, ldx, W, ldw, bias, bdt, N, K8, acc, pf_blocks);
 }
 
 template <typename TX, typename TY, int T>

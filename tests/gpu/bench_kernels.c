@@ -65,6 +65,46 @@ static void timer_free(timer *t)
     CKC(cudaEventDestroy(t->e1));
 }
 
+/* Median us per launch: REPS launches of enqueue(ctx, r), r = 0 .. REPS - 1, recorded once as step graph `key`,
+ * then NTRIAL timed replays (after two untimed ones). */
+static double graph_us(const char *key, void (*enqueue)(void *ctx, int r), void *ctx)
+{
+    timer tm = timer_new();
+    float ms[NTRIAL];
+    for (int trial = -2; trial < NTRIAL; trial++) {
+        bool replayed = false;
+        CKC(cudaEventRecord(tm.e0, tm.st));
+        CK(G->i.graph_begin(G, key, strlen(key), &replayed) == 0);
+        if (!replayed)
+            for (int r = 0; r < REPS; r++) enqueue(ctx, r);
+        CK(G->i.graph_end(G, true) == 0);
+        CKC(cudaEventRecord(tm.e1, tm.st));
+        CKC(cudaEventSynchronize(tm.e1));
+        if (trial >= 0)
+            CKC(cudaEventElapsedTime(&ms[trial], tm.e0, tm.e1));
+    }
+    timer_free(&tm);
+    G->i.graph_reset(G);
+    qsort(ms, NTRIAL, sizeof(float), cmp_f);
+    return ms[NTRIAL / 2] * 1e3 / REPS;
+}
+
+typedef struct {
+    int T, N, K;
+    lg_dtype ydt;
+    void *x, *y;
+    int copies;
+    size_t slot;
+} mm_ctx;
+static void mm_enqueue(void *ctx, int r)
+{
+    const mm_ctx *m = ctx;
+    lg_tensor none = {0};
+    lg_tensor W = lg_tensor_2d(arena + (size_t)(r % m->copies) * m->slot, LG_F16, m->N, m->K);
+    CK(G->i.matmul(G, lg_tensor_2d(m->y, m->ydt, m->T, m->N), lg_tensor_2d(m->x, LG_F16, m->T, m->K), W, none,
+                   false) == 0);
+}
+
 /* Median us per launch of REPS matmuls (rotating W copies) in one graph. mode: 0 cuBLAS, 1 stream-K
  * matmul as dispatched, 2 cuBLASLt with the algorithm timed per shape, 3 the older skinny matmul,
  * 10 + v stream-K variant v, 20 + v TMA + wgmma stream-K variant v (gemm_tma.cu). */
@@ -78,30 +118,10 @@ static double time_mm(int mode, int T, int N, int K, lg_dtype ydt, void *x, void
     lg_cuda_skinny_mode(mode == 3 ? 1 : 0);
     lg_cuda_streamk_mode(mode == 1 || mode >= 10 ? mode : 0);
     lg_cuda_blaslt(mode == 2);
-    timer tm = timer_new();
     char key[64];
     snprintf(key, sizeof key, "skinny %d %d %d %d %d", mode, T, N, K, (int)ydt);
-    lg_tensor none = {0};
-    float ms[NTRIAL];
-    for (int trial = -2; trial < NTRIAL; trial++) {
-        bool replayed = false;
-        CKC(cudaEventRecord(tm.e0, tm.st));
-        CK(G->i.graph_begin(G, key, strlen(key), &replayed) == 0);
-        if (!replayed)
-            for (int r = 0; r < REPS; r++) {
-                lg_tensor W = lg_tensor_2d(arena + (size_t)(r % copies) * slot, LG_F16, N, K);
-                CK(G->i.matmul(G, lg_tensor_2d(y, ydt, T, N), lg_tensor_2d(x, LG_F16, T, K), W, none, false) == 0);
-            }
-        CK(G->i.graph_end(G, true) == 0);
-        CKC(cudaEventRecord(tm.e1, tm.st));
-        CKC(cudaEventSynchronize(tm.e1));
-        if (trial >= 0)
-            CKC(cudaEventElapsedTime(&ms[trial], tm.e0, tm.e1));
-    }
-    timer_free(&tm);
-    G->i.graph_reset(G);
-    qsort(ms, NTRIAL, sizeof(float), cmp_f);
-    return ms[NTRIAL / 2] * 1e3 / REPS;
+    mm_ctx mc = {T, N, K, ydt, x, y, copies, slot};
+    return graph_us(key, mm_enqueue, &mc);
 }
 
 static double copy_tbs(void)
@@ -187,6 +207,20 @@ static double time_prefill(int fa2, int L, int nh, int nkv, int hd)
 
 /* Decode attention: n_seqs one-token queries over kv_len keys each, us per launch (median of NTRIAL
  * graph replays of REPS launches, each launch on its own copy of the KV pages and metadata). */
+typedef struct {
+    int T, nh, hd;
+    void *q, *out;
+    lg_kv_view kv;
+    const lg_step_meta *m;
+    int copies;
+} dec_ctx;
+static void dec_enqueue(void *ctx, int r)
+{
+    const dec_ctx *c = ctx;
+    CK(G->i.attention(G, lg_tensor_2d(c->out, LG_F16, c->T, c->nh * c->hd), lg_tensor_2d(c->q, LG_F16, c->T, c->nh * c->hd),
+                      c->kv, &c->m[r % c->copies], c->nh, 1.0f / sqrtf((float)c->hd)) == 0);
+}
+
 static double time_decode(int n_seqs, int kv_len, int nh, int nkv, int hd)
 {
     const int pt = 16, ppseq = (kv_len + pt - 1) / pt, n_pages = n_seqs * ppseq, kvdim = nkv * hd;
@@ -217,30 +251,13 @@ static double time_decode(int n_seqs, int kv_len, int nh, int nkv, int hd)
     }
     CK(G->i.upload(G, d, h, nint * 4 * copies) == 0);
     lg_kv_view kv = {arena, pb, 0, blk, pt, nkv, hd, LG_F16};
-    timer tm = timer_new();
     char key[64];
     snprintf(key, sizeof key, "decode %d %d %d %d %d", n_seqs, kv_len, nh, nkv, hd);
-    float ms[NTRIAL];
-    for (int trial = -2; trial < NTRIAL; trial++) {
-        bool replayed = false;
-        CKC(cudaEventRecord(tm.e0, tm.st));
-        CK(G->i.graph_begin(G, key, strlen(key), &replayed) == 0);
-        if (!replayed)
-            for (int r = 0; r < REPS; r++)
-                CK(G->i.attention(G, lg_tensor_2d(out, LG_F16, T, nh * hd), lg_tensor_2d(q, LG_F16, T, nh * hd), kv,
-                                  &m[r % copies], nh, 1.0f / sqrtf((float)hd)) == 0);
-        CK(G->i.graph_end(G, true) == 0);
-        CKC(cudaEventRecord(tm.e1, tm.st));
-        CKC(cudaEventSynchronize(tm.e1));
-        if (trial >= 0)
-            CKC(cudaEventElapsedTime(&ms[trial], tm.e0, tm.e1));
-    }
-    timer_free(&tm);
-    G->i.graph_reset(G);
+    dec_ctx dc = {T, nh, hd, q, out, kv, m, copies};
+    const double us = graph_us(key, dec_enqueue, &dc);
     G->i.dealloc(G, q), G->i.dealloc(G, out), G->i.dealloc(G, d);
     free(h);
-    qsort(ms, NTRIAL, sizeof(float), cmp_f);
-    return ms[NTRIAL / 2] * 1e3 / REPS;
+    return us;
 }
 
 int main(int argc, char **argv)
