@@ -25,7 +25,7 @@ rows = [r for r in csv.reader(l for l in open(sys.argv[1]) if l.startswith('"'))
 if not rows:
     print(sys.argv[2], "no ncu rows:", open(sys.argv[1].replace(".csv", ".err")).read()[-600:]); sys.exit()
 h = rows[0]; ki = h.index("Kernel Name"); vi = h.index("Metric Value"); ui = h.index("Metric Unit")
-ks = [(r[ki].split("(")[0][:60], float(r[vi].replace(",", "")) * {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1.0, "us": 1.0, "msecond": 1e3, "ms": 1e3}[r[ui]]) for r in rows[1:]]
+ks = [(r[ki].split("(")[0][:100], float(r[vi].replace(",", "")) * {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1.0, "us": 1.0, "msecond": 1e3, "ms": 1e3}[r[ui]]) for r in rows[1:]]
 idx = [i for i, k in enumerate(ks) if k[0].startswith("void embed_kernel") or k[0].startswith("embed_kernel")]
 steps = [ks[a:b] for a, b in zip(idx, idx[1:]) if not any("prefill" in n for n, _ in ks[a:b])]
 if not steps: print(sys.argv[2], "no full decode step among", len(ks), "kernels"); sys.exit()
@@ -38,8 +38,9 @@ for n, (c, t) in sorted(agg.items(), key=lambda x: -x[1][1]):
     print("  %8.1f us %4d x  %s" % (t, c, n))
 PY
 }
-OLD="LG_PDL=0 LG_SKINNY=0 LG_ATTN_FA2=0 LG_FUSE_ROPE_KV=0 LG_FUSE_LORA=0"
+# PROF_OLD / PROF_OLD_LABEL: the reference configuration (default: the issue-10 paths off); PROF_B1=0 skips batch 1
+OLD=${PROF_OLD:-"LG_PDL=0 LG_SKINNY=0 LG_ATTN_FA2=0 LG_FUSE_ROPE_KV=0 LG_FUSE_LORA=0"}
 W1L="--num-seqs 32 --prompt-len 128 --output-len 24 --adapters 32 --rank 16 --targets q,k,v,o"
 prof w1_lora_new "" 5000 1000 $W1L
-prof w1_lora_old "$OLD" 5000 1500 $W1L
-prof b1_new "" 1500 800 --num-seqs 1 --prompt-len 128 --output-len 16
+prof "w1_lora_${PROF_OLD_LABEL:-old}" "$OLD" 5000 1500 $W1L
+[ "${PROF_B1:-1}" != 0 ] && prof b1_new "" 1500 800 --num-seqs 1 --prompt-len 128 --output-len 16

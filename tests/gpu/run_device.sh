@@ -24,8 +24,9 @@
 # switch flipped at a time (LG_SKINNY=1 and LG_FUSE_LORA=1 turn on the opt-in
 # skinny matmul and matmul_lora op, together the expand in its epilogue).
 # EXTRA="label|env|case;..." adds runs of any case under any environment. profile: ncu per-kernel time of one W1 decode step
-# (tests/gpu/profile_decode.sh), new and old. all = test + serving + bench +
-# profile.
+# (tests/gpu/profile_decode.sh), new and old (PROF_OLD / PROF_OLD_LABEL set the
+# reference's environment, PROF_B1=0 skips batch 1). all = test + serving +
+# bench + profile.
 #
 # Needs nvcc, cmake, python3 with torch/transformers/peft/pytest (the GPU
 # machine's image). Missing Debian libraries (jansson, pcre2, utf8proc) are
