@@ -61,7 +61,7 @@
  * LG_SKINNY (read once) or lg_cuda_skinny_mode(): 0 = off (default, cuBLAS),
  * 1 = auto, 10 + v = variant v for every call it can take.
  */
-#include "ops.cuh"
+#include "gemm_streamk.cuh" /* skm_call: the call's fields */
 
 #include <stdlib.h>
 #include <string.h>
@@ -83,16 +83,7 @@ struct sk_lora {
     int col0[LG_LORA_MULTI_MAX], ncols[LG_LORA_MULTI_MAX], slot[LG_LORA_MULTI_MAX], tcol[LG_LORA_MULTI_MAX];
 };
 
-struct sk_args {
-    void *y;
-    int64_t ldy;
-    const void *x;
-    int64_t ldx;
-    const void *W;
-    int64_t ldw;
-    const void *bias;
-    lg_dtype bdt;
-    int N, K8, T, accumulate;
+struct sk_args : skm_call {
     int steps;           /* ceil(K / 32) */
     int steps_per_slice; /* K steps of one block */
     int S;               /* slices (grid.y) */
@@ -134,6 +125,7 @@ template <typename TX, typename TY, int NT, int MT, int U>
 __global__ void __launch_bounds__(SK_THREADS) gemm_skinny_kernel(sk_args a)
 {
     constexpr int ROWS = MT * 16, COLS = NT * 8, EL = ROWS * COLS;
+    const int K8 = a.K >> 3; /* 16-byte words per row */
     __shared__ float red[SK_WARPS][EL]; /* [warp][token * ROWS + row]; then the LoRA tmp tile [T][max_rank] */
     __shared__ int is_last;
     __shared__ const TX *lora_b[SK_MAX_T]; /* this tile's first B row for each token's adapter */
@@ -195,7 +187,7 @@ __global__ void __launch_bounds__(SK_THREADS) gemm_skinny_kernel(sk_args a)
 #pragma unroll
     for (int u = 0; u < U; u++) {
         const int ch = word(u);
-        const bool ok = u < nmine && ch < a.K8;
+        const bool ok = u < nmine && ch < K8;
 #pragma unroll
         for (int mt = 0; mt < MT; mt++)
 #pragma unroll
@@ -223,7 +215,7 @@ __global__ void __launch_bounds__(SK_THREADS) gemm_skinny_kernel(sk_args a)
         const int ch = word(0);
 #pragma unroll
         for (int nt = 0; nt < NT; nt++)
-            xb[0][nt] = nmine > 0 && xok[nt] && ch < a.K8 ? __ldg(xrow[nt] + ch) : make_uint4(0, 0, 0, 0);
+            xb[0][nt] = nmine > 0 && xok[nt] && ch < K8 ? __ldg(xrow[nt] + ch) : make_uint4(0, 0, 0, 0);
     }
 
 #pragma unroll 1
@@ -236,7 +228,7 @@ __global__ void __launch_bounds__(SK_THREADS) gemm_skinny_kernel(sk_args a)
                     const int ch = word(i + 1);
 #pragma unroll
                     for (int nt = 0; nt < NT; nt++)
-                        xb[(u + 1) & 1][nt] = xok[nt] && ch < a.K8 ? __ldg(xrow[nt] + ch) : make_uint4(0, 0, 0, 0);
+                        xb[(u + 1) & 1][nt] = xok[nt] && ch < K8 ? __ldg(xrow[nt] + ch) : make_uint4(0, 0, 0, 0);
                 }
 #pragma unroll
                 for (int mt = 0; mt < MT; mt++) {
@@ -250,7 +242,7 @@ __global__ void __launch_bounds__(SK_THREADS) gemm_skinny_kernel(sk_args a)
                 }
                 const int ir = i + U;
                 const int ch = word(ir);
-                const bool ok = ir < nmine && ch < a.K8;
+                const bool ok = ir < nmine && ch < K8;
 #pragma unroll
                 for (int mt = 0; mt < MT; mt++)
 #pragma unroll
@@ -411,9 +403,8 @@ int cu_skinny_try(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tens
     int v = mode >= 10 ? (mode - 10) % SK_VARIANTS : nt == 8 ? 2 : 0;
     if (nt == 8 && v == 3)
         v = 2; /* pick() has no (4, 2) at 64 tokens */
-    sk_fn f = x.dtype == LG_F16 ? (y.dtype == LG_F32 ? pick_nt<__half, float>(nt, v) : pick_nt<__half, __half>(nt, v))
-                                : (y.dtype == LG_F32 ? pick_nt<__nv_bfloat16, float>(nt, v)
-                                                     : pick_nt<__nv_bfloat16, __nv_bfloat16>(nt, v));
+    const sk_fn f =
+        cu_by_mm_types(x.dtype, y.dtype, [&](auto tx, auto ty) { return pick_nt<decltype(tx), decltype(ty)>(nt, v); });
     const int rows = k_mt[v] * 16, el = rows * nt * 8;
     const int N = (int)W.rows, K = (int)x.cols;
     if (lora) { /* the fused expand needs whole tiles per output and the tmp tile in `red` */
@@ -436,18 +427,7 @@ int cu_skinny_try(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tens
             best = waves, S = s;
     }
     sk_args a;
-    a.y = y.data;
-    a.ldy = y.stride;
-    a.x = x.data;
-    a.ldx = x.stride;
-    a.W = W.data;
-    a.ldw = W.stride;
-    a.bias = bias.data;
-    a.bdt = bias.dtype;
-    a.N = N;
-    a.K8 = K / 8;
-    a.T = T;
-    a.accumulate = accumulate ? 1 : 0;
+    skm_set_call(&a, y, x, W, bias, accumulate);
     a.steps = steps;
     a.steps_per_slice = (steps + S - 1) / S;
     a.S = (steps + a.steps_per_slice - 1) / a.steps_per_slice;

@@ -234,10 +234,8 @@ int cu_streamk_try(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_ten
         return 1;
     const int nt = T <= 8 ? 1 : T <= 16 ? 2 : T <= 32 ? 4 : 8;
     const int v = mode >= 10 ? (mode - 10) % SKM_VARIANTS : 0;
-    const skm_kernel k = x.dtype == LG_F16
-                             ? (y.dtype == LG_F32 ? pick_nt<__half, float>(nt, v) : pick_nt<__half, __half>(nt, v))
-                             : (y.dtype == LG_F32 ? pick_nt<__nv_bfloat16, float>(nt, v)
-                                                  : pick_nt<__nv_bfloat16, __nv_bfloat16>(nt, v));
+    const skm_kernel k =
+        cu_by_mm_types(x.dtype, y.dtype, [&](auto tx, auto ty) { return pick_nt<decltype(tx), decltype(ty)>(nt, v); });
     if (k.smem > c->max_smem_optin)
         return 1;
     const int per_sm = cu_resident_blocks((const void *)k.f, k.warps * 32, k.smem);

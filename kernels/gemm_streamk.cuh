@@ -2,7 +2,8 @@
  * gemm_streamk.cuh — what the two stream-K decode matmuls share
  * (gemm_streamk.cu: cp.async + mma.sync; gemm_tma.cu: TMA + wgmma):
  *
- *   skm_args       the call (y, x, W, bias, shapes) and the stream-K plan;
+ *   skm_call       the call (y, x, W, bias, shapes), also the skinny matmul's;
+ *   skm_args       the call and the stream-K plan;
  *   skm_shape_ok   host: alignment and size rules of both kernels;
  *   skm_set_call   host: the call's fields;
  *   skm_plan       host: units, one-wave grid, workspace slots, counters;
@@ -27,7 +28,8 @@
 
 #include "ops.cuh"
 
-struct skm_args {
+/* A decode matmul call as the stream-K kernels and the skinny matmul (gemm_skinny.cu) take it: skm_set_call. */
+struct skm_call {
     void *y;
     int64_t ldy;
     const void *x;
@@ -37,6 +39,9 @@ struct skm_args {
     const void *bias;
     lg_dtype bdt;
     int N, K, T, accumulate;
+};
+
+struct skm_args : skm_call {
     int nc;         /* chunks per tile: ceil(K / KC) */
     int units;      /* tiles * nc (< 2^31 / 1024: checked) */
     int slots;      /* workspace slots per tile */
@@ -51,8 +56,8 @@ static inline bool skm_shape_ok(lg_tensor x, lg_tensor W)
            W.rows <= INT32_MAX / 2 && x.cols <= INT32_MAX / 2;
 }
 
-/* The call's fields of a (the plan's are skm_plan's). */
-static inline void skm_set_call(skm_args *a, lg_tensor y, lg_tensor x, lg_tensor W, lg_tensor bias, bool accumulate)
+/* The call's fields of a (a stream-K plan's are skm_plan's). */
+static inline void skm_set_call(skm_call *a, lg_tensor y, lg_tensor x, lg_tensor W, lg_tensor bias, bool accumulate)
 {
     a->y = y.data;
     a->ldy = y.stride;

@@ -373,10 +373,8 @@ int cu_tma_try(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tensor 
         !skm_shape_ok(x, W) || c->cc_major != 9)
         return 1;
     const int v = mode >= 20 ? (mode - 20) % TMA_VARIANTS : 0;
-    const tma_kernel k = x.dtype == LG_F16
-                             ? (y.dtype == LG_F32 ? pick_n<__half, float>(T, v) : pick_n<__half, __half>(T, v))
-                             : (y.dtype == LG_F32 ? pick_n<__nv_bfloat16, float>(T, v)
-                                                  : pick_n<__nv_bfloat16, __nv_bfloat16>(T, v));
+    const tma_kernel k =
+        cu_by_mm_types(x.dtype, y.dtype, [&](auto tx, auto ty) { return pick_n<decltype(tx), decltype(ty)>(T, v); });
     if (k.smem > c->max_smem_optin)
         return 1;
     const int per_sm = cu_resident_blocks((const void *)k.f, k.threads, k.smem);

@@ -37,16 +37,13 @@ void lg_cuda_gemv_mode(int mode);                    /* kernels/gemv.cu */
 
 static lg_backend *G;
 static char *arena;
-#include "bench_util.h" /* rnd64, CK, CKC, dev_random_f16, cmp_f */
+#include "bench_util.h" /* rnd64, CK, CKC, dev_random_f16, rot_copies, cmp_f */
 
 /* Median us per launch of REPS matmuls (rotating W copies) in one graph, path `mode`. */
 static double time_mm(int mode, int T, int N, int K, lg_dtype ydt, void *x, void *y)
 {
-    const size_t wbytes = (size_t)N * K * 2, slot = (wbytes + 4095) / 4096 * 4096;
-    int copies = (int)((ROT_BYTES + wbytes - 1) / wbytes);
-    if (copies < 2)
-        copies = 2;
-    CK((size_t)copies * slot <= ARENA_BYTES);
+    size_t slot;
+    const int copies = rot_copies((size_t)N * K * 2, ROT_BYTES, ARENA_BYTES, &slot);
     lg_cuda_gemv_mode(mode);
     cudaStream_t st = lg_cuda_compute_stream(G);
     cudaEvent_t e0, e1;

@@ -45,7 +45,7 @@ void lg_cuda_blaslt(int on);                         /* kernels/gemm_lt.cu: 1 on
 
 static lg_backend *G;
 static char *arena;
-#include "bench_util.h" /* rnd64, CK, CKC, dev_random_f16, bench_setup, cmp_f */
+#include "bench_util.h" /* rnd64, CK, CKC, dev_random_f16, bench_setup, rot_copies, cmp_f */
 
 typedef struct {
     cudaEvent_t e0, e1;
@@ -110,11 +110,8 @@ static void mm_enqueue(void *ctx, int r)
  * 10 + v stream-K variant v, 20 + v TMA + wgmma stream-K variant v (gemm_tma.cu). */
 static double time_mm(int mode, int T, int N, int K, lg_dtype ydt, void *x, void *y)
 {
-    const size_t wbytes = (size_t)N * K * 2, slot = (wbytes + 4095) / 4096 * 4096;
-    int copies = (int)((ROT_BYTES + wbytes - 1) / wbytes);
-    if (copies < 2)
-        copies = 2;
-    CK((size_t)copies * slot <= ARENA_BYTES);
+    size_t slot;
+    const int copies = rot_copies((size_t)N * K * 2, ROT_BYTES, ARENA_BYTES, &slot);
     lg_cuda_skinny_mode(mode == 3 ? 1 : 0);
     lg_cuda_streamk_mode(mode == 1 || mode >= 10 ? mode : 0);
     lg_cuda_blaslt(mode == 2);
