@@ -9,7 +9,8 @@
 # kernels: quick loop for kernel work — builds only test_cuda_ops and
 # bench_kernels (unless TARGETS says otherwise), runs the op tests of the
 # groups in LG_ONLY (test_cuda_ops.c; e.g. LG_ONLY=attention) and the
-# bench_kernels section ONLY (matmul, prefill or decode; empty: all).
+# bench_kernels section ONLY (matmul, prefill or decode; empty: all);
+# ATTN_REF=1 adds PyTorch's SDPA prefill attention (tests/bench/attn_ref.py).
 #
 # serving: the serving-runtime workloads (tests/gpu/serving_bench.sh: W1,
 # adapter load latency, W2 many adapters, W3 shared prompts, W4 flooding
@@ -81,6 +82,8 @@ if [ "$WHAT" = kernels ]; then
   note "op tests (LG_ONLY=${LG_ONLY:-all}): rc=$? $(grep -E 'passed|failed' "$OUT/test_cuda_ops.log" | tail -1)"
   grep -E "FAIL" "$OUT/test_cuda_ops.log" | head -20
   timeout "${KTIMEOUT:-240}" build-cuda/bench_kernels ${ONLY:+--only $ONLY} ${BENCH_KERNELS_ARGS:-} 2>&1 | tee "$OUT/bench_kernels.txt"
+  # ATTN_REF=1: PyTorch's SDPA (FlashAttention-2, cuDNN) at bench_kernels' prefill lengths
+  [ "${ATTN_REF:-0}" = 1 ] && timeout "${KTIMEOUT:-240}" python3 tests/bench/attn_ref.py 2>&1 | tee "$OUT/attn_ref.txt"
 fi
 
 if want test; then
