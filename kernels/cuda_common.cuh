@@ -122,7 +122,6 @@ __device__ __forceinline__ float load_any(const void *p, lg_dtype t, int64_t i)
     return __bfloat162float(((const __nv_bfloat16 *)p)[i]);
 }
 
-/* 8 half-precision elements <-> 8 floats through one 16-byte word. */
 /* Host: pick(TX(), TY()) for the matmul types x in f16/bf16, y in f32 or x's type — one place that turns the
  * runtime dtypes into the template arguments of a kernel picker (gemm_tma.cu, gemm_streamk.cu, gemm_skinny.cu). */
 template <typename P> static inline auto cu_by_mm_types(lg_dtype xt, lg_dtype yt, P pick)
@@ -132,6 +131,7 @@ template <typename P> static inline auto cu_by_mm_types(lg_dtype xt, lg_dtype yt
     return yt == LG_F32 ? pick(__nv_bfloat16(), float()) : pick(__nv_bfloat16(), __nv_bfloat16());
 }
 
+/* 8 half-precision elements <-> 8 floats through one 16-byte word. */
 template <typename T> __device__ __forceinline__ void unpack8(uint4 u, float *f)
 {
     const T *h = (const T *)&u;

@@ -355,7 +355,7 @@ int main(int argc, char **argv)
     /* the lengths of tests/bench/attn_ref.py (PyTorch's SDPA backends, the outside reference) */
     const int cfg[][4] = {{1024, 32, 32, 128}, {2048, 32, 32, 128}, {2048, 32, 8, 128},
                           {4096, 32, 32, 128}, {8192, 32, 32, 128}, {16384, 32, 32, 128}};
-    for (int c = 0; c < 6; c++) {
+    for (int c = 0; c < (int)(sizeof cfg / sizeof *cfg); c++) {
         const int L = cfg[c][0], nh = cfg[c][1], nkv = cfg[c][2], hd = cfg[c][3];
         const double flop = 4.0 * hd * nh * ((double)L * (L + 1) / 2);
         const double t_fa2 = time_prefill(1, L, nh, nkv, hd);
