@@ -415,34 +415,31 @@ void lg_model_free(lg_model *m)
 
 /* ---- forward step ------------------------------------------------------------------ */
 
-/* y += scale * (x A^T) B^T for every segment's adapter at this slot. */
-static int lora_apply(lg_backend *be, lg_tensor tmp, lg_tensor y, lg_tensor x, const lg_lora_meta *lm, int slot)
+/* tmp = x A^T for k slots over one x (slot slots[i] into tmp columns from
+ * i * max_rank), then y_i += scale * tmp_i B^T: one launch each with the
+ * backend's multi-slot ops, the single-slot op when k == 1. */
+static int lora_shrink_k(lg_backend *be, lg_tensor tmp, lg_tensor x, const lg_lora_meta *lm, const int *slots, int k)
 {
-    if (be->i.lora_shrink(be, tmp, x, lm, slot) != 0)
-        return -1;
-    return be->i.lora_expand(be, y, tmp, lm, slot);
+    return k == 1 ? be->i.lora_shrink(be, tmp, x, lm, slots[0]) : be->i.lora_shrink_multi(be, tmp, x, lm, slots, k);
 }
 
-/* The same for k slots over one x (ys[i] gets slot slots[i]): one launch
- * pair when the backend has the multi-slot ops, else k single-slot pairs. */
-static int lora_apply_multi(lg_backend *be, lg_tensor tmp, const lg_tensor *ys, lg_tensor x, const lg_lora_meta *lm,
-                            const int *slots, int k)
+static int lora_expand_k(lg_backend *be, const lg_tensor *ys, lg_tensor tmp, const lg_lora_meta *lm, const int *slots,
+                         int k)
 {
-    if (k > 1 && be->i.lora_shrink_multi && be->i.lora_expand_multi) {
-        if (be->i.lora_shrink_multi(be, tmp, x, lm, slots, k) != 0)
-            return -1;
-        return be->i.lora_expand_multi(be, ys, tmp, lm, slots, k);
-    }
-    for (int i = 0; i < k; i++)
-        if (lora_apply(be, tmp, ys[i], x, lm, slots[i]) != 0)
-            return -1;
-    return 0;
+    return k == 1 ? be->i.lora_expand(be, ys[0], tmp, lm, slots[0]) : be->i.lora_expand_multi(be, ys, tmp, lm, slots, k);
 }
 
 /* y = x W^T (+ bias) plus the LoRA of modules [m0, m0 + count) of layer slot
  * base sl, whose outputs ys_all are column slices of y; modules no segment
  * of the step uses (bit m of mods) are skipped. With the backend's
- * matmul_lora: one op; else matmul, then shrink and expand. */
+ * matmul_lora: one op. Else shrink, matmul, expand, in that order: the
+ * shrink reads only x, and ahead of the matmul its small launch overlaps
+ * the matmul's start (CUDA: the decode matmul issues its weight copies
+ * before it waits on the kernel before it), where after the matmul it sat
+ * between two dependent launches (H100, docs/benchmarks.md, seventh session:
+ * W3 decode -0.08 ms/step). Results do not depend on the order. A backend
+ * without the multi-slot ops and k > 1 slots: matmul, then a shrink/expand
+ * pair per slot (one tmp). */
 static int linear(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tensor bias, lg_tensor tmp,
                   const lg_lora_meta *lm, const lg_tensor *ys_all, int m0, int count, int sl, unsigned mods)
 {
@@ -459,9 +456,17 @@ static int linear(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tens
         return be->i.matmul(be, y, x, W, bias, false);
     if (be->i.matmul_lora)
         return be->i.matmul_lora(be, y, x, W, bias, tmp, lm, slots, col0, ncols, n);
-    if (be->i.matmul(be, y, x, W, bias, false) != 0)
+    if (n > 1 && !(be->i.lora_shrink_multi && be->i.lora_expand_multi)) {
+        if (be->i.matmul(be, y, x, W, bias, false) != 0)
+            return -1;
+        for (int i = 0; i < n; i++)
+            if (lora_shrink_k(be, tmp, x, lm, &slots[i], 1) != 0 || lora_expand_k(be, &ys[i], tmp, lm, &slots[i], 1) != 0)
+                return -1;
+        return 0;
+    }
+    if (lora_shrink_k(be, tmp, x, lm, slots, n) != 0 || be->i.matmul(be, y, x, W, bias, false) != 0)
         return -1;
-    return lora_apply_multi(be, tmp, ys, x, lm, slots, n);
+    return lora_expand_k(be, ys, tmp, lm, slots, n);
 }
 
 #define TRY(call)                                                                         \

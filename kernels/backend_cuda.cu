@@ -353,10 +353,10 @@ extern "C" int lg_backend_cuda_create(const lg_backend_opts *opts, lg_backend **
         const char *e = getenv("LG_FUSE_ROPE_KV"); /* 0: rope and kv_write as two ops (comparisons) */
         i->rope_kv_write = e && *e == '0' ? NULL : cu_rope_kv_write;
         /* LG_FUSE_LORA=1: the matmul_lora slot (matmul_lora.cu). Off by default: without the
-         * skinny matmul (LG_SKINNY=1, itself slower than cuBLAS) it only reorders the three ops,
-         * and matmul, shrink, expand in that order measured fastest (docs/benchmarks.md) */
+         * skinny matmul (LG_SKINNY=1, itself slower than cuBLAS) it runs the three ops in
+         * model.c's own order (shrink, matmul, expand); LG_FUSE_LORA=2: matmul, shrink, expand */
         e = getenv("LG_FUSE_LORA");
-        i->matmul_lora = e && *e == '1' ? cu_matmul_lora : NULL;
+        i->matmul_lora = e && (*e == '1' || *e == '2') ? cu_matmul_lora : NULL;
     }
     /* optional slots (sample.cu, host_mem.cu): device sampling; pinned host
      * memory + async uploads (attach also wraps i->free to release its ring) */

@@ -9,10 +9,10 @@
  *                           cols [i * R, i * R + R) of tmp, lm, slots[i])
  *
  * The slot is opt-in (LG_FUSE_LORA=1; backend_cuda.cu): its point is the
- * fused expand below. Measured on the H100 (docs/benchmarks.md, issue 10):
- * W1 decode 7.60 ms/step with the three ops in model.c's order (matmul,
- * shrink, expand), 7.65 with this op's order (shrink, matmul, expand), 7.78
- * with the shrink on a second stream beside the matmul (tried, removed).
+ * fused expand below; otherwise it runs the three ops in the order model.c
+ * uses without it (shrink, matmul, expand: measured fastest with the TMA
+ * decode matmul, docs/benchmarks.md, issue 10). LG_FUSE_LORA=2: matmul,
+ * shrink, expand (model.c's order before; comparisons only).
  * With the tensor-core skinny matmul switched on (LG_SKINNY=1; off by
  * default, it loses to cuBLAS: docs/benchmarks.md) and 5..64 token rows, tmp
  * f32, max_rank <= 64, output ranges of whole tiles: the shrink first, then
@@ -55,7 +55,7 @@ int cu_matmul_lora(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_ten
         return 0;
     if (max_seg == 0) /* no token has an adapter this step */
         return cu_matmul(be, y, x, W, bias, false);
-    if (cu_skinny_enabled() && y.rows > 4 && y.rows <= 64) { /* the fused epilogue (opt-in) */
+    if (cu_skinny_enabled() && y.rows > 4 && y.rows <= 64) { /* the fused epilogue (opt-in, LG_FUSE_LORA=1) */
         if (cu_lora_shrink_multi(be, tmp, x, lm, slots, k) != 0)
             return -1;
         cu_lora_epi e;
@@ -67,6 +67,12 @@ int cu_matmul_lora(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_ten
         if (rc <= 0)
             return rc; /* done: the expand ran in the epilogue */
         if (cu_matmul(be, y, x, W, bias, false) != 0)
+            return -1;
+        return cu_lora_expand_multi(be, ys, tmp, lm, slots, k);
+    }
+    static int mode = -1; /* LG_FUSE_LORA=2: the order model.c used before (matmul, shrink, expand), for comparisons */
+    if (cu_switch(&mode, "LG_FUSE_LORA", 0) == 2) {
+        if (cu_matmul(be, y, x, W, bias, false) != 0 || cu_lora_shrink_multi(be, tmp, x, lm, slots, k) != 0)
             return -1;
         return cu_lora_expand_multi(be, ys, tmp, lm, slots, k);
     }

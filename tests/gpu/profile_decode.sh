@@ -38,9 +38,15 @@ for n, (c, t) in sorted(agg.items(), key=lambda x: -x[1][1]):
     print("  %8.1f us %4d x  %s" % (t, c, n))
 PY
 }
-# PROF_OLD / PROF_OLD_LABEL: the reference configuration (default: the issue-10 paths off); PROF_B1=0 skips batch 1
+# PROF_OLD / PROF_OLD_LABEL: the reference configuration (default: the issue-10 paths off); PROF_B1=0 skips batch 1,
+# PROF_W1=0 both W1 runs; PROF_W3=1 adds W3
 OLD=${PROF_OLD:-"LG_PDL=0 LG_SKINNY=0 LG_ATTN_FA2=0 LG_FUSE_ROPE_KV=0 LG_FUSE_LORA=0"}
 W1L="--num-seqs 32 --prompt-len 128 --output-len 24 --adapters 32 --rank 16 --targets q,k,v,o"
-prof w1_lora_new "" 5000 1000 $W1L
-prof "w1_lora_${PROF_OLD_LABEL:-old}" "$OLD" 5000 1500 $W1L
+if [ "${PROF_W1:-1}" != 0 ]; then
+  prof w1_lora_new "" 5000 1000 $W1L
+  prof "w1_lora_${PROF_OLD_LABEL:-old}" "$OLD" 5000 1500 $W1L
+fi
+# PROF_W3=1: also W3 (32 rank-8 adapters on all seven modules), this tree's defaults
+W3L="--num-seqs 32 --prompt-len 128 --output-len 24 --adapters 32 --rank 8 --targets q,k,v,o,gate,up,down"
+[ "${PROF_W3:-0}" = 1 ] && prof w3_lora_new "" 9000 1500 $W3L
 [ "${PROF_B1:-1}" != 0 ] && prof b1_new "" 1500 800 --num-seqs 1 --prompt-len 128 --output-len 16
