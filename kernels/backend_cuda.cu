@@ -167,8 +167,10 @@ static int cuda_download(lg_backend *be, void *dst, const void *src, size_t n)
     if (!n)
         return 0;
     if (n < DOWN_CHUNK || is_pinned(dst)) {
+        cu_step_timing_end(c, false);
         CU_TRY(c, cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, c->stream));
         CU_TRY(c, cudaStreamSynchronize(c->stream));
+        cu_step_timing_end(c, true);
         return 0;
     }
     /* large pageable destination (the step's logits): DMA chunks into the two
@@ -225,6 +227,7 @@ static void cuda_free(lg_backend *be)
         cudaFree(c->blas_ws);
         cudaFree(c->sem);
         cu_graph_reset_ctx(c);
+        cu_step_timing_free(c);
         cudaFree(c->ws);
         for (int i = 0; i < c->n_ws_retired; i++) cudaFree(c->ws_retired[i]);
         for (int i = 0; i < 2; i++) {

@@ -59,8 +59,21 @@ typedef struct cuda_ctx {
     int capturing;            /* 1 between a recording graph_begin and its graph_end */
     unsigned char cap_key[LG_GRAPH_KEY_MAX];
     size_t cap_key_len;
+    /* LG_STEP_TIMING=1 (graph.cu): GPU time of replayed steps and the GPU's idle gap between them */
+    struct cu_step_timing {
+        cudaEvent_t start, end[2]; /* graph launch; before the step's result download (end[cur]) */
+        int cur, started, prev_ok;
+        long n, n_gap;
+        double busy_ms, gap_ms;
+        float busy[4096], gap[4096]; /* the first 4096 of each, for quantiles */
+    } *st;
     char last_err[512];
 } cuda_ctx;
+
+/* LG_STEP_TIMING (graph.cu): before a replay's launch, and around the download that ends a step */
+void cu_step_timing_start(cuda_ctx *c);
+void cu_step_timing_end(cuda_ctx *c, bool after_sync);
+void cu_step_timing_free(cuda_ctx *c);
 
 #define CU_CTX(be) ((cuda_ctx *)(be)->ctx)
 

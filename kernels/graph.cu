@@ -18,6 +18,8 @@
  */
 #include "ops.cuh"
 
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static void drop_entry(cuda_ctx *c, struct cuda_ctx::cu_graph_entry *e)
@@ -55,6 +57,7 @@ int cu_graph_begin(lg_backend *be, const void *key, size_t key_len, bool *replay
         struct cuda_ctx::cu_graph_entry *e = &c->graphs[i];
         if (e->used && e->key_len == key_len && memcmp(e->key, key, key_len) == 0) {
             e->used = ++c->graph_clock;
+            cu_step_timing_start(c);
             CU_TRY(c, cudaGraphLaunch(e->exec, c->stream));
             *replayed = true;
             return 0;
@@ -111,4 +114,94 @@ int cu_graph_end(lg_backend *be, bool ok)
     slot->used = ++c->graph_clock;
     CU_TRY(c, cudaGraphLaunch(exec, c->stream));
     return 0;
+}
+
+/* ---- LG_STEP_TIMING=1: how long replayed decode steps keep the GPU busy, and how long it
+ * idles between two of them (host work, uploads, the launch), from events on the stream;
+ * printed to stderr when the backend is freed. A diagnostic for benchmarks: the events
+ * add no synchronisation (the step's download already waits). */
+static int g_step_timing = -1;
+
+void cu_step_timing_start(cuda_ctx *c)
+{
+    if (!c->st) {
+        if (!cu_switch(&g_step_timing, "LG_STEP_TIMING", 0))
+            return;
+        c->st = (struct cuda_ctx::cu_step_timing *)calloc(1, sizeof *c->st);
+        if (!c->st || cudaEventCreate(&c->st->start) != cudaSuccess || cudaEventCreate(&c->st->end[0]) != cudaSuccess ||
+            cudaEventCreate(&c->st->end[1]) != cudaSuccess) {
+            free(c->st);
+            c->st = NULL;
+            g_step_timing = 0;
+            return;
+        }
+    }
+    cudaEventRecord(c->st->start, c->stream);
+    c->st->started = 1;
+}
+
+void cu_step_timing_end(cuda_ctx *c, bool after_sync)
+{
+    struct cuda_ctx::cu_step_timing *t = c->st;
+    if (!t)
+        return;
+    if (!t->started) { /* an eager step (prefill): the next gap would span it */
+        if (after_sync)
+            t->prev_ok = 0;
+        return;
+    }
+    if (!after_sync) {
+        cudaEventRecord(t->end[t->cur], c->stream);
+        return;
+    }
+    float ms = 0.0f;
+    if (cudaEventElapsedTime(&ms, t->start, t->end[t->cur]) == cudaSuccess) {
+        if (t->n < 4096)
+            t->busy[t->n] = ms;
+        t->busy_ms += ms;
+        t->n++;
+    }
+    if (t->prev_ok && cudaEventElapsedTime(&ms, t->end[t->cur ^ 1], t->start) == cudaSuccess) {
+        if (t->n_gap < 4096)
+            t->gap[t->n_gap] = ms;
+        t->gap_ms += ms;
+        t->n_gap++;
+    }
+    t->prev_ok = 1;
+    t->cur ^= 1;
+    t->started = 0;
+}
+
+static int cmp_f(const void *a, const void *b)
+{
+    const float x = *(const float *)a, y = *(const float *)b;
+    return x < y ? -1 : x > y;
+}
+
+static void quantiles(const char *what, float *v, long n)
+{
+    if (n > 4096)
+        n = 4096;
+    if (n <= 0)
+        return;
+    qsort(v, (size_t)n, sizeof *v, cmp_f);
+    fprintf(stderr, "step timing: %s ms: min %.4f p10 %.4f median %.4f p90 %.4f max %.4f\n", what, v[0], v[n / 10],
+            v[n / 2], v[n - 1 - n / 10], v[n - 1]);
+}
+
+void cu_step_timing_free(cuda_ctx *c)
+{
+    struct cuda_ctx::cu_step_timing *t = c->st;
+    if (!t)
+        return;
+    if (t->n)
+        fprintf(stderr, "step timing: %ld replayed steps, GPU %.4f ms/step from launch to result; %ld gaps, GPU idle %.4f ms/gap\n",
+                t->n, t->busy_ms / (double)t->n, t->n_gap, t->n_gap ? t->gap_ms / (double)t->n_gap : 0.0);
+    quantiles("GPU per replayed step", t->busy, t->n);
+    quantiles("GPU idle between steps", t->gap, t->n_gap);
+    cudaEventDestroy(t->start);
+    cudaEventDestroy(t->end[0]);
+    cudaEventDestroy(t->end[1]);
+    free(t);
+    c->st = NULL;
 }
