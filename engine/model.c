@@ -647,24 +647,20 @@ int lg_model_step(lg_model *m, lg_page_pool *pool, const lg_step_seq *seqs, int 
         const int n_slots = c->n_layers * LG_LORA_N_MODULES;
         const size_t seg_bytes = (size_t)n_slots * sizeof(lg_lora_w);
         int ns = 0, tt = 0, lo = -1, hi = -1;
-        if (m->lora_table_rebuild)
-            m->lora_synced = 0;
+        const int synced = m->lora_table_rebuild ? 0 : m->lora_synced;
+        m->lora_synced = 0; /* until the changed rows below are uploaded (an early return leaves 0) */
         for (int s = 0; s < n_seqs; s++) {
             if (s == 0 || seqs[s].lora != seqs[s - 1].lora) {
                 m->lora_seg_host[ns] = tt;
                 lg_lora_w *dst = m->lora_w_host + (size_t)ns * n_slots;
                 const lg_lora_w *src = seqs[s].lora ? seqs[s].lora : m->lora_w_zero;
-                if (ns >= m->lora_synced || memcmp(dst, src, seg_bytes) != 0) {
+                if (ns >= synced || memcmp(dst, src, seg_bytes) != 0) {
                     memcpy(dst, src, seg_bytes);
                     unsigned mods = 0;
                     for (int k = 0; k < n_slots; k++) {
-                        if (dst[k].rank > m->opts.lora_max_rank) {
-                            const int first = lo >= 0 ? lo : ns; /* rows from here differ from the device */
-                            if (m->lora_synced > first)
-                                m->lora_synced = first;
+                        if (dst[k].rank > m->opts.lora_max_rank)
                             return lg_fail(err, "adapter rank %d exceeds the step's maximum %d", dst[k].rank,
                                            m->opts.lora_max_rank);
-                        }
                         if (dst[k].rank > 0)
                             mods |= 1u << (k % LG_LORA_N_MODULES);
                     }
@@ -682,13 +678,10 @@ int lg_model_step(lg_model *m, lg_page_pool *pool, const lg_step_seq *seqs, int 
         for (int i = 0; i < ns; i++)
             if (m->lora_seg_host[i + 1] - m->lora_seg_host[i] > lora_max_seg)
                 lora_max_seg = m->lora_seg_host[i + 1] - m->lora_seg_host[i];
-        if (lo >= 0) {
-            const int synced = m->lora_synced;
-            m->lora_synced = lo; /* until the upload of [lo, hi] is queued */
+        if (lo >= 0)
             TRY(be->i.upload(be, m->lora_w_dev + (size_t)lo * n_slots, m->lora_w_host + (size_t)lo * n_slots,
                              (size_t)(hi - lo + 1) * seg_bytes));
-            m->lora_synced = synced > hi + 1 ? synced : hi + 1;
-        }
+        m->lora_synced = lo < 0 || synced > hi + 1 ? synced : hi + 1;
         TRY(be->i.upload(be, m->lora_seg_dev, m->lora_seg_host, (size_t)(ns + 1) * sizeof(int32_t)));
         lm = (lg_lora_meta){.n_segs = ns, .n_slots = n_slots, .max_rank = m->opts.lora_max_rank,
                             .seg_indptr = m->lora_seg_dev, .w = m->lora_w_dev, .seg_indptr_host = m->lora_seg_host};

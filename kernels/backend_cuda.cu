@@ -167,10 +167,10 @@ static int cuda_download(lg_backend *be, void *dst, const void *src, size_t n)
     if (!n)
         return 0;
     if (n < DOWN_CHUNK || is_pinned(dst)) {
-        cu_step_timing_end(c, false);
+        cu_step_timing_mark(c);
         CU_TRY(c, cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, c->stream));
         CU_TRY(c, cudaStreamSynchronize(c->stream));
-        cu_step_timing_end(c, true);
+        cu_step_timing_done(c);
         return 0;
     }
     /* large pageable destination (the step's logits): DMA chunks into the two

@@ -27,6 +27,8 @@ extern "C" {
 #include "backend.h"
 }
 
+#define CU_ST_SAMPLES 4096 /* steps kept for LG_STEP_TIMING's quantiles */
+
 typedef struct cuda_ctx {
     int device;
     int n_sm;
@@ -65,14 +67,15 @@ typedef struct cuda_ctx {
         int cur, started, prev_ok;
         long n, n_gap;
         double busy_ms, gap_ms;
-        float busy[4096], gap[4096]; /* the first 4096 of each, for quantiles */
+        float busy[CU_ST_SAMPLES], gap[CU_ST_SAMPLES]; /* the first CU_ST_SAMPLES of each, for quantiles */
     } *st;
     char last_err[512];
 } cuda_ctx;
 
-/* LG_STEP_TIMING (graph.cu): before a replay's launch, and around the download that ends a step */
+/* LG_STEP_TIMING (graph.cu): before a replay's launch; before the download that ends a step, and after its sync */
 void cu_step_timing_start(cuda_ctx *c);
-void cu_step_timing_end(cuda_ctx *c, bool after_sync);
+void cu_step_timing_mark(cuda_ctx *c);
+void cu_step_timing_done(cuda_ctx *c);
 void cu_step_timing_free(cuda_ctx *c);
 
 #define CU_CTX(be) ((cuda_ctx *)(be)->ctx)

@@ -140,33 +140,37 @@ void cu_step_timing_start(cuda_ctx *c)
     c->st->started = 1;
 }
 
-void cu_step_timing_end(cuda_ctx *c, bool after_sync)
+/* before the step's result download: its end on the stream (replayed steps only) */
+void cu_step_timing_mark(cuda_ctx *c)
+{
+    struct cuda_ctx::cu_step_timing *t = c->st;
+    if (t && t->started)
+        cudaEventRecord(t->end[t->cur], c->stream);
+}
+
+static void add_sample(float *v, long *n, double *sum, float ms)
+{
+    if (*n < CU_ST_SAMPLES)
+        v[*n] = ms;
+    *sum += ms;
+    ++*n;
+}
+
+/* after the download's sync: the step's GPU time, and the idle gap since the step before */
+void cu_step_timing_done(cuda_ctx *c)
 {
     struct cuda_ctx::cu_step_timing *t = c->st;
     if (!t)
         return;
     if (!t->started) { /* an eager step (prefill): the next gap would span it */
-        if (after_sync)
-            t->prev_ok = 0;
-        return;
-    }
-    if (!after_sync) {
-        cudaEventRecord(t->end[t->cur], c->stream);
+        t->prev_ok = 0;
         return;
     }
     float ms = 0.0f;
-    if (cudaEventElapsedTime(&ms, t->start, t->end[t->cur]) == cudaSuccess) {
-        if (t->n < 4096)
-            t->busy[t->n] = ms;
-        t->busy_ms += ms;
-        t->n++;
-    }
-    if (t->prev_ok && cudaEventElapsedTime(&ms, t->end[t->cur ^ 1], t->start) == cudaSuccess) {
-        if (t->n_gap < 4096)
-            t->gap[t->n_gap] = ms;
-        t->gap_ms += ms;
-        t->n_gap++;
-    }
+    if (cudaEventElapsedTime(&ms, t->start, t->end[t->cur]) == cudaSuccess)
+        add_sample(t->busy, &t->n, &t->busy_ms, ms);
+    if (t->prev_ok && cudaEventElapsedTime(&ms, t->end[t->cur ^ 1], t->start) == cudaSuccess)
+        add_sample(t->gap, &t->n_gap, &t->gap_ms, ms);
     t->prev_ok = 1;
     t->cur ^= 1;
     t->started = 0;
@@ -180,8 +184,8 @@ static int cmp_f(const void *a, const void *b)
 
 static void quantiles(const char *what, float *v, long n)
 {
-    if (n > 4096)
-        n = 4096;
+    if (n > CU_ST_SAMPLES)
+        n = CU_ST_SAMPLES;
     if (n <= 0)
         return;
     qsort(v, (size_t)n, sizeof *v, cmp_f);
