@@ -403,6 +403,10 @@ def connect_refused(port):
         return False
     except ConnectionRefusedError:
         return True
+    except ConnectionResetError:
+        # the connect landed in the backlog just as the listener closed: the
+        # kernel resets it; ask again, the next connect sees the closed port
+        return False
 
 
 def test_drain_timeout_bounds_shutdown(tmp_path):
