@@ -258,9 +258,24 @@ typedef struct lg_backend_i {
      * calls the three ops. */
     int (*matmul_lora)(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tensor bias, lg_tensor tmp,
                        const lg_lora_meta *lm, const int *slots, const int *col0, const int *ncols, int k);
+
+    /* add_rmsnorm followed by the matmul of the normed rows (and SwiGLU), in
+     * one op (CUDA: decode batches of up to LG_NORM_MATMUL_MAX_T rows, one
+     * launch instead of two or three):
+     *   h = delta.data ? resid + delta (rounded; stored to rout) : resid
+     *   xn = rmsnorm(h) * w
+     *   silu ? y = silu_mul(xn W^T (+ bias))    W [2F, K], y [T, F]
+     *        : y = xn W^T (+ bias)
+     * resid is not written (rout must not overlap resid or delta) and xn is
+     * not stored. Results equal add_rmsnorm + matmul (+ silu_mul) bit for bit.
+     * 0 done, -1 error, 1 shape not taken (the caller runs the separate ops).
+     * NULL: model.c runs the separate ops. */
+    int (*norm_matmul)(lg_backend *be, lg_tensor y, lg_tensor resid, lg_tensor delta, lg_tensor w, float eps,
+                       lg_tensor rout, lg_tensor W, lg_tensor bias, bool silu);
 } lg_backend_i;
 
 #define LG_LORA_MULTI_MAX 3
+#define LG_NORM_MATMUL_MAX_T 2 /* rows model.c offers to norm_matmul */
 #define LG_GRAPH_KEY_MAX 64
 #define LG_GRAPH_CACHE 32
 

@@ -11,7 +11,10 @@
  *   gu  = xn @ Wgu^T;  h = silu(g) * u                  matmul, silu_mul
  *   m   = h @ Wdown^T                                   matmul (added next layer)
  * then xn = rmsnorm(x += m) * norm, gather the rows that need logits, and
- * logits = rows @ lm_head^T.
+ * logits = rows @ lm_head^T. Where the backend has norm_matmul (CUDA, decode
+ * batches of 1-2 rows) and no adapter of the step targets the projection,
+ * each add_rmsnorm runs inside the matmul after it, and silu_mul inside the
+ * gate,up matmul: six launches per layer instead of nine (norm_linear()).
  *
  * Memory: weights in one backend allocation (carved, llm.c style);
  * activations in a second one sized for max_step_tokens; step metadata in a
@@ -61,6 +64,7 @@ struct lg_model {
     /* activations */
     void *abuf;
     lg_tensor x, xn, qkv, attn, o, gu, act, mlp, rows, logits;
+    lg_tensor x2;        /* [LG_NORM_MATMUL_MAX_T, d]: the residual's second buffer (norm_linear) */
     lg_tensor lora_tmp;  /* [T, lora_max_rank] */
     lg_lora_w *lora_w_dev, *lora_w_host; /* [max_seqs * n_slots] */
     int32_t *lora_seg_dev, *lora_seg_host; /* [max_seqs + 1] */
@@ -308,8 +312,9 @@ int lg_model_create(lg_backend *be, const lg_weights *w, const lg_model_opts *op
         const int64_t T = m->opts.max_step_tokens, S = m->opts.max_seqs, F = c->d_ff, V = c->vocab_size;
         lg_dtype a = be->act_dtype;
         size_t es = lg_dtype_size(a);
+        const int64_t T2 = T < LG_NORM_MATMUL_MAX_T ? T : LG_NORM_MATMUL_MAX_T;
         int64_t sizes[] = {T * d, T * d, T * (qdim + 2 * kvdim), T * qdim, T * d, T * 2 * F, T * F, T * d, S * d,
-                           S * V};
+                           S * V, T2 * d};
         size_t tot = 0;
         for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) tot += ((size_t)sizes[i] * es + 255) & ~(size_t)255;
         upload_ctx ua = {be, be->i.alloc(be, tot), 0, tot, err};
@@ -327,6 +332,7 @@ int lg_model_create(lg_backend *be, const lg_weights *w, const lg_model_opts *op
         m->act = lg_tensor_2d(carve(&ua, (size_t)sizes[6] * es), a, T, F);
         m->mlp = lg_tensor_2d(carve(&ua, (size_t)sizes[7] * es), a, T, d);
         m->rows = lg_tensor_2d(carve(&ua, (size_t)sizes[8] * es), a, S, d);
+        m->x2 = lg_tensor_2d(carve(&ua, (size_t)sizes[10] * es), a, T2, d);
         m->logits = lg_tensor_2d(carve(&ua, (size_t)sizes[9] * 4), LG_F32, S, V);
         /* logits are always f32: carve was sized with es; re-carve if es < 4 */
         if (es < 4) {
@@ -479,6 +485,36 @@ static int linear(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tens
     return lora_expand_k(be, ys, tmp, lm, slots, n);
 }
 
+/* xn = rmsnorm(x (+ delta)) * g, y = xn W^T (+ bias) with the LoRA of modules
+ * [m0, m0 + count), then act = silu_mul(y) when act.data. The residual x is
+ * xs[*cur]. One norm_matmul op where the backend fuses them (CUDA, decode
+ * batches of up to LG_NORM_MATMUL_MAX_T rows: one launch instead of two or
+ * three) and no adapter of the step targets these modules (the shrink
+ * reads xn): it stores x + delta to the other buffer, which becomes the
+ * residual (the op's blocks all read x, so none may write it in place).
+ * Else add_rmsnorm in place, linear(), silu_mul. Results are the same. */
+static int norm_linear(lg_backend *be, lg_tensor *xs, int *cur, lg_tensor delta, lg_tensor g, float eps, lg_tensor xn,
+                       lg_tensor y, lg_tensor W, lg_tensor bias, lg_tensor act, lg_tensor tmp, const lg_lora_meta *lm,
+                       const lg_tensor *ys, int m0, int count, int sl, unsigned mods)
+{
+    const unsigned mine = ((1u << count) - 1u) << m0;
+    if (be->i.norm_matmul && xs[1 - *cur].data && !(lm && (mods & mine))) {
+        const int rc = be->i.norm_matmul(be, act.data ? act : y, xs[*cur], delta, g, eps, xs[1 - *cur], W, bias,
+                                         act.data != NULL);
+        if (rc < 0)
+            return -1;
+        if (rc == 0) {
+            if (delta.data)
+                *cur = 1 - *cur;
+            return 0;
+        }
+    }
+    if (be->i.add_rmsnorm(be, xs[*cur], delta, g, xn, eps) != 0 ||
+        linear(be, y, xn, W, bias, tmp, lm, ys, m0, count, sl, mods) != 0)
+        return -1;
+    return act.data ? be->i.silu_mul(be, act, y) : 0;
+}
+
 #define TRY(call)                                                                         \
     do {                                                                                  \
         if ((call) != 0)                                                                  \
@@ -512,7 +548,7 @@ static int forward(lg_model *m, const lg_kv_view *kv0, const lg_step_meta *meta,
     const int T = meta->n_tokens, n_logits = meta->n_logits, pt = m->opts.page_tokens;
     const int hd = c->head_dim;
     const int64_t qdim = (int64_t)c->n_heads * hd, kvdim = (int64_t)c->n_kv_heads * hd;
-    lg_tensor x = lg_tensor_rows(m->x, 0, T), xn = lg_tensor_rows(m->xn, 0, T), qkv = lg_tensor_rows(m->qkv, 0, T);
+    lg_tensor xn = lg_tensor_rows(m->xn, 0, T), qkv = lg_tensor_rows(m->qkv, 0, T);
     lg_tensor q = lg_tensor_cols(qkv, 0, qdim), k = lg_tensor_cols(qkv, qdim, kvdim),
               v = lg_tensor_cols(qkv, qdim + kvdim, kvdim);
     lg_tensor attn = lg_tensor_rows(m->attn, 0, T), o = lg_tensor_rows(m->o, 0, T), gu = lg_tensor_rows(m->gu, 0, T),
@@ -525,14 +561,17 @@ static int forward(lg_model *m, const lg_kv_view *kv0, const lg_step_meta *meta,
     const lg_tensor gu_ys[2] = {lg_tensor_cols(gu, 0, c->d_ff), lg_tensor_cols(gu, c->d_ff, c->d_ff)};
 
     lg_tensor tmp = lora ? lg_tensor_rows(m->lora_tmp, 0, T) : none;
-    TRY(be->i.embed(be, x, m->embed, meta->tok));
+    /* the residual stream: xs[xi]; norm_linear may move it to the other buffer */
+    lg_tensor xs[2] = {lg_tensor_rows(m->x, 0, T), T <= m->x2.rows ? lg_tensor_rows(m->x2, 0, T) : none};
+    int xi = 0;
+    TRY(be->i.embed(be, xs[0], m->embed, meta->tok));
     for (int l = 0; l < c->n_layers; l++) {
         const layer_w *lw = &m->layers[l];
         const int sl = l * LG_LORA_N_MODULES;
         kv.k_off = (size_t)l * 2 * kv_block;
         kv.v_off = kv.k_off + kv_block;
-        TRY(be->i.add_rmsnorm(be, x, l ? mlp : none, lw->ln1, xn, c->rms_eps));
-        TRY(linear(be, qkv, xn, lw->wqkv, lw->bqkv, tmp, lora, qkv_ys, 0, 3, sl, lora_mods));
+        TRY(norm_linear(be, xs, &xi, l ? mlp : none, lw->ln1, c->rms_eps, xn, qkv, lw->wqkv, lw->bqkv, none, tmp, lora,
+                        qkv_ys, 0, 3, sl, lora_mods));
         if (be->i.rope_kv_write) {
             TRY(be->i.rope_kv_write(be, q, k, v, meta->pos, m->inv_freq, c->n_heads, c->n_kv_heads, hd, kv,
                                     meta->slot));
@@ -542,15 +581,14 @@ static int forward(lg_model *m, const lg_kv_view *kv0, const lg_step_meta *meta,
         }
         TRY(be->i.attention(be, attn, q, kv, meta, c->n_heads, scale));
         TRY(linear(be, o, attn, lw->wo, none, tmp, lora, &o, 3, 1, sl, lora_mods));
-        TRY(be->i.add_rmsnorm(be, x, o, lw->ln2, xn, c->rms_eps));
-        TRY(linear(be, gu, xn, lw->wgu, none, tmp, lora, gu_ys, 4, 2, sl, lora_mods));
-        TRY(be->i.silu_mul(be, act, gu));
+        TRY(norm_linear(be, xs, &xi, o, lw->ln2, c->rms_eps, xn, gu, lw->wgu, none, act, tmp, lora, gu_ys, 4, 2, sl,
+                        lora_mods));
         TRY(linear(be, mlp, act, lw->wdown, none, tmp, lora, &mlp, 6, 1, sl, lora_mods));
     }
     if (n_logits > 0) {
         lg_tensor rows = lg_tensor_rows(m->rows, 0, n_logits);
         lg_tensor lg = lg_tensor_rows(m->logits, 0, n_logits);
-        TRY(be->i.add_rmsnorm(be, x, mlp, m->norm, xn, c->rms_eps));
+        TRY(be->i.add_rmsnorm(be, xs[xi], mlp, m->norm, xn, c->rms_eps));
         TRY(be->i.get_rows(be, rows, xn, meta->logit_rows, n_logits));
         TRY(be->i.matmul(be, lg, rows, m->lm_head, none, false));
     }

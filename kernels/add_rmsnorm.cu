@@ -45,22 +45,6 @@ __device__ __forceinline__ float block_sum(float v, float *red)
     return red[32];
 }
 
-/* 8 weights starting at element i (a multiple of 8) as floats. */
-__device__ __forceinline__ void load_w8(const void *w, lg_dtype wdt, bool w_vec, int i, float *f)
-{
-    if (w_vec && wdt == LG_F32) {
-        float4 a = ((const float4 *)w)[i / 4], b = ((const float4 *)w)[i / 4 + 1];
-        f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
-    } else if (w_vec && wdt == LG_F16) {
-        unpack8<__half>(((const uint4 *)w)[i / 8], f);
-    } else if (w_vec) {
-        unpack8<__nv_bfloat16>(((const uint4 *)w)[i / 8], f);
-    } else {
-#pragma unroll
-        for (int e = 0; e < 8; e++) f[e] = load_any(w, wdt, i + e);
-    }
-}
-
 /* Fast path: chunk c (8 elements at 8c) of the row is thread c % blockDim's
  * (c / blockDim)-th; nch8 = D / 8. */
 template <typename T, int NCH>

@@ -360,6 +360,8 @@ extern "C" int lg_backend_cuda_create(const lg_backend_opts *opts, lg_backend **
          * model.c's own order (shrink, matmul, expand); LG_FUSE_LORA=2: matmul, shrink, expand */
         e = getenv("LG_FUSE_LORA");
         i->matmul_lora = e && (*e == '1' || *e == '2') ? cu_matmul_lora : NULL;
+        e = getenv("LG_FUSE_NORM"); /* 0: add_rmsnorm, matmul (and silu_mul) as separate ops (comparisons) */
+        i->norm_matmul = e && *e == '0' ? NULL : cu_norm_matmul;
     }
     /* optional slots (sample.cu, host_mem.cu): device sampling; pinned host
      * memory + async uploads (attach also wraps i->free to release its ring) */

@@ -163,6 +163,25 @@ template <typename T> __device__ __forceinline__ uint4 pack8(const float *f)
     return u;
 }
 
+/* 8 norm weights starting at element i (a multiple of 8) as floats (add_rmsnorm.cu, gemv.cuh). */
+__device__ __forceinline__ void load_w8(const void *w, lg_dtype wdt, bool w_vec, int i, float *f)
+{
+    if (w_vec && wdt == LG_F32) {
+        float4 a = ((const float4 *)w)[i / 4], b = ((const float4 *)w)[i / 4 + 1];
+        f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
+    } else if (w_vec && wdt == LG_F16) {
+        unpack8<__half>(((const uint4 *)w)[i / 8], f);
+    } else if (w_vec) {
+        unpack8<__nv_bfloat16>(((const uint4 *)w)[i / 8], f);
+    } else {
+#pragma unroll
+        for (int e = 0; e < 8; e++) f[e] = load_any(w, wdt, i + e);
+    }
+}
+
+/* SwiGLU of one element, f32 math (silu_mul.cu, gemv.cuh's fused epilogue). */
+__device__ __forceinline__ float silu_mul1(float g, float u) { return g / (1.0f + expf(-g)) * u; }
+
 /* RoPE angle pos * f as cos/sin without the f32 product's rounding (rope.cu's note): hi = pos * f,
  * lo = fma(pos, f, -hi), cos/sin of hi corrected to first order in lo. rope.cu and rope_kv.cu. */
 __device__ __forceinline__ void rope_cos_sin(float p, float f, float *co, float *si)

@@ -10,8 +10,6 @@
  */
 #include "ops.cuh"
 
-__device__ __forceinline__ float silu_mul1(float g, float u) { return g / (1.0f + expf(-g)) * u; }
-
 template <typename T>
 __global__ void silu_mul_kernel(T *out, int64_t ldo, const T *gu, int64_t ldg, int F, int T_)
 {

@@ -18,7 +18,7 @@
  * between syncs) and prints one table: op, case, dtype, error, limit, us.
  * Usage: test_cuda_ops [--no-bench]. Exit status 0 only if all passed.
  * LG_ONLY=group[,group...] runs only those groups (misc, attention, lora,
- * graph, matmul: gemv, skinny, matmul_lora; rope_kv) — for kernel work.
+ * graph, matmul: gemv, skinny, matmul_lora; rope_kv; norm: norm_matmul) — for kernel work.
  * Needs a GPU; a CMake target of CUDA builds, run by tests/gpu/run_device.sh.
  */
 #include "backend.h"
@@ -863,6 +863,82 @@ static void test_rope_kv(lg_dtype dt)
     }
 }
 
+/* Rounds n floats through dt in place (what a GPU op stores between two ops). */
+static void round_dt(float *v, size_t n, lg_dtype dt)
+{
+    void *h = malloc(n * esz(dt));
+    lg_from_f32(h, dt, v, n);
+    lg_to_f32(v, h, dt, n);
+    free(h);
+}
+
+/* norm_matmul (kernels/norm_matmul.cu) against the GPU's own add_rmsnorm + matmul (+ silu_mul), bit
+ * for bit (the contract), and the CPU's; rout must hold resid + delta and resid stay as it was. A
+ * shape the op does not take must return 1 and write nothing. */
+static void test_norm_matmul(lg_dtype dt, int T, int K, int N, int silu, int with_delta, int bias, int taken)
+{
+    if (!G->i.norm_matmul) {
+        record("norm_matmul", "slot missing (LG_FUSE_NORM=0)", dt, 0, 0, 1);
+        return;
+    }
+    const int F = silu ? N / 2 : N;
+    gt resid = gt_new(dt, T, K, 16), delta = gt_new(dt, T, K, 0), rout = gt_new(dt, T, K, 8);
+    gt r2 = gt_new(dt, T, K, 16), xn = gt_new(dt, T, K, 0), W = gt_new(dt, N, K, 0);
+    gt y = gt_new(dt, T, F, 8), y2 = gt_new(dt, T, N, 0), a2 = gt_new(dt, T, F, 0);
+    gt_set(&resid, NULL, 2.0f);
+    gt_set(&delta, NULL, 1.0f);
+    gt_set(&r2, resid.f, 1.0f);
+    gt_set(&W, NULL, 0.05f);
+    gt_poison(&rout), gt_poison(&y), gt_poison(&y2), gt_poison(&a2), gt_poison(&xn);
+    float *w = malloc(K * 4), *b = malloc(N * 4);
+    for (int i = 0; i < K; i++) w[i] = 1.0f + 0.5f * frand();
+    for (int i = 0; i < N; i++) b[i] = 0.5f * frand();
+    float *dw = G->i.alloc(G, K * 4), *db = G->i.alloc(G, N * 4);
+    G->i.upload(G, dw, w, K * 4);
+    G->i.upload(G, db, b, N * 4);
+    lg_tensor none = {0}, wt = lg_tensor_2d(dw, LG_F32, 1, K), bt = bias ? lg_tensor_2d(db, LG_F32, 1, N) : none;
+    lg_tensor dl = with_delta ? delta.t : none;
+    char cas[48];
+    snprintf(cas, sizeof cas, "T%d K%d N%d%s%s%s", T, K, N, silu ? " silu" : "", with_delta ? " +delta" : "",
+             bias ? " bias" : "");
+    const int rc = G->i.norm_matmul(G, y.t, resid.t, dl, wt, 1e-5f, rout.t, W.t, bt, silu);
+    size_t ny = (size_t)T * F, nk = (size_t)T * K, nn = (size_t)T * N;
+    float *gy = malloc(ny * 4), *g2 = malloc(ny * 4), *gy2 = malloc(nn * 4), *gr = malloc(nk * 4),
+          *gro = malloc(nk * 4), *gr2 = malloc(nk * 4);
+    if (!taken) { /* not taken: 1, y untouched (still poison: gt_get fails on NaN) */
+        snprintf(cas + strlen(cas), sizeof cas - strlen(cas), " not taken");
+        record("norm_matmul", cas, dt, 0, 0, rc == 1 && gt_get(&y, gy, NULL) != 0);
+    } else {
+        int rc2 = G->i.add_rmsnorm(G, r2.t, dl, wt, xn.t, 1e-5f);
+        rc2 |= G->i.matmul(G, y2.t, xn.t, W.t, bt, false);
+        if (silu)
+            rc2 |= G->i.silu_mul(G, a2.t, y2.t);
+        int g = gt_get(&y, gy, NULL) | gt_get(&resid, gr, NULL) | gt_get(&r2, gr2, NULL) |
+                gt_get(silu ? &a2 : &y2, silu ? g2 : gy2, NULL);
+        if (with_delta)
+            g |= gt_get(&rout, gro, NULL);
+        const int same = memcmp(gy, silu ? g2 : gy2, ny * 4) == 0 && memcmp(gr, resid.f, nk * 4) == 0 &&
+                         (!with_delta || memcmp(gro, gr2, nk * 4) == 0);
+        /* CPU: the same ops, each result rounded to dt as the GPU stores it */
+        float *rr = fdup(resid.f, nk), *ro = calloc(nk, 4), *ry = calloc(nn, 4), *ra = calloc(ny, 4);
+        C->i.add_rmsnorm(C, host_t(rr, T, K), with_delta ? host_t(delta.f, T, K) : none, host_t(w, 1, K),
+                         host_t(ro, T, K), 1e-5f);
+        round_dt(ro, nk, dt);
+        C->i.matmul(C, host_t(ry, T, N), host_t(ro, T, K), host_t(W.f, N, K), bias ? host_t(b, 1, N) : none, false);
+        if (silu) {
+            round_dt(ry, nn, dt);
+            C->i.silu_mul(C, host_t(ra, T, F), host_t(ry, T, N));
+        }
+        snprintf(cas + strlen(cas), sizeof cas - strlen(cas), " ==ops %s", same ? "yes" : "NO");
+        record("norm_matmul", cas, dt, rel_l2(gy, silu ? ra : ry, ny), lim_for(dt), rc == 0 && rc2 == 0 && g == 0 && same);
+        free(rr), free(ro), free(ry), free(ra);
+    }
+    G->i.dealloc(G, dw), G->i.dealloc(G, db);
+    free(w), free(b), free(gy), free(g2), free(gy2), free(gr), free(gro), free(gr2);
+    gt_free(&resid), gt_free(&delta), gt_free(&rout), gt_free(&r2), gt_free(&xn), gt_free(&W), gt_free(&y);
+    gt_free(&y2), gt_free(&a2);
+}
+
 /* ---- step graphs and multi-slot LoRA ------------------------------------------------ */
 
 /* A one-layer decode step over the backend ops (embed .. logits), as
@@ -1453,6 +1529,15 @@ int main(int argc, char **argv)
         }
         if (only("rope_kv"))
             test_rope_kv(dt);
+        if (only("norm")) { /*           T  K     N     silu delta bias taken */
+            test_norm_matmul(dt, 1, 4096, 1536, 0, 1, 1, 1); /* q,k,v of a 7B step (part), with bias */
+            test_norm_matmul(dt, 2, 4096, 2048, 1, 1, 0, 1); /* gate,up + silu, two rows */
+            test_norm_matmul(dt, 1, 576, 384, 1, 0, 0, 1);   /* SmolLM2's width, layer 0 (no delta) */
+            test_norm_matmul(dt, 2, 1000, 258, 0, 1, 1, 1);  /* a ragged last norm warp, N not a multiple of 4 */
+            test_norm_matmul(dt, 1, 4096, 22, 1, 1, 0, 1);   /* fewer features than a block's warps */
+            test_norm_matmul(dt, 3, 4096, 512, 0, 1, 0, 0);  /* T > 2: the separate ops */
+            test_norm_matmul(dt, 1, 8192, 256, 0, 1, 0, 0);  /* rows wider than 4096 */
+        }
         if (bench && !getenv("LG_ONLY")) {
             bench_matmul(dt, 1, 4096, 4096);
             bench_matmul(dt, 32, 4096, 4096);

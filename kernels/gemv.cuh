@@ -1,0 +1,264 @@
+/*
+ * gemv.cuh — the skinny-matmul kernel for T <= 4 token rows, shared by the
+ * matmul's GEMV path (gemv.cu, which documents the kernel's design and
+ * measurements) and the fused norm + matmul op (norm_matmul.cu):
+ *
+ *   PRO = 0: x read from global memory (the T rows, through L1);
+ *   PRO = 1: x = rmsnorm(resid (+ delta)) * g computed by every block into
+ *            shared memory before the weight stream is consumed, bit for bit
+ *            as add_rmsnorm.cu's vector kernel computes it (see
+ *            gemv_norm_prologue); block 0 stores resid + delta to rout;
+ *   EPI = 0: y[t, n] = (accumulate ? y : 0) + x W^T (+ bias), n < N;
+ *   EPI = 1: W holds 2N rows (gate, then up); the warp of feature f reads
+ *            rows f and f + N and stores y[t, f] = silu(g) * u, with g and u
+ *            rounded to y's dtype first, as matmul + silu_mul.cu compute it.
+ */
+#ifndef LG_GEMV_CUH
+#define LG_GEMV_CUH
+
+#include "ops.cuh"
+
+#define GEMV_WARPS 4
+#define GEMV_NORM_J 4 /* PRO: emulated norm warps per real warp; rows of at most 32 * 4 * 4 * 8 = 4096 */
+
+struct gemv_args {
+    void *y;
+    int64_t ldy;
+    const void *x;
+    int64_t ldx;
+    const void *W;
+    int64_t ldw;
+    const void *bias;
+    lg_dtype bdt;
+    int N, K8, accumulate, pf_blocks;
+    /* PRO = 1 */
+    const void *resid, *delta, *g;
+    void *rout;
+    int64_t ldr, ldd, ldro;
+    lg_dtype gdt;
+    int g_vec;
+    float eps;
+};
+
+/* 16-byte streaming load that does not allocate in L1. */
+__device__ __forceinline__ uint4 ld_stream16(const uint4 *p)
+{
+    uint4 r;
+    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+        : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+        : "l"(p));
+    return r;
+}
+
+/* 8 products of one 16-byte word of W and one of x, summed into acc. */
+template <typename TX> __device__ __forceinline__ float dot8(uint4 w, uint4 x, float acc);
+template <> __device__ __forceinline__ float dot8<__half>(uint4 w, uint4 x, float acc)
+{
+    const __half2 *wh = (const __half2 *)&w, *xh = (const __half2 *)&x;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        float2 a = __half22float2(wh[i]), b = __half22float2(xh[i]);
+        acc = fmaf(a.x, b.x, acc);
+        acc = fmaf(a.y, b.y, acc);
+    }
+    return acc;
+}
+template <> __device__ __forceinline__ float dot8<__nv_bfloat16>(uint4 w, uint4 x, float acc)
+{
+    const uint32_t *wu = (const uint32_t *)&w, *xu = (const uint32_t *)&x;
+#pragma unroll
+    for (int i = 0; i < 4; i++) { /* bf16 -> f32 is a shift: low half << 16, high half & 0xffff0000 */
+        acc = fmaf(__uint_as_float(wu[i] << 16), __uint_as_float(xu[i] << 16), acc);
+        acc = fmaf(__uint_as_float(wu[i] & 0xffff0000u), __uint_as_float(xu[i] & 0xffff0000u), acc);
+    }
+    return acc;
+}
+
+/* PRO = 1: the T normed rows into xs ([T][K8] 16-byte words), after pdl_wait.
+ * add_rmsnorm.cu's vector kernel runs a row of K8 <= 1024 chunks with
+ * nthr = K8 rounded up to 32 threads, one chunk each: thread c sums its 8
+ * squares in order, each warp reduces by xor shuffles, warp 0 sums the warp
+ * totals the same way. Here the block's 4 warps play those nthr / 32 warps:
+ * warp w lane l takes chunk l + 32 (w + 4 j), so every sum is formed in the
+ * same order and inv, and each output, is the same float. */
+template <typename TX, int T> __device__ __forceinline__ void gemv_norm_prologue(const gemv_args &a, uint4 *xs)
+{
+    __shared__ float red[33];
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, K8 = a.K8, nw = (K8 + 31) >> 5;
+    for (int t = 0; t < T; t++) {
+        const uint4 *r = (const uint4 *)((const TX *)a.resid + t * a.ldr);
+        const uint4 *d = a.delta ? (const uint4 *)((const TX *)a.delta + t * a.ldd) : NULL;
+        uint4 *ro = blockIdx.x == 0 && a.delta ? (uint4 *)((TX *)a.rout + t * a.ldro) : NULL;
+        uint4 ru[GEMV_NORM_J], du[GEMV_NORM_J];
+        float ss[GEMV_NORM_J];
+#pragma unroll
+        for (int j = 0; j < GEMV_NORM_J; j++) {
+            const int ch = lane + 32 * (w + GEMV_WARPS * j);
+            if (ch < K8) {
+                ru[j] = r[ch];
+                if (d)
+                    du[j] = d[ch];
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < GEMV_NORM_J; j++) {
+            const int ch = lane + 32 * (w + GEMV_WARPS * j);
+            float s = 0.0f;
+            if (ch < K8) {
+                float v[8];
+                unpack8<TX>(ru[j], v);
+                if (d) {
+                    float dv[8];
+                    unpack8<TX>(du[j], dv);
+#pragma unroll
+                    for (int e = 0; e < 8; e++) v[e] += dv[e];
+                    ru[j] = pack8<TX>(v); /* the rounded sum is what the norm sees */
+                    unpack8<TX>(ru[j], v);
+                    if (ro)
+                        ro[ch] = ru[j];
+                }
+#pragma unroll
+                for (int e = 0; e < 8; e++) s += v[e] * v[e];
+            }
+            ss[j] = s;
+        }
+#pragma unroll
+        for (int j = 0; j < GEMV_NORM_J; j++) {
+            const float s = warp_sum(ss[j]);
+            if (lane == 0 && w + GEMV_WARPS * j < nw)
+                red[w + GEMV_WARPS * j] = s;
+        }
+        __syncthreads();
+        const float inv = rsqrtf(warp_sum(lane < nw ? red[lane] : 0.0f) / (float)(K8 * 8) + a.eps);
+#pragma unroll
+        for (int j = 0; j < GEMV_NORM_J; j++) {
+            const int ch = lane + 32 * (w + GEMV_WARPS * j);
+            if (ch < K8) {
+                float v[8], wf[8], y[8];
+                unpack8<TX>(ru[j], v);
+                load_w8(a.g, a.gdt, a.g_vec, ch * 8, wf);
+#pragma unroll
+                for (int e = 0; e < 8; e++) y[e] = v[e] * inv * wf[e];
+                xs[t * K8 + ch] = pack8<TX>(y);
+            }
+        }
+        __syncthreads(); /* xs complete; red free for the next row */
+    }
+}
+
+template <typename TX, typename TY, int T, int R, int U, int PRO, int EPI>
+__global__ void __launch_bounds__(GEMV_WARPS * 32) gemv_kernel(const __grid_constant__ gemv_args a)
+{
+    extern __shared__ uint4 gemv_xs[]; /* PRO: [T][K8] */
+    static_assert(!EPI || R == 2, "the silu epilogue pairs rows f and f + N in one warp");
+    pdl_trigger();
+    const int lane = threadIdx.x & 31, N = a.N, K8 = a.K8;
+    const int wi = blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5); /* the warp's index in the grid */
+    const int n0 = EPI ? wi : wi * R;                            /* first output column */
+    const bool active = n0 < N;
+    if (!PRO && !active)
+        return; /* whole warp: N is uniform */
+    const TX *W = (const TX *)a.W;
+    const uint4 *wr[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) /* rows past N re-read row N-1 (in bounds) and are not stored */
+        wr[r] = (const uint4 *)(W + ((int64_t)min(EPI ? n0 : n0 + r, N - 1) + (EPI ? (int64_t)r * N : 0)) * a.ldw);
+    const uint4 *xr[T];
+#pragma unroll
+    for (int t = 0; t < T; t++) xr[t] = (const uint4 *)((const TX *)a.x + (int64_t)t * a.ldx);
+
+    constexpr int CH = 32 * U; /* 16-byte words of a row per batch */
+    const int nch = (K8 + CH - 1) / CH;
+    float acc[R][T];
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int t = 0; t < T; t++) acc[r][t] = 0.f;
+
+    uint4 cur[R][U], nxt[R][U];
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        const int i = lane + 32 * u;
+#pragma unroll
+        for (int r = 0; r < R; r++) cur[r][u] = i < K8 ? ld_stream16(wr[r] + i) : make_uint4(0, 0, 0, 0);
+    }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    /* the first pf_blocks blocks (launched early by PDL, while the kernel
+     * before still runs and HBM idles) also ask for the rest of their rows
+     * into L2: one bulk prefetch per row, past the batch loaded above */
+    if ((int)blockIdx.x < a.pf_blocks && lane < R && active && (EPI || n0 + lane < N) && K8 > CH)
+        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(wr[lane] + CH), "r"((K8 - CH) * 16)
+                     : "memory");
+#endif
+    /* everything above touches only W; x, y and bias may be written by the preceding kernel */
+    pdl_wait();
+    if (PRO) {
+        gemv_norm_prologue<TX, T>(a, gemv_xs);
+        if (!active)
+            return;
+    }
+
+#pragma unroll 1
+    for (int c = 0; c < nch; c++) {
+        const int base = lane + c * CH;
+        if (c + 1 < nch) {
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                const int i = base + CH + 32 * u;
+#pragma unroll
+                for (int r = 0; r < R; r++) nxt[r][u] = i < K8 ? ld_stream16(wr[r] + i) : make_uint4(0, 0, 0, 0);
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int i = base + 32 * u;
+            if (i < K8) {
+#pragma unroll
+                for (int t = 0; t < T; t++) {
+                    const uint4 xv = PRO ? gemv_xs[t * K8 + i] : __ldg(xr[t] + i);
+#pragma unroll
+                    for (int r = 0; r < R; r++) acc[r][t] = dot8<TX>(cur[r][u], xv, acc[r][t]);
+                }
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++)
+#pragma unroll
+            for (int r = 0; r < R; r++) cur[r][u] = nxt[r][u];
+    }
+
+    float mine = 0.f;
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int t = 0; t < T; t++) {
+            const float s = warp_sum(acc[r][t]);
+            if (lane == r * T + t)
+                mine = s;
+        }
+    TY *y = (TY *)a.y;
+    if (EPI) { /* lane t: gate sum, lane T + t: up sum of token t */
+        const float up = __shfl_sync(0xffffffffu, mine, lane + T);
+        if (lane < T) {
+            float g = mine, u = up;
+            if (a.bias) {
+                g += load_any(a.bias, a.bdt, n0);
+                u += load_any(a.bias, a.bdt, n0 + N);
+            }
+            y[(int64_t)lane * a.ldy + n0] = from_f32<TY>(silu_mul1(to_f32(from_f32<TY>(g)), to_f32(from_f32<TY>(u))));
+        }
+    } else if (lane < R * T) {
+        const int r = lane / T, t = lane - r * T, n = n0 + r;
+        if (n < N) {
+            TY *p = y + (int64_t)t * a.ldy + n;
+            float v = mine;
+            if (a.accumulate)
+                v += to_f32(*p);
+            if (a.bias)
+                v += load_any(a.bias, a.bdt, n);
+            *p = from_f32<TY>(v);
+        }
+    }
+}
+
+#endif

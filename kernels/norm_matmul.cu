@@ -1,0 +1,87 @@
+/*
+ * norm_matmul.cu — add_rmsnorm + matmul (+ silu_mul) in one launch for
+ * decode batches of T <= LG_NORM_MATMUL_MAX_T rows (the backend's optional
+ * norm_matmul slot; contract in engine/backend.h):
+ *
+ *   h = resid (+ delta, rounded; block 0 stores it to rout)
+ *   xn = rmsnorm(h) * w                  in shared memory, never stored
+ *   y = xn W^T (+ bias)                  or y = silu(g) * u over W = [gate; up]
+ *
+ * Why: at batch 1 a layer was nine launches (two norms, four GEMVs, rope +
+ * KV write, attention, silu), each a latency-bound step of a chain in which
+ * the GPU waits for the one before to complete. Dropping the norms and the
+ * silu from the step (wrong results, timing only) took batch-1 decode from
+ * 5.18 to 5.04 (norms) and 5.15 ms (silu) on the H100 (docs/benchmarks.md,
+ * eighth session): the time between the launches, not their work.
+ *
+ * The kernel is the GEMV of gemv.cu (gemv.cuh) with a prologue: every block
+ * computes the T normed rows into shared memory after pdl_wait (16 KB of
+ * L2 reads per row per block, 8 KB of shared memory per row), in the exact
+ * arithmetic order of add_rmsnorm.cu's vector kernel, so results are those
+ * of the separate ops bit for bit (tests/gpu/test_cuda_ops.c checks it).
+ * The weight loads and L2 prefetch before pdl_wait are unchanged. With
+ * silu, warp f reads gate row f and up row f + F (two rows per warp, as the
+ * default GEMV variant) and stores one output column.
+ *
+ * Taken when the GEMV itself would serve the matmul (LG_GEMV != 0, T <= 2,
+ * 16-byte aligned half rows) and the row is at most 4096 wide (the
+ * prologue's four emulated warps per warp); LG_FUSE_NORM=0 clears the slot.
+ */
+#include "gemv.cuh"
+
+template <typename TX, int T, int EPI> static cudaError_t launch(cuda_ctx *c, gemv_args a, int warps)
+{
+    const int blocks = (warps + GEMV_WARPS - 1) / GEMV_WARPS;
+    a.pf_blocks = cu_gemv_pf_blocks(c->pdl, blocks, GEMV_WARPS * 2, a.K8);
+    return cu_launch(c, gemv_kernel<TX, TX, T, 2, 4, 1, EPI>, dim3((unsigned)blocks), dim3(GEMV_WARPS * 32),
+                     (size_t)T * a.K8 * 16, a);
+}
+
+template <typename TX> static cudaError_t launch_t(cuda_ctx *c, gemv_args a, int T, bool silu)
+{
+    const int warps = silu ? a.N : (a.N + 1) / 2;
+    if (T == 1)
+        return silu ? launch<TX, 1, 1>(c, a, warps) : launch<TX, 1, 0>(c, a, warps);
+    return silu ? launch<TX, 2, 1>(c, a, warps) : launch<TX, 2, 0>(c, a, warps);
+}
+
+static bool rows_ok(lg_tensor t) { return t.stride % 8 == 0 && cu_aligned16(t.data); }
+
+int cu_norm_matmul(lg_backend *be, lg_tensor y, lg_tensor resid, lg_tensor delta, lg_tensor w, float eps,
+                   lg_tensor rout, lg_tensor W, lg_tensor bias, bool silu)
+{
+    cuda_ctx *c = CU_CTX(be);
+    CU_CHECK_VIEW(c, "norm_matmul resid", resid);
+    CU_CHECK_VIEW(c, "norm_matmul w", w);
+    if (delta.data && (delta.dtype != resid.dtype || delta.rows != resid.rows || delta.cols != resid.cols ||
+                       !rout.data || rout.dtype != resid.dtype || rout.rows != resid.rows || rout.cols != resid.cols))
+        return CU_FAIL(c, "norm_matmul: delta and rout must match resid [%lld,%lld] %s", (long long)resid.rows,
+                       (long long)resid.cols, lg_dtype_name(resid.dtype));
+    if (w.rows * w.cols < resid.cols)
+        return CU_FAIL(c, "norm_matmul: %lld norm weights for rows of %lld", (long long)(w.rows * w.cols),
+                       (long long)resid.cols);
+    const int T = (int)resid.rows;
+    const int64_t K = resid.cols, F = silu ? W.rows / 2 : W.rows;
+    /* the shapes and dtypes the kernel takes; anything else runs the separate ops */
+    if (!cu_is_half(resid.dtype) || W.dtype != resid.dtype || y.dtype != resid.dtype || W.cols != K ||
+        y.rows != T || y.cols != F || (silu && W.rows % 2 != 0) || (bias.data && bias.rows * bias.cols < W.rows))
+        return 1;
+    if (cu_gemv_mode() == 0 || T < 1 || T > LG_NORM_MATMUL_MAX_T || K % 8 != 0 ||
+        K / 8 > 32 * GEMV_WARPS * GEMV_NORM_J || W.rows > INT32_MAX / 2 || !rows_ok(resid) || !rows_ok(W) ||
+        (delta.data && (!rows_ok(delta) || !rows_ok(rout))))
+        return 1;
+    CU_CHECK_VIEW(c, "norm_matmul y", y);
+    CU_CHECK_VIEW(c, "norm_matmul W", W);
+    gemv_args a = {};
+    a.y = y.data, a.ldy = y.stride, a.W = W.data, a.ldw = W.stride, a.bias = bias.data, a.bdt = bias.dtype;
+    a.N = (int)F, a.K8 = (int)(K / 8);
+    a.resid = resid.data, a.ldr = resid.stride, a.delta = delta.data, a.ldd = delta.stride;
+    a.rout = delta.data ? rout.data : NULL, a.ldro = delta.data ? rout.stride : 0;
+    a.g = w.data, a.gdt = w.dtype, a.g_vec = cu_aligned16(w.data), a.eps = eps;
+    const cudaError_t e = resid.dtype == LG_F16 ? launch_t<__half>(c, a, T, silu) : launch_t<__nv_bfloat16>(c, a, T, silu);
+    if (e != cudaSuccess)
+        return CU_FAIL(c, "norm_matmul: launch (N=%lld T=%d K=%lld) failed: %s", (long long)W.rows, T, (long long)K,
+                       cudaGetErrorString(e));
+    CU_LAUNCHED(c);
+    return 0;
+}
