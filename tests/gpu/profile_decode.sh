@@ -40,7 +40,7 @@ PY
 }
 # PROF_OLD / PROF_OLD_LABEL: the reference configuration (default: the issue-10 paths off); PROF_B1=0 skips batch 1,
 # PROF_W1=0 both W1 runs; PROF_W3=1 adds W3
-OLD=${PROF_OLD:-"LG_PDL=0 LG_SKINNY=0 LG_ATTN_FA2=0 LG_FUSE_ROPE_KV=0 LG_FUSE_LORA=0"}
+OLD=${PROF_OLD:-"LG_PDL=0 LG_SKINNY=0 LG_ATTN_FA2=0 LG_FUSE_ROPE_KV=0 LG_FUSE_LORA=0 LG_FUSE_NORM=0"}
 W1L="--num-seqs 32 --prompt-len 128 --output-len 24 --adapters 32 --rank 16 --targets q,k,v,o"
 if [ "${PROF_W1:-1}" != 0 ]; then
   prof w1_lora_new "" 5000 1000 $W1L

@@ -19,7 +19,7 @@
 # bench: the ceilings and kernel tables (tests/gpu/bench_kernels.c), then the
 # engine workloads, each run twice in a row: with this tree's defaults
 # ("new") and with every issue-10 path switched off ("old": LG_PDL=0
-# LG_SKINNY=0 LG_ATTN_FA2=0 LG_FUSE_ROPE_KV=0 LG_FUSE_LORA=0 LG_STREAMK=0, i.e. separate
+# LG_SKINNY=0 LG_ATTN_FA2=0 LG_FUSE_ROPE_KV=0 LG_FUSE_LORA=0 LG_STREAMK=0 LG_FUSE_NORM=0, i.e. separate
 # LoRA shrink/expand and rope/kv launches in stream order, the wmma prefill
 # attention, cuBLAS for decode batches, no programmatic dependent launch), plus W1 and batch-1 with one
 # switch flipped at a time (LG_SKINNY=1 and LG_FUSE_LORA=1 turn on the opt-in
@@ -73,7 +73,7 @@ fi
 note "device: $(nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem --format=csv,noheader)"
 
 # OLD / OLD_LABEL: the reference configuration of the "old" runs (default: the issue-10 paths off)
-OLD=${OLD:-"LG_PDL=0 LG_SKINNY=0 LG_ATTN_FA2=0 LG_FUSE_ROPE_KV=0 LG_FUSE_LORA=0 LG_STREAMK=0"}
+OLD=${OLD:-"LG_PDL=0 LG_SKINNY=0 LG_ATTN_FA2=0 LG_FUSE_ROPE_KV=0 LG_FUSE_LORA=0 LG_STREAMK=0 LG_FUSE_NORM=0"}
 OLD_LABEL=${OLD_LABEL:-old}
 
 if [ "$WHAT" = kernels ]; then
@@ -158,7 +158,7 @@ if want bench; then
     for sw in LG_PDL=0 LG_FUSE_ROPE_KV=0 LG_FUSE_LORA=1 LG_SKINNY=1 LG_SKINNY=1,LG_FUSE_LORA=1; do
       bench "${sw//LG_/}" "${sw//,/ }" w1_lora
     done
-    for sw in LG_PDL=0 LG_FUSE_ROPE_KV=0 LG_SKINNY=1; do bench "${sw#LG_}" "$sw" b1; done
+    for sw in LG_PDL=0 LG_FUSE_ROPE_KV=0 LG_FUSE_NORM=0 LG_SKINNY=1; do bench "${sw#LG_}" "$sw" b1; done
     bench "ATTN_FA2=0" "LG_ATTN_FA2=0" pf2048
   fi
   if [ -n "${BENCH_EAGER:-}" ]; then  # W1 without step graphs, for comparison
