@@ -260,8 +260,8 @@ typedef struct lg_backend_i {
                        const lg_lora_meta *lm, const int *slots, const int *col0, const int *ncols, int k);
 
     /* add_rmsnorm followed by the matmul of the normed rows (and SwiGLU), in
-     * one op (CUDA: decode batches of up to LG_NORM_MATMUL_MAX_T rows, one
-     * launch instead of two or three):
+     * one op (CUDA: steps of 1-2 rows, one launch instead of two or three;
+     * model.c offers steps of up to LG_NORM_MATMUL_MAX_T rows):
      *   h = delta.data ? resid + delta (rounded; stored to rout) : resid
      *   xn = rmsnorm(h) * w
      *   silu ? y = silu_mul(xn W^T (+ bias))    W [2F, K], y [T, F]
@@ -275,7 +275,7 @@ typedef struct lg_backend_i {
 } lg_backend_i;
 
 #define LG_LORA_MULTI_MAX 3
-#define LG_NORM_MATMUL_MAX_T 2 /* rows model.c offers to norm_matmul */
+#define LG_NORM_MATMUL_MAX_T 1 /* rows model.c offers to norm_matmul (batch 1: the measured case) */
 #define LG_GRAPH_KEY_MAX 64
 #define LG_GRAPH_CACHE 32
 

@@ -11,8 +11,8 @@
  *   gu  = xn @ Wgu^T;  h = silu(g) * u                  matmul, silu_mul
  *   m   = h @ Wdown^T                                   matmul (added next layer)
  * then xn = rmsnorm(x += m) * norm, gather the rows that need logits, and
- * logits = rows @ lm_head^T. Where the backend has norm_matmul (CUDA, decode
- * batches of 1-2 rows) and no adapter of the step targets the projection,
+ * logits = rows @ lm_head^T. Where the backend has norm_matmul (CUDA; steps
+ * of LG_NORM_MATMUL_MAX_T = 1 row) and no adapter of the step targets the projection,
  * each add_rmsnorm runs inside the matmul after it, and silu_mul inside the
  * gate,up matmul: six launches per layer instead of nine (norm_linear()).
  *

@@ -15,8 +15,9 @@
  * eighth session): the time between the launches, not their work.
  *
  * The kernel is the GEMV of gemv.cu (gemv.cuh) with a prologue: every block
- * computes the T normed rows into shared memory after pdl_wait (16 KB of
- * L2 reads per row per block, 8 KB of shared memory per row), in the exact
+ * computes the T normed rows into shared memory after pdl_wait (per row
+ * 16 KB of resid and delta plus the norm weights, from L1/L2; 8 KB of
+ * shared memory for a 4096-wide row), in the exact
  * arithmetic order of add_rmsnorm.cu's vector kernel, so results are those
  * of the separate ops bit for bit (tests/gpu/test_cuda_ops.c checks it).
  * The weight loads and L2 prefetch before pdl_wait are unchanged. With
@@ -26,15 +27,21 @@
  * Taken when the GEMV itself would serve the matmul (LG_GEMV != 0, T <= 2,
  * 16-byte aligned half rows) and the row is at most 4096 wide (the
  * prologue's four emulated warps per warp); LG_FUSE_NORM=0 clears the slot.
+ * The engine offers it one row (LG_NORM_MATMUL_MAX_T): two rows double the
+ * prologue and were not measured. Bit-identity holds against add_rmsnorm's
+ * vector kernel, the one it takes for 16-byte aligned rows and output.
  */
 #include "gemv.cuh"
+
+#define NM_MAX_T 2 /* rows the kernel takes (the engine offers LG_NORM_MATMUL_MAX_T) */
 
 template <typename TX, int T, int EPI> static cudaError_t launch(cuda_ctx *c, gemv_args a, int warps)
 {
     const int blocks = (warps + GEMV_WARPS - 1) / GEMV_WARPS;
-    a.pf_blocks = cu_gemv_pf_blocks(c->pdl, blocks, GEMV_WARPS * 2, a.K8);
-    return cu_launch(c, gemv_kernel<TX, TX, T, 2, 4, 1, EPI>, dim3((unsigned)blocks), dim3(GEMV_WARPS * 32),
-                     (size_t)T * a.K8 * 16, a);
+    const bool pdl = cu_gemv_mode() == 2 || c->pdl; /* as gemv.cu */
+    a.pf_blocks = cu_gemv_pf_blocks(pdl, blocks, GEMV_WARPS * 2, a.K8);
+    return cu_launch_on(c->stream, pdl, gemv_kernel<TX, TX, T, 2, 4, 1, EPI>, dim3((unsigned)blocks),
+                        dim3(GEMV_WARPS * 32), (size_t)T * a.K8 * 16, a);
 }
 
 template <typename TX> static cudaError_t launch_t(cuda_ctx *c, gemv_args a, int T, bool silu)
@@ -47,16 +54,33 @@ template <typename TX> static cudaError_t launch_t(cuda_ctx *c, gemv_args a, int
 
 static bool rows_ok(lg_tensor t) { return t.stride % 8 == 0 && cu_aligned16(t.data); }
 
+/* the bytes of view a and b intersect */
+static bool overlap(lg_tensor a, lg_tensor b)
+{
+    const size_t es = lg_dtype_size(a.dtype);
+    const char *a0 = (const char *)a.data, *a1 = a0 + ((size_t)(a.rows - 1) * a.stride + a.cols) * es;
+    const char *b0 = (const char *)b.data, *b1 = b0 + ((size_t)(b.rows - 1) * b.stride + b.cols) * lg_dtype_size(b.dtype);
+    return a0 < b1 && b0 < a1;
+}
+
 int cu_norm_matmul(lg_backend *be, lg_tensor y, lg_tensor resid, lg_tensor delta, lg_tensor w, float eps,
                    lg_tensor rout, lg_tensor W, lg_tensor bias, bool silu)
 {
     cuda_ctx *c = CU_CTX(be);
     CU_CHECK_VIEW(c, "norm_matmul resid", resid);
     CU_CHECK_VIEW(c, "norm_matmul w", w);
-    if (delta.data && (delta.dtype != resid.dtype || delta.rows != resid.rows || delta.cols != resid.cols ||
-                       !rout.data || rout.dtype != resid.dtype || rout.rows != resid.rows || rout.cols != resid.cols))
-        return CU_FAIL(c, "norm_matmul: delta and rout must match resid [%lld,%lld] %s", (long long)resid.rows,
-                       (long long)resid.cols, lg_dtype_name(resid.dtype));
+    if (delta.data) {
+        CU_CHECK_VIEW(c, "norm_matmul delta", delta);
+        CU_CHECK_VIEW(c, "norm_matmul rout", rout);
+        if (delta.dtype != resid.dtype || delta.rows != resid.rows || delta.cols != resid.cols ||
+            rout.dtype != resid.dtype || rout.rows != resid.rows || rout.cols != resid.cols)
+            return CU_FAIL(c, "norm_matmul: delta and rout must match resid [%lld,%lld] %s", (long long)resid.rows,
+                           (long long)resid.cols, lg_dtype_name(resid.dtype));
+        if (overlap(rout, resid) || overlap(rout, delta))
+            return CU_FAIL(c, "norm_matmul: rout overlaps resid or delta (every block reads them)");
+    }
+    if (bias.data && !cu_is_float(bias.dtype))
+        return CU_FAIL(c, "norm_matmul: bias dtype %s", lg_dtype_name(bias.dtype));
     if (w.rows * w.cols < resid.cols)
         return CU_FAIL(c, "norm_matmul: %lld norm weights for rows of %lld", (long long)(w.rows * w.cols),
                        (long long)resid.cols);
@@ -66,7 +90,7 @@ int cu_norm_matmul(lg_backend *be, lg_tensor y, lg_tensor resid, lg_tensor delta
     if (!cu_is_half(resid.dtype) || W.dtype != resid.dtype || y.dtype != resid.dtype || W.cols != K ||
         y.rows != T || y.cols != F || (silu && W.rows % 2 != 0) || (bias.data && bias.rows * bias.cols < W.rows))
         return 1;
-    if (cu_gemv_mode() == 0 || T < 1 || T > LG_NORM_MATMUL_MAX_T || K % 8 != 0 ||
+    if (cu_gemv_mode() == 0 || T < 1 || T > NM_MAX_T || K % 8 != 0 ||
         K / 8 > 32 * GEMV_WARPS * GEMV_NORM_J || W.rows > INT32_MAX / 2 || !rows_ok(resid) || !rows_ok(W) ||
         (delta.data && (!rows_ok(delta) || !rows_ok(rout))))
         return 1;

@@ -95,7 +95,7 @@ def tiny_pool_results(tmp_path_factory):
     return _run_batch(tmp_path_factory, TINY_POOL)
 
 
-def _run_batch(tmp_path_factory, extra):
+def _run_batch(tmp_path_factory, extra, env=None):
     _need_binary()
     path = tmp_path_factory.mktemp("lora_batch") / "batch.jsonl"
     with open(path, "w") as f:
@@ -108,7 +108,8 @@ def _run_batch(tmp_path_factory, extra):
            *_lora_args(ADAPTERS), "--batch", str(path), "--logits",
            "--max-tokens", str(REF["n_greedy"]), "--temperature", "0", *LG_GENERATE_EXTRA, *extra]
     try:
-        p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=TIMEOUT)
+        p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=TIMEOUT,
+                           env=None if env is None else {**os.environ, **env})
     except subprocess.TimeoutExpired as e:
         err = e.stderr.decode(errors="replace") if isinstance(e.stderr, bytes) else (e.stderr or "")
         pytest.fail(f"{' '.join(cmd)}\ntimed out after {TIMEOUT:g} s (LG_GOLDEN_TIMEOUT)\nstderr:\n{err[-2000:]}")
@@ -213,6 +214,21 @@ def test_lora_golden(batch_results, ci):
 @pytest.mark.parametrize("ci", range(len(CASES)), ids=[_case_id(c) for c in CASES])
 def test_lora_golden_tiny_pool(tiny_pool_results, ci):
     _check_case(ci, tiny_pool_results[0][ci])
+
+
+def test_one_row_steps_fused_norm_equal_separate_ops(tmp_path_factory):
+    """Every line alone (--sequential: decode steps of one row) with the backend's
+    norm_matmul (CUDA: add_rmsnorm inside the next GEMV, silu inside gate,up, the
+    residual moving between two buffers; projections an adapter targets keep the
+    separate ops) and with LG_FUSE_NORM=0: the same tokens and logits, bit for bit,
+    for the base model and adapters on attention only, MLP only and all modules.
+    Backends without the op (CPU) run the separate ops both times."""
+    fused = _run_batch(tmp_path_factory, ["--sequential"])[0]
+    separate = _run_batch(tmp_path_factory, ["--sequential"], env={"LG_FUSE_NORM": "0"})[0]
+    for c, a, b in zip(CASES, fused, separate):
+        assert "tokens" in a and "last_logits" in a, f"{_case_id(c)}: {sorted(a)}"
+        assert a.get("tokens") == b.get("tokens"), f"{_case_id(c)}: tokens differ"
+        assert a.get("last_logits") == b.get("last_logits"), f"{_case_id(c)}: logits differ"
 
 
 def test_tiny_pool_evicts_and_reloads(tiny_pool_results):

@@ -875,7 +875,8 @@ static void round_dt(float *v, size_t n, lg_dtype dt)
 /* norm_matmul (kernels/norm_matmul.cu) against the GPU's own add_rmsnorm + matmul (+ silu_mul), bit
  * for bit (the contract), and the CPU's; rout must hold resid + delta and resid stay as it was. A
  * shape the op does not take must return 1 and write nothing. */
-static void test_norm_matmul(lg_dtype dt, int T, int K, int N, int silu, int with_delta, int bias, int taken)
+static void test_norm_matmul(lg_dtype dt, int T, int K, int N, int silu, int with_delta, int bias, int wpad, int g16,
+                             int taken)
 {
     if (!G->i.norm_matmul) {
         record("norm_matmul", "slot missing (LG_FUSE_NORM=0)", dt, 0, 0, 1);
@@ -883,7 +884,7 @@ static void test_norm_matmul(lg_dtype dt, int T, int K, int N, int silu, int wit
     }
     const int F = silu ? N / 2 : N;
     gt resid = gt_new(dt, T, K, 16), delta = gt_new(dt, T, K, 0), rout = gt_new(dt, T, K, 8);
-    gt r2 = gt_new(dt, T, K, 16), xn = gt_new(dt, T, K, 0), W = gt_new(dt, N, K, 0);
+    gt r2 = gt_new(dt, T, K, 16), xn = gt_new(dt, T, K, 0), W = gt_new(dt, N, K, wpad);
     gt y = gt_new(dt, T, F, 8), y2 = gt_new(dt, T, N, 0), a2 = gt_new(dt, T, F, 0);
     gt_set(&resid, NULL, 2.0f);
     gt_set(&delta, NULL, 1.0f);
@@ -893,21 +894,28 @@ static void test_norm_matmul(lg_dtype dt, int T, int K, int N, int silu, int wit
     float *w = malloc(K * 4), *b = malloc(N * 4);
     for (int i = 0; i < K; i++) w[i] = 1.0f + 0.5f * frand();
     for (int i = 0; i < N; i++) b[i] = 0.5f * frand();
-    float *dw = G->i.alloc(G, K * 4), *db = G->i.alloc(G, N * 4);
-    G->i.upload(G, dw, w, K * 4);
+    /* norm weights f32, or f16 (rounded here so the CPU sees the same values) */
+    const lg_dtype gdt = g16 ? LG_F16 : LG_F32;
+    if (g16)
+        round_dt(w, K, LG_F16);
+    void *hw = malloc((size_t)K * 4), *dw = G->i.alloc(G, (size_t)K * 4);
+    lg_from_f32(hw, gdt, w, K);
+    float *db = G->i.alloc(G, N * 4);
+    G->i.upload(G, dw, hw, (size_t)K * esz(gdt));
     G->i.upload(G, db, b, N * 4);
-    lg_tensor none = {0}, wt = lg_tensor_2d(dw, LG_F32, 1, K), bt = bias ? lg_tensor_2d(db, LG_F32, 1, N) : none;
+    free(hw);
+    lg_tensor none = {0}, wt = lg_tensor_2d(dw, gdt, 1, K), bt = bias ? lg_tensor_2d(db, LG_F32, 1, N) : none;
     lg_tensor dl = with_delta ? delta.t : none;
     char cas[48];
-    snprintf(cas, sizeof cas, "T%d K%d N%d%s%s%s", T, K, N, silu ? " silu" : "", with_delta ? " +delta" : "",
-             bias ? " bias" : "");
+    snprintf(cas, sizeof cas, "T%d K%d N%d%s%s%s%s%s", T, K, N, silu ? " silu" : "", with_delta ? " +d" : "",
+             bias ? " bias" : "", wpad ? " ldw" : "", g16 ? " g16" : "");
     const int rc = G->i.norm_matmul(G, y.t, resid.t, dl, wt, 1e-5f, rout.t, W.t, bt, silu);
     size_t ny = (size_t)T * F, nk = (size_t)T * K, nn = (size_t)T * N;
     float *gy = malloc(ny * 4), *g2 = malloc(ny * 4), *gy2 = malloc(nn * 4), *gr = malloc(nk * 4),
           *gro = malloc(nk * 4), *gr2 = malloc(nk * 4);
     if (!taken) { /* not taken: 1, y untouched (still poison: gt_get fails on NaN) */
         snprintf(cas + strlen(cas), sizeof cas - strlen(cas), " not taken");
-        record("norm_matmul", cas, dt, 0, 0, rc == 1 && gt_get(&y, gy, NULL) != 0);
+        record("norm_matmul", cas, dt, 0, 0, rc == 1 && gt_get(&y, gy, NULL) != 0 && gt_get(&rout, gro, NULL) != 0);
     } else {
         int rc2 = G->i.add_rmsnorm(G, r2.t, dl, wt, xn.t, 1e-5f);
         rc2 |= G->i.matmul(G, y2.t, xn.t, W.t, bt, false);
@@ -1529,14 +1537,16 @@ int main(int argc, char **argv)
         }
         if (only("rope_kv"))
             test_rope_kv(dt);
-        if (only("norm")) { /*           T  K     N     silu delta bias taken */
-            test_norm_matmul(dt, 1, 4096, 1536, 0, 1, 1, 1); /* q,k,v of a 7B step (part), with bias */
-            test_norm_matmul(dt, 2, 4096, 2048, 1, 1, 0, 1); /* gate,up + silu, two rows */
-            test_norm_matmul(dt, 1, 576, 384, 1, 0, 0, 1);   /* SmolLM2's width, layer 0 (no delta) */
-            test_norm_matmul(dt, 2, 1000, 258, 0, 1, 1, 1);  /* a ragged last norm warp, N not a multiple of 4 */
-            test_norm_matmul(dt, 1, 4096, 22, 1, 1, 0, 1);   /* fewer features than a block's warps */
-            test_norm_matmul(dt, 3, 4096, 512, 0, 1, 0, 0);  /* T > 2: the separate ops */
-            test_norm_matmul(dt, 1, 8192, 256, 0, 1, 0, 0);  /* rows wider than 4096 */
+        if (only("norm")) { /*           T  K     N     silu delta bias wpad g16 taken */
+            test_norm_matmul(dt, 1, 4096, 1536, 0, 1, 1, 0, 0, 1); /* q,k,v of a 7B step (part), with bias */
+            test_norm_matmul(dt, 2, 4096, 2048, 1, 1, 0, 0, 0, 1); /* gate,up + silu, two rows */
+            test_norm_matmul(dt, 1, 576, 384, 1, 0, 0, 0, 0, 1);   /* SmolLM2's width, layer 0 (no delta) */
+            test_norm_matmul(dt, 2, 1000, 258, 0, 1, 1, 0, 0, 1);  /* a ragged last norm warp, N % 4 != 0 */
+            test_norm_matmul(dt, 1, 4096, 22, 1, 1, 0, 0, 0, 1);   /* fewer features than a block's warps */
+            test_norm_matmul(dt, 1, 2000, 300, 1, 1, 1, 8, 0, 1);  /* ragged second pass, silu + bias, W stride */
+            test_norm_matmul(dt, 2, 3072, 512, 0, 0, 0, 0, 1, 1);  /* two rows, no delta, f16 norm weights */
+            test_norm_matmul(dt, 3, 4096, 512, 0, 1, 0, 0, 0, 0);  /* T > 2: the separate ops */
+            test_norm_matmul(dt, 1, 8192, 256, 0, 1, 0, 0, 0, 0);  /* rows wider than 4096 */
         }
         if (bench && !getenv("LG_ONLY")) {
             bench_matmul(dt, 1, 4096, 4096);
