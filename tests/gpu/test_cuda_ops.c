@@ -69,13 +69,13 @@ typedef struct {
     double err, lim, us;
     int ok;
 } row_t;
-static row_t rows[256];
+static row_t rows[1024];
 static int n_rows;
 
 static void record(const char *op, const char *cas, lg_dtype dt, double err, double lim, int ok_extra)
 {
     int ok = ok_extra && err <= lim && !isnan(err);
-    row_t *r = &rows[n_rows < 255 ? n_rows++ : 255];
+    row_t *r = &rows[n_rows < 1023 ? n_rows++ : 1023];
     snprintf(r->op, sizeof r->op, "%s", op);
     snprintf(r->cas, sizeof r->cas, "%s", cas);
     r->dt = lg_dtype_name(dt);
