@@ -2,7 +2,7 @@
  * gemm_streamk.cuh — what the two stream-K decode matmuls share
  * (gemm_streamk.cu: cp.async + mma.sync; gemm_tma.cu: TMA + wgmma):
  *
- *   skm_call       the call (y, x, W, bias, shapes), also the skinny matmul's;
+ *   skm_call       the call (y, x, W, bias, shapes), also the skinny matmul's and the GEMV's;
  *   skm_args       the call and the stream-K plan;
  *   skm_shape_ok   host: alignment and size rules of both kernels;
  *   skm_set_call   host: the call's fields;
@@ -28,7 +28,8 @@
 
 #include "ops.cuh"
 
-/* A decode matmul call as the stream-K kernels and the skinny matmul (gemm_skinny.cu) take it: skm_set_call. */
+/* A decode matmul call as the stream-K kernels, the skinny matmul (gemm_skinny.cu) and the GEMV (gemv.cuh) take
+ * it: skm_set_call. */
 struct skm_call {
     void *y;
     int64_t ldy;

@@ -82,7 +82,7 @@ static cudaError_t launch_one(cudaStream_t st, bool pdl, gemv_args a)
 {
     const int rows_per_block = GEMV_WARPS * R;
     const int blocks = (a.N + rows_per_block - 1) / rows_per_block;
-    a.pf_blocks = cu_gemv_pf_blocks(pdl, blocks, rows_per_block, a.K8);
+    a.pf_blocks = cu_gemv_pf_blocks(pdl, blocks, rows_per_block, a.K / 8);
     return cu_launch_on(st, pdl, gemv_kernel<TX, TY, T, R, U, 0, 0>, dim3((unsigned)blocks), dim3(GEMV_WARPS * 32), 0,
                         a);
 }
@@ -119,10 +119,8 @@ int cu_gemv_try(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tensor
     /* default variant 1: two rows per warp, 4 words each in flight per lane */
     int v = mode >= 10 ? (mode - 10) % N_VARIANTS : 1;
     const bool pdl = mode == 2 || c->pdl;
-    const int acc = accumulate ? 1 : 0;
     gemv_args a = {};
-    a.y = y.data, a.ldy = y.stride, a.x = x.data, a.ldx = x.stride, a.W = W.data, a.ldw = W.stride;
-    a.bias = bias.data, a.bdt = bias.dtype, a.N = (int)W.rows, a.K8 = (int)(x.cols / 8), a.accumulate = acc;
+    skm_set_call(&a, y, x, W, bias, accumulate);
     const cudaError_t e = cu_by_mm_types(x.dtype, y.dtype, [&](auto tx, auto ty) {
         return launch_ty<decltype(tx), decltype(ty)>(T, v, c->stream, pdl, a);
     });

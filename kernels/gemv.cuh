@@ -16,21 +16,14 @@
 #ifndef LG_GEMV_CUH
 #define LG_GEMV_CUH
 
-#include "ops.cuh"
+#include "gemm_streamk.cuh" /* skm_call: the call's fields */
 
 #define GEMV_WARPS 4
 #define GEMV_NORM_J 4 /* PRO: emulated norm warps per real warp; rows of at most 32 * 4 * 4 * 8 = 4096 */
 
-struct gemv_args {
-    void *y;
-    int64_t ldy;
-    const void *x;
-    int64_t ldx;
-    const void *W;
-    int64_t ldw;
-    const void *bias;
-    lg_dtype bdt;
-    int N, K8, accumulate, pf_blocks;
+/* skm_set_call's fields (N: output columns; with EPI = 1 half of W's rows), then: */
+struct gemv_args : skm_call {
+    int pf_blocks; /* blocks that issue the L2 prefetch of their rows */
     /* PRO = 1 */
     const void *resid, *delta, *g;
     void *rout;
@@ -84,7 +77,7 @@ template <> __device__ __forceinline__ float dot8<__nv_bfloat16>(uint4 w, uint4 
 template <typename TX, int T> __device__ __forceinline__ void gemv_norm_prologue(const gemv_args &a, uint4 *xs)
 {
     __shared__ float red[33];
-    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, K8 = a.K8, nw = (K8 + 31) >> 5;
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, K8 = a.K >> 3, nw = (K8 + 31) >> 5;
     for (int t = 0; t < T; t++) {
         const uint4 *r = (const uint4 *)((const TX *)a.resid + t * a.ldr);
         const uint4 *d = a.delta ? (const uint4 *)((const TX *)a.delta + t * a.ldd) : NULL;
@@ -152,7 +145,7 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32) gemv_kernel(const __grid_cons
     extern __shared__ uint4 gemv_xs[]; /* PRO: [T][K8] */
     static_assert(!EPI || R == 2, "the silu epilogue pairs rows f and f + N in one warp");
     pdl_trigger();
-    const int lane = threadIdx.x & 31, N = a.N, K8 = a.K8;
+    const int lane = threadIdx.x & 31, N = a.N, K8 = a.K >> 3;
     const int wi = blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5); /* the warp's index in the grid */
     const int n0 = EPI ? wi : wi * R;                            /* first output column */
     const bool active = n0 < N;

@@ -39,9 +39,9 @@ template <typename TX, int T, int EPI> static cudaError_t launch(cuda_ctx *c, ge
 {
     const int blocks = (warps + GEMV_WARPS - 1) / GEMV_WARPS;
     const bool pdl = cu_gemv_mode() == 2 || c->pdl; /* as gemv.cu */
-    a.pf_blocks = cu_gemv_pf_blocks(pdl, blocks, GEMV_WARPS * 2, a.K8);
+    a.pf_blocks = cu_gemv_pf_blocks(pdl, blocks, GEMV_WARPS * 2, a.K / 8);
     return cu_launch_on(c->stream, pdl, gemv_kernel<TX, TX, T, 2, 4, 1, EPI>, dim3((unsigned)blocks),
-                        dim3(GEMV_WARPS * 32), (size_t)T * a.K8 * 16, a);
+                        dim3(GEMV_WARPS * 32), (size_t)T * a.K * 2, a);
 }
 
 template <typename TX> static cudaError_t launch_t(cuda_ctx *c, gemv_args a, int T, bool silu)
@@ -97,8 +97,8 @@ int cu_norm_matmul(lg_backend *be, lg_tensor y, lg_tensor resid, lg_tensor delta
     CU_CHECK_VIEW(c, "norm_matmul y", y);
     CU_CHECK_VIEW(c, "norm_matmul W", W);
     gemv_args a = {};
-    a.y = y.data, a.ldy = y.stride, a.W = W.data, a.ldw = W.stride, a.bias = bias.data, a.bdt = bias.dtype;
-    a.N = (int)F, a.K8 = (int)(K / 8);
+    skm_set_call(&a, y, resid, W, bias, false);
+    a.x = NULL, a.N = (int)F; /* x: the prologue's rows; N: output columns */
     a.resid = resid.data, a.ldr = resid.stride, a.delta = delta.data, a.ldd = delta.stride;
     a.rout = delta.data ? rout.data : NULL, a.ldro = delta.data ? rout.stride : 0;
     a.g = w.data, a.gdt = w.dtype, a.g_vec = cu_aligned16(w.data), a.eps = eps;
