@@ -69,6 +69,15 @@ typedef struct lg_kv_view {
     lg_dtype dtype;
 } lg_kv_view;
 
+/* rope_kv_write's arguments after q, k, v (norm_matmul's qkv form). */
+typedef struct lg_rope_kv {
+    const int32_t *pos;     /* [T] positions */
+    const float *inv_freq;  /* [head_dim / 2] */
+    int n_heads, n_kv_heads, head_dim;
+    lg_kv_view kv;          /* the layer's K and V pages */
+    const int32_t *slot;    /* [T] cache slots (< 0: no cache row) */
+} lg_rope_kv;
+
 /* Per-step metadata for the flattened batch. Arrays live in backend memory.
  * Token t belongs to the sequence s with q_indptr[s] <= t < q_indptr[s+1];
  * its position is pos[t]; positions of one sequence's new tokens are
@@ -268,10 +277,13 @@ typedef struct lg_backend_i {
      *        : y = xn W^T (+ bias)
      * resid is not written (rout must not overlap resid or delta) and xn is
      * not stored. Results equal add_rmsnorm + matmul (+ silu_mul) bit for bit.
+     * With rope (not with silu; y = the q|k|v columns [T, (n_heads + 2 n_kv_heads) head_dim]):
+     * then also rope_kv_write(q, k, v of y, rope->...), as one op (CUDA: in the GEMV's
+     * epilogue) or as the two.
      * 0 done, -1 error, 1 shape not taken (the caller runs the separate ops).
      * NULL: model.c runs the separate ops. */
     int (*norm_matmul)(lg_backend *be, lg_tensor y, lg_tensor resid, lg_tensor delta, lg_tensor w, float eps,
-                       lg_tensor rout, lg_tensor W, lg_tensor bias, bool silu);
+                       lg_tensor rout, lg_tensor W, lg_tensor bias, bool silu, const lg_rope_kv *rope);
 } lg_backend_i;
 
 #define LG_LORA_MULTI_MAX 3

@@ -13,8 +13,9 @@
  * then xn = rmsnorm(x += m) * norm, gather the rows that need logits, and
  * logits = rows @ lm_head^T. Where the backend has norm_matmul (CUDA; steps
  * of LG_NORM_MATMUL_MAX_T = 1 row) and no adapter of the step targets the projection,
- * each add_rmsnorm runs inside the matmul after it, and silu_mul inside the
- * gate,up matmul: six launches per layer instead of nine (norm_linear()).
+ * each add_rmsnorm runs inside the matmul after it, silu_mul inside the
+ * gate,up matmul, and rope + KV write inside the q,k,v matmul: five
+ * launches per layer instead of nine (norm_linear()).
  *
  * Memory: weights in one backend allocation (carved, llm.c style);
  * activations in a second one sized for max_step_tokens; step metadata in a
@@ -312,7 +313,10 @@ int lg_model_create(lg_backend *be, const lg_weights *w, const lg_model_opts *op
         const int64_t T = m->opts.max_step_tokens, S = m->opts.max_seqs, F = c->d_ff, V = c->vocab_size;
         lg_dtype a = be->act_dtype;
         size_t es = lg_dtype_size(a);
-        const int64_t T2 = T < LG_NORM_MATMUL_MAX_T ? T : LG_NORM_MATMUL_MAX_T;
+        /* LG_NORM_MATMUL_T=2: offer norm_matmul two-row steps too (measurements; the kernel takes 1-2) */
+        const char *nt = getenv("LG_NORM_MATMUL_T");
+        const int64_t nm_t = nt && (atoi(nt) == 1 || atoi(nt) == 2) ? atoi(nt) : LG_NORM_MATMUL_MAX_T;
+        const int64_t T2 = T < nm_t ? T : nm_t;
         int64_t sizes[] = {T * d, T * d, T * (qdim + 2 * kvdim), T * qdim, T * d, T * 2 * F, T * F, T * d, S * d,
                            S * V, T2 * d};
         size_t tot = 0;
@@ -492,20 +496,24 @@ static int linear(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tens
  * three) and no adapter of the step targets these modules (the shrink
  * reads xn): it stores x + delta to the other buffer, which becomes the
  * residual (the op's blocks all read x, so none may write it in place).
- * Else add_rmsnorm in place, linear(), silu_mul. Results are the same. */
+ * With rope (the q,k,v form), the op also does rope_kv_write and *roped is
+ * set. Else add_rmsnorm in place, linear(), silu_mul. Results are the same. */
 static int norm_linear(lg_backend *be, lg_tensor *xs, int *cur, lg_tensor delta, lg_tensor g, float eps, lg_tensor xn,
                        lg_tensor y, lg_tensor W, lg_tensor bias, lg_tensor act, lg_tensor tmp, const lg_lora_meta *lm,
-                       const lg_tensor *ys, int m0, int count, int sl, unsigned mods)
+                       const lg_tensor *ys, int m0, int count, int sl, unsigned mods, const lg_rope_kv *rope,
+                       bool *roped)
 {
     const unsigned mine = ((1u << count) - 1u) << m0;
     if (be->i.norm_matmul && xs[1 - *cur].data && !(lm && (mods & mine))) {
         const int rc = be->i.norm_matmul(be, act.data ? act : y, xs[*cur], delta, g, eps, xs[1 - *cur], W, bias,
-                                         act.data != NULL);
+                                         act.data != NULL, rope);
         if (rc < 0)
             return -1;
         if (rc == 0) {
             if (delta.data)
                 *cur = 1 - *cur;
+            if (roped)
+                *roped = rope != NULL;
             return 0;
         }
     }
@@ -570,9 +578,14 @@ static int forward(lg_model *m, const lg_kv_view *kv0, const lg_step_meta *meta,
         const int sl = l * LG_LORA_N_MODULES;
         kv.k_off = (size_t)l * 2 * kv_block;
         kv.v_off = kv.k_off + kv_block;
+        const lg_rope_kv rk = {.pos = meta->pos, .inv_freq = m->inv_freq, .n_heads = c->n_heads,
+                               .n_kv_heads = c->n_kv_heads, .head_dim = hd, .kv = kv, .slot = meta->slot};
+        bool roped = false;
         TRY(norm_linear(be, xs, &xi, l ? mlp : none, lw->ln1, c->rms_eps, xn, qkv, lw->wqkv, lw->bqkv, none, tmp, lora,
-                        qkv_ys, 0, 3, sl, lora_mods));
-        if (be->i.rope_kv_write) {
+                        qkv_ys, 0, 3, sl, lora_mods, &rk, &roped));
+        if (roped) {
+            /* norm_matmul did rope + KV write too */
+        } else if (be->i.rope_kv_write) {
             TRY(be->i.rope_kv_write(be, q, k, v, meta->pos, m->inv_freq, c->n_heads, c->n_kv_heads, hd, kv,
                                     meta->slot));
         } else {
@@ -582,7 +595,7 @@ static int forward(lg_model *m, const lg_kv_view *kv0, const lg_step_meta *meta,
         TRY(be->i.attention(be, attn, q, kv, meta, c->n_heads, scale));
         TRY(linear(be, o, attn, lw->wo, none, tmp, lora, &o, 3, 1, sl, lora_mods));
         TRY(norm_linear(be, xs, &xi, o, lw->ln2, c->rms_eps, xn, gu, lw->wgu, none, act, tmp, lora, gu_ys, 4, 2, sl,
-                        lora_mods));
+                        lora_mods, NULL, NULL));
         TRY(linear(be, mlp, act, lw->wdown, none, tmp, lora, &mlp, 6, 1, sl, lora_mods));
     }
     if (n_logits > 0) {

@@ -193,6 +193,16 @@ __device__ __forceinline__ void rope_cos_sin(float p, float f, float *co, float 
     *si = s + lo * c;
 }
 
+/* One rotated pair of RoPE: (a, b) -> (a cos - b sin, b cos + a sin), each
+ * written as one product and one fused multiply-add so that every kernel
+ * computing it (rope.cu, rope_kv.cu, the GEMV's rope epilogue in gemv.cuh)
+ * gets the same floats whatever the compiler would contract. */
+__device__ __forceinline__ void rope_rotate(float a, float b, float co, float si, float *ra, float *rb)
+{
+    *ra = __fmaf_rn(a, co, -__fmul_rn(b, si));
+    *rb = __fmaf_rn(b, co, __fmul_rn(a, si));
+}
+
 __device__ __forceinline__ float warp_sum(float v)
 {
 #pragma unroll

@@ -11,7 +11,12 @@
  *   EPI = 0: y[t, n] = (accumulate ? y : 0) + x W^T (+ bias), n < N;
  *   EPI = 1: W holds 2N rows (gate, then up); the warp of feature f reads
  *            rows f and f + N and stores y[t, f] = silu(g) * u, with g and u
- *            rounded to y's dtype first, as matmul + silu_mul.cu compute it.
+ *            rounded to y's dtype first, as matmul + silu_mul.cu compute it;
+ *   EPI = 2: W holds the q|k|v rows (N = (nh + 2 nkv) hd); the warp of pair p
+ *            reads rows i and i + hd/2 of head p / (hd/2) (i = its offset),
+ *            rounds both, rotates them when the head is q or k, stores them
+ *            to y and, for k and v heads, to the token's KV cache slot: as
+ *            matmul + rope_kv.cu compute it (rope_cos_sin, rope_rotate).
  */
 #ifndef LG_GEMV_CUH
 #define LG_GEMV_CUH
@@ -31,7 +36,26 @@ struct gemv_args : skm_call {
     lg_dtype gdt;
     int g_vec;
     float eps;
+    /* EPI = 2: rope_kv_write's arguments */
+    const int32_t *pos, *slot;
+    const float *inv_freq;
+    char *kv_base;
+    size_t page_bytes, k_off, v_off;
+    int page_tokens, nh, nkv, hd;
 };
+
+/* Row r (< R) of the warp whose first output is n0 (EPI: its feature or pair). */
+template <int EPI, int R>
+__device__ __forceinline__ int64_t gemv_row(const gemv_args &a, int n0, int r)
+{
+    if (EPI == 1)
+        return (int64_t)min(n0, a.N - 1) + (int64_t)r * a.N;
+    if (EPI == 2) {
+        const int half = a.hd >> 1, p = min(n0, (a.N >> 1) - 1), h = p / half;
+        return (int64_t)h * a.hd + (p - h * half) + r * half;
+    }
+    return min(n0 + r, a.N - 1);
+}
 
 /* 16-byte streaming load that does not allocate in L1. */
 __device__ __forceinline__ uint4 ld_stream16(const uint4 *p)
@@ -143,19 +167,19 @@ template <typename TX, typename TY, int T, int R, int U, int PRO, int EPI>
 __global__ void __launch_bounds__(GEMV_WARPS * 32) gemv_kernel(const __grid_constant__ gemv_args a)
 {
     extern __shared__ uint4 gemv_xs[]; /* PRO: [T][K8] */
-    static_assert(!EPI || R == 2, "the silu epilogue pairs rows f and f + N in one warp");
+    static_assert(!EPI || R == 2, "the silu and rope epilogues pair two rows in one warp");
     pdl_trigger();
     const int lane = threadIdx.x & 31, N = a.N, K8 = a.K >> 3;
     const int wi = blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5); /* the warp's index in the grid */
-    const int n0 = EPI ? wi : wi * R;                            /* first output column */
-    const bool active = n0 < N;
+    const int n0 = EPI ? wi : wi * R;                            /* first output column (EPI: feature, pair) */
+    const bool active = n0 < (EPI == 2 ? N >> 1 : N);
     if (!PRO && !active)
         return; /* whole warp: N is uniform */
     const TX *W = (const TX *)a.W;
     const uint4 *wr[R];
 #pragma unroll
-    for (int r = 0; r < R; r++) /* rows past N re-read row N-1 (in bounds) and are not stored */
-        wr[r] = (const uint4 *)(W + ((int64_t)min(EPI ? n0 : n0 + r, N - 1) + (EPI ? (int64_t)r * N : 0)) * a.ldw);
+    for (int r = 0; r < R; r++) /* rows past the last re-read the last (in bounds) and are not stored */
+        wr[r] = (const uint4 *)(W + gemv_row<EPI, R>(a, n0, r) * a.ldw);
     const uint4 *xr[T];
 #pragma unroll
     for (int t = 0; t < T; t++) xr[t] = (const uint4 *)((const TX *)a.x + (int64_t)t * a.ldx);
@@ -230,7 +254,38 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32) gemv_kernel(const __grid_cons
                 mine = s;
         }
     TY *y = (TY *)a.y;
-    if (EPI) { /* lane t: gate sum, lane T + t: up sum of token t */
+    if (EPI == 2) { /* lane t: row i, lane T + t: row i + hd/2 of token t */
+        const float hi = __shfl_sync(0xffffffffu, mine, lane + T);
+        if (lane < T) {
+            const int half = a.hd >> 1, h = n0 / half, i = n0 - h * half;
+            const int64_t c0 = (int64_t)h * a.hd + i;
+            float va = mine, vb = hi;
+            if (a.bias) {
+                va += load_any(a.bias, a.bdt, c0);
+                vb += load_any(a.bias, a.bdt, c0 + half);
+            }
+            va = to_f32(from_f32<TY>(va)); /* what the matmul stores and rope reads */
+            vb = to_f32(from_f32<TY>(vb));
+            const bool is_k = h >= a.nh && h < a.nh + a.nkv;
+            if (h < a.nh + a.nkv) {
+                float co, si;
+                rope_cos_sin((float)a.pos[lane], a.inv_freq[i], &co, &si);
+                rope_rotate(va, vb, co, si, &va, &vb);
+            }
+            const TY ya = from_f32<TY>(va), yb = from_f32<TY>(vb);
+            TY *yr = y + (int64_t)lane * a.ldy + c0;
+            yr[0] = ya;
+            yr[half] = yb;
+            const int32_t sl = h >= a.nh ? a.slot[lane] : -1;
+            if (sl >= 0) {
+                const int kvd = a.nkv * a.hd, hk = is_k ? h - a.nh : h - a.nh - a.nkv;
+                TY *d = (TY *)(a.kv_base + (size_t)(sl / a.page_tokens) * a.page_bytes + (is_k ? a.k_off : a.v_off)) +
+                        (size_t)(sl % a.page_tokens) * kvd + (size_t)hk * a.hd + i;
+                d[0] = ya;
+                d[half] = yb;
+            }
+        }
+    } else if (EPI) { /* lane t: gate sum, lane T + t: up sum of token t */
         const float up = __shfl_sync(0xffffffffu, mine, lane + T);
         if (lane < T) {
             float g = mine, u = up;

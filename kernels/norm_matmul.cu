@@ -6,6 +6,7 @@
  *   h = resid (+ delta, rounded; block 0 stores it to rout)
  *   xn = rmsnorm(h) * w                  in shared memory, never stored
  *   y = xn W^T (+ bias)                  or y = silu(g) * u over W = [gate; up]
+ *   with rope (q,k,v): then rope_kv_write on y's q, k, v columns
  *
  * Why: at batch 1 a layer was nine launches (two norms, four GEMVs, rope +
  * KV write, attention, silu), each a latency-bound step of a chain in which
@@ -22,13 +23,20 @@
  * of the separate ops bit for bit (tests/gpu/test_cuda_ops.c checks it).
  * The weight loads and L2 prefetch before pdl_wait are unchanged. With
  * silu, warp f reads gate row f and up row f + F (two rows per warp, as the
- * default GEMV variant) and stores one output column.
+ * default GEMV variant) and stores one output column. With rope, warp p
+ * reads the two rows that RoPE pairs (i and i + head_dim/2 of one head),
+ * rotates them as rope_kv.cu does and stores them to y and, for k and v, to
+ * the KV slot: a layer at batch 1 is five launches (norm + q,k,v + rope + KV
+ * write, attention, o, norm + gate,up + silu, down), and batch-1 decode went
+ * from 5.11 to 5.04 ms/step (docs/benchmarks.md, ninth session).
+ * LG_NORM_ROPE=0: the GEMV without rope, then rope_kv_write (comparisons).
  *
  * Taken when the GEMV itself would serve the matmul (LG_GEMV != 0, T <= 2,
  * 16-byte aligned half rows) and the row is at most 4096 wide (the
  * prologue's four emulated warps per warp); LG_FUSE_NORM=0 clears the slot.
- * The engine offers it one row (LG_NORM_MATMUL_MAX_T): two rows double the
- * prologue and were not measured. Bit-identity holds against add_rmsnorm's
+ * The engine offers it one row (LG_NORM_MATMUL_MAX_T; LG_NORM_MATMUL_T=2
+ * offers two): at batch 2 two rows gave 5.44-5.48 against 5.45-5.49 ms/step,
+ * within the spread (the prologue's work doubles). Bit-identity holds against add_rmsnorm's
  * vector kernel, the one it takes for 16-byte aligned rows and output.
  */
 #include "gemv.cuh"
@@ -44,12 +52,36 @@ template <typename TX, int T, int EPI> static cudaError_t launch(cuda_ctx *c, ge
                         dim3(GEMV_WARPS * 32), (size_t)T * a.K * 2, a);
 }
 
-template <typename TX> static cudaError_t launch_t(cuda_ctx *c, gemv_args a, int T, bool silu)
+/* epi: 0 plain, 1 silu, 2 rope + KV write */
+template <typename TX> static cudaError_t launch_t(cuda_ctx *c, gemv_args a, int T, int epi)
 {
-    const int warps = silu ? a.N : (a.N + 1) / 2;
+    const int warps = epi == 1 ? a.N : (a.N + 1) / 2;
     if (T == 1)
-        return silu ? launch<TX, 1, 1>(c, a, warps) : launch<TX, 1, 0>(c, a, warps);
-    return silu ? launch<TX, 2, 1>(c, a, warps) : launch<TX, 2, 0>(c, a, warps);
+        return epi == 1 ? launch<TX, 1, 1>(c, a, warps) : epi == 2 ? launch<TX, 1, 2>(c, a, warps)
+                                                                    : launch<TX, 1, 0>(c, a, warps);
+    return epi == 1 ? launch<TX, 2, 1>(c, a, warps) : epi == 2 ? launch<TX, 2, 2>(c, a, warps)
+                                                                : launch<TX, 2, 0>(c, a, warps);
+}
+
+/* LG_NORM_ROPE=0: with rope, the GEMV without the rope epilogue, then rope_kv_write (comparisons) */
+static bool rope_epilogue_on(void)
+{
+    static int on = -1;
+    if (on < 0) {
+        const char *e = getenv("LG_NORM_ROPE");
+        on = !(e && *e == '0');
+    }
+    return on;
+}
+
+/* The rope epilogue takes this call: the q|k|v columns of y and a cache of y's dtype. */
+static bool rope_fits(lg_tensor y, const lg_rope_kv *r)
+{
+    const int64_t hd = r->head_dim;
+    return rope_epilogue_on() && hd > 0 && hd % 2 == 0 && r->n_heads > 0 && r->n_kv_heads > 0 &&
+           y.cols == (r->n_heads + 2 * (int64_t)r->n_kv_heads) * hd && y.cols <= INT32_MAX / 2 && r->pos &&
+           r->inv_freq && r->slot && r->kv.base && r->kv.dtype == y.dtype && r->kv.head_dim == hd &&
+           r->kv.n_kv_heads == r->n_kv_heads && r->kv.page_tokens > 0;
 }
 
 static bool rows_ok(lg_tensor t) { return t.stride % 8 == 0 && cu_aligned16(t.data); }
@@ -64,9 +96,15 @@ static bool overlap(lg_tensor a, lg_tensor b)
 }
 
 int cu_norm_matmul(lg_backend *be, lg_tensor y, lg_tensor resid, lg_tensor delta, lg_tensor w, float eps,
-                   lg_tensor rout, lg_tensor W, lg_tensor bias, bool silu)
+                   lg_tensor rout, lg_tensor W, lg_tensor bias, bool silu, const lg_rope_kv *rope)
 {
     cuda_ctx *c = CU_CTX(be);
+    if (rope && silu)
+        return CU_FAIL(c, "norm_matmul: rope and silu together");
+    if (rope && (rope->n_heads <= 0 || rope->n_kv_heads <= 0 || rope->head_dim <= 0 ||
+                 y.cols != (rope->n_heads + 2 * (int64_t)rope->n_kv_heads) * rope->head_dim))
+        return CU_FAIL(c, "norm_matmul: y has %lld columns, not q|k|v of %d + 2 x %d heads of %d", (long long)y.cols,
+                       rope->n_heads, rope->n_kv_heads, rope->head_dim);
     CU_CHECK_VIEW(c, "norm_matmul resid", resid);
     CU_CHECK_VIEW(c, "norm_matmul w", w);
     if (delta.data) {
@@ -102,10 +140,23 @@ int cu_norm_matmul(lg_backend *be, lg_tensor y, lg_tensor resid, lg_tensor delta
     a.resid = resid.data, a.ldr = resid.stride, a.delta = delta.data, a.ldd = delta.stride;
     a.rout = delta.data ? rout.data : NULL, a.ldro = delta.data ? rout.stride : 0;
     a.g = w.data, a.gdt = w.dtype, a.g_vec = cu_aligned16(w.data), a.eps = eps;
-    const cudaError_t e = resid.dtype == LG_F16 ? launch_t<__half>(c, a, T, silu) : launch_t<__nv_bfloat16>(c, a, T, silu);
+    const bool rope_epi = rope && rope_fits(y, rope);
+    if (rope_epi) {
+        a.pos = rope->pos, a.slot = rope->slot, a.inv_freq = rope->inv_freq, a.kv_base = (char *)rope->kv.base;
+        a.page_bytes = rope->kv.page_bytes, a.k_off = rope->kv.k_off, a.v_off = rope->kv.v_off;
+        a.page_tokens = rope->kv.page_tokens, a.nh = rope->n_heads, a.nkv = rope->n_kv_heads, a.hd = rope->head_dim;
+    }
+    const int epi = silu ? 1 : rope_epi ? 2 : 0;
+    const cudaError_t e = resid.dtype == LG_F16 ? launch_t<__half>(c, a, T, epi) : launch_t<__nv_bfloat16>(c, a, T, epi);
     if (e != cudaSuccess)
         return CU_FAIL(c, "norm_matmul: launch (N=%lld T=%d K=%lld) failed: %s", (long long)W.rows, T, (long long)K,
                        cudaGetErrorString(e));
     CU_LAUNCHED(c);
+    if (rope && !rope_epi) { /* rope_kv_write checks and reports the rest itself */
+        const int64_t qd = (int64_t)rope->n_heads * rope->head_dim, kvd = (int64_t)rope->n_kv_heads * rope->head_dim;
+        return cu_rope_kv_write(be, lg_tensor_cols(y, 0, qd), lg_tensor_cols(y, qd, kvd), lg_tensor_cols(y, qd + kvd, kvd),
+                                rope->pos, rope->inv_freq, rope->n_heads, rope->n_kv_heads, rope->head_dim, rope->kv,
+                                rope->slot);
+    }
     return 0;
 }

@@ -67,7 +67,7 @@ int cu_gemv_try(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tensor
 int cu_gemv_mode(void);
 int cu_gemv_pf_blocks(bool pdl, int blocks, int rows_per_block, int K8);
 int cu_norm_matmul(lg_backend *be, lg_tensor y, lg_tensor resid, lg_tensor delta, lg_tensor w, float eps,
-                   lg_tensor rout, lg_tensor W, lg_tensor bias, bool silu);
+                   lg_tensor rout, lg_tensor W, lg_tensor bias, bool silu, const lg_rope_kv *rope);
 /* A LoRA expand fused into a matmul's epilogue (matmul_lora.cu -> gemm_skinny.cu): slot slots[i]
  * into columns [col0[i], col0[i] + ncols[i]) of y, reading tmp columns from i * lm->max_rank. */
 typedef struct cu_lora_epi {

@@ -64,8 +64,7 @@ __global__ void rope_kernel(T *q, int64_t ldq, T *k, int64_t ldk, const int32_t 
 #pragma unroll
         for (int e = 0; e < V; e++) {
             const float co = cs[i0 + e], s = cs[half + i0 + e];
-            ra[e] = a[e] * co - b[e] * s;
-            rb[e] = b[e] * co + a[e] * s;
+            rope_rotate(a[e], b[e], co, s, &ra[e], &rb[e]);
         }
         rope_io<T, V>::store(v, ra);
         rope_io<T, V>::store(v + half, rb);

@@ -50,8 +50,7 @@ __global__ void rope_kv_kernel(T *q, int64_t ldq, T *k, int64_t ldk, const T *v,
 #pragma unroll
         for (int e = 0; e < 8; e++) {
             const float co = cs[i0 + e], s = cs[half + i0 + e];
-            ra[e] = a[e] * co - b[e] * s;
-            rb[e] = b[e] * co + a[e] * s;
+            rope_rotate(a[e], b[e], co, s, &ra[e], &rb[e]);
         }
         const uint4 ua = pack8<T>(ra), ub = pack8<T>(rb);
         *(uint4 *)x = ua;

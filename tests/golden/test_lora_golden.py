@@ -218,17 +218,21 @@ def test_lora_golden_tiny_pool(tiny_pool_results, ci):
 
 def test_one_row_steps_fused_norm_equal_separate_ops(tmp_path_factory):
     """Every line alone (--sequential: decode steps of one row) with the backend's
-    norm_matmul (CUDA: add_rmsnorm inside the next GEMV, silu inside gate,up, the
-    residual moving between two buffers; projections an adapter targets keep the
-    separate ops) and with LG_FUSE_NORM=0: the same tokens and logits, bit for bit,
+    norm_matmul (CUDA: add_rmsnorm inside the next GEMV, silu inside gate,up, rope
+    and the KV write inside q,k,v, the residual moving between two buffers;
+    projections an adapter targets keep the separate ops) and with LG_FUSE_NORM=0,
+    and with LG_NORM_ROPE=0 (the GEMV, then rope_kv_write): the same tokens and
+    logits, bit for bit,
     for the base model and adapters on attention only, MLP only and all modules.
     Backends without the op (CPU) run the separate ops both times."""
     fused = _run_batch(tmp_path_factory, ["--sequential"])[0]
     separate = _run_batch(tmp_path_factory, ["--sequential"], env={"LG_FUSE_NORM": "0"})[0]
-    for c, a, b in zip(CASES, fused, separate):
-        assert "tokens" in a and "last_logits" in a, f"{_case_id(c)}: {sorted(a)}"
-        assert a.get("tokens") == b.get("tokens"), f"{_case_id(c)}: tokens differ"
-        assert a.get("last_logits") == b.get("last_logits"), f"{_case_id(c)}: logits differ"
+    no_rope = _run_batch(tmp_path_factory, ["--sequential"], env={"LG_NORM_ROPE": "0"})[0]
+    for other, what in ((separate, "LG_FUSE_NORM=0"), (no_rope, "LG_NORM_ROPE=0")):
+        for c, a, b in zip(CASES, fused, other):
+            assert "tokens" in a and "last_logits" in a, f"{_case_id(c)}: {sorted(a)}"
+            assert a.get("tokens") == b.get("tokens"), f"{_case_id(c)}: tokens differ from {what}"
+            assert a.get("last_logits") == b.get("last_logits"), f"{_case_id(c)}: logits differ from {what}"
 
 
 def test_tiny_pool_evicts_and_reloads(tiny_pool_results):

@@ -124,6 +124,7 @@ declare -A CASE=(
   [w2_base]="$W2"
   [w3_lora]="$W1 --adapters 32 --rank 8 --targets q,k,v,o,gate,up,down"
   [b1]="$B --num-seqs 1 --prompt-len 128 --output-len 128"
+  [b2]="$B --num-seqs 2 --prompt-len 128 --output-len 128"
   [pf2048]="$B --num-seqs 1 --prompt-len 2048 --output-len 1 --step-tokens 2048"
 )
 table=()
@@ -158,7 +159,7 @@ if want bench; then
     for sw in LG_PDL=0 LG_FUSE_ROPE_KV=0 LG_FUSE_LORA=1 LG_SKINNY=1 LG_SKINNY=1,LG_FUSE_LORA=1; do
       bench "${sw//LG_/}" "${sw//,/ }" w1_lora
     done
-    for sw in LG_PDL=0 LG_FUSE_ROPE_KV=0 LG_FUSE_NORM=0 LG_SKINNY=1; do bench "${sw#LG_}" "$sw" b1; done
+    for sw in LG_PDL=0 LG_FUSE_ROPE_KV=0 LG_FUSE_NORM=0 LG_NORM_ROPE=0 LG_SKINNY=1; do bench "${sw#LG_}" "$sw" b1; done
     bench "ATTN_FA2=0" "LG_ATTN_FA2=0" pf2048
   fi
   if [ -n "${BENCH_EAGER:-}" ]; then  # W1 without step graphs, for comparison

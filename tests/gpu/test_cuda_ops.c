@@ -909,7 +909,7 @@ static void test_norm_matmul(lg_dtype dt, int T, int K, int N, int silu, int wit
     char cas[48];
     snprintf(cas, sizeof cas, "T%d K%d N%d%s%s%s%s%s", T, K, N, silu ? " silu" : "", with_delta ? " +d" : "",
              bias ? " bias" : "", wpad ? " ldw" : "", g16 ? " g16" : "");
-    const int rc = G->i.norm_matmul(G, y.t, resid.t, dl, wt, 1e-5f, rout.t, W.t, bt, silu);
+    const int rc = G->i.norm_matmul(G, y.t, resid.t, dl, wt, 1e-5f, rout.t, W.t, bt, silu, NULL);
     size_t ny = (size_t)T * F, nk = (size_t)T * K, nn = (size_t)T * N;
     float *gy = malloc(ny * 4), *g2 = malloc(ny * 4), *gy2 = malloc(nn * 4), *gr = malloc(nk * 4),
           *gro = malloc(nk * 4), *gr2 = malloc(nk * 4);
@@ -945,6 +945,78 @@ static void test_norm_matmul(lg_dtype dt, int T, int K, int N, int silu, int wit
     free(w), free(b), free(gy), free(g2), free(gy2), free(gr), free(gro), free(gr2);
     gt_free(&resid), gt_free(&delta), gt_free(&rout), gt_free(&r2), gt_free(&xn), gt_free(&W), gt_free(&y);
     gt_free(&y2), gt_free(&a2);
+}
+
+/* norm_matmul's q,k,v form (rope: the GEMV's rope + KV write epilogue, kernels/gemv.cuh) against
+ * the GPU's own add_rmsnorm + matmul + rope_kv_write, bit for bit (y and both KV pools), and the
+ * CPU's add_rmsnorm + matmul + rope within the usual limit; slot -1 writes no cache row. */
+static void test_norm_matmul_rope(lg_dtype dt, int T, int nh, int nkv, int hd, int with_delta, int bias)
+{
+    if (!G->i.norm_matmul) {
+        record("norm_rope", "slot missing (LG_FUSE_NORM=0)", dt, 0, 0, 1);
+        return;
+    }
+    const int K = 1024, qd = nh * hd, kvd = nkv * hd, N = qd + 2 * kvd, pt = 16, n_pages = 6;
+    gt resid = gt_new(dt, T, K, 16), delta = gt_new(dt, T, K, 0), rout = gt_new(dt, T, K, 8);
+    gt r2 = gt_new(dt, T, K, 16), xn = gt_new(dt, T, K, 0), W = gt_new(dt, N, K, 0);
+    gt y = gt_new(dt, T, N, 8), y2 = gt_new(dt, T, N, 0);
+    gt_set(&resid, NULL, 2.0f);
+    gt_set(&delta, NULL, 1.0f);
+    gt_set(&r2, resid.f, 1.0f);
+    gt_set(&W, NULL, 0.05f);
+    gt_poison(&rout), gt_poison(&y), gt_poison(&y2), gt_poison(&xn);
+    float *w = malloc(K * 4), *b = malloc(N * 4), inv[512];
+    for (int i = 0; i < K; i++) w[i] = 1.0f + 0.5f * frand();
+    for (int i = 0; i < N; i++) b[i] = 0.5f * frand();
+    for (int i = 0; i < hd / 2; i++) inv[i] = powf(10000.0f, -2.0f * i / hd);
+    int32_t pos[2], slot[2];
+    for (int t = 0; t < T; t++) pos[t] = 100 + irand(3000), slot[t] = t == 1 ? -1 : 3 * pt + 5; /* row 1: no slot */
+    float *dw = G->i.alloc(G, K * 4), *db = G->i.alloc(G, N * 4), *dinv = G->i.alloc(G, hd * 2);
+    G->i.upload(G, dw, w, K * 4);
+    G->i.upload(G, db, b, N * 4);
+    G->i.upload(G, dinv, inv, hd * 2);
+    int32_t *dpos = dev_i32(pos, T), *dslot = dev_i32(slot, T);
+    const size_t es = esz(dt), blk = (size_t)pt * kvd * es, pb = 4 * blk; /* 2 layers: K, V, K, V */
+    const size_t pool_el = (size_t)n_pages * pb / es;
+    void *p1 = dev_rand(dt, pool_el, 1.0f), *p2 = G->i.alloc(G, pool_el * es);
+    G->i.copy(G, p2, p1, pool_el * es);
+    lg_kv_view kv1 = {p1, pb, 2 * blk, 3 * blk, pt, nkv, hd, dt}, kv2 = kv1;
+    kv2.base = p2;
+    lg_tensor none = {0}, wt = lg_tensor_2d(dw, LG_F32, 1, K), bt = bias ? lg_tensor_2d(db, LG_F32, 1, N) : none;
+    lg_tensor dl = with_delta ? delta.t : none;
+    const lg_rope_kv rk = {dpos, dinv, nh, nkv, hd, kv1, dslot};
+    const int rc = G->i.norm_matmul(G, y.t, resid.t, dl, wt, 1e-5f, rout.t, W.t, bt, false, &rk);
+    int rc2 = G->i.add_rmsnorm(G, r2.t, dl, wt, xn.t, 1e-5f);
+    rc2 |= G->i.matmul(G, y2.t, xn.t, W.t, bt, false);
+    rc2 |= G->i.rope_kv_write(G, lg_tensor_cols(y2.t, 0, qd), lg_tensor_cols(y2.t, qd, kvd),
+                              lg_tensor_cols(y2.t, qd + kvd, kvd), dpos, dinv, nh, nkv, hd, kv2, dslot);
+    const size_t ny = (size_t)T * N, nk = (size_t)T * K;
+    float *gy = malloc(ny * 4), *gy2 = malloc(ny * 4), *gro = malloc(nk * 4), *gr2 = malloc(nk * 4);
+    unsigned char *h1 = malloc(pool_el * es), *h2 = malloc(pool_el * es);
+    int g = gt_get(&y, gy, NULL) | gt_get(&y2, gy2, NULL) | gt_get(&r2, gr2, NULL);
+    if (with_delta)
+        g |= gt_get(&rout, gro, NULL);
+    g |= G->i.download(G, h1, p1, pool_el * es) | G->i.download(G, h2, p2, pool_el * es);
+    const int same = memcmp(gy, gy2, ny * 4) == 0 && memcmp(h1, h2, pool_el * es) == 0 &&
+                     (!with_delta || memcmp(gro, gr2, nk * 4) == 0);
+    /* CPU: add_rmsnorm, matmul, rope, each result rounded to dt as the GPU stores it */
+    float *rr = fdup(resid.f, nk), *ro = calloc(nk, 4), *ry = calloc(ny, 4);
+    C->i.add_rmsnorm(C, host_t(rr, T, K), with_delta ? host_t(delta.f, T, K) : none, host_t(w, 1, K), host_t(ro, T, K),
+                     1e-5f);
+    round_dt(ro, nk, dt);
+    C->i.matmul(C, host_t(ry, T, N), host_t(ro, T, K), host_t(W.f, N, K), bias ? host_t(b, 1, N) : none, false);
+    round_dt(ry, ny, dt);
+    lg_tensor hq = {ry, LG_F32, T, qd, N}, hk = {ry + qd, LG_F32, T, kvd, N};
+    C->i.rope(C, hq, hk, pos, inv, nh, nkv, hd);
+    char cas[48];
+    snprintf(cas, sizeof cas, "T%d h%d/%d hd%d%s%s ==ops %s", T, nh, nkv, hd, with_delta ? " +d" : "",
+             bias ? " bias" : "", same ? "yes" : "NO");
+    record("norm_rope", cas, dt, rel_l2(gy, ry, ny), lim_for(dt), rc == 0 && rc2 == 0 && g == 0 && same);
+    G->i.dealloc(G, dw), G->i.dealloc(G, db), G->i.dealloc(G, dinv), G->i.dealloc(G, dpos), G->i.dealloc(G, dslot);
+    G->i.dealloc(G, p1), G->i.dealloc(G, p2);
+    free(w), free(b), free(gy), free(gy2), free(gro), free(gr2), free(h1), free(h2), free(rr), free(ro), free(ry);
+    gt_free(&resid), gt_free(&delta), gt_free(&rout), gt_free(&r2), gt_free(&xn), gt_free(&W), gt_free(&y);
+    gt_free(&y2);
 }
 
 /* ---- step graphs and multi-slot LoRA ------------------------------------------------ */
@@ -1547,6 +1619,9 @@ int main(int argc, char **argv)
             test_norm_matmul(dt, 2, 3072, 512, 0, 0, 0, 0, 1, 1);  /* two rows, no delta, f16 norm weights */
             test_norm_matmul(dt, 3, 4096, 512, 0, 1, 0, 0, 0, 0);  /* T > 2: the separate ops */
             test_norm_matmul(dt, 1, 8192, 256, 0, 1, 0, 0, 0, 0);  /* rows wider than 4096 */
+            test_norm_matmul_rope(dt, 1, 8, 8, 128, 1, 0);          /* a 7B-like layer (fewer heads) */
+            test_norm_matmul_rope(dt, 2, 12, 4, 64, 0, 1);          /* GQA, two rows (one without slot), bias */
+            test_norm_matmul_rope(dt, 1, 9, 3, 80, 1, 1);           /* head_dim 80 */
         }
         if (bench && !getenv("LG_ONLY")) {
             bench_matmul(dt, 1, 4096, 4096);
