@@ -522,7 +522,9 @@ int cu_attention_decode(lg_backend *be, lg_tensor out, lg_tensor q, lg_kv_view k
     if (nc > DEC_MAX_CHUNKS)
         nc = DEC_MAX_CHUNKS;
     int64_t C = (max_kv + nc - 1) / nc;
-    C = (C + DEC_MIN_CHUNK - 1) / DEC_MIN_CHUNK * DEC_MIN_CHUNK;
+    static int min_chunk = -1; /* LG_DEC_MIN_CHUNK: keys per chunk at least (measurements) */
+    const int mc = cu_switch(&min_chunk, "LG_DEC_MIN_CHUNK", DEC_MIN_CHUNK) > 0 ? min_chunk : DEC_MIN_CHUNK;
+    C = (C + mc - 1) / mc * mc;
     if (C >= max_kv)
         C = max_kv;
     const int max_chunks = (int)((max_kv + C - 1) / C);

@@ -67,11 +67,7 @@ template <typename TX> static cudaError_t launch_t(cuda_ctx *c, gemv_args a, int
 static bool rope_epilogue_on(void)
 {
     static int on = -1;
-    if (on < 0) {
-        const char *e = getenv("LG_NORM_ROPE");
-        on = !(e && *e == '0');
-    }
-    return on;
+    return cu_switch(&on, "LG_NORM_ROPE", 1) != 0;
 }
 
 /* The rope epilogue takes this call: the q|k|v columns of y and a cache of y's dtype. */
