@@ -103,10 +103,12 @@ struct sample_smem {
     u64 hist[256];     /* radix level, merged: count (top-k) or sum W (top-p) per digit */
     uint32_t cnt[256]; /* top-p: tokens per digit */
     u64 wsum[SM_WARPS], wpre[SM_WARPS];
+    u64 ssum[SM_WARPS]; /* seg_find: sums of the crossing segment's pieces */
     scan_a red[SM_WARPS];
     uint32_t b_prefix;
     u64 b_above, b_total;
-    int b_warp, b_idx;
+    int b_warp, b_sub, b_idx;
+    u64 b_carry;
 };
 
 /* Radix histograms: each warp owns a private [256] slice of the dynamic shared
@@ -133,6 +135,8 @@ __device__ __forceinline__ void hist_clear(warp_hist h)
 /* Warp-uniform: every lane calls, `on` says whether its token counts. */
 __device__ __forceinline__ void hist_add(warp_hist h, bool on, int d, uint32_t wt)
 {
+    if (!__any_sync(FULL, on))
+        return; /* warp-uniform: no lane counts (most of a sweep below radix level 0) */
     int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
     unsigned m = __match_any_sync(FULL, on ? d : -1);
     unsigned lo = __reduce_add_sync(m, wt & 0xffffu), hi = __reduce_add_sync(m, wt >> 16);
@@ -191,7 +195,8 @@ template <class F> __device__ u64 seg_sums(sample_smem &sm, const F &f, int V, i
     int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int b = w * seg, e = min(V, b + seg);
     u64 acc = 0;
-    for (int i = b + lane; i < e; i += 32) acc += f(i);
+#pragma unroll 8
+    for (int i = b + lane; i < e; i += 32) acc += f(i); /* f reads x through __ldg: loads may run ahead */
     acc = warp_sum_u64(acc);
     if (lane == 0) sm.wsum[w] = acc;
     __syncthreads();
@@ -205,7 +210,14 @@ template <class F> __device__ u64 seg_sums(sample_smem &sm, const F &f, int V, i
 }
 
 /* After seg_sums(f): the lowest id whose cumulative sum of f exceeds target,
- * -1 if none. The crossing warp rescans its segment 32 ids at a time. */
+ * -1 if none. The cumulative sum only grows, so the answer lies in the first
+ * warp segment whose end exceeds it; that segment is cut into SM_WARPS
+ * pieces of `sub` ids, each summed by one warp, and the first piece whose
+ * end exceeds it is rescanned 32 ids at a time by one warp (every sum is an
+ * exact u64 and every comparison the same (double)(sum) > target, so the
+ * id is the one a sequential scan finds). One warp rescanning a whole
+ * segment (V / 32 ids, 4,748 at V = 151,936) was most of a sampled row's
+ * time on the H100 (docs/benchmarks.md, ninth session). */
 template <class F> __device__ int seg_find(sample_smem &sm, const F &f, int V, int seg, double target)
 {
     int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -213,17 +225,38 @@ template <class F> __device__ int seg_find(sample_smem &sm, const F &f, int V, i
         unsigned bal = __ballot_sync(FULL, (double)(sm.wpre[lane] + sm.wsum[lane]) > target);
         if (lane == 0) {
             sm.b_warp = bal ? __ffs(bal) - 1 : -1;
+            sm.b_sub = -1;
             sm.b_idx = -1;
         }
     }
     __syncthreads();
-    int wc = sm.b_warp;
-    if (w == wc) {
-        u64 carry = sm.wpre[wc];
-        int b = wc * seg, e = min(V, b + seg);
-        for (int i0 = b; i0 < e; i0 += 32) {
+    const int wc = sm.b_warp;
+    if (wc < 0)
+        return -1; /* block-uniform */
+    const int b = wc * seg, e = min(V, b + seg);
+    const int sub = ((seg + SM_WARPS - 1) / SM_WARPS + 31) / 32 * 32;
+    const int sb = b + w * sub, se = min(e, sb + sub);
+    u64 acc = 0;
+#pragma unroll 4
+    for (int i = sb + lane; i < se; i += 32) acc += f(i);
+    acc = warp_sum_u64(acc);
+    if (lane == 0) sm.ssum[w] = acc;
+    __syncthreads();
+    if (w == 0) {
+        const u64 s = sm.ssum[lane], incl = sm.wpre[wc] + warp_scan_u64(s);
+        unsigned bal = __ballot_sync(FULL, (double)incl > target);
+        const int L = bal ? __ffs(bal) - 1 : -1;
+        if (L >= 0 && lane == L) {
+            sm.b_sub = L;
+            sm.b_carry = incl - s;
+        }
+    }
+    __syncthreads();
+    if (w == sm.b_sub) {
+        u64 carry = sm.b_carry;
+        for (int i0 = sb; i0 < se; i0 += 32) {
             int i = i0 + lane;
-            u64 incl = warp_scan_u64(i < e ? f(i) : 0);
+            u64 incl = warp_scan_u64(i < se ? f(i) : 0);
             unsigned bal = __ballot_sync(FULL, (double)(carry + incl) > target);
             if (bal) {
                 if (lane == 0) sm.b_idx = i0 + __ffs(bal) - 1;
@@ -246,7 +279,7 @@ struct kept_w {
     double min_w;
     __device__ u64 operator()(int i) const
     {
-        float v = x[i];
+        float v = __ldg(x + i);
         if (!is_fin(v)) return 0;
         if (has_k && !(v >= thr_k)) return 0;
         if (has_p && !(v > thr_p || (v == thr_p && i <= id_p))) return 0;
@@ -258,9 +291,34 @@ struct kept_w {
 struct equal_to {
     const float *x;
     float v;
-    __device__ u64 operator()(int i) const { return x[i] == v ? 1 : 0; }
+    __device__ u64 operator()(int i) const { return __ldg(x + i) == v ? 1 : 0; }
 };
 
+/* One sweep of the row, lane `lane` of warp w visiting b + lane for
+ * b = w * 32, w * 32 + SM_THREADS, ... (b < V, warp-uniform; ids past V
+ * read NAN) in that order, with the next SWEEP_U values of the thread loaded
+ * before any is used: one global-memory latency per SWEEP_U steps instead of
+ * one per step (a greedy row at batch 1 took 19.5 us on the H100 for ~3 MB/s
+ * of useful reads: 32 dependent load round trips). */
+#define SWEEP_U 8 /* LG_SAMPLE_SWEEP_U=1: one value at a time, as before (comparisons) */
+template <int U, class Fn> __device__ __forceinline__ void row_sweep(const float *x, int V, Fn &&fn)
+{
+    const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    for (int b0 = w * 32; b0 < V; b0 += SM_THREADS * U) {
+        float v[U];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int i = b0 + u * SM_THREADS + lane;
+            v[u] = i < V ? __ldg(x + i) : NAN;
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++)
+            if (b0 + u * SM_THREADS < V)
+                fn(b0 + u * SM_THREADS + lane, v[u]);
+    }
+}
+
+template <int U>
 __global__ void __launch_bounds__(SM_THREADS)
 sample_kernel(int32_t *out_ids, const float *logits, int V, const lg_sample_row *rows)
 {
@@ -272,17 +330,14 @@ sample_kernel(int32_t *out_ids, const float *logits, int V, const lg_sample_row 
     const lg_sample_row p = rows[blockIdx.x];
     const bool greedy = !(p.temperature > 0.0f);
     const int seg = ((V + SM_WARPS - 1) / SM_WARPS + 31) / 32 * 32;
-    /* histogram sweeps are warp-uniform: lane `lane` of warp w reads b + lane */
-#define ROW_SWEEP(b) for (int b = w * 32; b < V; b += SM_THREADS)
+    /* histogram sweeps are warp-uniform: lane `lane` of warp w reads b + lane (row_sweep) */
 
     /* ---- pass A ---- */
     const bool k0 = !greedy && p.top_k > 0;
     if (k0) hist_clear(h);
     __syncthreads();
     scan_a a = {-INFINITY, INT_MAX, INT_MAX, 0, -INFINITY};
-    ROW_SWEEP(b) {
-        int i = b + lane;
-        float v = i < V ? x[i] : NAN;
+    row_sweep<U>(x, V, [&](int i, float v) {
         if (v > a.bv) {
             a.bv = v;
             a.bi = i;
@@ -294,7 +349,7 @@ sample_kernel(int32_t *out_ids, const float *logits, int V, const lg_sample_row 
             a.lmax = fmaxf(a.lmax, v);
         }
         if (k0) hist_add(h, is_fin(v), fkey(v) >> 24, 1);
-    }
+    });
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) a = combine(a, shfl_a(a, o));
     if (lane == 0) sm.red[w] = a;
@@ -320,12 +375,10 @@ sample_kernel(int32_t *out_ids, const float *logits, int V, const lg_sample_row 
             if (level > 0) {
                 hist_clear(h);
                 __syncthreads();
-                ROW_SWEEP(b) {
-                    int i = b + lane;
-                    float v = i < V ? x[i] : NAN;
+                row_sweep<U>(x, V, [&](int, float v) {
                     uint32_t key = fkey(v);
                     hist_add(h, is_fin(v) && (key & mask) == prefix, (key >> shift) & 255, 1);
-                }
+                });
             }
             __syncthreads();
             hist_merge(sm, h);
@@ -357,13 +410,11 @@ sample_kernel(int32_t *out_ids, const float *logits, int V, const lg_sample_row 
             const int shift = 24 - 8 * level;
             hist_clear(h);
             __syncthreads();
-            ROW_SWEEP(b) {
-                int i = b + lane;
-                float v = i < V ? x[i] : NAN;
+            row_sweep<U>(x, V, [&](int, float v) {
                 uint32_t key = fkey(v);
                 bool on = is_fin(v) && (!has_k || v >= thr_k) && (key & mask) == prefix;
                 hist_add(h, on, (key >> shift) & 255, on ? lg_sample_weight(v, lmax, inv_t) : 0);
-            }
+            });
             __syncthreads();
             hist_merge(sm, h);
             __syncthreads();
@@ -429,7 +480,6 @@ sample_kernel(int32_t *out_ids, const float *logits, int V, const lg_sample_row 
             }
         }
     }
-#undef ROW_SWEEP
 
     /* ---- min-p, then the id-order draw ---- */
     kept_w f;
@@ -459,8 +509,14 @@ int cu_sample(lg_backend *be, int32_t *out_ids, const float *logits, int n, int 
     if (!out_ids || !logits || !rows)
         return CU_FAIL(c, "sample: expected device pointers, found out_ids=%p logits=%p rows=%p", (void *)out_ids,
                        (const void *)logits, (const void *)rows);
-    CU_TRY(c, cudaFuncSetAttribute(sample_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)HIST_SMEM));
-    sample_kernel<<<n, SM_THREADS, HIST_SMEM, c->stream>>>(out_ids, logits, V, rows);
+    static int sweep_u = -1;
+    const bool one = cu_switch(&sweep_u, "LG_SAMPLE_SWEEP_U", SWEEP_U) == 1;
+    const void *f = one ? (const void *)sample_kernel<1> : (const void *)sample_kernel<SWEEP_U>;
+    CU_TRY(c, cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)HIST_SMEM));
+    if (one)
+        sample_kernel<1><<<n, SM_THREADS, HIST_SMEM, c->stream>>>(out_ids, logits, V, rows);
+    else
+        sample_kernel<SWEEP_U><<<n, SM_THREADS, HIST_SMEM, c->stream>>>(out_ids, logits, V, rows);
     CU_LAUNCHED(c);
     return 0;
 }

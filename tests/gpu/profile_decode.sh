@@ -50,3 +50,5 @@ fi
 W3L="--num-seqs 32 --prompt-len 128 --output-len 24 --adapters 32 --rank 8 --targets q,k,v,o,gate,up,down"
 [ "${PROF_W3:-0}" = 1 ] && prof w3_lora_new "" 9000 1500 $W3L
 [ "${PROF_B1:-1}" != 0 ] && prof b1_new "" 1500 800 --num-seqs 1 --prompt-len 128 --output-len 16
+# PROF_B1_ENV="LG_FUSE_NORM=0": batch 1 again with those switches ("b1_alt")
+[ -n "${PROF_B1_ENV:-}" ] && prof b1_alt "$PROF_B1_ENV" 1500 800 --num-seqs 1 --prompt-len 128 --output-len 16
