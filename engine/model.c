@@ -315,7 +315,8 @@ int lg_model_create(lg_backend *be, const lg_weights *w, const lg_model_opts *op
         size_t es = lg_dtype_size(a);
         /* LG_NORM_MATMUL_T=2: offer norm_matmul two-row steps too (measurements; the kernel takes 1-2) */
         const char *nt = getenv("LG_NORM_MATMUL_T");
-        const int64_t nm_t = nt && (atoi(nt) == 1 || atoi(nt) == 2) ? atoi(nt) : LG_NORM_MATMUL_MAX_T;
+        const int nt_v = nt ? atoi(nt) : 0;
+        const int64_t nm_t = nt_v == 1 || nt_v == 2 ? nt_v : LG_NORM_MATMUL_MAX_T;
         const int64_t T2 = T < nm_t ? T : nm_t;
         int64_t sizes[] = {T * d, T * d, T * (qdim + 2 * kvdim), T * qdim, T * d, T * 2 * F, T * F, T * d, S * d,
                            S * V, T2 * d};

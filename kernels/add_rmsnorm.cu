@@ -74,18 +74,11 @@ __global__ void add_rmsnorm_vec_kernel(T *resid, int64_t ldr, const T *delta, in
     for (int c = 0; c < NCH; c++) {
         const int ch = threadIdx.x + c * blockDim.x;
         if (ch < nch8) {
-            unpack8<T>(ru[c], v[c]);
-            if (dl) {
-                float d[8];
-                unpack8<T>(du[c], d);
-#pragma unroll
-                for (int e = 0; e < 8; e++) v[c][e] += d[e];
-                uint4 s = pack8<T>(v[c]); /* the rounded sum is what the norm sees */
-                unpack8<T>(s, v[c]);
-                r[ch] = s;
-            }
-#pragma unroll
-            for (int e = 0; e < 8; e++) ss += v[c][e] * v[c][e];
+            if (dl)
+                r[ch] = norm_add8<T>(ru[c], du[c], v[c]);
+            else
+                unpack8<T>(ru[c], v[c]);
+            ss = norm_sq8(v[c], ss);
         }
     }
     const float inv = rsqrtf(block_sum(ss, red) / (float)(nch8 * 8) + eps);
@@ -93,13 +86,8 @@ __global__ void add_rmsnorm_vec_kernel(T *resid, int64_t ldr, const T *delta, in
 #pragma unroll
     for (int c = 0; c < NCH; c++) {
         const int ch = threadIdx.x + c * blockDim.x;
-        if (ch < nch8) {
-            float wf[8], y[8];
-            load_w8(w, wdt, w_vec, ch * 8, wf);
-#pragma unroll
-            for (int e = 0; e < 8; e++) y[e] = v[c][e] * inv * wf[e];
-            o[ch] = pack8<T>(y);
-        }
+        if (ch < nch8)
+            o[ch] = norm_scale8<T>(v[c], inv, w, wdt, w_vec, ch * 8);
     }
 }
 

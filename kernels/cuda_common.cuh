@@ -179,6 +179,36 @@ __device__ __forceinline__ void load_w8(const void *w, lg_dtype wdt, bool w_vec,
     }
 }
 
+/* add_rmsnorm's arithmetic on a chunk of 8 (add_rmsnorm.cu's vector kernel and gemv.cuh's norm
+ * prologue, which must give the same floats): the residual plus delta, rounded to T, into v (returns
+ * the rounded sum, packed); the squares of v added to ss in order; the normed chunk, packed. */
+template <typename T> __device__ __forceinline__ uint4 norm_add8(uint4 r, uint4 d, float *v)
+{
+    float dv[8];
+    unpack8<T>(r, v);
+    unpack8<T>(d, dv);
+#pragma unroll
+    for (int e = 0; e < 8; e++) v[e] += dv[e];
+    const uint4 s = pack8<T>(v); /* the rounded sum is what the norm sees */
+    unpack8<T>(s, v);
+    return s;
+}
+__device__ __forceinline__ float norm_sq8(const float *v, float ss)
+{
+#pragma unroll
+    for (int e = 0; e < 8; e++) ss += v[e] * v[e];
+    return ss;
+}
+template <typename T>
+__device__ __forceinline__ uint4 norm_scale8(const float *v, float inv, const void *w, lg_dtype wdt, bool w_vec, int i)
+{
+    float wf[8], y[8];
+    load_w8(w, wdt, w_vec, i, wf);
+#pragma unroll
+    for (int e = 0; e < 8; e++) y[e] = v[e] * inv * wf[e];
+    return pack8<T>(y);
+}
+
 /* SwiGLU of one element, f32 math (silu_mul.cu, gemv.cuh's fused epilogue). */
 __device__ __forceinline__ float silu_mul1(float g, float u) { return g / (1.0f + expf(-g)) * u; }
 

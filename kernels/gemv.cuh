@@ -45,7 +45,7 @@ struct gemv_args : skm_call {
 };
 
 /* Row r (< R) of the warp whose first output is n0 (EPI: its feature or pair). */
-template <int EPI, int R>
+template <int EPI>
 __device__ __forceinline__ int64_t gemv_row(const gemv_args &a, int n0, int r)
 {
     if (EPI == 1)
@@ -123,19 +123,14 @@ template <typename TX, int T> __device__ __forceinline__ void gemv_norm_prologue
             float s = 0.0f;
             if (ch < K8) {
                 float v[8];
-                unpack8<TX>(ru[j], v);
                 if (d) {
-                    float dv[8];
-                    unpack8<TX>(du[j], dv);
-#pragma unroll
-                    for (int e = 0; e < 8; e++) v[e] += dv[e];
-                    ru[j] = pack8<TX>(v); /* the rounded sum is what the norm sees */
-                    unpack8<TX>(ru[j], v);
+                    ru[j] = norm_add8<TX>(ru[j], du[j], v);
                     if (ro)
                         ro[ch] = ru[j];
+                } else {
+                    unpack8<TX>(ru[j], v);
                 }
-#pragma unroll
-                for (int e = 0; e < 8; e++) s += v[e] * v[e];
+                s = norm_sq8(v, s);
             }
             ss[j] = s;
         }
@@ -151,12 +146,9 @@ template <typename TX, int T> __device__ __forceinline__ void gemv_norm_prologue
         for (int j = 0; j < GEMV_NORM_J; j++) {
             const int ch = lane + 32 * (w + GEMV_WARPS * j);
             if (ch < K8) {
-                float v[8], wf[8], y[8];
+                float v[8];
                 unpack8<TX>(ru[j], v);
-                load_w8(a.g, a.gdt, a.g_vec, ch * 8, wf);
-#pragma unroll
-                for (int e = 0; e < 8; e++) y[e] = v[e] * inv * wf[e];
-                xs[t * K8 + ch] = pack8<TX>(y);
+                xs[t * K8 + ch] = norm_scale8<TX>(v, inv, a.g, a.gdt, a.g_vec, ch * 8);
             }
         }
         __syncthreads(); /* xs complete; red free for the next row */
@@ -179,7 +171,7 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32) gemv_kernel(const __grid_cons
     const uint4 *wr[R];
 #pragma unroll
     for (int r = 0; r < R; r++) /* rows past the last re-read the last (in bounds) and are not stored */
-        wr[r] = (const uint4 *)(W + gemv_row<EPI, R>(a, n0, r) * a.ldw);
+        wr[r] = (const uint4 *)(W + gemv_row<EPI>(a, n0, r) * a.ldw);
     const uint4 *xr[T];
 #pragma unroll
     for (int t = 0; t < T; t++) xr[t] = (const uint4 *)((const TX *)a.x + (int64_t)t * a.ldx);

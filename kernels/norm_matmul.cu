@@ -70,13 +70,12 @@ static bool rope_epilogue_on(void)
     return cu_switch(&on, "LG_NORM_ROPE", 1) != 0;
 }
 
-/* The rope epilogue takes this call: the q|k|v columns of y and a cache of y's dtype. */
+/* The rope epilogue takes this call (y's columns are q|k|v, checked by the caller): even heads and a
+ * cache of y's dtype. */
 static bool rope_fits(lg_tensor y, const lg_rope_kv *r)
 {
-    const int64_t hd = r->head_dim;
-    return rope_epilogue_on() && hd > 0 && hd % 2 == 0 && r->n_heads > 0 && r->n_kv_heads > 0 &&
-           y.cols == (r->n_heads + 2 * (int64_t)r->n_kv_heads) * hd && y.cols <= INT32_MAX / 2 && r->pos &&
-           r->inv_freq && r->slot && r->kv.base && r->kv.dtype == y.dtype && r->kv.head_dim == hd &&
+    return rope_epilogue_on() && r->head_dim % 2 == 0 && y.cols <= INT32_MAX / 2 && r->pos && r->inv_freq &&
+           r->slot && r->kv.base && r->kv.dtype == y.dtype && r->kv.head_dim == r->head_dim &&
            r->kv.n_kv_heads == r->n_kv_heads && r->kv.page_tokens > 0;
 }
 
