@@ -1,34 +1,41 @@
 /*
- * sample.cu — the device sampler (backend.h slot `sample`): one block of
- * 1024 threads per row, the exact rules of engine/sampling.h, bit-identical
- * to lg_sampler_sample_u given the same u.
+ * sample.cu — the device sampler (backend.h slot `sample`): one thread
+ * block cluster of C blocks of 1024 threads per row (C = 8, 4, 2 or 1, as
+ * many as keep the batch's clusters in one wave; see row_part), the exact
+ * rules of engine/sampling.h, bit-identical to lg_sampler_sample_u given
+ * the same u, for any C.
  *
  * Why it can be exact: token weights come from lg_sample_weight
  * (engine/sampling_weight.h, shared with the host) as integers, every sum is
  * an exact uint64, and each remaining floating-point step (T = top_p * Z,
  * target = u * Z', the comparisons) is one IEEE operation on exact inputs.
- * So no reduction order matters, and no threshold is ever approximated:
+ * So no reduction order or split of the row matters, and no threshold is
+ * ever approximated:
  *
  *   pass A   argmax (greedy rows stop here), lowest +inf id, count of finite
- *            logits, lmax; the top-k level-0 histogram rides along
+ *            logits, lmax
  *   top-k    k-th largest logit: radix select over order-preserving 32-bit
  *            keys of the logits (-0 folded into +0), 8 bits a level, 4 levels
- *            of counts
- *   top-p    the same radix walk over the survivors, on sums of W instead of
- *            counts: finds v* = the logit of the prefix's last token and
- *            S = sum W above it; the first r tokens (by id) of the tie group
- *            at v* are kept, r smallest with S + r * W(v*) >= T, as the
- *            host's (logit desc, id asc) walk does
- *   draw     Z' = sum W of kept tokens per warp segment (warp w owns the ids
- *            [w * seg, (w + 1) * seg)); the segment where the cumulative sum
- *            crosses u * Z' is rescanned in id order by its warp
- * Every pass is a coalesced sweep of the row (L2-resident for a batch of
- * rows); filters that are off cost no pass. Histograms are per warp (96 KiB
- * of dynamic shared memory) with same-digit lanes combined, so neither
- * smooth rows nor rows of ties serialise on shared-memory atomics. Worst case (top-k + top-p,
- * ties cut) is about 11 sweeps, W (a few FMAs) recomputed where needed.
+ *            of counts, over the tokens of W > 0 only (see there)
+ *   top-p    the same radix walk over the survivors of W > 0, on sums of W
+ *            instead of counts: finds v* = the logit of the prefix's last
+ *            token and S = sum W above it; the first r tokens (by id) of the
+ *            tie group at v* are kept, r smallest with S + r * W(v*) >= T,
+ *            as the host's (logit desc, id asc) walk does
+ *   draw     Z' = sum W of kept tokens per (block, warp) segment; the segment
+ *            where the cumulative sum crosses u * Z' is cut into pieces and
+ *            the crossing piece rescanned in id order by one warp
+ * Every pass is a coalesced sweep of the block's part of the row
+ * (L2-resident for a batch of rows); filters that are off cost no pass.
+ * Histograms are per warp (96 KiB of dynamic shared memory) with same-digit
+ * lanes combined, so neither smooth rows nor rows of ties serialise on
+ * shared-memory atomics; the blocks of a row add theirs through distributed
+ * shared memory. Worst case (top-k + top-p, ties cut) is about 11 sweeps,
+ * W (a few FMAs) recomputed where needed.
  */
 #include "sample_ops.cuh"
+
+#include <cooperative_groups.h>
 
 extern "C" {
 #include "sampling_weight.h"
@@ -37,6 +44,9 @@ extern "C" {
 #define SM_THREADS 1024
 #define SM_WARPS (SM_THREADS / 32)
 #define FULL 0xffffffffu
+#define SM_MAX_CLUSTER 8 /* blocks per row (a thread block cluster; 8: the portable size) */
+
+namespace cg = cooperative_groups;
 
 typedef unsigned long long u64;
 
@@ -109,6 +119,50 @@ struct sample_smem {
     u64 b_above, b_total;
     int b_warp, b_sub, b_idx;
     u64 b_carry;
+    /* the row's cluster: what each block publishes to the others (two slots
+     * of each, alternating: see row_part), and the block totals of the last
+     * seg_sums by rank */
+    u64 x_hist[2][256];
+    uint32_t x_cnt[2][256];
+    scan_a x_a[2];
+    u64 x_tot[2], x_extra[2];
+    int x_id[2];
+    u64 rtot[SM_MAX_CLUSTER];
+    u64 b_base;  /* seg_sums: sum over the ranks before this block */
+    u64 b_extra; /* hist_merge: the row's sum of `extra` */
+    int b_rank; /* seg_find: the rank whose ids hold the answer, -1: none */
+};
+
+/* This block's part of its row: a thread block cluster of C blocks shares
+ * one row (C = 1: a plain block), block `rank` owning the ids [lo, hi), its
+ * warp w the segment [lo + w * seg, lo + (w + 1) * seg) of them; so the
+ * (rank, warp) segments tile the row in id order. Every decision (argmax,
+ * radix digits, totals, which segment crosses) is taken by each block from
+ * the same exact integer sums of all blocks, so all blocks agree and the
+ * token is the same for any C. Exchanges: a block writes its slot [ph], the
+ * cluster synchronises, every block reads the others' slot [ph], ph flips;
+ * a slot is rewritten two exchanges later, after the next synchronisation,
+ * which no block reaches before its reads of this one are done. */
+struct row_part {
+    int C, rank, lo, hi, seg, ph;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900 /* no clusters: the host launches C = 1 */
+    __device__ void sync() const { __syncthreads(); }
+    template <class T> __device__ T *at(T *p, int) const { return p; }
+    static __device__ int block_rank() { return 0; }
+#else
+    __device__ void sync() const
+    {
+        if (C > 1)
+            cg::this_cluster().sync();
+        else
+            __syncthreads();
+    }
+    template <class T> __device__ T *at(T *p, int r) const
+    {
+        return C > 1 ? cg::this_cluster().map_shared_rank(p, r) : p;
+    }
+    static __device__ int block_rank() { return (int)cg::this_cluster().block_rank(); }
+#endif
 };
 
 /* Radix histograms: each warp owns a private [256] slice of the dynamic shared
@@ -116,6 +170,7 @@ struct sample_smem {
  * combined first (match_any + reduce_add), so rows full of ties cost no
  * serialisation. hist_merge folds the slices into sm.hist / sm.cnt. */
 #define HIST_SMEM (SM_WARPS * 256 * (sizeof(u64) + sizeof(uint32_t)))
+static_assert(SM_THREADS == 4 * 256, "hist_merge: four threads per digit");
 struct warp_hist {
     u64 *mass;      /* [SM_WARPS][256] */
     uint32_t *cnt;  /* [SM_WARPS][256] */
@@ -176,17 +231,59 @@ __device__ int radix_walk(const u64 *h, u64 base, double target, u64 *above)
     return d;
 }
 
-__device__ __forceinline__ void hist_merge(sample_smem &sm, warp_hist h)
+/* Folds the warps' slices, then the row's blocks, into sm.hist / sm.cnt:
+ * every block of the row gets the whole row's histogram (exact integer
+ * sums, so the same in each). Four threads per digit, each summing a
+ * quarter of the slices (then of the ranks). `extra`: a per-thread count
+ * summed over the row along with it, into sm.b_extra. Barriers of its own
+ * before and after. */
+__device__ void hist_merge(sample_smem &sm, row_part &rp, warp_hist h, u64 extra = 0)
 {
-    for (int d = threadIdx.x; d < 256; d += SM_THREADS) {
-        u64 m = 0, c = 0;
-        for (int j = 0; j < SM_WARPS; j++) {
-            m += h.mass[j * 256 + d];
-            c += h.cnt[j * 256 + d];
-        }
+    const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    extra = warp_sum_u64(extra);
+    if (lane == 0) sm.ssum[w] = extra;
+    __syncthreads(); /* the warps' hist_add done */
+    const int d = threadIdx.x >> 2, q = threadIdx.x & 3; /* SM_THREADS = 4 * 256 */
+    u64 m = 0, c = 0;
+#pragma unroll
+    for (int j = q * (SM_WARPS / 4); j < (q + 1) * (SM_WARPS / 4); j++) {
+        m += h.mass[j * 256 + d];
+        c += h.cnt[j * 256 + d];
+    }
+    m += __shfl_xor_sync(FULL, m, 1);
+    c += __shfl_xor_sync(FULL, c, 1);
+    m += __shfl_xor_sync(FULL, m, 2);
+    c += __shfl_xor_sync(FULL, c, 2);
+    if (q == 0) {
+        sm.x_hist[rp.ph][d] = m;
+        sm.x_cnt[rp.ph][d] = (uint32_t)c;
+    }
+    if (w == 0) {
+        u64 e = warp_sum_u64(sm.ssum[lane]);
+        if (lane == 0) sm.x_extra[rp.ph] = e;
+    }
+    rp.sync();
+    m = 0;
+    c = 0;
+    for (int r = q; r < rp.C; r += 4) {
+        m += *rp.at(&sm.x_hist[rp.ph][d], r);
+        c += *rp.at(&sm.x_cnt[rp.ph][d], r);
+    }
+    m += __shfl_xor_sync(FULL, m, 1);
+    c += __shfl_xor_sync(FULL, c, 1);
+    m += __shfl_xor_sync(FULL, m, 2);
+    c += __shfl_xor_sync(FULL, c, 2);
+    if (q == 0) {
         sm.hist[d] = m;
         sm.cnt[d] = (uint32_t)c;
     }
+    if (w == 0) {
+        u64 e = lane < rp.C ? *rp.at(&sm.x_extra[rp.ph], lane) : 0;
+        e = warp_sum_u64(e);
+        if (lane == 0) sm.b_extra = e;
+    }
+    __syncthreads();
+    rp.ph ^= 1;
 }
 
 /* The warp's sum of f(i) over ids [b, e) (every lane gets it). */
@@ -198,36 +295,58 @@ template <class F> __device__ __forceinline__ u64 warp_range_sum(const F &f, int
     return warp_sum_u64(acc);
 }
 
-/* Sum of f(i) over each warp's id segment; wsum/wpre filled, total returned. */
-template <class F> __device__ u64 seg_sums(sample_smem &sm, const F &f, int V, int seg)
+/* Sum of f(i) over each warp's id segment; wsum/wpre (this block's), the
+ * block totals by rank (rtot), b_base (ranks before this one) filled; the
+ * row's total returned. */
+template <class F> __device__ u64 seg_sums(sample_smem &sm, row_part &rp, const F &f)
 {
     int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const u64 acc = warp_range_sum(f, w * seg, min(V, w * seg + seg));
+    const int b = rp.lo + w * rp.seg;
+    const u64 acc = warp_range_sum(f, b, min(rp.hi, b + rp.seg));
     if (lane == 0) sm.wsum[w] = acc;
     __syncthreads();
     if (w == 0) {
         u64 s = sm.wsum[lane], incl = warp_scan_u64(s);
         sm.wpre[lane] = incl - s;
+        if (lane == 31) sm.x_tot[rp.ph] = incl;
+    }
+    rp.sync();
+    if (w == 0) {
+        u64 t = lane < rp.C ? *rp.at(&sm.x_tot[rp.ph], lane) : 0, incl = warp_scan_u64(t);
+        if (lane < rp.C) sm.rtot[lane] = t;
+        if (lane == rp.rank) sm.b_base = incl - t;
         if (lane == 31) sm.b_total = incl;
     }
     __syncthreads();
+    rp.ph ^= 1;
     return sm.b_total;
 }
 
-/* After seg_sums(f): the lowest id whose cumulative sum of f exceeds target,
- * -1 if none. The cumulative sum only grows, so the answer lies in the first
- * warp segment whose end exceeds it; that segment is cut into SM_WARPS
- * pieces of `sub` ids, each summed by one warp, and the first piece whose
- * end exceeds it is rescanned 32 ids at a time by one warp (every sum is an
- * exact u64 and every comparison the same (double)(sum) > target, so the
- * id is the one a sequential scan finds). One warp rescanning a whole
- * segment (V / 32 ids, 4,748 at V = 151,936) was most of a sampled row's
- * time on the H100 (docs/benchmarks.md, ninth session). */
-template <class F> __device__ int seg_find(sample_smem &sm, const F &f, int V, int seg, double target)
+/* After seg_sums(f): the lowest id whose cumulative sum of f exceeds target
+ * if this block holds it, -2 if another block of the row does, -1 if none
+ * does. The cumulative sum only grows, so the answer lies in the first
+ * block, then the first warp segment of it, whose end exceeds the target;
+ * that segment is cut into SM_WARPS pieces of `sub` ids, each summed by one
+ * warp, and the first piece whose end exceeds it is rescanned 32 ids at a
+ * time by one warp (every sum is an exact u64 and every comparison the same
+ * (double)(sum) > target, so the id is the one a sequential scan finds).
+ * One warp rescanning a whole segment (V / 32 ids, 4,748 at V = 151,936)
+ * was most of a sampled row's time on the H100 (docs/benchmarks.md, ninth
+ * session). */
+template <class F> __device__ int seg_find(sample_smem &sm, const row_part &rp, const F &f, double target)
 {
     int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
     if (w == 0) {
-        unsigned bal = __ballot_sync(FULL, (double)(sm.wpre[lane] + sm.wsum[lane]) > target);
+        u64 t = lane < rp.C ? sm.rtot[lane] : 0, incl = warp_scan_u64(t);
+        unsigned bal = __ballot_sync(FULL, lane < rp.C && (double)incl > target);
+        if (lane == 0) sm.b_rank = bal ? __ffs(bal) - 1 : -1;
+    }
+    __syncthreads();
+    if (sm.b_rank != rp.rank)
+        return sm.b_rank < 0 ? -1 : -2; /* block-uniform */
+    const u64 base = sm.b_base;
+    if (w == 0) {
+        unsigned bal = __ballot_sync(FULL, (double)(base + sm.wpre[lane] + sm.wsum[lane]) > target);
         if (lane == 0) {
             sm.b_warp = bal ? __ffs(bal) - 1 : -1;
             sm.b_sub = -1;
@@ -237,15 +356,15 @@ template <class F> __device__ int seg_find(sample_smem &sm, const F &f, int V, i
     __syncthreads();
     const int wc = sm.b_warp;
     if (wc < 0)
-        return -1; /* block-uniform */
-    const int b = wc * seg, e = min(V, b + seg);
-    const int sub = ((seg + SM_WARPS - 1) / SM_WARPS + 31) / 32 * 32;
+        return -1; /* block-uniform; unreachable: the block's total exceeds the target */
+    const int b = rp.lo + wc * rp.seg, e = min(rp.hi, b + rp.seg);
+    const int sub = ((rp.seg + SM_WARPS - 1) / SM_WARPS + 31) / 32 * 32;
     const int sb = b + w * sub, se = min(e, sb + sub);
     const u64 acc = warp_range_sum(f, sb, se);
     if (lane == 0) sm.ssum[w] = acc;
     __syncthreads();
     if (w == 0) {
-        const u64 s = sm.ssum[lane], incl = sm.wpre[wc] + warp_scan_u64(s);
+        const u64 s = sm.ssum[lane], incl = base + sm.wpre[wc] + warp_scan_u64(s);
         unsigned bal = __ballot_sync(FULL, (double)incl > target);
         const int L = bal ? __ffs(bal) - 1 : -1;
         if (L >= 0 && lane == L) {
@@ -296,50 +415,55 @@ struct equal_to {
     __device__ u64 operator()(int i) const { return __ldg(x + i) == v ? 1 : 0; }
 };
 
-/* One sweep of the row, lane `lane` of warp w visiting b + lane for
- * b = w * 32, w * 32 + SM_THREADS, ... (b < V, warp-uniform; ids past V
- * read NAN) in that order, with the next SWEEP_U values of the thread loaded
+/* One sweep of the block's ids [lo, hi), lane `lane` of warp w visiting
+ * b + lane for b = lo + w * 32, lo + w * 32 + SM_THREADS, ... (b < hi,
+ * warp-uniform; ids from hi on read NAN) in that order, with the next SWEEP_U values of the thread loaded
  * before any is used: one global-memory latency per SWEEP_U steps instead of
  * one per step (a greedy row of 32,000 logits took 19.5 us on the H100:
  * 32 dependent load round trips per thread). */
 #define SWEEP_U 8 /* LG_SAMPLE_SWEEP_U=1: one value at a time, as before (comparisons) */
-template <int U, class Fn> __device__ __forceinline__ void row_sweep(const float *x, int V, Fn &&fn)
+template <int U, class Fn> __device__ __forceinline__ void row_sweep(const float *x, const row_part &rp, Fn &&fn)
 {
-    const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    for (int b0 = w * 32; b0 < V; b0 += SM_THREADS * U) {
+    const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, hi = rp.hi;
+    for (int b0 = rp.lo + w * 32; b0 < hi; b0 += SM_THREADS * U) {
         float v[U];
 #pragma unroll
         for (int u = 0; u < U; u++) {
             const int i = b0 + u * SM_THREADS + lane;
-            v[u] = i < V ? __ldg(x + i) : NAN;
+            v[u] = i < hi ? __ldg(x + i) : NAN;
         }
 #pragma unroll
         for (int u = 0; u < U; u++)
-            if (b0 + u * SM_THREADS < V)
+            if (b0 + u * SM_THREADS < hi)
                 fn(b0 + u * SM_THREADS + lane, v[u]);
     }
 }
 
 template <int U>
 __global__ void __launch_bounds__(SM_THREADS)
-sample_kernel(int32_t *out_ids, const float *logits, int V, const lg_sample_row *rows)
+sample_kernel(int32_t *out_ids, const float *logits, int V, const lg_sample_row *rows, int C)
 {
     __shared__ sample_smem sm;
     extern __shared__ __align__(16) unsigned char dyn[]; /* HIST_SMEM: per-warp histograms */
     const warp_hist h = hist_of(dyn);
     const int tid = threadIdx.x, w = tid >> 5, lane = tid & 31;
-    const float *x = logits + (size_t)blockIdx.x * (size_t)V; /* [V] f32 */
-    const lg_sample_row p = rows[blockIdx.x];
+    const int row = blockIdx.x / C;
+    row_part rp;
+    rp.C = C;
+    rp.rank = C > 1 ? row_part::block_rank() : 0;
+    const int chunk = ((V + C - 1) / C + 31) / 32 * 32;
+    rp.lo = min(V, rp.rank * chunk);
+    rp.hi = min(V, rp.lo + chunk);
+    rp.seg = ((chunk + SM_WARPS - 1) / SM_WARPS + 31) / 32 * 32;
+    rp.ph = 0;
+    const float *x = logits + (size_t)row * (size_t)V; /* [V] f32 */
+    const lg_sample_row p = rows[row];
     const bool greedy = !(p.temperature > 0.0f);
-    const int seg = ((V + SM_WARPS - 1) / SM_WARPS + 31) / 32 * 32;
     /* histogram sweeps are warp-uniform: lane `lane` of warp w reads b + lane (row_sweep) */
 
     /* ---- pass A ---- */
-    const bool k0 = !greedy && p.top_k > 0;
-    if (k0) hist_clear(h);
-    __syncthreads();
     scan_a a = {-INFINITY, INT_MAX, INT_MAX, 0, -INFINITY};
-    row_sweep<U>(x, V, [&](int i, float v) {
+    row_sweep<U>(x, rp, [&](int i, float v) {
         if (v > a.bv) {
             a.bv = v;
             a.bi = i;
@@ -350,41 +474,68 @@ sample_kernel(int32_t *out_ids, const float *logits, int V, const lg_sample_row 
             a.nfin++;
             a.lmax = fmaxf(a.lmax, v);
         }
-        if (k0) hist_add(h, is_fin(v), fkey(v) >> 24, 1);
     });
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) a = combine(a, shfl_a(a, o));
     if (lane == 0) sm.red[w] = a;
     __syncthreads();
+    if (w == 0) { /* the block's, then (after the exchange) the row's */
+        a = sm.red[lane];
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) a = combine(a, shfl_a(a, o));
+        if (lane == 0) sm.x_a[rp.ph] = a;
+    }
+    rp.sync();
+    if (w == 0) {
+        a = lane < C ? *rp.at(&sm.x_a[rp.ph], lane) : scan_a{-INFINITY, INT_MAX, INT_MAX, 0, -INFINITY};
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) a = combine(a, shfl_a(a, o));
+        if (lane == 0) sm.red[0] = a;
+    }
+    __syncthreads();
+    rp.ph ^= 1;
     a = sm.red[0];
-    for (int j = 1; j < SM_WARPS; j++) a = combine(a, sm.red[j]);
     const int argmax = a.bi == INT_MAX ? 0 : a.bi; /* lg_argmax */
     if (greedy || a.inf_id != INT_MAX || a.nfin == 0) {
-        if (tid == 0) out_ids[blockIdx.x] = greedy ? argmax : a.inf_id != INT_MAX ? a.inf_id : argmax;
+        if (tid == 0 && rp.rank == 0) out_ids[row] = greedy ? argmax : a.inf_id != INT_MAX ? a.inf_id : argmax;
+        rp.sync(); /* no block leaves while another may read its shared memory */
         return;
     }
     const float lmax = a.lmax;
     const float inv_t = __fdiv_rn(1.0f, p.temperature);
 
-    /* ---- top-k: the k-th largest logit ---- */
-    const bool has_k = p.top_k > 0 && p.top_k < a.nfin;
+    /* ---- top-k: the k-th largest logit ----
+     * Only tokens of W > 0 are counted: {logit : W > 0} is an up-set (W = 0
+     * below one cutoff: d = logit - lmax and d * inv_t round monotonically,
+     * and lg_sample_weight is 0 exactly below x ~ -21.49, checked over every
+     * float by tests/unit/engine/test_sampling.c), so when more than k tokens
+     * weigh, the k largest logits are among them and the walk over them finds
+     * the same k-th logit; when k or fewer weigh, the cut removes only tokens
+     * of W = 0, which no later filter counts and no draw can pick, so it is
+     * skipped. Most of a real vocabulary weighs 0 at T <= 1, so most
+     * warps skip the histogram. */
+    bool has_k = false;
     float thr_k = -INFINITY;
-    if (has_k) {
+    if (p.top_k > 0 && p.top_k < a.nfin) {
         uint32_t prefix = 0, mask = 0;
         u64 above = 0;
         for (int level = 0; level < 4; level++) {
             const int shift = 24 - 8 * level;
-            if (level > 0) {
-                hist_clear(h);
-                __syncthreads();
-                row_sweep<U>(x, V, [&](int, float v) {
-                    uint32_t key = fkey(v);
-                    hist_add(h, is_fin(v) && (key & mask) == prefix, (key >> shift) & 255, 1);
-                });
+            hist_clear(h);
+            __syncthreads();
+            u64 n_pos = 0;
+            row_sweep<U>(x, rp, [&](int, float v) {
+                uint32_t key = fkey(v);
+                const bool on = is_fin(v) && (key & mask) == prefix && lg_sample_weight(v, lmax, inv_t) > 0;
+                n_pos += on;
+                hist_add(h, on, (key >> shift) & 255, 1);
+            });
+            hist_merge(sm, rp, h, n_pos);
+            if (level == 0) {
+                if (sm.b_extra <= (u64)p.top_k)
+                    break; /* block-uniform: the cut would remove only tokens of W = 0 */
+                has_k = true;
             }
-            __syncthreads();
-            hist_merge(sm, h);
-            __syncthreads();
             if (w == 0) {
                 int d = radix_walk(sm.hist, above, (double)p.top_k, &above);
                 if (lane == 0) {
@@ -397,7 +548,8 @@ sample_kernel(int32_t *out_ids, const float *logits, int V, const lg_sample_row 
             above = sm.b_above;
             mask |= 0xffu << shift;
         }
-        thr_k = key_float(prefix);
+        if (has_k)
+            thr_k = key_float(prefix);
     }
 
     /* ---- top-p: the prefix ends at (thr_p, id_p) ---- */
@@ -412,30 +564,29 @@ sample_kernel(int32_t *out_ids, const float *logits, int V, const lg_sample_row 
             const int shift = 24 - 8 * level;
             hist_clear(h);
             __syncthreads();
-            row_sweep<U>(x, V, [&](int, float v) {
+            /* only tokens of W > 0 enter: a digit of no mass is never where
+             * the walk crosses T > 0, and a tie group's tokens share one W;
+             * so rows whose tail has W = 0 (most of a real vocabulary) skip
+             * the histogram for it. Level 0 counts the survivors aside. */
+            u64 n_surv = 0;
+            row_sweep<U>(x, rp, [&](int, float v) {
                 uint32_t key = fkey(v);
-                bool on = is_fin(v) && (!has_k || v >= thr_k) && (key & mask) == prefix;
-                hist_add(h, on, (key >> shift) & 255, on ? lg_sample_weight(v, lmax, inv_t) : 0);
+                const bool surv = is_fin(v) && (!has_k || v >= thr_k);
+                uint32_t wt = 0;
+                if (surv && (key & mask) == prefix) wt = lg_sample_weight(v, lmax, inv_t);
+                n_surv += level == 0 && surv;
+                hist_add(h, wt > 0, (key >> shift) & 255, wt);
             });
-            __syncthreads();
-            hist_merge(sm, h);
-            __syncthreads();
+            hist_merge(sm, rp, h, n_surv);
             if (level == 0) { /* Z and the survivor count: decide whether top-p runs */
                 if (w == 0) {
-                    u64 z = 0, c = 0;
-                    for (int j = lane; j < 256; j += 32) {
-                        z += sm.hist[j];
-                        c += sm.cnt[j];
-                    }
+                    u64 z = 0;
+                    for (int j = lane; j < 256; j += 32) z += sm.hist[j];
                     z = warp_sum_u64(z);
-                    c = warp_sum_u64(c);
-                    if (lane == 0) {
-                        sm.b_total = z;
-                        sm.b_idx = (int)c;
-                    }
+                    if (lane == 0) sm.b_total = z;
                 }
                 __syncthreads();
-                if (sm.b_idx <= 1)
+                if (sm.b_extra <= 1)
                     break; /* one survivor: nothing to cut (block-uniform) */
                 has_p = true;
                 if (!(p.top_p > 0.0f)) { /* target 0: the first token of (logit desc, id asc) */
@@ -474,10 +625,20 @@ sample_kernel(int32_t *out_ids, const float *logits, int V, const lg_sample_row 
                 __syncthreads();
                 if (r < 0) {
                     id_p = INT_MAX;
-                } else { /* the r-th id (in id order) whose logit == thr_p */
+                } else { /* the r-th id (in id order) whose logit == thr_p; every block needs it */
                     equal_to eq = {x, thr_p};
-                    seg_sums(sm, eq, V, seg);
-                    id_p = seg_find(sm, eq, V, seg, (double)(r - 1));
+                    seg_sums(sm, rp, eq);
+                    const int mine = seg_find(sm, rp, eq, (double)(r - 1));
+                    if (tid == 0) sm.x_id[rp.ph] = mine >= 0 ? mine : INT_MAX;
+                    rp.sync();
+                    if (tid == 0) {
+                        int m = INT_MAX;
+                        for (int j = 0; j < C; j++) m = min(m, *rp.at(&sm.x_id[rp.ph], j));
+                        sm.b_idx = m;
+                    }
+                    __syncthreads();
+                    id_p = sm.b_idx == INT_MAX ? -1 : sm.b_idx;
+                    rp.ph ^= 1;
                 }
             }
         }
@@ -495,10 +656,13 @@ sample_kernel(int32_t *out_ids, const float *logits, int V, const lg_sample_row 
     f.has_p = has_p;
     f.has_m = p.min_p > 0.0f;
     f.min_w = lg_sample_minp_w(p.min_p);
-    u64 z = seg_sums(sm, f, V, seg);
+    u64 z = seg_sums(sm, rp, f);
     double target = __dmul_rn(lg_sample_clamp_u((double)p.u), (double)z);
-    int id = seg_find(sm, f, V, seg, target);
-    if (tid == 0) out_ids[blockIdx.x] = id >= 0 ? id : argmax; /* id < 0 unreachable: Z' >= 2^31, u < 1 */
+    int id = seg_find(sm, rp, f, target);
+    /* the block holding the id writes it; id < 0 unreachable (Z' >= 2^31, u < 1): rank 0 writes argmax */
+    if (tid == 0 && (sm.b_rank == rp.rank || (sm.b_rank < 0 && rp.rank == 0)))
+        out_ids[row] = id >= 0 ? id : argmax;
+    rp.sync(); /* no block leaves while another may read its shared memory */
 }
 
 int cu_sample(lg_backend *be, int32_t *out_ids, const float *logits, int n, int V, const lg_sample_row *rows)
@@ -511,14 +675,51 @@ int cu_sample(lg_backend *be, int32_t *out_ids, const float *logits, int n, int 
     if (!out_ids || !logits || !rows)
         return CU_FAIL(c, "sample: expected device pointers, found out_ids=%p logits=%p rows=%p", (void *)out_ids,
                        (const void *)logits, (const void *)rows);
-    static int sweep_u = -1;
+    static int sweep_u = -1, cluster = -1;
     const bool one = cu_switch(&sweep_u, "LG_SAMPLE_SWEEP_U", SWEEP_U) == 1;
-    const void *f = one ? (const void *)sample_kernel<1> : (const void *)sample_kernel<SWEEP_U>;
-    CU_TRY(c, cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)HIST_SMEM));
-    if (one)
-        sample_kernel<1><<<n, SM_THREADS, HIST_SMEM, c->stream>>>(out_ids, logits, V, rows);
-    else
-        sample_kernel<SWEEP_U><<<n, SM_THREADS, HIST_SMEM, c->stream>>>(out_ids, logits, V, rows);
+    void (*f)(int32_t *, const float *, int, const lg_sample_row *, int) =
+        one ? sample_kernel<1> : sample_kernel<SWEEP_U>;
+    CU_TRY(c, cudaFuncSetAttribute((const void *)f, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)HIST_SMEM));
+    /* blocks per row: as many as keep every row's cluster in one wave (one
+     * block per SM), at most SM_MAX_CLUSTER; LG_SAMPLE_CLUSTER=1, 2, 4 or 8
+     * sets it (1: one block per row, as before). Hopper and later only. */
+    int C = cu_switch(&cluster, "LG_SAMPLE_CLUSTER", 0);
+    if (C <= 0)
+        for (C = SM_MAX_CLUSTER; C > 1 && (long)n * C > c->n_sm;) C /= 2;
+    C = C >= 8 ? 8 : C >= 4 ? 4 : C >= 2 ? 2 : 1;
+    static int bin_ver[2]; /* the kernel's SASS version: clusters need sm_90 code */
+    if (!bin_ver[one]) {
+        cudaFuncAttributes fa;
+        bin_ver[one] = cudaFuncGetAttributes(&fa, (const void *)f) == cudaSuccess ? fa.binaryVersion : -1;
+    }
+    if (c->cc_major < 9 || bin_ver[one] < 90)
+        C = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.blockDim = dim3(SM_THREADS);
+    cfg.dynamicSmemBytes = HIST_SMEM;
+    cfg.stream = c->stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    cfg.attrs = attr;
+    static int fits[2][SM_MAX_CLUSTER + 1]; /* cudaOccupancyMaxActiveClusters > 0, by kernel and C; 0: not asked */
+    for (; C > 1; C /= 2) {
+        attr[0].val.clusterDim.x = C;
+        attr[0].val.clusterDim.y = 1;
+        attr[0].val.clusterDim.z = 1;
+        cfg.numAttrs = 1;
+        cfg.gridDim = dim3(C);
+        int *fit = &fits[one][C];
+        if (!*fit) {
+            int k = 0;
+            *fit = cudaOccupancyMaxActiveClusters(&k, f, &cfg) == cudaSuccess && k > 0 ? 1 : -1;
+            (void)cudaGetLastError();
+        }
+        if (*fit > 0)
+            break;
+    }
+    cfg.numAttrs = C > 1 ? 1 : 0;
+    cfg.gridDim = dim3((unsigned)n * C);
+    CU_TRY(c, cudaLaunchKernelEx(&cfg, f, out_ids, logits, V, rows, C));
     CU_LAUNCHED(c);
     return 0;
 }

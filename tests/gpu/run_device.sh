@@ -97,6 +97,8 @@ if want test; then
   fi
   build-cuda/test_cuda_sample >"$OUT/test_cuda_sample.log" 2>&1
   note "device sampler vs host: rc=$? $(tail -1 "$OUT/test_cuda_sample.log")"
+  LG_SAMPLE_CLUSTER=1 build-cuda/test_cuda_sample >"$OUT/test_cuda_sample_c1.log" 2>&1
+  note "device sampler vs host, one block per row (LG_SAMPLE_CLUSTER=1): rc=$? $(tail -1 "$OUT/test_cuda_sample_c1.log")"
   # f16: every fixture computed in f16; auto: each in its weight dtype (f32
   # weights in f16 until the CUDA backend computes in f32).
   xd=""; python3 -c "import xdist" 2>/dev/null && xd="-n 8"

@@ -1,8 +1,9 @@
 /*
  * test_cuda_sample.c — the CUDA backend's optional slots against the host:
  *
- *   sample: for random logits (vocab 32000 and 151936, batches of 1..64 rows,
- *     smooth, tied (quantised), peaked and sparse (-inf/NaN) rows, plus edge
+ *   sample: for random logits (vocab 32000, 151936, 49152 and 1000, batches of 1..64 rows
+ *     (so 8, 4 and 2 blocks per row by default; LG_SAMPLE_CLUSTER=1: one),
+ *     smooth, tied (quantised), peaked, sparse (-inf/NaN) and llm-like rows, plus edge
  *     rows: all -inf, +inf present, all equal) and mixed params (greedy,
  *     temperature only, top-k, top-p, min-p, combinations, degenerate values)
  *     with random u, every device token must equal lg_sampler_sample_u's.
@@ -52,7 +53,8 @@ static double now_s(void) { return lg_now(); }
 
 /* ---- sampling ---- */
 
-static const char *kind_name[] = {"smooth", "tied", "peaked", "sparse", "all -inf", "+inf", "all equal", "huge"};
+static const char *kind_name[] = {"smooth", "tied", "peaked", "sparse", "all -inf", "+inf", "all equal", "huge",
+                                  "llm-like"};
 
 static void fill_row(float *l, int V, int kind)
 {
@@ -73,6 +75,12 @@ static void fill_row(float *l, int V, int kind)
     if (kind == 5) {
         l[irand(V)] = INFINITY;
         l[irand(V)] = INFINITY;
+    }
+    if (kind == 8) { /* a bulk of N(0, 2) under a head of 40 falling from 24: at T <= 1 most of the row weighs 0 */
+        for (int i = 0; i < V; i++)
+            l[i] = (float)(nrand() * 2.0);
+        for (int j = 0; j < 40; j++)
+            l[irand(V)] = (float)(24.0 - 2.0 * log(j + 1.0));
     }
 }
 
@@ -101,7 +109,8 @@ static void test_sample(lg_backend *G, int V, int n)
     int *kinds = malloc(sizeof *kinds * n);
     int32_t *want = malloc(sizeof *want * n), *got = malloc(sizeof *got * n), *again = malloc(sizeof *again * n);
     for (int r = 0; r < n; r++) {
-        kinds[r] = irand(12) < 8 ? irand(4) : 4 + irand(4);
+        static const int common[] = {0, 1, 2, 3, 8};
+        kinds[r] = irand(12) < 8 ? common[irand(5)] : 4 + irand(4);
         fill_row(l + (size_t)r * V, V, kinds[r]);
         ps[r] = random_params(V);
         float u = (float)((double)(rnd64() >> 40) * 0x1.0p-24);
@@ -167,12 +176,12 @@ static void test_sample(lg_backend *G, int V, int n)
     free(again);
 }
 
-/* One filter at a time on one realistic row, timed (what each pass costs). */
-static void time_configs(lg_backend *G, int V, int n)
+/* One filter at a time on n rows of one kind (0: smooth, 8: llm-like), timed (what each pass costs). */
+static void time_configs(lg_backend *G, int V, int n, int kind)
 {
     float *l = malloc(sizeof *l * (size_t)n * V);
     for (int r = 0; r < n; r++)
-        fill_row(l + (size_t)r * V, V, 0);
+        fill_row(l + (size_t)r * V, V, kind);
     struct { const char *what; lg_sample_row p; } cfg[] = {
         {"greedy", {0, 0, 1, 0, 0.5f}},         {"temperature", {0.8f, 0, 1, 0, 0.5f}},
         {"top-k 50", {0.8f, 50, 1, 0, 0.5f}},   {"top-p 0.9", {0.8f, 0, 0.9f, 0, 0.5f}},
@@ -183,7 +192,7 @@ static void time_configs(lg_backend *G, int V, int n)
     lg_sample_row *rows = malloc(sizeof *rows * n);
     int32_t *dout = G->i.alloc(G, sizeof(int32_t) * n);
     G->i.upload(G, dl, l, sizeof *l * (size_t)n * V);
-    printf("timing V %d, %d rows:", V, n);
+    printf("timing V %d, %d %s rows:", V, n, kind_name[kind]);
     for (size_t c = 0; c < sizeof cfg / sizeof cfg[0]; c++) {
         for (int r = 0; r < n; r++)
             rows[r] = cfg[c].p;
@@ -296,13 +305,17 @@ int main(void)
         fprintf(stderr, "optional slots missing\n");
         return 1;
     }
-    const int vocabs[] = {32000, 151936};
+    const int vocabs[] = {32000, 151936, 49152, 1000};
     const int batches[] = {1, 2, 7, 16, 33, 64, 64, 64};
-    for (int v = 0; v < 2; v++)
+    for (int v = 0; v < 4; v++)
         for (size_t b = 0; b < sizeof batches / sizeof batches[0]; b++)
             test_sample(G, vocabs[v], batches[b]);
-    time_configs(G, 151936, 1);
-    time_configs(G, 151936, 64);
+    for (int kind = 0; kind <= 8; kind += 8) {
+        time_configs(G, 151936, 1, kind);
+        time_configs(G, 151936, 16, kind);
+        time_configs(G, 151936, 64, kind);
+        time_configs(G, 32000, 1, kind);
+    }
     test_uploads(G);
     lg_backend_free(G);
     /* a second backend after the first is gone (the ring table is reused) */

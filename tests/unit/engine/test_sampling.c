@@ -11,6 +11,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "sampling.h"
 #include "sampling_weight.h"
@@ -490,8 +491,46 @@ static void test_sample_u_matches_rules(void)
     free(l);
 }
 
+/* The device sampler (kernels/sample.cu) leaves tokens of weight 0 out of
+ * its top-k and top-p histograms; that is exact only if {x : W(x) > 0} is an
+ * up-set: no x with W(x) = 0 above one with W(x) > 0. Every float in
+ * [-24, -16] (the cutoff, ~-21.49, lies there; below -24 W is 0 by rule),
+ * and a sample above, where W >= 240. */
+static void test_weight_zero_below_one_cutoff(void)
+{
+    uint32_t lo, hi;
+    float f = -24.0f;
+    memcpy(&lo, &f, 4);
+    f = -16.0f;
+    memcpy(&hi, &f, 4);
+    long n = 0, zero_after_pos = 0, pos = 0;
+    float cut = 0;
+    for (uint32_t b = lo; b >= hi; b--) { /* negative floats: a smaller pattern is a larger value */
+        float x;
+        memcpy(&x, &b, 4);
+        uint32_t w = lg_sample_weight(x, 0.0f, 1.0f);
+        n++;
+        if (w > 0 && !pos) {
+            pos = 1;
+            cut = x;
+        }
+        zero_after_pos += pos && w == 0;
+    }
+    CHECK_MSG(pos && zero_after_pos == 0 && cut > -21.6f && cut < -21.4f,
+              "W = 0 above the first x with W > 0 (%ld of %ld floats in [-24, -16]; cutoff %g)", zero_after_pos, n,
+              (double)cut);
+    long bad = 0;
+    for (uint32_t b = hi; b > 0x80000000u; b -= 4093) {
+        float x;
+        memcpy(&x, &b, 4);
+        bad += lg_sample_weight(x, 0.0f, 1.0f) < 240;
+    }
+    CHECK_MSG(bad == 0, "%ld sampled x in (-16, 0) with W < 240", bad);
+}
+
 int main(void)
 {
+    test_weight_zero_below_one_cutoff();
     test_rng();
     test_greedy();
     test_same_seed_same_sequence();
