@@ -172,12 +172,13 @@ struct row_part {
 #define HIST_SMEM (SM_WARPS * 256 * (sizeof(u64) + sizeof(uint32_t)))
 static_assert(SM_THREADS == 4 * 256, "hist_merge: four threads per digit");
 struct warp_hist {
-    u64 *mass;      /* [SM_WARPS][256] */
+    u64 *mass;      /* [SM_WARPS][256]; atom: two u32 [SM_WARPS][256], the low and high 16 bits of W summed */
     uint32_t *cnt;  /* [SM_WARPS][256] */
+    bool atom;
 };
-__device__ __forceinline__ warp_hist hist_of(unsigned char *dyn)
+__device__ __forceinline__ warp_hist hist_of(unsigned char *dyn, bool atom)
 {
-    warp_hist h = {(u64 *)dyn, (uint32_t *)(dyn + SM_WARPS * 256 * sizeof(u64))};
+    warp_hist h = {(u64 *)dyn, (uint32_t *)(dyn + SM_WARPS * 256 * sizeof(u64)), atom};
     return h;
 }
 __device__ __forceinline__ void hist_clear(warp_hist h)
@@ -193,6 +194,15 @@ __device__ __forceinline__ void hist_add(warp_hist h, bool on, int d, uint32_t w
     if (!__any_sync(FULL, on))
         return; /* warp-uniform: no lane counts (most of a sweep below radix level 0) */
     int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    if (h.atom) { /* shared-memory atomics on the warp's slice; same-digit lanes replay */
+        if (on) {
+            uint32_t *lo = (uint32_t *)h.mass, *hi = lo + SM_WARPS * 256;
+            atomicAdd(&h.cnt[w * 256 + d], 1u);
+            atomicAdd(&lo[w * 256 + d], wt & 0xffffu);
+            atomicAdd(&hi[w * 256 + d], wt >> 16);
+        }
+        return;
+    }
     unsigned m = __match_any_sync(FULL, on ? d : -1);
     unsigned lo = __reduce_add_sync(m, wt & 0xffffu), hi = __reduce_add_sync(m, wt >> 16);
     if (on && lane == __ffs(m) - 1) {
@@ -247,7 +257,12 @@ __device__ void hist_merge(sample_smem &sm, row_part &rp, warp_hist h, u64 extra
     u64 m = 0, c = 0;
 #pragma unroll
     for (int j = q * (SM_WARPS / 4); j < (q + 1) * (SM_WARPS / 4); j++) {
-        m += h.mass[j * 256 + d];
+        if (h.atom) { /* per warp: lo < 2^16 * ids of the warp, hi < 2^15 * ids: no u32 overflow below 65,536 ids */
+            const uint32_t *lo = (const uint32_t *)h.mass, *hi = lo + SM_WARPS * 256;
+            m += lo[j * 256 + d] + ((u64)hi[j * 256 + d] << 16);
+        } else {
+            m += h.mass[j * 256 + d];
+        }
         c += h.cnt[j * 256 + d];
     }
     m += __shfl_xor_sync(FULL, m, 1);
@@ -441,11 +456,11 @@ template <int U, class Fn> __device__ __forceinline__ void row_sweep(const float
 
 template <int U>
 __global__ void __launch_bounds__(SM_THREADS)
-sample_kernel(int32_t *out_ids, const float *logits, int V, const lg_sample_row *rows, int C)
+sample_kernel(int32_t *out_ids, const float *logits, int V, const lg_sample_row *rows, int C, int hist_atomic)
 {
     __shared__ sample_smem sm;
     extern __shared__ __align__(16) unsigned char dyn[]; /* HIST_SMEM: per-warp histograms */
-    const warp_hist h = hist_of(dyn);
+    const warp_hist h = hist_of(dyn, hist_atomic != 0);
     const int tid = threadIdx.x, w = tid >> 5, lane = tid & 31;
     const int row = blockIdx.x / C;
     row_part rp;
@@ -677,7 +692,7 @@ int cu_sample(lg_backend *be, int32_t *out_ids, const float *logits, int n, int 
                        (const void *)logits, (const void *)rows);
     static int sweep_u = -1, cluster = -1;
     const bool one = cu_switch(&sweep_u, "LG_SAMPLE_SWEEP_U", SWEEP_U) == 1;
-    void (*f)(int32_t *, const float *, int, const lg_sample_row *, int) =
+    void (*f)(int32_t *, const float *, int, const lg_sample_row *, int, int) =
         one ? sample_kernel<1> : sample_kernel<SWEEP_U>;
     CU_TRY(c, cudaFuncSetAttribute((const void *)f, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)HIST_SMEM));
     /* blocks per row: as many as keep every row's cluster in one wave (one
@@ -719,7 +734,10 @@ int cu_sample(lg_backend *be, int32_t *out_ids, const float *logits, int n, int 
     }
     cfg.numAttrs = C > 1 ? 1 : 0;
     cfg.gridDim = dim3((unsigned)n * C);
-    CU_TRY(c, cudaLaunchKernelEx(&cfg, f, out_ids, logits, V, rows, C));
+    /* LG_SAMPLE_HIST: 1 shared-memory atomics, 0 match_any + reduce per warp (see hist_add) */
+    static int hist_mode = -1;
+    const int atom = cu_switch(&hist_mode, "LG_SAMPLE_HIST", 1) != 0 && V <= 65535 * SM_WARPS; /* u32 sums */
+    CU_TRY(c, cudaLaunchKernelEx(&cfg, f, out_ids, logits, V, rows, C, atom));
     CU_LAUNCHED(c);
     return 0;
 }
