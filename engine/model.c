@@ -43,6 +43,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* the sampling rows travel in the int32 metadata buffer */
+#define SAMPLE_ROW_INTS (sizeof(lg_sample_row) / sizeof(int32_t))
+_Static_assert(sizeof(lg_sample_row) % sizeof(int32_t) == 0 && _Alignof(lg_sample_row) <= _Alignof(int32_t),
+               "lg_sample_row: whole int32 words");
+
 typedef struct layer_w {
     lg_tensor ln1, ln2;  /* [1, d] f32 */
     lg_tensor wqkv;      /* [(H + 2 Hkv) hd, d] */
@@ -76,7 +81,7 @@ struct lg_model {
     /* step metadata (device) + host staging */
     int32_t *meta_dev;
     int32_t *meta_host;
-    lg_sample_row *sample_rows_dev; /* [max_seqs] when the backend samples */
+    bool dev_sample;                /* the backend samples: the step's rows ride in the metadata upload */
     int32_t *sample_ids_dev;        /* [max_seqs] */
     size_t meta_cap;     /* int32 elements */
     size_t page_bytes;
@@ -350,15 +355,18 @@ int lg_model_create(lg_backend *be, const lg_weights *w, const lg_model_opts *op
         }
     }
     /* metadata: tok, pos, slot [T]; q_indptr, page_indptr [S+1]; kv_len [S];
-     * logit_rows [S]; page ids [S * max pages per seq] */
+     * logit_rows [S]; page ids [S * max pages per seq]; with device sampling,
+     * the sampling rows [S] (one upload for both) */
     {
         size_t max_pages = (size_t)m->opts.max_seqs *
                            ((size_t)(m->opts.max_context + m->opts.page_tokens - 1) / m->opts.page_tokens + 1);
         m->meta_cap = 3 * (size_t)m->opts.max_step_tokens + 4 * ((size_t)m->opts.max_seqs + 1) + max_pages;
-        if (be->i.sample) {
-            m->sample_rows_dev = be->i.alloc(be, (size_t)m->opts.max_seqs * sizeof(lg_sample_row));
+        const char *hs = getenv("LG_HOST_SAMPLE"); /* 1: sample on the host from downloaded logits (comparisons) */
+        if (be->i.sample && !(hs && *hs == '1')) {
+            m->dev_sample = true;
+            m->meta_cap += (size_t)m->opts.max_seqs * SAMPLE_ROW_INTS;
             m->sample_ids_dev = be->i.alloc(be, (size_t)m->opts.max_seqs * sizeof(int32_t));
-            if (!m->sample_rows_dev || !m->sample_ids_dev) {
+            if (!m->sample_ids_dev) {
                 lg_fail(err, "cannot allocate sampling buffers");
                 goto fail;
             }
@@ -420,7 +428,6 @@ void lg_model_free(lg_model *m)
     if (m->abuf) be->i.dealloc(be, m->abuf);
     if (m->abuf && lg_dtype_size(be->act_dtype) < 4 && m->logits.data) be->i.dealloc(be, m->logits.data);
     if (m->meta_dev) be->i.dealloc(be, m->meta_dev);
-    if (m->sample_rows_dev) be->i.dealloc(be, m->sample_rows_dev);
     if (m->sample_ids_dev) be->i.dealloc(be, m->sample_ids_dev);
     free(m->meta_host);
     if (m->lora_tmp.data) be->i.dealloc(be, m->lora_tmp.data);
@@ -609,7 +616,7 @@ static int forward(lg_model *m, const lg_kv_view *kv0, const lg_step_meta *meta,
     return 0;
 }
 
-bool lg_model_samples_on_device(const lg_model *m) { return m->sample_rows_dev != NULL; }
+bool lg_model_samples_on_device(const lg_model *m) { return m->dev_sample; }
 
 int lg_model_step(lg_model *m, lg_page_pool *pool, const lg_step_seq *seqs, int n_seqs,
                   const lg_sample_row *sample_rows, int32_t *ids, float *logits, lg_err *err)
@@ -640,7 +647,11 @@ int lg_model_step(lg_model *m, lg_page_pool *pool, const lg_step_seq *seqs, int 
     }
     if (T > m->opts.max_step_tokens)
         return lg_fail(err, "step has %d tokens; the budget is %d", T, m->opts.max_step_tokens);
-    size_t need = 3 * (size_t)T + 2 * ((size_t)n_seqs + 1) + 2 * (size_t)n_seqs + (size_t)n_pages;
+    const bool sample = n_logits > 0 && sample_rows && ids;
+    if (sample && !m->dev_sample)
+        return lg_fail(err, "backend %s does not sample on the device", be->i.name);
+    const size_t rows_at = 3 * (size_t)T + 2 * ((size_t)n_seqs + 1) + 2 * (size_t)n_seqs + (size_t)n_pages;
+    const size_t need = rows_at + (sample ? (size_t)n_logits * SAMPLE_ROW_INTS : 0);
     if (need > m->meta_cap)
         return lg_fail(err, "step metadata too large (%zu > %zu)", need, m->meta_cap);
     int32_t *h = m->meta_host;
@@ -669,6 +680,8 @@ int lg_model_step(lg_model *m, lg_page_pool *pool, const lg_step_seq *seqs, int 
     }
     q_indptr[n_seqs] = t;
     page_indptr[n_seqs] = pg;
+    if (sample)
+        memcpy(h + rows_at, sample_rows, (size_t)n_logits * sizeof(lg_sample_row));
     TRY(be->i.upload(be, m->meta_dev, h, need * 4));
     int32_t *dv = m->meta_dev;
     lg_step_meta meta = {
@@ -776,11 +789,9 @@ int lg_model_step(lg_model *m, lg_page_pool *pool, const lg_step_seq *seqs, int 
     }
     if (eager && forward(m, &kv, &meta, lora, lora_mods, err) != 0)
         return -1;
-    if (n_logits > 0 && sample_rows && ids) {
-        if (!m->sample_rows_dev)
-            return lg_fail(err, "backend %s does not sample on the device", be->i.name);
-        TRY(be->i.upload(be, m->sample_rows_dev, sample_rows, (size_t)n_logits * sizeof(lg_sample_row)));
-        TRY(be->i.sample(be, m->sample_ids_dev, m->logits.data, n_logits, c->vocab_size, m->sample_rows_dev));
+    if (sample) {
+        TRY(be->i.sample(be, m->sample_ids_dev, m->logits.data, n_logits, c->vocab_size,
+                         (const lg_sample_row *)(m->meta_dev + rows_at)));
         TRY(be->i.download(be, ids, m->sample_ids_dev, (size_t)n_logits * sizeof(int32_t)));
     }
     if (n_logits > 0 && logits)

@@ -27,10 +27,11 @@
  *            the crossing piece rescanned in id order by one warp
  * Every pass is a coalesced sweep of the block's part of the row
  * (L2-resident for a batch of rows); filters that are off cost no pass.
- * Histograms are per warp (96 KiB of dynamic shared memory) with same-digit
- * lanes combined, so neither smooth rows nor rows of ties serialise on
- * shared-memory atomics; the blocks of a row add theirs through distributed
- * shared memory. Worst case (top-k + top-p, ties cut) is about 11 sweeps,
+ * Histograms are per warp (96 KiB of dynamic shared memory), so warps never
+ * contend; lanes add by shared-memory atomics (same-digit lanes replay: on
+ * the H100 still 1.7-2.2x faster than combining them first with match_any,
+ * even on rows of ties; LG_SAMPLE_HIST=0 gives that); the blocks of a row
+ * add theirs through distributed shared memory. Worst case (top-k + top-p, ties cut) is about 11 sweeps,
  * W (a few FMAs) recomputed where needed.
  */
 #include "sample_ops.cuh"
@@ -166,9 +167,11 @@ struct row_part {
 };
 
 /* Radix histograms: each warp owns a private [256] slice of the dynamic shared
- * memory (no atomics across warps); lanes that hit the same digit are
- * combined first (match_any + reduce_add), so rows full of ties cost no
- * serialisation. hist_merge folds the slices into sm.hist / sm.cnt. */
+ * memory (no contention across warps). Lanes add by shared-memory atomics
+ * (atom), or (LG_SAMPLE_HIST=0) lanes that hit the same digit are combined
+ * first (match_any + reduce_add) and one leader adds: measured slower on the
+ * H100 on every row kind, ties included (docs/benchmarks.md, tenth session).
+ * hist_merge folds the slices into sm.hist / sm.cnt. */
 #define HIST_SMEM (SM_WARPS * 256 * (sizeof(u64) + sizeof(uint32_t)))
 static_assert(SM_THREADS == 4 * 256, "hist_merge: four threads per digit");
 struct warp_hist {

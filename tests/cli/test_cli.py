@@ -90,6 +90,8 @@ def test_stop_string_is_not_in_the_output():
     (["generate", "--model", TINY, "--prompt-tokens", "1", "--backend", "tpu"], 1),
     (["generate", "--model", TINY, "--prompt-tokens", "1", "--lora", "a=/nonexistent"], 1),
     (["generate", "--model", TINY, "--prompt-tokens", "1", "--use-lora", "a"], 1),
+    (["bench", "--model", TINY, "--top-p", "1.5"], 2),
+    (["bench", "--model", TINY, "--temperature", "-0.5"], 2),
     (["nosuchcommand"], 2),
 ])
 def test_bad_input_gives_one_clear_line(args, code):
@@ -119,3 +121,18 @@ def test_batch_reports_bad_lines_in_place(tmp_path):
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"prompt_tokens":[5,6]}\nnot json\n')
     one_line_error(run("generate", "--model", TINY, "--batch", str(bad)), 1)
+
+
+def test_bench_with_sampling_filters():
+    """`loragate bench` runs sampled (temperature, top-k, top-p, min-p) as well
+    as greedy, and says which in its JSON."""
+    base = ["bench", "--model", TINY, "--num-seqs", "3", "--prompt-len", "8", "--output-len", "5", "--json",
+            "--no-progress"]
+    for extra, want in (([], {"temperature": 0.0, "top_k": 0, "top_p": 1.0, "min_p": 0.0}),
+                        (["--temperature", "0.8", "--top-k", "40", "--top-p", "0.9", "--min-p", "0.05"],
+                         {"temperature": 0.8, "top_k": 40, "top_p": 0.9, "min_p": 0.05})):
+        p = run(*base, *extra)
+        assert p.returncode == 0, p.stderr
+        j = json.loads(p.stdout.strip().splitlines()[-1])
+        assert j["output_tokens"] == 15 and j["decode_steps"] == 4, j
+        assert j["sampling"] == pytest.approx(want), j["sampling"]

@@ -130,6 +130,9 @@ declare -A CASE=(
   [b1]="$B --num-seqs 1 --prompt-len 128 --output-len 128"
   [b2]="$B --num-seqs 2 --prompt-len 128 --output-len 128"
   [pf2048]="$B --num-seqs 1 --prompt-len 2048 --output-len 1 --step-tokens 2048"
+  # sampled decoding (top-p 0.9 at T = 0.8): the device sampler inside the step's time
+  [b1_topp]="$B --num-seqs 1 --prompt-len 128 --output-len 128 --temperature 0.8 --top-p 0.9"
+  [w2_topp]="$W2 --temperature 0.8 --top-p 0.9"
 )
 table=()
 field() { python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print('%.6g' % d.get(sys.argv[2], float('nan')))" "$1" "$2" 2>/dev/null || echo nan; }
