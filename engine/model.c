@@ -78,6 +78,10 @@ struct lg_model {
     int lora_synced;         /* segments [0, lora_synced) of lora_w_host equal lora_w_dev (see lg_model_step) */
     lg_lora_w *lora_w_zero;  /* [n_slots] zeros: the table of a segment without adapter */
     bool lora_table_rebuild; /* LG_LORA_TABLE=0: no comparison with the device's table (benchmarks) */
+    /* LG_STEP_TIMING=1: where a step's host time goes, printed by lg_model_free (diagnostic) */
+    bool timing;
+    long t_steps, t_table_uploads;
+    double t_table_bytes, t_meta, t_table, t_forward, t_sample;
     /* step metadata (device) + host staging */
     int32_t *meta_dev;
     int32_t *meta_host;
@@ -408,6 +412,8 @@ int lg_model_create(lg_backend *be, const lg_weights *w, const lg_model_opts *op
             be->i.graph_reset(be); /* recordings of an earlier model name other buffers */
         const char *lt = getenv("LG_LORA_TABLE"); /* 0: rebuild and upload the LoRA table every step (comparisons) */
         m->lora_table_rebuild = lt && strcmp(lt, "0") == 0;
+        const char *st = getenv("LG_STEP_TIMING");
+        m->timing = st && *st == '1';
     }
     m->page_bytes = (size_t)m->opts.page_tokens * (size_t)L * 2 * (size_t)kvdim * lg_dtype_size(be->act_dtype);
     *out = m;
@@ -422,6 +428,14 @@ void lg_model_free(lg_model *m)
     if (!m)
         return;
     lg_backend *be = m->be;
+    if (m->timing && m->t_steps > 0)
+        fprintf(stderr,
+                "decode step host time (LG_STEP_TIMING), us per step over %ld steps: metadata %.1f, LoRA table %.1f"
+                " (uploaded in %ld steps, %.1f KB per upload), forward launch %.1f, sampling + download (waits"
+                " for the GPU) %.1f\n",
+                m->t_steps, 1e6 * m->t_meta / m->t_steps, 1e6 * m->t_table / m->t_steps, m->t_table_uploads,
+                m->t_table_uploads ? m->t_table_bytes / 1024.0 / m->t_table_uploads : 0.0,
+                1e6 * m->t_forward / m->t_steps, 1e6 * m->t_sample / m->t_steps);
     if (be->i.graph_reset)
         be->i.graph_reset(be); /* recordings name this model's buffers */
     if (m->wbuf) be->i.dealloc(be, m->wbuf);
@@ -630,6 +644,7 @@ int lg_model_step(lg_model *m, lg_page_pool *pool, const lg_step_seq *seqs, int 
         return lg_fail(err, "page pool pages (%zu bytes) are smaller than a KV page (%zu)",
                        lg_page_pool_page_bytes(pool), m->page_bytes);
 
+    const double t0 = m->timing ? lg_now() : 0;
     /* --- host metadata, laid out in one staging buffer --- */
     int T = 0, n_pages = 0, n_logits = 0, max_q = 0, max_kv = 0;
     for (int s = 0; s < n_seqs; s++) {
@@ -691,6 +706,7 @@ int lg_model_step(lg_model *m, lg_page_pool *pool, const lg_step_seq *seqs, int 
         .logit_rows = dv + (logit_rows - h), .n_logits = n_logits,
     };
 
+    const double t1 = m->timing ? lg_now() : 0;
     /* --- LoRA segments: runs of adjacent sequences with the same adapter --- */
     lg_lora_meta lm = {0};
     const lg_lora_meta *lora = NULL;
@@ -743,15 +759,19 @@ int lg_model_step(lg_model *m, lg_page_pool *pool, const lg_step_seq *seqs, int 
         for (int i = 0; i < ns; i++)
             if (m->lora_seg_host[i + 1] - m->lora_seg_host[i] > lora_max_seg)
                 lora_max_seg = m->lora_seg_host[i + 1] - m->lora_seg_host[i];
-        if (lo >= 0)
+        if (lo >= 0) {
             TRY(be->i.upload(be, m->lora_w_dev + (size_t)lo * n_slots, m->lora_w_host + (size_t)lo * n_slots,
                              (size_t)(hi - lo + 1) * seg_bytes));
+            m->t_table_uploads++;
+            m->t_table_bytes += (double)(hi - lo + 1) * (double)seg_bytes;
+        }
         m->lora_synced = lo < 0 || synced > hi + 1 ? synced : hi + 1;
         TRY(be->i.upload(be, m->lora_seg_dev, m->lora_seg_host, (size_t)(ns + 1) * sizeof(int32_t)));
         lm = (lg_lora_meta){.n_segs = ns, .n_slots = n_slots, .max_rank = m->opts.lora_max_rank,
                             .seg_indptr = m->lora_seg_dev, .w = m->lora_w_dev, .seg_indptr_host = m->lora_seg_host};
     }
 
+    const double t2 = m->timing ? lg_now() : 0;
     /* --- forward: recorded/replayed for decode-shaped steps, else eager --- */
     lg_kv_view kv = {
         .base = lg_page_pool_base(pool), .page_bytes = lg_page_pool_page_bytes(pool), .page_tokens = pt,
@@ -789,6 +809,7 @@ int lg_model_step(lg_model *m, lg_page_pool *pool, const lg_step_seq *seqs, int 
     }
     if (eager && forward(m, &kv, &meta, lora, lora_mods, err) != 0)
         return -1;
+    const double t3 = m->timing ? lg_now() : 0;
     if (sample) {
         TRY(be->i.sample(be, m->sample_ids_dev, m->logits.data, n_logits, c->vocab_size,
                          (const lg_sample_row *)(m->meta_dev + rows_at)));
@@ -796,5 +817,13 @@ int lg_model_step(lg_model *m, lg_page_pool *pool, const lg_step_seq *seqs, int 
     }
     if (n_logits > 0 && logits)
         TRY(be->i.download(be, logits, m->logits.data, (size_t)n_logits * (size_t)c->vocab_size * 4));
+    if (m->timing && max_q == 1) { /* decode steps */
+        const double t4 = lg_now();
+        m->t_steps++;
+        m->t_meta += t1 - t0;
+        m->t_table += t2 - t1;
+        m->t_forward += t3 - t2;
+        m->t_sample += t4 - t3;
+    }
     return 0;
 }
