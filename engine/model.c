@@ -43,6 +43,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define STEP_T_MAX 8192 /* LG_STEP_TIMING: decode steps kept for the medians */
+
 /* the sampling rows travel in the int32 metadata buffer */
 #define SAMPLE_ROW_INTS (sizeof(lg_sample_row) / sizeof(int32_t))
 _Static_assert(sizeof(lg_sample_row) % sizeof(int32_t) == 0 && _Alignof(lg_sample_row) <= _Alignof(int32_t),
@@ -81,7 +83,8 @@ struct lg_model {
     /* LG_STEP_TIMING=1: where a step's host time goes, printed by lg_model_free (diagnostic) */
     bool timing;
     long t_steps, t_table_uploads;
-    double t_table_bytes, t_meta, t_table, t_forward, t_sample;
+    double t_table_bytes;
+    float *t_us; /* [4][STEP_T_MAX]: metadata, LoRA table, forward launch, sampling + download, us */
     /* step metadata (device) + host staging */
     int32_t *meta_dev;
     int32_t *meta_host;
@@ -413,7 +416,7 @@ int lg_model_create(lg_backend *be, const lg_weights *w, const lg_model_opts *op
         const char *lt = getenv("LG_LORA_TABLE"); /* 0: rebuild and upload the LoRA table every step (comparisons) */
         m->lora_table_rebuild = lt && strcmp(lt, "0") == 0;
         const char *st = getenv("LG_STEP_TIMING");
-        m->timing = st && *st == '1';
+        m->timing = st && *st == '1' && (m->t_us = calloc(4 * (size_t)STEP_T_MAX, sizeof *m->t_us)) != NULL;
     }
     m->page_bytes = (size_t)m->opts.page_tokens * (size_t)L * 2 * (size_t)kvdim * lg_dtype_size(be->act_dtype);
     *out = m;
@@ -423,19 +426,35 @@ fail:
     return -1;
 }
 
+static int cmp_float(const void *a, const void *b)
+{
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
 void lg_model_free(lg_model *m)
 {
     if (!m)
         return;
     lg_backend *be = m->be;
-    if (m->timing && m->t_steps > 0)
+    if (m->timing && m->t_steps > 0) {
+        const int n = m->t_steps < STEP_T_MAX ? (int)m->t_steps : STEP_T_MAX;
+        float med[4], p90[4];
+        for (int k = 0; k < 4; k++) {
+            float *v = m->t_us + (size_t)k * STEP_T_MAX;
+            qsort(v, (size_t)n, sizeof *v, cmp_float);
+            med[k] = v[n / 2];
+            p90[k] = v[n - 1 - n / 10];
+        }
         fprintf(stderr,
-                "decode step host time (LG_STEP_TIMING), us per step over %ld steps: metadata %.1f, LoRA table %.1f"
-                " (uploaded in %ld steps, %.1f KB per upload), forward launch %.1f, sampling + download (waits"
-                " for the GPU) %.1f\n",
-                m->t_steps, 1e6 * m->t_meta / m->t_steps, 1e6 * m->t_table / m->t_steps, m->t_table_uploads,
-                m->t_table_uploads ? m->t_table_bytes / 1024.0 / m->t_table_uploads : 0.0,
-                1e6 * m->t_forward / m->t_steps, 1e6 * m->t_sample / m->t_steps);
+                "decode step host time (LG_STEP_TIMING), us, median / p90 over %d steps: metadata %.1f / %.1f,"
+                " LoRA table %.1f / %.1f (uploaded in %ld steps, %.1f KB per upload), forward launch %.1f / %.1f,"
+                " sampling + download (waits for the GPU) %.1f / %.1f\n",
+                n, med[0], p90[0], med[1], p90[1], m->t_table_uploads,
+                m->t_table_uploads ? m->t_table_bytes / 1024.0 / m->t_table_uploads : 0.0, med[2], p90[2], med[3],
+                p90[3]);
+    }
+    free(m->t_us);
     if (be->i.graph_reset)
         be->i.graph_reset(be); /* recordings name this model's buffers */
     if (m->wbuf) be->i.dealloc(be, m->wbuf);
@@ -819,11 +838,11 @@ int lg_model_step(lg_model *m, lg_page_pool *pool, const lg_step_seq *seqs, int 
         TRY(be->i.download(be, logits, m->logits.data, (size_t)n_logits * (size_t)c->vocab_size * 4));
     if (m->timing && max_q == 1) { /* decode steps */
         const double t4 = lg_now();
+        if (m->t_steps < STEP_T_MAX) {
+            const double d[4] = {t1 - t0, t2 - t1, t3 - t2, t4 - t3};
+            for (int k = 0; k < 4; k++) m->t_us[(size_t)k * STEP_T_MAX + m->t_steps] = (float)(1e6 * d[k]);
+        }
         m->t_steps++;
-        m->t_meta += t1 - t0;
-        m->t_table += t2 - t1;
-        m->t_forward += t3 - t2;
-        m->t_sample += t4 - t3;
     }
     return 0;
 }
