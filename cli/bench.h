@@ -22,6 +22,7 @@ typedef struct bench_opts {
     lg_dtype dtype;
     uint64_t seed;
     lg_sampling_params sampling;                  /* --temperature, --top-k, --top-p, --min-p (default greedy) */
+    float presence_penalty, frequency_penalty;    /* --presence-penalty, --frequency-penalty */
     /* serving workloads */
     int requests, clients;
     double rate;                                  /* Poisson arrivals per second */
@@ -46,8 +47,8 @@ int bench_register_adapters(lg_engine *e, const bench_opts *o, unsigned targets,
 /* Serving workload mode (--workload poisson|closed|burst|trace). */
 int bench_run_workload(lg_engine *e, lg_backend *be, const bench_opts *o, const int *adapter_ids, lg_err *err);
 
-/* The request's sampling: o->sampling, seeded per request i. */
-void bench_sampling(const bench_opts *o, uint64_t i, lg_sampling_params *sp);
+/* The request's sampling: o->sampling, seeded per request i, and o's penalties. */
+void bench_sampling(const bench_opts *o, uint64_t i, lg_request_params *rp);
 
 /* p-th percentile (0..100) of v[0..n) by linear interpolation; sorts v. 0 if n == 0. */
 double bench_percentile(double *v, int n, double p);

@@ -160,7 +160,7 @@ static int submit(wctx *c, wreq *r, lg_err *err)
     lg_request_params rp = {.prompt = r->prompt, .n_prompt = r->n_prompt, .max_tokens = r->n_out,
                             .ignore_eos = true, .adapter_id = r->adapter >= 0 ? c->adapter_ids[r->adapter] : 0,
                             .tenant = c->tenant_names[r->tenant], .cb = {on_token, on_finish}, .user = r};
-    bench_sampling(c->o, (uint64_t)(r - c->reqs), &rp.sampling);
+    bench_sampling(c->o, (uint64_t)(r - c->reqs), &rp);
     r->ctx = c;
     return lg_engine_submit(c->e, &rp, NULL, err);
 }

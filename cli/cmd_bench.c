@@ -62,13 +62,16 @@ static void usage(FILE *f)
             "    [--step-tokens T] [--max-seqs S] [--ctx N] [--pool-mb N] [--gpu-memory-utilization F]\n"
             "    [--adapter-host-mb N] [--threads N] [--seed S] [--json] [--no-progress]\n"
             "  sampling (default greedy; each request seeded from --seed):\n"
-            "    [--temperature T] [--top-k K] [--top-p P] [--min-p P]\n");
+            "    [--temperature T] [--top-k K] [--top-p P] [--min-p P]\n"
+            "    [--presence-penalty P] [--frequency-penalty F]\n");
 }
 
-void bench_sampling(const bench_opts *o, uint64_t i, lg_sampling_params *sp)
+void bench_sampling(const bench_opts *o, uint64_t i, lg_request_params *rp)
 {
-    *sp = o->sampling;
-    sp->seed = o->seed * 1000003u + i;
+    rp->sampling = o->sampling;
+    rp->sampling.seed = o->seed * 1000003u + i;
+    rp->presence_penalty = o->presence_penalty;
+    rp->frequency_penalty = o->frequency_penalty;
 }
 
 static uint64_t rng_next(uint64_t *s)
@@ -249,7 +252,7 @@ static int run_batch(lg_engine *e, lg_backend *be, const bench_opts *o, const in
         lg_request_params rp = {.prompt = prompt, .n_prompt = P, .max_tokens = 2, .ignore_eos = true,
                                 .adapter_id = o->adapters ? ids[k % o->adapters] : 0, .cb = {on_token, on_finish},
                                 .user = &wr[k]};
-        bench_sampling(o, (uint64_t)k + 1000000u, &rp.sampling);
+        bench_sampling(o, (uint64_t)k + 1000000u, &rp);
         if (lg_engine_submit(e, &rp, NULL, err) != 0)
             goto out;
     }
@@ -263,7 +266,7 @@ static int run_batch(lg_engine *e, lg_backend *be, const bench_opts *o, const in
         lg_request_params rp = {.prompt = prompt, .n_prompt = P, .max_tokens = o->output_len, .ignore_eos = true,
                                 .adapter_id = o->adapters ? ids[i % o->adapters] : 0, .cb = {on_token, on_finish},
                                 .user = &reqs[i]};
-        bench_sampling(o, (uint64_t)i, &rp.sampling);
+        bench_sampling(o, (uint64_t)i, &rp);
         if (lg_engine_submit(e, &rp, NULL, err) != 0)
             goto out;
     }
@@ -292,9 +295,11 @@ static int run_batch(lg_engine *e, lg_backend *be, const bench_opts *o, const in
                               "adapter_loads", (json_int_t)s1.adapter_loads, "pages_adapter", (json_int_t)s1.pages_adapter);
         json_object_set_new(j, "host_s", json_real(host_s));
         json_object_set_new(j, "sample_s", json_real(sample_s));
-        json_object_set_new(j, "sampling", json_pack("{s:f,s:i,s:f,s:f}", "temperature", (double)o->sampling.temperature,
-                                                     "top_k", o->sampling.top_k, "top_p", (double)o->sampling.top_p,
-                                                     "min_p", (double)o->sampling.min_p));
+        json_object_set_new(j, "sampling",
+                            json_pack("{s:f,s:i,s:f,s:f,s:f,s:f}", "temperature", (double)o->sampling.temperature,
+                                      "top_k", o->sampling.top_k, "top_p", (double)o->sampling.top_p, "min_p",
+                                      (double)o->sampling.min_p, "presence_penalty", (double)o->presence_penalty,
+                                      "frequency_penalty", (double)o->frequency_penalty));
         json_object_set_new(j, "warmup_and_adapter_load_s", json_real(load_s));
         json_object_set_new(j, "pool_pages", json_integer(s1.pages_total));
         json_object_set_new(j, "page_bytes", json_integer((json_int_t)s1.page_bytes));
@@ -422,7 +427,7 @@ int lg_cmd_bench(int argc, char **argv)
     enum { O_MODEL = 1000, O_FMT, O_BACKEND, O_NSEQ, O_PLEN, O_OLEN, O_ADP, O_RANK, O_TGT, O_DT, O_JSON, O_THR,
            O_BUDGET, O_SEED, O_HELP, O_WORKLOAD, O_REQS, O_RATE, O_CLIENTS, O_TRACE, O_PRANGE, O_ORANGE, O_RMIX,
            O_POP, O_PFXLEN, O_PFXFRAC, O_TENANTS, O_TW, O_TSHARE, O_SLOT, O_SLOP, O_POLICY, O_SHARING, O_POOL,
-           O_GPUUTIL, O_HOSTMB, O_CTX, O_MAXSEQS, O_LOADTEST, O_NOPROG, O_WARMUP, O_TEMP, O_TOPK, O_TOPP, O_MINP };
+           O_GPUUTIL, O_HOSTMB, O_CTX, O_MAXSEQS, O_LOADTEST, O_NOPROG, O_WARMUP, O_TEMP, O_TOPK, O_TOPP, O_MINP, O_PRES, O_FREQ };
     static const struct option lo[] = {
         {"model", 1, 0, O_MODEL}, {"load-format", 1, 0, O_FMT}, {"backend", 1, 0, O_BACKEND},
         {"num-seqs", 1, 0, O_NSEQ}, {"prompt-len", 1, 0, O_PLEN}, {"output-len", 1, 0, O_OLEN},
@@ -437,7 +442,8 @@ int lg_cmd_bench(int argc, char **argv)
         {"pool-mb", 1, 0, O_POOL}, {"gpu-memory-utilization", 1, 0, O_GPUUTIL}, {"adapter-host-mb", 1, 0, O_HOSTMB},
         {"ctx", 1, 0, O_CTX}, {"max-seqs", 1, 0, O_MAXSEQS}, {"adapter-load-test", 0, 0, O_LOADTEST},
         {"no-progress", 0, 0, O_NOPROG}, {"warmup", 1, 0, O_WARMUP}, {"temperature", 1, 0, O_TEMP},
-        {"top-k", 1, 0, O_TOPK}, {"top-p", 1, 0, O_TOPP}, {"min-p", 1, 0, O_MINP}, {0, 0, 0, 0},
+        {"top-k", 1, 0, O_TOPK}, {"top-p", 1, 0, O_TOPP}, {"min-p", 1, 0, O_MINP},
+        {"presence-penalty", 1, 0, O_PRES}, {"frequency-penalty", 1, 0, O_FREQ}, {0, 0, 0, 0},
     };
     bench_opts o = {.backend = "cpu", .targets = "q,k,v,o", .num_seqs = 32, .prompt_len = 128, .output_len = 64,
                     .ranks = {16}, .n_ranks = 1, .dtype = LG_F16, .seed = 1, .requests = 200, .rate = 4, .clients = 8,
@@ -483,6 +489,13 @@ int lg_cmd_bench(int argc, char **argv)
         case O_TOPK: if (!num_ok) goto bad; o.sampling.top_k = (int)v; break;
         case O_TOPP: if (!real_ok || d > 1) goto bad; o.sampling.top_p = (float)d; break;
         case O_MINP: if (!real_ok || d > 1) goto bad; o.sampling.min_p = (float)d; break;
+        case O_PRES:
+        case O_FREQ: { /* [-2, 2]: negative values allowed */
+            double pv = optarg ? strtod(optarg, &end) : 99.0;
+            if (!optarg || !end || *end || end == optarg || !(pv >= -2 && pv <= 2)) goto bad;
+            *(c == O_PRES ? &o.presence_penalty : &o.frequency_penalty) = (float)pv;
+            break;
+        }
         case O_HELP: usage(stdout); return 0;
         case O_WORKLOAD:
             if (strcmp(optarg, "poisson") && strcmp(optarg, "closed") && strcmp(optarg, "burst") && strcmp(optarg, "trace"))

@@ -43,7 +43,7 @@ typedef struct gen_opts {
     const char *model, *backend, *prompt, *prompt_tokens, *system, *chat_template;
     bool chat, json, logits, stats;
     int max_tokens, top_k, threads, ctx, budget;
-    float temperature, top_p, min_p;
+    float temperature, top_p, min_p, presence_penalty, frequency_penalty;
     uint64_t seed;
     const char *stops[MAX_STOPS];
     int n_stops;
@@ -93,6 +93,7 @@ static void usage(FILE *f)
             "  --max-tokens N         most tokens to generate (default 256)\n"
             "  --temperature T        0 = greedy (default 0)\n"
             "  --top-p P, --top-k K, --min-p P, --seed S   sampling filters and seed\n"
+            "  --presence-penalty P, --frequency-penalty F  OpenAI's penalties over the generated tokens, [-2, 2]\n"
             "  --stop TEXT            stop string (repeatable, up to %d)\n"
             "  --json                 print one JSON object: tokens, text, finish_reason, usage\n"
             "  --logits               with --json: add last_logits (logits at the last prompt position)\n"
@@ -256,7 +257,7 @@ static void on_finish(void *user, int64_t id, lg_finish_reason reason, const lg_
 static int parse_args(int argc, char **argv, gen_opts *o)
 {
     enum { O_MODEL = 1000, O_BACKEND, O_PROMPT, O_PTOK, O_CHAT, O_SYSTEM, O_TMPL, O_MAXTOK, O_TEMP, O_TOPP, O_TOPK,
-           O_MINP, O_SEED, O_STOP, O_JSON, O_LOGITS, O_STATS, O_THREADS, O_CTX, O_DQ, O_BUDGET, O_HELP, O_LORA, O_USELORA, O_BATCH, O_MAXRANK, O_POOL, O_DTYPE, O_GPUUTIL, O_SHARING, O_SEQ };
+           O_MINP, O_PRES, O_FREQ, O_SEED, O_STOP, O_JSON, O_LOGITS, O_STATS, O_THREADS, O_CTX, O_DQ, O_BUDGET, O_HELP, O_LORA, O_USELORA, O_BATCH, O_MAXRANK, O_POOL, O_DTYPE, O_GPUUTIL, O_SHARING, O_SEQ };
     static const struct option longopts[] = {
         {"model", required_argument, 0, O_MODEL}, {"backend", required_argument, 0, O_BACKEND},
         {"prompt", required_argument, 0, O_PROMPT}, {"prompt-tokens", required_argument, 0, O_PTOK},
@@ -264,6 +265,7 @@ static int parse_args(int argc, char **argv, gen_opts *o)
         {"chat-template", required_argument, 0, O_TMPL}, {"max-tokens", required_argument, 0, O_MAXTOK},
         {"temperature", required_argument, 0, O_TEMP}, {"top-p", required_argument, 0, O_TOPP},
         {"top-k", required_argument, 0, O_TOPK}, {"min-p", required_argument, 0, O_MINP},
+        {"presence-penalty", required_argument, 0, O_PRES}, {"frequency-penalty", required_argument, 0, O_FREQ},
         {"seed", required_argument, 0, O_SEED}, {"stop", required_argument, 0, O_STOP},
         {"json", no_argument, 0, O_JSON}, {"logits", no_argument, 0, O_LOGITS}, {"stats", no_argument, 0, O_STATS},
         {"threads", required_argument, 0, O_THREADS}, {"ctx", required_argument, 0, O_CTX},
@@ -313,6 +315,17 @@ static int parse_args(int argc, char **argv, gen_opts *o)
                 return 2;
             }
             break;
+        case O_PRES:
+        case O_FREQ: {
+            float *pv = c == O_PRES ? &o->presence_penalty : &o->frequency_penalty;
+            if (parse_float(optarg, c == O_PRES ? "--presence-penalty" : "--frequency-penalty", pv)) return 2;
+            if (!(*pv >= -2 && *pv <= 2)) {
+                fprintf(stderr, "loragate generate: --%s-penalty must be in [-2, 2], got %s\n",
+                        c == O_PRES ? "presence" : "frequency", optarg);
+                return 2;
+            }
+            break;
+        }
         case O_SEED: {
             char *end;
             errno = 0;
@@ -632,6 +645,7 @@ static int submit_job(const gen_opts *o, lg_engine *e, const lg_tokenizer *tok, 
         .prompt = j->prompt, .n_prompt = j->n_prompt, .max_tokens = j->max_tokens,
         .sampling = {.temperature = j->temperature, .top_k = o->top_k, .top_p = o->top_p, .min_p = o->min_p,
                      .seed = j->seed},
+        .presence_penalty = o->presence_penalty, .frequency_penalty = o->frequency_penalty,
         .want_first_logits = o->logits, .adapter_id = j->adapter_id, .tenant = j->tenant,
         .cache_salt = j->cache_salt, .cb = {on_token, on_finish}, .user = st,
     };

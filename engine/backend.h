@@ -136,6 +136,16 @@ typedef struct lg_sample_row {
     float top_p;       /* >= 1: off */
     float min_p;       /* <= 0: off */
     float u;
+    /* OpenAI's presence and frequency penalties, applied to the row in place
+     * before it is sampled: for each of the pen_n pairs (token, count) at
+     * pen[2 * pen_off ...] (distinct tokens; count >= 1 occurrences among
+     * the request's generated tokens, pairs in order of first occurrence),
+     * logit -= frequency, logit -= presence, then count - 1 more times
+     * logit -= frequency: per token the host's sequence of float
+     * subtractions (engine.c penalised()), so the same floats. pen_n = 0:
+     * the row is not changed. */
+    float presence, frequency;
+    int32_t pen_off, pen_n;
 } lg_sample_row;
 
 typedef struct lg_backend lg_backend;
@@ -203,9 +213,12 @@ typedef struct lg_backend_i {
     int (*upload_done)(lg_backend *be, uint64_t ticket);
     /* Sampling on the device: for each row i < n of logits (f32 [n, V]),
      * params rows[i] (device memory), out_ids[i] (device) = the token chosen
-     * by exactly the rules of engine/sampling.h given the uniform rows[i].u.
+     * by exactly the rules of engine/sampling.h given the uniform rows[i].u,
+     * after the row's penalties (pen: device (token, count) pairs that the
+     * rows index; NULL: no row has any) are applied to logits in place.
      * NULL: logits are downloaded and sampled on the host. */
-    int (*sample)(lg_backend *be, int32_t *out_ids, const float *logits, int n, int V, const struct lg_sample_row *rows);
+    int (*sample)(lg_backend *be, int32_t *out_ids, float *logits, int n, int V, const struct lg_sample_row *rows,
+                  const int32_t *pen);
 
     /* Several LoRA slots over one input in one launch (q,k,v; gate,up). With
      * R = lm->max_rank and tmp [T, k * R]:

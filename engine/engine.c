@@ -178,9 +178,12 @@ int lg_engine_create(lg_backend *be, const lg_weights *w, const lg_engine_opts *
     e->ids = calloc((size_t)S, sizeof *e->ids);
     e->row_tmp = malloc((size_t)V * sizeof(float));
     e->pen_stamp = calloc((size_t)V, sizeof *e->pen_stamp);
+    e->pen_idx = malloc((size_t)V * sizeof *e->pen_idx);
+    const char *dp = getenv("LG_DEVICE_PENALTIES"); /* 0: penalised rows sampled on the host (comparisons) */
+    e->dev_penalty = !(dp && strcmp(dp, "0") == 0);
     e->running = calloc((size_t)S + 1, sizeof *e->running);
     if (!e->fair || !e->reg_by_name || !e->seqs || !e->sched || !e->chunk || !e->logits || !e->rows || !e->ids ||
-        !e->row_tmp || !e->pen_stamp || !e->running) {
+        !e->row_tmp || !e->pen_stamp || !e->pen_idx || !e->running) {
         lg_engine_free(e);
         return lg_fail(err, "out of memory");
     }
@@ -276,6 +279,8 @@ void lg_engine_free(lg_engine *e)
     free(e->ids);
     free(e->row_tmp);
     free(e->pen_stamp);
+    free(e->pen_idx);
+    free(e->pen_pairs);
     lg_prefix_cache_free(e->prefix);
     lg_adapter_cache_free(e->adapters);
     lg_fair_free(e->fair);
@@ -714,10 +719,59 @@ static bool is_stop(const lg_engine *e, const request *r, int32_t tok)
     return false;
 }
 
-static bool needs_host_row(const request *r)
+static bool has_penalty(const request *r) { return r->p.presence_penalty != 0 || r->p.frequency_penalty != 0; }
+
+/* The row's penalties are applied by the device sampler: it samples there
+ * and its raw logits are not wanted (logprobs and first logits are of the
+ * raw row, so such a row is penalised on the host, from its download). */
+static bool device_penalised(const lg_engine *e, const request *r, bool dev_sample)
 {
-    return r->p.presence_penalty != 0 || r->p.frequency_penalty != 0 || r->p.logprobs ||
+    return dev_sample && e->dev_penalty && has_penalty(r) && !r->p.logprobs &&
+           !(r->n_generated == 0 && r->p.want_first_logits);
+}
+
+static bool needs_host_row(const lg_engine *e, const request *r, bool dev_sample)
+{
+    return (has_penalty(r) && !device_penalised(e, r, dev_sample)) || r->p.logprobs ||
            (r->n_generated == 0 && r->p.want_first_logits);
+}
+
+/* Appends r's (token, count) pairs over its generated tokens, in order of
+ * first occurrence (lg_sample_row), to e->pen_pairs; sets row's pen_off /
+ * pen_n. 0, or -1 out of memory. */
+static int add_penalty_pairs(lg_engine *e, const request *r, lg_sample_row *row)
+{
+    int need = e->n_pen + (r->n_tokens - r->n_prompt);
+    if (need > e->pen_cap) {
+        int cap = e->pen_cap ? e->pen_cap : 1024;
+        while (cap < need) cap *= 2;
+        int32_t *p = realloc(e->pen_pairs, (size_t)cap * 2 * sizeof *p);
+        if (!p)
+            return -1;
+        e->pen_pairs = p;
+        e->pen_cap = cap;
+    }
+    if (++e->pen_gen == 0) {
+        memset(e->pen_stamp, 0, (size_t)e->cfg.vocab_size * sizeof *e->pen_stamp);
+        e->pen_gen = 1;
+    }
+    row->pen_off = e->n_pen;
+    for (int i = r->n_prompt; i < r->n_tokens; i++) {
+        int32_t t = r->tokens[i];
+        if (e->pen_stamp[t] != e->pen_gen) {
+            e->pen_stamp[t] = e->pen_gen;
+            e->pen_idx[t] = e->n_pen;
+            e->pen_pairs[2 * e->n_pen] = t;
+            e->pen_pairs[2 * e->n_pen + 1] = 1;
+            e->n_pen++;
+        } else {
+            e->pen_pairs[2 * e->pen_idx[t] + 1]++;
+        }
+    }
+    row->pen_n = e->n_pen - row->pen_off;
+    row->presence = r->p.presence_penalty;
+    row->frequency = r->p.frequency_penalty;
+    return 0;
 }
 
 /* OpenAI's penalties over the generated tokens, into a copy of the row. */
@@ -855,19 +909,26 @@ static int engine_step(lg_engine *e, lg_err *err)
     int n_rows = 0;
     bool dev_sample = lg_model_samples_on_device(e->model);
     bool want_logits = !dev_sample;
+    e->n_pen = 0;
+    bool pen_oom = false;
     for (int s = 0; s < n; s++) {
         if (!e->seqs[s].want_logits)
             continue;
         request *r = e->sched[s];
         const lg_sampling_params *sp = &r->p.sampling;
-        e->rows[n_rows++] = (lg_sample_row){.temperature = sp->temperature, .top_k = sp->top_k, .top_p = sp->top_p,
-                                            .min_p = sp->min_p, .u = (float)lg_sampler_next_u(r->sampler)};
-        if (needs_host_row(r))
+        lg_sample_row *row = &e->rows[n_rows++];
+        *row = (lg_sample_row){.temperature = sp->temperature, .top_k = sp->top_k, .top_p = sp->top_p,
+                               .min_p = sp->min_p, .u = (float)lg_sampler_next_u(r->sampler)};
+        if (device_penalised(e, r, dev_sample) && add_penalty_pairs(e, r, row) != 0)
+            pen_oom = true;
+        if (needs_host_row(e, r, dev_sample))
             want_logits = true;
     }
 
     double t0 = lg_now();
-    if (lg_model_step(e->model, e->pool, e->seqs, n, dev_sample ? e->rows : NULL, dev_sample ? e->ids : NULL,
+    if ((pen_oom && lg_fail(err, "out of memory for the step's penalty pairs")) ||
+        lg_model_step(e->model, e->pool, e->seqs, n, dev_sample ? e->rows : NULL, e->pen_pairs, e->n_pen,
+                      dev_sample ? e->ids : NULL,
                       want_logits ? e->logits : NULL, err) != 0) {
         for (int s = 0; s < n; s++) {
             e->sched[s]->cancel = true;
@@ -900,7 +961,7 @@ static int engine_step(lg_engine *e, lg_err *err)
             continue;
         const float *lg = want_logits ? e->logits + (size_t)li * V : NULL;
         int32_t tok;
-        if (lg && (!dev_sample || r->p.presence_penalty != 0 || r->p.frequency_penalty != 0))
+        if (lg && (!dev_sample || (has_penalty(r) && !device_penalised(e, r, dev_sample))))
             tok = lg_sampler_sample_u(r->sampler, penalised(e, r, lg), (double)e->rows[li].u);
         else
             tok = e->ids[li];

@@ -135,6 +135,12 @@ struct lg_engine {
     float *row_tmp;             /* [vocab] penalised copy of a logits row */
     uint32_t *pen_stamp;        /* [vocab] */
     uint32_t pen_gen;
+    /* penalties applied by the device sampler (LG_DEVICE_PENALTIES=0: on the
+     * host, from downloaded logits): the step's (token, count) pairs */
+    bool dev_penalty;
+    int32_t *pen_idx;           /* [vocab]: a token's pair in the row being built (pen_stamp marks it) */
+    int32_t *pen_pairs;         /* [2 * pen_cap] */
+    int n_pen, pen_cap;
     lg_engine_stats stats;
 
     /* ---- published counters ---- */

@@ -90,6 +90,8 @@ struct lg_model {
     int32_t *meta_host;
     bool dev_sample;                /* the backend samples: the step's rows ride in the metadata upload */
     int32_t *sample_ids_dev;        /* [max_seqs] */
+    int32_t *pen_dev;               /* [2 * pen_cap]: the step's penalty pairs, grown on demand */
+    int pen_cap;
     size_t meta_cap;     /* int32 elements */
     size_t page_bytes;
     bool no_graphs;      /* step graphs off: backend lacks them, LG_NO_GRAPHS is set, or recording failed */
@@ -462,6 +464,7 @@ void lg_model_free(lg_model *m)
     if (m->abuf && lg_dtype_size(be->act_dtype) < 4 && m->logits.data) be->i.dealloc(be, m->logits.data);
     if (m->meta_dev) be->i.dealloc(be, m->meta_dev);
     if (m->sample_ids_dev) be->i.dealloc(be, m->sample_ids_dev);
+    if (m->pen_dev) be->i.dealloc(be, m->pen_dev);
     free(m->meta_host);
     if (m->lora_tmp.data) be->i.dealloc(be, m->lora_tmp.data);
     if (m->lora_w_dev) be->i.dealloc(be, m->lora_w_dev);
@@ -652,7 +655,8 @@ static int forward(lg_model *m, const lg_kv_view *kv0, const lg_step_meta *meta,
 bool lg_model_samples_on_device(const lg_model *m) { return m->dev_sample; }
 
 int lg_model_step(lg_model *m, lg_page_pool *pool, const lg_step_seq *seqs, int n_seqs,
-                  const lg_sample_row *sample_rows, int32_t *ids, float *logits, lg_err *err)
+                  const lg_sample_row *sample_rows, const int32_t *pen, int n_pen, int32_t *ids, float *logits,
+                  lg_err *err)
 {
     lg_backend *be = m->be;
     const lg_model_config *c = &m->cfg;
@@ -684,6 +688,25 @@ int lg_model_step(lg_model *m, lg_page_pool *pool, const lg_step_seq *seqs, int 
     const bool sample = n_logits > 0 && sample_rows && ids;
     if (sample && !m->dev_sample)
         return lg_fail(err, "backend %s does not sample on the device", be->i.name);
+    if (n_pen < 0 || (n_pen > 0 && !pen))
+        return lg_fail(err, "expected %d penalty pairs, found %s", n_pen, pen ? "a negative count" : "none");
+    for (int i = 0; sample && i < n_logits; i++) /* the kernel reads pen[pen_off .. pen_off + pen_n) unchecked */
+        if (sample_rows[i].pen_n != 0 &&
+            (sample_rows[i].pen_n < 0 || sample_rows[i].pen_off < 0 || sample_rows[i].pen_off > n_pen - sample_rows[i].pen_n))
+            return lg_fail(err, "sampling row %d: penalty pairs [%d, +%d) outside the step's %d", i,
+                           sample_rows[i].pen_off, sample_rows[i].pen_n, n_pen);
+    if (sample && n_pen > 0) { /* the pairs: their own buffer (any length), uploaded before the step */
+        if (n_pen > m->pen_cap) {
+            int cap = m->pen_cap ? m->pen_cap : 4096;
+            while (cap < n_pen) cap *= 2;
+            if (m->pen_dev) be->i.dealloc(be, m->pen_dev); /* the last step that read it has finished */
+            m->pen_dev = be->i.alloc(be, (size_t)cap * 2 * sizeof(int32_t));
+            m->pen_cap = m->pen_dev ? cap : 0;
+            if (!m->pen_dev)
+                return lg_fail(err, "cannot allocate %d penalty pairs on the device", cap);
+        }
+        TRY(be->i.upload(be, m->pen_dev, pen, (size_t)n_pen * 2 * sizeof(int32_t)));
+    }
     const size_t rows_at = 3 * (size_t)T + 2 * ((size_t)n_seqs + 1) + 2 * (size_t)n_seqs + (size_t)n_pages;
     const size_t need = rows_at + (sample ? (size_t)n_logits * SAMPLE_ROW_INTS : 0);
     if (need > m->meta_cap)
@@ -831,7 +854,7 @@ int lg_model_step(lg_model *m, lg_page_pool *pool, const lg_step_seq *seqs, int 
     const double t3 = m->timing ? lg_now() : 0;
     if (sample) {
         TRY(be->i.sample(be, m->sample_ids_dev, m->logits.data, n_logits, c->vocab_size,
-                         (const lg_sample_row *)(m->meta_dev + rows_at)));
+                         (const lg_sample_row *)(m->meta_dev + rows_at), n_pen > 0 ? m->pen_dev : NULL));
         TRY(be->i.download(be, ids, m->sample_ids_dev, (size_t)n_logits * sizeof(int32_t)));
     }
     if (n_logits > 0 && logits)

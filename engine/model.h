@@ -60,10 +60,14 @@ typedef struct lg_step_seq {
 /* Runs one forward step. For the n_wanted sequences that want logits, in
  * order: with sample_rows and ids (only when lg_model_samples_on_device), the
  * backend samples row i with sample_rows[i] and ids[i] receives the token
- * (n_wanted ints come back instead of the logits); with logits (may be NULL),
- * the f32 logits [n_wanted, vocab] are downloaded. */
+ * (n_wanted ints come back instead of the logits); pen holds the n_pen
+ * (token, count) pairs the rows' penalties index (lg_sample_row; NULL / 0:
+ * none), and a penalised row's logits are changed in place; with logits
+ * (may be NULL), the f32 logits [n_wanted, vocab] are downloaded (after
+ * sampling). */
 int lg_model_step(lg_model *m, lg_page_pool *pool, const lg_step_seq *seqs, int n_seqs,
-                  const lg_sample_row *sample_rows, int32_t *ids, float *logits, lg_err *err);
+                  const lg_sample_row *sample_rows, const int32_t *pen, int n_pen, int32_t *ids, float *logits,
+                  lg_err *err);
 /* true when the backend has a device sampler (the `sample` slot). */
 bool lg_model_samples_on_device(const lg_model *m);
 

@@ -683,7 +683,28 @@ sample_kernel(int32_t *out_ids, const float *logits, int V, const lg_sample_row 
     rp.sync(); /* no block leaves while another may read its shared memory */
 }
 
-int cu_sample(lg_backend *be, int32_t *out_ids, const float *logits, int n, int V, const lg_sample_row *rows)
+/* Penalties (lg_sample_row): block r walks row r's (token, count) pairs, a
+ * thread per pair; the tokens of a row are distinct, so no two threads
+ * touch one logit, and each applies its token's subtractions in the host's
+ * order (explicit round-to-nearest subtractions: nothing to contract). */
+__global__ void __launch_bounds__(256)
+penalize_kernel(float *logits, int V, const lg_sample_row *rows, const int32_t *pen)
+{
+    const lg_sample_row p = rows[blockIdx.x];
+    float *x = logits + (size_t)blockIdx.x * (size_t)V;
+    for (int j = threadIdx.x; j < p.pen_n; j += blockDim.x) {
+        const int t = pen[2 * (p.pen_off + j)], c = pen[2 * (p.pen_off + j) + 1];
+        if (t < 0 || t >= V || c < 1)
+            continue; /* the host builds valid pairs; never write outside the row */
+        float v = __fsub_rn(x[t], p.frequency);
+        v = __fsub_rn(v, p.presence);
+        for (int k = 1; k < c; k++) v = __fsub_rn(v, p.frequency);
+        x[t] = v;
+    }
+}
+
+int cu_sample(lg_backend *be, int32_t *out_ids, float *logits, int n, int V, const lg_sample_row *rows,
+              const int32_t *pen)
 {
     cuda_ctx *c = CU_CTX(be);
     if (n < 0 || V <= 0)
@@ -693,6 +714,10 @@ int cu_sample(lg_backend *be, int32_t *out_ids, const float *logits, int n, int 
     if (!out_ids || !logits || !rows)
         return CU_FAIL(c, "sample: expected device pointers, found out_ids=%p logits=%p rows=%p", (void *)out_ids,
                        (const void *)logits, (const void *)rows);
+    if (pen) {
+        penalize_kernel<<<n, 256, 0, c->stream>>>(logits, V, rows, pen);
+        CU_LAUNCHED(c);
+    }
     static int sweep_u = -1, cluster = -1;
     const bool one = cu_switch(&sweep_u, "LG_SAMPLE_SWEEP_U", SWEEP_U) == 1;
     void (*f)(int32_t *, const float *, int, const lg_sample_row *, int, int) =

@@ -10,11 +10,14 @@
 #include "cuda_common.cuh"
 
 /* backend.h `sample`, on the compute stream:
+ *   with pen: each row's penalties applied to its logits in place (see
+ *              lg_sample_row), then
  *   for i < n: out_ids[i] = the token of engine/sampling.h's rules for
  *              logits[i * V .. i * V + V) with rows[i] (u = rows[i].u),
  *   bit-identical to lg_sampler_sample_u(logits row, (double)rows[i].u).
- * logits f32 [n, V] contiguous, rows [n], out_ids [n]: all device memory. */
-int cu_sample(lg_backend *be, int32_t *out_ids, const float *logits, int n, int V, const lg_sample_row *rows);
+ * logits f32 [n, V] contiguous, rows [n], out_ids [n], pen: all device memory. */
+int cu_sample(lg_backend *be, int32_t *out_ids, float *logits, int n, int V, const lg_sample_row *rows,
+              const int32_t *pen);
 
 /* Installs alloc_host, free_host, upload_async and upload_done on be and
  * creates their event ring. The ring is released by be->i.free, which this

@@ -92,6 +92,8 @@ def test_stop_string_is_not_in_the_output():
     (["generate", "--model", TINY, "--prompt-tokens", "1", "--use-lora", "a"], 1),
     (["bench", "--model", TINY, "--top-p", "1.5"], 2),
     (["bench", "--model", TINY, "--temperature", "-0.5"], 2),
+    (["bench", "--model", TINY, "--frequency-penalty", "2.5"], 2),
+    (["generate", "--model", TINY, "--prompt-tokens", "1", "--presence-penalty", "-3"], 2),
     (["nosuchcommand"], 2),
 ])
 def test_bad_input_gives_one_clear_line(args, code):
@@ -128,9 +130,13 @@ def test_bench_with_sampling_filters():
     as greedy, and says which in its JSON."""
     base = ["bench", "--model", TINY, "--num-seqs", "3", "--prompt-len", "8", "--output-len", "5", "--json",
             "--no-progress"]
-    for extra, want in (([], {"temperature": 0.0, "top_k": 0, "top_p": 1.0, "min_p": 0.0}),
+    off = {"presence_penalty": 0.0, "frequency_penalty": 0.0}
+    for extra, want in (([], {"temperature": 0.0, "top_k": 0, "top_p": 1.0, "min_p": 0.0, **off}),
                         (["--temperature", "0.8", "--top-k", "40", "--top-p", "0.9", "--min-p", "0.05"],
-                         {"temperature": 0.8, "top_k": 40, "top_p": 0.9, "min_p": 0.05})):
+                         {"temperature": 0.8, "top_k": 40, "top_p": 0.9, "min_p": 0.05, **off}),
+                        (["--temperature", "1", "--presence-penalty", "-0.5", "--frequency-penalty", "1.5"],
+                         {"temperature": 1.0, "top_k": 0, "top_p": 1.0, "min_p": 0.0, "presence_penalty": -0.5,
+                          "frequency_penalty": 1.5})):
         p = run(*base, *extra)
         assert p.returncode == 0, p.stderr
         j = json.loads(p.stdout.strip().splitlines()[-1])

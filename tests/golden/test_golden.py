@@ -147,13 +147,13 @@ def test_fixture_matches_numpy_oracle(name):
 SAMPLED_FIXTURES = [n for n in ("llama_gqa_f32", "qwen2_gqa_f32_tied") if n in _fixture_names()]
 
 
-def _run_sampled_batch(tmp_path, model_dir, lines, env):
+def _run_sampled_batch(tmp_path, model_dir, lines, env, extra=()):
     path = tmp_path / "sampled.jsonl"
     with open(path, "w") as f:
         for line in lines:
             f.write(json.dumps(line) + "\n")
     cmd = [LG_BIN, "generate", "--model", model_dir, "--backend", LG_BACKEND, "--batch", str(path),
-           "--max-tokens", "16", "--top-p", "0.9", "--top-k", "40", "--min-p", "0.02", *LG_GENERATE_EXTRA]
+           "--max-tokens", "16", "--top-p", "0.9", "--top-k", "40", "--min-p", "0.02", *extra, *LG_GENERATE_EXTRA]
     p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=TIMEOUT, env={**os.environ, **env})
     assert p.returncode == 0, f"{' '.join(cmd)}\nexit {p.returncode}\nstderr:\n{p.stderr[-4000:]}"
     objs = [json.loads(s) for s in p.stdout.splitlines() if s.strip().startswith("{")]
@@ -161,20 +161,33 @@ def _run_sampled_batch(tmp_path, model_dir, lines, env):
     return [o["tokens"] for o in objs]
 
 
-@pytest.mark.parametrize("name", SAMPLED_FIXTURES)
-def test_sampled_tokens_device_equal_host(name, tmp_path):
-    """Seeded sampling (temperature, top-k, top-p, min-p) in a batch of rows:
-    the backend's device sampler (CUDA; its rows travel in the step's metadata
-    upload) gives the tokens the host sampler gives on the same logits
-    (LG_HOST_SAMPLE=1 downloads them). On the CPU backend both runs sample on
-    the host, so they must agree too."""
+PENALTIES = ("--frequency-penalty", "1.2", "--presence-penalty", "0.6")
+
+
+@pytest.mark.parametrize("name,extra", [(n, e) for n in SAMPLED_FIXTURES for e in ((), PENALTIES)],
+                         ids=[f"{n}-{'penalties' if e else 'plain'}" for n in SAMPLED_FIXTURES
+                              for e in ((), PENALTIES)])
+def test_sampled_tokens_device_equal_host(name, extra, tmp_path):
+    """Seeded sampling (temperature, top-k, top-p, min-p; and with OpenAI's
+    presence and frequency penalties) in a batch of rows: the backend's device
+    sampler (CUDA; its rows travel in the step's metadata upload, penalties
+    applied on the device) gives the tokens the host sampler gives on the same
+    logits (LG_HOST_SAMPLE=1 downloads them; LG_DEVICE_PENALTIES=0 penalises
+    on the host). On the CPU backend all runs sample on the host, so they must
+    agree too."""
     if not os.access(LG_BIN, os.X_OK):
         pytest.skip(f"loragate binary not found at {LG_BIN} (build it, or set LG_BIN)")
     ref = _load_ref(name)
     ids = ref["prompts"][0]["ids"]
     lines = [{"prompt_tokens": ids, "temperature": t, "seed": s}
              for s, t in ((1, 0.7), (2, 1.0), (3, 1.3), (4, 0.0), (5, 1.0), (6, 2.0))]
-    dev = _run_sampled_batch(tmp_path, os.path.join(FIXTURES, name), lines, {})
-    host = _run_sampled_batch(tmp_path, os.path.join(FIXTURES, name), lines, {"LG_HOST_SAMPLE": "1"})
+    model = os.path.join(FIXTURES, name)
+    dev = _run_sampled_batch(tmp_path, model, lines, {}, extra)
+    host = _run_sampled_batch(tmp_path, model, lines, {"LG_HOST_SAMPLE": "1"}, extra)
     assert dev == host, f"{name}: device-sampled tokens differ from host-sampled:\n{dev}\n{host}"
+    if extra:
+        host_pen = _run_sampled_batch(tmp_path, model, lines, {"LG_DEVICE_PENALTIES": "0"}, extra)
+        assert dev == host_pen, f"{name}: device penalties differ from host penalties:\n{dev}\n{host_pen}"
+        plain = _run_sampled_batch(tmp_path, model, lines, {})
+        assert dev != plain, f"{name}: the penalties changed no token: {dev}"
     assert len({tuple(t) for t in dev}) > 2, f"{name}: seeds gave (almost) the same tokens: {dev}"

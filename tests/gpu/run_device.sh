@@ -133,6 +133,9 @@ declare -A CASE=(
   # sampled decoding (top-p 0.9 at T = 0.8): the device sampler inside the step's time
   [b1_topp]="$B --num-seqs 1 --prompt-len 128 --output-len 128 --temperature 0.8 --top-p 0.9"
   [w2_topp]="$W2 --temperature 0.8 --top-p 0.9"
+  # OpenAI's penalties (applied by the device sampler; LG_DEVICE_PENALTIES=0: on the host)
+  [w2_pen]="$W2 --temperature 0.8 --top-p 0.9 --frequency-penalty 0.5 --presence-penalty 0.3"
+  [b1_pen]="$B --num-seqs 1 --prompt-len 128 --output-len 128 --temperature 0.8 --frequency-penalty 0.5"
 )
 table=()
 field() { python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print('%.6g' % d.get(sys.argv[2], float('nan')))" "$1" "$2" 2>/dev/null || echo nan; }

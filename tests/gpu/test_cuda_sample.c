@@ -9,6 +9,8 @@
  *     with random u, every device token must equal lg_sampler_sample_u's.
  *     A mismatch is printed with its margin: whether the host picks the
  *     device's token at u +- 2^-24 (a boundary case) or not (a real bug).
+ *     Penalties: the device-penalised rows equal the host's bit for bit, and
+ *     so do the tokens drawn from them.
  *   upload_async / upload_done: a 64 MiB pinned upload while the compute
  *     stream runs ~100 large matmuls must finish (done == 1) before the
  *     compute work, and land byte-exact; 300 small uploads wrap the event
@@ -116,7 +118,8 @@ static void test_sample(lg_backend *G, int V, int n)
         float u = (float)((double)(rnd64() >> 40) * 0x1.0p-24);
         if (irand(30) == 0) u = 0.0f;
         if (irand(30) == 0) u = 0x1.fffffep-1f;
-        rows[r] = (lg_sample_row){ps[r].temperature, ps[r].top_k, ps[r].top_p, ps[r].min_p, u};
+        rows[r] = (lg_sample_row){.temperature = ps[r].temperature, .top_k = ps[r].top_k, .top_p = ps[r].top_p,
+                                  .min_p = ps[r].min_p, .u = u};
         lg_sampler *s = lg_sampler_new(V, &ps[r]);
         want[r] = lg_sampler_sample_u(s, l + (size_t)r * V, (double)u);
         lg_sampler_free(s);
@@ -128,9 +131,9 @@ static void test_sample(lg_backend *G, int V, int n)
     int rc = G->i.upload(G, dl, l, lb) | G->i.upload(G, dr, rows, sizeof *rows * n);
     memset(got, 0xff, sizeof *got * n);
     G->i.upload(G, dout, got, sizeof *got * n); /* poison: -1 */
-    rc |= G->i.sample(G, dout, dl, n, V, dr);
+    rc |= G->i.sample(G, dout, dl, n, V, dr, NULL);
     rc |= G->i.download(G, got, dout, sizeof *got * n);
-    rc |= G->i.sample(G, dout, dl, n, V, dr);
+    rc |= G->i.sample(G, dout, dl, n, V, dr, NULL);
     rc |= G->i.download(G, again, dout, sizeof *again * n);
     rc |= G->i.sync(G);
     CHECK(rc == 0, "V %d n %d: backend calls failed", V, n);
@@ -160,7 +163,7 @@ static void test_sample(lg_backend *G, int V, int n)
     G->i.sync(G);
     double t0 = now_s();
     for (int it = 0; it < iters; it++)
-        G->i.sample(G, dout, dl, n, V, dr);
+        G->i.sample(G, dout, dl, n, V, dr, NULL);
     G->i.sync(G);
     double us = (now_s() - t0) * 1e6 / iters;
     printf("sample V %6d n %2d: %d/%d rows match the host, %.1f us per call\n", V, n, n - bad, n, us);
@@ -176,6 +179,85 @@ static void test_sample(lg_backend *G, int V, int n)
     free(again);
 }
 
+/* Penalties applied on the device (lg_sample_row.pen_*): every row's
+ * penalised logits equal, bit for bit, the host's (engine.c penalised():
+ * in generated order, logit -= frequency, and at a token's first occurrence
+ * logit -= presence), and the token drawn from them equals the host
+ * sampler's. Rows without penalties are left alone. */
+static void test_penalties(lg_backend *G, int V, int n)
+{
+    float *l = malloc(sizeof *l * (size_t)n * V), *want_l = malloc(sizeof *l * (size_t)n * V);
+    float *got_l = malloc(sizeof *l * (size_t)n * V);
+    lg_sample_row *rows = calloc((size_t)n, sizeof *rows);
+    int32_t *want = malloc(sizeof *want * n), *got = malloc(sizeof *got * n);
+    int cap = n * 400, np = 0;
+    int32_t *pairs = malloc(sizeof *pairs * 2 * (size_t)cap);
+    int32_t *gen = malloc(sizeof *gen * 400);
+    int *idx = malloc(sizeof *idx * (size_t)V);
+    for (int r = 0; r < n; r++) {
+        float *row = l + (size_t)r * V, *wrow = want_l + (size_t)r * V;
+        fill_row(row, V, irand(3) ? 8 : 0);
+        memcpy(wrow, row, sizeof *row * (size_t)V);
+        lg_sampling_params ps = random_params(V);
+        if (ps.temperature == 0 && irand(2)) ps.temperature = 1.0f;
+        float u = (float)((double)(rnd64() >> 40) * 0x1.0p-24);
+        rows[r] = (lg_sample_row){.temperature = ps.temperature, .top_k = ps.top_k, .top_p = ps.top_p,
+                                  .min_p = ps.min_p, .u = u};
+        if (irand(4) != 0) { /* penalised: generated tokens from a narrow range (repeats), around the head */
+            int ng = irand(400), span = 1 + irand(200), base = irand(V - span);
+            float pres = (float)(urand() * 4 - 2), freq = (float)(urand() * 4 - 2);
+            for (int i = 0; i < ng; i++) gen[i] = base + irand(span);
+            if (irand(3) == 0)
+                for (int i = 0; i < ng; i += 7) gen[i] = (int32_t)(rnd64() % (uint64_t)V); /* anywhere */
+            rows[r].presence = pres;
+            rows[r].frequency = freq;
+            rows[r].pen_off = np;
+            for (int t = 0; t < V; t++) idx[t] = -1;
+            for (int i = 0; i < ng; i++) {
+                int t = gen[i];
+                wrow[t] -= freq; /* the engine's order */
+                if (idx[t] < 0) {
+                    wrow[t] -= pres;
+                    idx[t] = np;
+                    pairs[2 * np] = t;
+                    pairs[2 * np + 1] = 1;
+                    np++;
+                } else {
+                    pairs[2 * idx[t] + 1]++;
+                }
+            }
+            rows[r].pen_n = np - rows[r].pen_off;
+        }
+        lg_sampler *sm = lg_sampler_new(V, &ps);
+        want[r] = lg_sampler_sample_u(sm, wrow, (double)u);
+        lg_sampler_free(sm);
+    }
+    size_t lb = sizeof *l * (size_t)n * V;
+    float *dl = G->i.alloc(G, lb);
+    lg_sample_row *dr = G->i.alloc(G, sizeof *rows * n);
+    int32_t *dout = G->i.alloc(G, sizeof *dout * n), *dp = G->i.alloc(G, sizeof *pairs * 2 * (size_t)(np + 1));
+    int rc = G->i.upload(G, dl, l, lb) | G->i.upload(G, dr, rows, sizeof *rows * n) |
+             G->i.upload(G, dp, pairs, sizeof *pairs * 2 * (size_t)np);
+    rc |= G->i.sample(G, dout, dl, n, V, dr, dp);
+    rc |= G->i.download(G, got, dout, sizeof *got * n);
+    rc |= G->i.download(G, got_l, dl, lb);
+    rc |= G->i.sync(G);
+    int bad_tok = 0, bad_rows = 0;
+    for (int r = 0; r < n; r++) {
+        bad_tok += got[r] != want[r];
+        bad_rows += memcmp(got_l + (size_t)r * V, want_l + (size_t)r * V, sizeof *l * (size_t)V) != 0;
+    }
+    CHECK(rc == 0 && bad_tok == 0 && bad_rows == 0,
+          "penalties V %d n %d (%d pairs): rc %d, %d tokens and %d penalised rows differ from the host's", V, n, np,
+          rc, bad_tok, bad_rows);
+    printf("penalties V %6d n %2d: %d pairs, %d/%d tokens and rows match the host\n", V, n, np, n - bad_tok, n);
+    G->i.dealloc(G, dl);
+    G->i.dealloc(G, dr);
+    G->i.dealloc(G, dout);
+    G->i.dealloc(G, dp);
+    free(l), free(want_l), free(got_l), free(rows), free(want), free(got), free(pairs), free(gen), free(idx);
+}
+
 /* One filter at a time on n rows of one kind (0: smooth, 8: llm-like), timed (what each pass costs). */
 static void time_configs(lg_backend *G, int V, int n, int kind)
 {
@@ -183,9 +265,12 @@ static void time_configs(lg_backend *G, int V, int n, int kind)
     for (int r = 0; r < n; r++)
         fill_row(l + (size_t)r * V, V, kind);
     struct { const char *what; lg_sample_row p; } cfg[] = {
-        {"greedy", {0, 0, 1, 0, 0.5f}},         {"temperature", {0.8f, 0, 1, 0, 0.5f}},
-        {"top-k 50", {0.8f, 50, 1, 0, 0.5f}},   {"top-p 0.9", {0.8f, 0, 0.9f, 0, 0.5f}},
-        {"min-p 0.05", {0.8f, 0, 1, 0.05f, 0.5f}}, {"k50+p0.9+minp", {0.8f, 50, 0.9f, 0.05f, 0.5f}},
+        {"greedy", {.temperature = 0, .top_k = 0, .top_p = 1, .min_p = 0, .u = 0.5f}},
+        {"temperature", {.temperature = 0.8f, .top_k = 0, .top_p = 1, .min_p = 0, .u = 0.5f}},
+        {"top-k 50", {.temperature = 0.8f, .top_k = 50, .top_p = 1, .min_p = 0, .u = 0.5f}},
+        {"top-p 0.9", {.temperature = 0.8f, .top_k = 0, .top_p = 0.9f, .min_p = 0, .u = 0.5f}},
+        {"min-p 0.05", {.temperature = 0.8f, .top_k = 0, .top_p = 1, .min_p = 0.05f, .u = 0.5f}},
+        {"k50+p0.9+minp", {.temperature = 0.8f, .top_k = 50, .top_p = 0.9f, .min_p = 0.05f, .u = 0.5f}},
     };
     float *dl = G->i.alloc(G, sizeof *l * (size_t)n * V);
     lg_sample_row *dr = G->i.alloc(G, sizeof(lg_sample_row) * n);
@@ -197,11 +282,11 @@ static void time_configs(lg_backend *G, int V, int n, int kind)
         for (int r = 0; r < n; r++)
             rows[r] = cfg[c].p;
         G->i.upload(G, dr, rows, sizeof *rows * n);
-        G->i.sample(G, dout, dl, n, V, dr);
+        G->i.sample(G, dout, dl, n, V, dr, NULL);
         G->i.sync(G);
         double t0 = now_s();
         for (int it = 0; it < 20; it++)
-            G->i.sample(G, dout, dl, n, V, dr);
+            G->i.sample(G, dout, dl, n, V, dr, NULL);
         G->i.sync(G);
         printf("  %s %.1f us", cfg[c].what, (now_s() - t0) * 1e6 / 20);
     }
@@ -310,6 +395,10 @@ int main(void)
     for (int v = 0; v < 4; v++)
         for (size_t b = 0; b < sizeof batches / sizeof batches[0]; b++)
             test_sample(G, vocabs[v], batches[b]);
+    for (int v = 0; v < 4; v++) {
+        test_penalties(G, vocabs[v], 1);
+        test_penalties(G, vocabs[v], 33);
+    }
     const int tkinds[] = {0, 8, 1}; /* smooth, llm-like, tied */
     for (int k = 0; k < 3; k++) {
         time_configs(G, 151936, 1, tkinds[k]);
