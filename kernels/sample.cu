@@ -46,6 +46,7 @@ extern "C" {
 #define SM_WARPS (SM_THREADS / 32)
 #define FULL 0xffffffffu
 #define SM_MAX_CLUSTER 8 /* blocks per row (a thread block cluster; 8: the portable size) */
+#define SM_MIN_IDS 1024  /* fewest ids per block the launcher picks a cluster for */
 
 namespace cg = cooperative_groups;
 
@@ -146,8 +147,13 @@ struct sample_smem {
  * which no block reaches before its reads of this one are done. */
 struct row_part {
     int C, rank, lo, hi, seg, ph;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900 /* no clusters: the host launches C = 1 */
-    __device__ void sync() const { __syncthreads(); }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900 /* no clusters: the host launches C = 1 (cu_sample) */
+    __device__ void sync() const
+    {
+        if (C > 1)
+            __trap(); /* a launch this code cannot serve: fail loudly, never a wrong token */
+        __syncthreads();
+    }
     template <class T> __device__ T *at(T *p, int) const { return p; }
     static __device__ int block_rank() { return 0; }
 #else
@@ -202,7 +208,8 @@ __device__ __forceinline__ void hist_add(warp_hist h, bool on, int d, uint32_t w
             uint32_t *lo = (uint32_t *)h.mass, *hi = lo + SM_WARPS * 256;
             atomicAdd(&h.cnt[w * 256 + d], 1u);
             atomicAdd(&lo[w * 256 + d], wt & 0xffffu);
-            atomicAdd(&hi[w * 256 + d], wt >> 16);
+            if (wt >> 16) /* top-k's counts (wt = 1) need two atomics */
+                atomicAdd(&hi[w * 256 + d], wt >> 16);
         }
         return;
     }
@@ -260,7 +267,7 @@ __device__ void hist_merge(sample_smem &sm, row_part &rp, warp_hist h, u64 extra
     u64 m = 0, c = 0;
 #pragma unroll
     for (int j = q * (SM_WARPS / 4); j < (q + 1) * (SM_WARPS / 4); j++) {
-        if (h.atom) { /* per warp: lo < 2^16 * ids of the warp, hi < 2^15 * ids: no u32 overflow below 65,536 ids */
+        if (h.atom) { /* per warp: lo < 2^16 * ids of the warp, hi < 2^15 * ids: no u32 overflow up to 65,537 ids */
             const uint32_t *lo = (const uint32_t *)h.mass, *hi = lo + SM_WARPS * 256;
             m += lo[j * 256 + d] + ((u64)hi[j * 256 + d] << 16);
         } else {
@@ -724,18 +731,26 @@ int cu_sample(lg_backend *be, int32_t *out_ids, float *logits, int n, int V, con
         one ? sample_kernel<1> : sample_kernel<SWEEP_U>;
     CU_TRY(c, cudaFuncSetAttribute((const void *)f, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)HIST_SMEM));
     /* blocks per row: as many as keep every row's cluster in one wave (one
-     * block per SM), at most SM_MAX_CLUSTER; LG_SAMPLE_CLUSTER=1, 2, 4 or 8
-     * sets it (1: one block per row, as before). Hopper and later only. */
+     * block per SM) and give each block at least SM_MIN_IDS ids, at most
+     * SM_MAX_CLUSTER; LG_SAMPLE_CLUSTER=1, 2, 4 or 8 sets it (1: one block per
+     * row, as before; 8 also for tiny vocabularies, where blocks get no ids:
+     * the tests' way to reach that case). Hopper and later only. */
     int C = cu_switch(&cluster, "LG_SAMPLE_CLUSTER", 0);
     if (C <= 0)
-        for (C = SM_MAX_CLUSTER; C > 1 && (long)n * C > c->n_sm;) C /= 2;
+        for (C = SM_MAX_CLUSTER; C > 1 && ((long)n * C > c->n_sm || V / C < SM_MIN_IDS);) C /= 2;
     C = C >= 8 ? 8 : C >= 4 ? 4 : C >= 2 ? 2 : 1;
-    static int bin_ver[2]; /* the kernel's SASS version: clusters need sm_90 code */
-    if (!bin_ver[one]) {
+    /* the device code the kernel runs must be the cluster one: compiled for
+     * compute_90 or later (ptxVersion; binaryVersion alone is 90 as well for
+     * compute_80 PTX JIT-compiled on an H100, whose code has no clusters) */
+    static int code_ver[2];
+    if (!code_ver[one]) {
         cudaFuncAttributes fa;
-        bin_ver[one] = cudaFuncGetAttributes(&fa, (const void *)f) == cudaSuccess ? fa.binaryVersion : -1;
+        code_ver[one] = cudaFuncGetAttributes(&fa, (const void *)f) == cudaSuccess
+                            ? (fa.ptxVersion < fa.binaryVersion ? fa.ptxVersion : fa.binaryVersion)
+                            : -1;
+        (void)cudaGetLastError(); /* a failure here only means one block per row */
     }
-    if (c->cc_major < 9 || bin_ver[one] < 90)
+    if (c->cc_major < 9 || code_ver[one] < 90)
         C = 1;
     cudaLaunchConfig_t cfg = {};
     cfg.blockDim = dim3(SM_THREADS);

@@ -101,6 +101,8 @@ if want test; then
   note "device sampler vs host, one block per row (LG_SAMPLE_CLUSTER=1): rc=$? $(tail -1 "$OUT/test_cuda_sample_c1.log")"
   LG_SAMPLE_HIST=0 build-cuda/test_cuda_sample >"$OUT/test_cuda_sample_h0.log" 2>&1
   note "device sampler vs host, match_any histograms (LG_SAMPLE_HIST=0): rc=$? $(tail -1 "$OUT/test_cuda_sample_h0.log")"
+  LG_SAMPLE_CLUSTER=8 build-cuda/test_cuda_sample >"$OUT/test_cuda_sample_c8.log" 2>&1
+  note "device sampler vs host, 8 blocks per row at any size (LG_SAMPLE_CLUSTER=8): rc=$? $(tail -1 "$OUT/test_cuda_sample_c8.log")"
   # f16: every fixture computed in f16; auto: each in its weight dtype (f32
   # weights in f16 until the CUDA backend computes in f32).
   xd=""; python3 -c "import xdist" 2>/dev/null && xd="-n 8"

@@ -1,8 +1,9 @@
 /*
  * test_cuda_sample.c — the CUDA backend's optional slots against the host:
  *
- *   sample: for random logits (vocab 32000, 151936, 49152 and 1000, batches of 1..64 rows
- *     (so 8, 4 and 2 blocks per row by default; LG_SAMPLE_CLUSTER=1: one),
+ *   sample: for random logits (vocab 32000, 151936, 49152, 1000, 100 and 33,
+ *     batches of 1..64 rows (so 8, 4 and 2 blocks per row by default;
+ *     LG_SAMPLE_CLUSTER=1: one; =8: eight, some without ids at small vocabs),
  *     smooth, tied (quantised), peaked, sparse (-inf/NaN) and llm-like rows, plus edge
  *     rows: all -inf, +inf present, all equal) and mixed params (greedy,
  *     temperature only, top-k, top-p, min-p, combinations, degenerate values)
@@ -390,9 +391,10 @@ int main(void)
         fprintf(stderr, "optional slots missing\n");
         return 1;
     }
-    const int vocabs[] = {32000, 151936, 49152, 1000};
+    /* 100 and 33: blocks of a forced cluster of 8 (LG_SAMPLE_CLUSTER=8) with no ids */
+    const int vocabs[] = {32000, 151936, 49152, 1000, 100, 33};
     const int batches[] = {1, 2, 7, 16, 33, 64, 64, 64};
-    for (int v = 0; v < 4; v++)
+    for (int v = 0; v < 6; v++)
         for (size_t b = 0; b < sizeof batches / sizeof batches[0]; b++)
             test_sample(G, vocabs[v], batches[b]);
     for (int v = 0; v < 4; v++) {
