@@ -16,6 +16,7 @@
 #include "engine_internal.h"
 
 #include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -773,6 +774,12 @@ static int add_penalty_pairs(lg_engine *e, const request *r, lg_sample_row *row)
     row->frequency = r->p.frequency_penalty;
     return 0;
 }
+
+/* The device sampler repeats these subtractions (kernels/sample.cu
+ * penalize_kernel) and must get the same floats: each one rounded to float. */
+#if !defined(FLT_EVAL_METHOD) || FLT_EVAL_METHOD != 0
+#error "penalised() needs float arithmetic evaluated in float (FLT_EVAL_METHOD 0)"
+#endif
 
 /* OpenAI's penalties over the generated tokens, into a copy of the row. */
 static const float *penalised(lg_engine *e, const request *r, const float *lg)

@@ -375,6 +375,12 @@ int lg_model_create(lg_backend *be, const lg_weights *w, const lg_model_opts *op
             m->dev_sample = true;
             m->meta_cap += (size_t)m->opts.max_seqs * SAMPLE_ROW_INTS;
             m->sample_ids_dev = be->i.alloc(be, (size_t)m->opts.max_seqs * sizeof(int32_t));
+            /* penalty pairs: room for 512 distinct generated tokens per sequence up front, so that
+             * a step grows the buffer (a free, which waits for the device) only beyond that */
+            m->pen_cap = m->opts.max_seqs * 512;
+            m->pen_dev = be->i.alloc(be, (size_t)m->pen_cap * 2 * sizeof(int32_t));
+            if (!m->pen_dev)
+                m->pen_cap = 0;
             if (!m->sample_ids_dev) {
                 lg_fail(err, "cannot allocate sampling buffers");
                 goto fail;
