@@ -778,8 +778,9 @@ static int add_penalty_pairs(lg_engine *e, const request *r, lg_sample_row *row)
 /* The device sampler repeats these subtractions (kernels/sample.cu
  * penalize_kernel) and must get the same floats: each one rounded to float.
  * SSE2 (x86-64) and AArch64 float math does that; FLT_EVAL_METHOD alone is
- * not the test (GCC reports 16 with -march=native on CPUs with AVX512-FP16,
- * where float arithmetic is still evaluated in float). */
+ * not the test (the device machine's GCC with -march=native reported a
+ * value other than 0 while its float arithmetic is SSE, evaluated in
+ * float). */
 #if !(defined(__SSE2_MATH__) || defined(__aarch64__) || (defined(FLT_EVAL_METHOD) && FLT_EVAL_METHOD == 0))
 #error "penalised() needs float arithmetic evaluated in float (SSE2 or AArch64 math, or FLT_EVAL_METHOD 0)"
 #endif
