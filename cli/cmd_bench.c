@@ -490,12 +490,10 @@ int lg_cmd_bench(int argc, char **argv)
         case O_TOPP: if (!real_ok || d > 1) goto bad; o.sampling.top_p = (float)d; break;
         case O_MINP: if (!real_ok || d > 1) goto bad; o.sampling.min_p = (float)d; break;
         case O_PRES:
-        case O_FREQ: { /* [-2, 2]: negative values allowed */
-            double pv = optarg ? strtod(optarg, &end) : 99.0;
-            if (!optarg || !end || *end || end == optarg || !(pv >= -2 && pv <= 2)) goto bad;
-            *(c == O_PRES ? &o.presence_penalty : &o.frequency_penalty) = (float)pv;
+        case O_FREQ: /* [-2, 2]: real_ok without its d >= 0 */
+            if (!optarg || !end || *end || end == optarg || !(d >= -2 && d <= 2)) goto bad;
+            *(c == O_PRES ? &o.presence_penalty : &o.frequency_penalty) = (float)d;
             break;
-        }
         case O_HELP: usage(stdout); return 0;
         case O_WORKLOAD:
             if (strcmp(optarg, "poisson") && strcmp(optarg, "closed") && strcmp(optarg, "burst") && strcmp(optarg, "trace"))

@@ -722,19 +722,20 @@ static bool is_stop(const lg_engine *e, const request *r, int32_t tok)
 
 static bool has_penalty(const request *r) { return r->p.presence_penalty != 0 || r->p.frequency_penalty != 0; }
 
-/* The row's penalties are applied by the device sampler: it samples there
- * and its raw logits are not wanted (logprobs and first logits are of the
- * raw row, so such a row is penalised on the host, from its download). */
-static bool device_penalised(const lg_engine *e, const request *r, bool dev_sample)
+/* The request reads this step's raw logits row (logprobs, first logits). */
+static bool wants_raw_row(const request *r) { return r->p.logprobs || (r->n_generated == 0 && r->p.want_first_logits); }
+
+/* Its penalties are applied on the host, to a copy of its downloaded row:
+ * without device sampling, with LG_DEVICE_PENALTIES=0, or when the raw row
+ * is wanted too (the device sampler penalises rows in place). */
+static bool host_penalised(const lg_engine *e, const request *r, bool dev_sample)
 {
-    return dev_sample && e->dev_penalty && has_penalty(r) && !r->p.logprobs &&
-           !(r->n_generated == 0 && r->p.want_first_logits);
+    return has_penalty(r) && !(dev_sample && e->dev_penalty && !wants_raw_row(r));
 }
 
 static bool needs_host_row(const lg_engine *e, const request *r, bool dev_sample)
 {
-    return (has_penalty(r) && !device_penalised(e, r, dev_sample)) || r->p.logprobs ||
-           (r->n_generated == 0 && r->p.want_first_logits);
+    return host_penalised(e, r, dev_sample) || wants_raw_row(r);
 }
 
 /* Appends r's (token, count) pairs over its generated tokens, in order of
@@ -930,7 +931,7 @@ static int engine_step(lg_engine *e, lg_err *err)
         lg_sample_row *row = &e->rows[n_rows++];
         *row = (lg_sample_row){.temperature = sp->temperature, .top_k = sp->top_k, .top_p = sp->top_p,
                                .min_p = sp->min_p, .u = (float)lg_sampler_next_u(r->sampler)};
-        if (device_penalised(e, r, dev_sample) && add_penalty_pairs(e, r, row) != 0)
+        if (has_penalty(r) && !host_penalised(e, r, dev_sample) && add_penalty_pairs(e, r, row) != 0)
             pen_oom = true;
         if (needs_host_row(e, r, dev_sample))
             want_logits = true;
@@ -972,7 +973,7 @@ static int engine_step(lg_engine *e, lg_err *err)
             continue;
         const float *lg = want_logits ? e->logits + (size_t)li * V : NULL;
         int32_t tok;
-        if (lg && (!dev_sample || (has_penalty(r) && !device_penalised(e, r, dev_sample))))
+        if (lg && (!dev_sample || host_penalised(e, r, dev_sample)))
             tok = lg_sampler_sample_u(r->sampler, penalised(e, r, lg), (double)e->rows[li].u);
         else
             tok = e->ids[li];

@@ -81,13 +81,15 @@ static bool rope_fits(lg_tensor y, const lg_rope_kv *r)
 
 static bool rows_ok(lg_tensor t) { return t.stride % 8 == 0 && cu_aligned16(t.data); }
 
+/* one past the last byte of view t */
+static const char *view_end(lg_tensor t)
+{
+    return (const char *)t.data + ((size_t)(t.rows - 1) * t.stride + t.cols) * lg_dtype_size(t.dtype);
+}
 /* the bytes of view a and b intersect */
 static bool overlap(lg_tensor a, lg_tensor b)
 {
-    const size_t es = lg_dtype_size(a.dtype);
-    const char *a0 = (const char *)a.data, *a1 = a0 + ((size_t)(a.rows - 1) * a.stride + a.cols) * es;
-    const char *b0 = (const char *)b.data, *b1 = b0 + ((size_t)(b.rows - 1) * b.stride + b.cols) * lg_dtype_size(b.dtype);
-    return a0 < b1 && b0 < a1;
+    return (const char *)a.data < view_end(b) && (const char *)b.data < view_end(a);
 }
 
 int cu_norm_matmul(lg_backend *be, lg_tensor y, lg_tensor resid, lg_tensor delta, lg_tensor w, float eps,
