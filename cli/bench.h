@@ -23,6 +23,7 @@ typedef struct bench_opts {
     uint64_t seed;
     lg_sampling_params sampling;                  /* --temperature, --top-k, --top-p, --min-p (default greedy) */
     float presence_penalty, frequency_penalty;    /* --presence-penalty, --frequency-penalty */
+    int logprobs;                                 /* --logprobs N: each token's logprob + N alternatives; -1 off */
     /* serving workloads */
     int requests, clients;
     double rate;                                  /* Poisson arrivals per second */

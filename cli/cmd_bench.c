@@ -63,7 +63,7 @@ static void usage(FILE *f)
             "    [--adapter-host-mb N] [--threads N] [--seed S] [--json] [--no-progress]\n"
             "  sampling (default greedy; each request seeded from --seed):\n"
             "    [--temperature T] [--top-k K] [--top-p P] [--min-p P]\n"
-            "    [--presence-penalty P] [--frequency-penalty F]\n");
+            "    [--presence-penalty P] [--frequency-penalty F] [--logprobs N (each token's logprob, N alternatives)]\n");
 }
 
 void bench_sampling(const bench_opts *o, uint64_t i, lg_request_params *rp)
@@ -72,6 +72,8 @@ void bench_sampling(const bench_opts *o, uint64_t i, lg_request_params *rp)
     rp->sampling.seed = o->seed * 1000003u + i;
     rp->presence_penalty = o->presence_penalty;
     rp->frequency_penalty = o->frequency_penalty;
+    rp->logprobs = o->logprobs >= 0;
+    rp->top_logprobs = o->logprobs > 0 ? o->logprobs : 0;
 }
 
 static uint64_t rng_next(uint64_t *s)
@@ -296,10 +298,10 @@ static int run_batch(lg_engine *e, lg_backend *be, const bench_opts *o, const in
         json_object_set_new(j, "host_s", json_real(host_s));
         json_object_set_new(j, "sample_s", json_real(sample_s));
         json_object_set_new(j, "sampling",
-                            json_pack("{s:f,s:i,s:f,s:f,s:f,s:f}", "temperature", (double)o->sampling.temperature,
+                            json_pack("{s:f,s:i,s:f,s:f,s:f,s:f,s:i}", "temperature", (double)o->sampling.temperature,
                                       "top_k", o->sampling.top_k, "top_p", (double)o->sampling.top_p, "min_p",
                                       (double)o->sampling.min_p, "presence_penalty", (double)o->presence_penalty,
-                                      "frequency_penalty", (double)o->frequency_penalty));
+                                      "frequency_penalty", (double)o->frequency_penalty, "logprobs", o->logprobs));
         json_object_set_new(j, "warmup_and_adapter_load_s", json_real(load_s));
         json_object_set_new(j, "pool_pages", json_integer(s1.pages_total));
         json_object_set_new(j, "page_bytes", json_integer((json_int_t)s1.page_bytes));
@@ -427,7 +429,7 @@ int lg_cmd_bench(int argc, char **argv)
     enum { O_MODEL = 1000, O_FMT, O_BACKEND, O_NSEQ, O_PLEN, O_OLEN, O_ADP, O_RANK, O_TGT, O_DT, O_JSON, O_THR,
            O_BUDGET, O_SEED, O_HELP, O_WORKLOAD, O_REQS, O_RATE, O_CLIENTS, O_TRACE, O_PRANGE, O_ORANGE, O_RMIX,
            O_POP, O_PFXLEN, O_PFXFRAC, O_TENANTS, O_TW, O_TSHARE, O_SLOT, O_SLOP, O_POLICY, O_SHARING, O_POOL,
-           O_GPUUTIL, O_HOSTMB, O_CTX, O_MAXSEQS, O_LOADTEST, O_NOPROG, O_WARMUP, O_TEMP, O_TOPK, O_TOPP, O_MINP, O_PRES, O_FREQ };
+           O_GPUUTIL, O_HOSTMB, O_CTX, O_MAXSEQS, O_LOADTEST, O_NOPROG, O_WARMUP, O_TEMP, O_TOPK, O_TOPP, O_MINP, O_PRES, O_FREQ, O_LOGPROBS };
     static const struct option lo[] = {
         {"model", 1, 0, O_MODEL}, {"load-format", 1, 0, O_FMT}, {"backend", 1, 0, O_BACKEND},
         {"num-seqs", 1, 0, O_NSEQ}, {"prompt-len", 1, 0, O_PLEN}, {"output-len", 1, 0, O_OLEN},
@@ -443,12 +445,13 @@ int lg_cmd_bench(int argc, char **argv)
         {"ctx", 1, 0, O_CTX}, {"max-seqs", 1, 0, O_MAXSEQS}, {"adapter-load-test", 0, 0, O_LOADTEST},
         {"no-progress", 0, 0, O_NOPROG}, {"warmup", 1, 0, O_WARMUP}, {"temperature", 1, 0, O_TEMP},
         {"top-k", 1, 0, O_TOPK}, {"top-p", 1, 0, O_TOPP}, {"min-p", 1, 0, O_MINP},
-        {"presence-penalty", 1, 0, O_PRES}, {"frequency-penalty", 1, 0, O_FREQ}, {0, 0, 0, 0},
+        {"presence-penalty", 1, 0, O_PRES}, {"frequency-penalty", 1, 0, O_FREQ}, {"logprobs", 1, 0, O_LOGPROBS},
+        {0, 0, 0, 0},
     };
     bench_opts o = {.backend = "cpu", .targets = "q,k,v,o", .num_seqs = 32, .prompt_len = 128, .output_len = 64,
                     .ranks = {16}, .n_ranks = 1, .dtype = LG_F16, .seed = 1, .requests = 200, .rate = 4, .clients = 8,
                     .tenants = 1, .popularity = "uniform", .slo_ttft_ms = 500, .slo_tpot_ms = 50,
-                    .progress = true};
+                    .progress = true, .logprobs = -1};
     lg_sampling_params_default(&o.sampling);
     optind = 1;
     opterr = 0;
@@ -494,6 +497,7 @@ int lg_cmd_bench(int argc, char **argv)
             if (!optarg || !end || *end || end == optarg || !(d >= -2 && d <= 2)) goto bad;
             *(c == O_PRES ? &o.presence_penalty : &o.frequency_penalty) = (float)d;
             break;
+        case O_LOGPROBS: if (!num_ok || v > LG_MAX_TOP_LOGPROBS) goto bad; o.logprobs = (int)v; break;
         case O_HELP: usage(stdout); return 0;
         case O_WORKLOAD:
             if (strcmp(optarg, "poisson") && strcmp(optarg, "closed") && strcmp(optarg, "burst") && strcmp(optarg, "trace"))

@@ -7,14 +7,17 @@
  *     [--temperature T] [--top-p P] [--top-k K] [--seed S] [--json] [--logits]
  * --json prints one JSON object: "tokens" (generated ids), "text", and with
  * --logits "last_logits" (f32 logits at the last prompt position, i.e. the
- * distribution the first generated token was drawn from). --prompt-tokens
+ * distribution the first generated token was drawn from); with
+ * --logprobs N "logprobs": per generated token {"token", "logprob", "top":
+ * [[id, logprob], ...] (N best, best first)}, log-softmax of the raw logits
+ * (null where not finite). --prompt-tokens
  * feeds ids as given, adding no BOS. Without --json the text streams to
  * stdout as it is generated.
  *
  * LoRA: --lora NAME=DIR (repeatable) loads PEFT adapters, --use-lora NAME
  * picks one for the prompt. --batch FILE.jsonl submits every line
  * ({"prompt_tokens":[...]} or {"prompt":"..."}, optional "lora",
- * "max_tokens", "temperature", "seed") at once so they share batches, and
+ * "max_tokens", "temperature", "seed", "logprobs") at once so they share batches, and
  * prints one JSON line per input line, in input order. A line may also name
  * a "tenant" and a "cache_salt" (the prefix cache's namespace); with
  * --sequential each line is submitted only once the previous one finished,
@@ -24,6 +27,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -43,6 +47,7 @@ typedef struct gen_opts {
     const char *model, *backend, *prompt, *prompt_tokens, *system, *chat_template;
     bool chat, json, logits, stats;
     int max_tokens, top_k, threads, ctx, budget;
+    int logprobs; /* -1: off; else each token's logprob and this many alternatives */
     float temperature, top_p, min_p, presence_penalty, frequency_penalty;
     uint64_t seed;
     const char *stops[MAX_STOPS];
@@ -70,9 +75,10 @@ typedef struct gen_state {
     int n_out, cap_out;
     float *first_logits;
     int n_vocab;
+    lg_token_out *lps; /* with logprobs: each generated token's (parallel to out) */
     char *text;          /* accumulated emitted text */
     size_t text_len, text_cap;
-    bool done, stopped_by_string, failed, quiet;
+    bool done, stopped_by_string, failed, quiet, want_lps;
     lg_finish_reason reason;
     lg_usage usage;
     char error[512];
@@ -97,6 +103,8 @@ static void usage(FILE *f)
             "  --stop TEXT            stop string (repeatable, up to %d)\n"
             "  --json                 print one JSON object: tokens, text, finish_reason, usage\n"
             "  --logits               with --json: add last_logits (logits at the last prompt position)\n"
+            "  --logprobs N           with --json: add logprobs, each generated token's log-softmax and its\n"
+            "                         N (0..%d) most likely alternatives\n"
             "  --stats                print prompt/decode speed to stderr\n"
             "  --threads N            CPU threads (default: all cores)\n"
             "  --ctx N                context length to allocate (default min(model, 4096))\n"
@@ -112,10 +120,10 @@ static void usage(FILE *f)
             "  --gpu-memory-utilization F  fraction of the GPU's memory for weights + pool (default 0.90)\n"
             "  --prefix-sharing tenant|global|off  who shares cached prompt prefixes (default tenant)\n"
             "  --batch FILE.jsonl     one request per line: {\"prompt_tokens\":[..]} or {\"prompt\":\"..\"},\n"
-            "                         optional \"lora\", \"max_tokens\", \"temperature\", \"seed\",\n"
+            "                         optional \"lora\", \"max_tokens\", \"temperature\", \"seed\", \"logprobs\",\n"
             "                         \"tenant\", \"cache_salt\"; prints JSONL\n"
             "  --sequential           with --batch: submit each line after the previous one finished\n",
-            MAX_STOPS);
+            MAX_STOPS, LG_MAX_TOP_LOGPROBS);
 }
 
 static int parse_int(const char *s, const char *what, long lo, long hi, long *out)
@@ -217,7 +225,17 @@ static void on_token(void *user, int64_t id, const lg_token_out *t)
         if (!no)
             return;
         st->out = no;
+        if (st->want_lps) {
+            lg_token_out *nl = realloc(st->lps, (size_t)c * sizeof *nl);
+            if (!nl)
+                return;
+            st->lps = nl;
+        }
         st->cap_out = c;
+    }
+    if (st->want_lps && st->lps) { /* lps has cap_out entries, as out */
+        st->lps[st->n_out] = *t;
+        st->lps[st->n_out].logits = NULL; /* the engine's buffer: valid only during this call */
     }
     st->out[st->n_out++] = token;
     if (!st->detok)
@@ -257,7 +275,7 @@ static void on_finish(void *user, int64_t id, lg_finish_reason reason, const lg_
 static int parse_args(int argc, char **argv, gen_opts *o)
 {
     enum { O_MODEL = 1000, O_BACKEND, O_PROMPT, O_PTOK, O_CHAT, O_SYSTEM, O_TMPL, O_MAXTOK, O_TEMP, O_TOPP, O_TOPK,
-           O_MINP, O_PRES, O_FREQ, O_SEED, O_STOP, O_JSON, O_LOGITS, O_STATS, O_THREADS, O_CTX, O_DQ, O_BUDGET, O_HELP, O_LORA, O_USELORA, O_BATCH, O_MAXRANK, O_POOL, O_DTYPE, O_GPUUTIL, O_SHARING, O_SEQ };
+           O_MINP, O_PRES, O_FREQ, O_SEED, O_STOP, O_JSON, O_LOGITS, O_STATS, O_THREADS, O_CTX, O_DQ, O_BUDGET, O_HELP, O_LORA, O_USELORA, O_BATCH, O_MAXRANK, O_POOL, O_DTYPE, O_GPUUTIL, O_SHARING, O_SEQ, O_LOGPROBS };
     static const struct option longopts[] = {
         {"model", required_argument, 0, O_MODEL}, {"backend", required_argument, 0, O_BACKEND},
         {"prompt", required_argument, 0, O_PROMPT}, {"prompt-tokens", required_argument, 0, O_PTOK},
@@ -275,10 +293,11 @@ static int parse_args(int argc, char **argv, gen_opts *o)
         {"max-lora-rank", required_argument, 0, O_MAXRANK}, {"pool-mb", required_argument, 0, O_POOL},
         {"dtype", required_argument, 0, O_DTYPE}, {"gpu-memory-utilization", required_argument, 0, O_GPUUTIL},
         {"prefix-sharing", required_argument, 0, O_SHARING}, {"sequential", no_argument, 0, O_SEQ},
+        {"logprobs", required_argument, 0, O_LOGPROBS},
         {0, 0, 0, 0},
     };
     *o = (gen_opts){.backend = "cpu", .max_tokens = 256, .top_p = 1.0f, .dequant = LG_F16, .budget = 512,
-                    .max_lora_rank = 64};
+                    .max_lora_rank = 64, .logprobs = -1};
     optind = 1;
     opterr = 0;
     int c;
@@ -293,6 +312,10 @@ static int parse_args(int argc, char **argv, gen_opts *o)
         case O_SYSTEM: o->system = optarg; break;
         case O_TMPL: o->chat_template = optarg; break;
         case O_MAXTOK: if (parse_int(optarg, "--max-tokens", 1, 1 << 24, &v)) return 2; o->max_tokens = (int)v; break;
+        case O_LOGPROBS:
+            if (parse_int(optarg, "--logprobs", 0, LG_MAX_TOP_LOGPROBS, &v)) return 2;
+            o->logprobs = (int)v;
+            break;
         case O_TEMP:
             if (parse_float(optarg, "--temperature", &o->temperature)) return 2;
             if (o->temperature < 0) {
@@ -424,6 +447,10 @@ static int parse_args(int argc, char **argv, gen_opts *o)
         fprintf(stderr, "loragate generate: --logits needs --json\n");
         return 2;
     }
+    if (o->logprobs >= 0 && !o->json && !o->batch) {
+        fprintf(stderr, "loragate generate: --logprobs needs --json\n");
+        return 2;
+    }
     return 0;
 }
 
@@ -457,6 +484,9 @@ static int build_prompt(const gen_opts *o, const lg_weights *w, int32_t **ids, i
     return rc;
 }
 
+/* JSON has no NaN or infinity: those become null */
+static json_t *json_num_or_null(float v) { return isfinite(v) ? json_real(v) : json_null(); }
+
 static void print_json(const gen_state *st, const lg_engine_stats *es)
 {
     json_t *o = json_object();
@@ -473,6 +503,20 @@ static void print_json(const gen_state *st, const lg_engine_stats *es)
         json_object_set_new(u, "completion_tokens", json_integer(st->usage.completion_tokens));
         json_object_set_new(u, "cached_tokens", json_integer(st->usage.cached_tokens));
         json_object_set_new(o, "usage", u);
+        if (st->want_lps) {
+            json_t *a = json_array();
+            for (int i = 0; i < st->n_out && st->lps; i++) {
+                const lg_token_out *t = &st->lps[i];
+                json_t *e = json_object(), *top = json_array();
+                json_object_set_new(e, "token", json_integer(t->token));
+                json_object_set_new(e, "logprob", json_num_or_null(t->logprob));
+                for (int k = 0; k < t->n_top; k++)
+                    json_array_append_new(top, json_pack("[io]", t->top_ids[k], json_num_or_null(t->top_logprobs[k])));
+                json_object_set_new(e, "top", top);
+                json_array_append_new(a, e);
+            }
+            json_object_set_new(o, "logprobs", a);
+        }
         if (st->o->logits && st->first_logits) {
             json_t *l = json_array();
             for (int i = 0; i < st->n_vocab; i++) json_array_append_new(l, json_real(st->first_logits[i]));
@@ -502,6 +546,7 @@ typedef struct gen_job {
     int adapter_id;
     int max_tokens;
     float temperature;
+    int logprobs; /* as gen_opts.logprobs */
     uint64_t seed;
     char *tenant, *cache_salt;
     gen_state st;
@@ -521,6 +566,8 @@ static int parse_batch_line(const char *line, int lineno, const gen_opts *o, con
     json_t *lo = json_object_get(root, "lora"), *mt = json_object_get(root, "max_tokens");
     json_t *te = json_object_get(root, "temperature"), *se = json_object_get(root, "seed");
     json_t *tn = json_object_get(root, "tenant"), *cs = json_object_get(root, "cache_salt");
+    json_t *lp = json_object_get(root, "logprobs");
+    j->logprobs = o->logprobs;
     j->max_tokens = o->max_tokens;
     j->temperature = o->temperature;
     j->seed = o->seed;
@@ -568,6 +615,13 @@ static int parse_batch_line(const char *line, int lineno, const gen_opts *o, con
             rc = lg_fail(err, "--batch line %d: \"temperature\" must be a number >= 0", lineno);
         else
             j->temperature = (float)json_number_value(te);
+    }
+    if (rc == 0 && lp && !json_is_null(lp)) {
+        if (!json_is_integer(lp) || json_integer_value(lp) < 0 || json_integer_value(lp) > LG_MAX_TOP_LOGPROBS)
+            rc = lg_fail(err, "--batch line %d: \"logprobs\" must be an integer in [0, %d]", lineno,
+                         LG_MAX_TOP_LOGPROBS);
+        else
+            j->logprobs = (int)json_integer_value(lp);
     }
     if (rc == 0 && se) {
         if (!json_is_integer(se) || json_integer_value(se) < 0)
@@ -639,6 +693,7 @@ static int submit_job(const gen_opts *o, lg_engine *e, const lg_tokenizer *tok, 
     st->engine = e;
     st->tok = tok;
     st->quiet = json_out;
+    st->want_lps = j->logprobs >= 0;
     st->detok = tok ? lg_detok_new(tok, true) : NULL;
     st->stopper = lg_stopper_new(o->stops, o->n_stops);
     lg_request_params rp = {
@@ -646,7 +701,8 @@ static int submit_job(const gen_opts *o, lg_engine *e, const lg_tokenizer *tok, 
         .sampling = {.temperature = j->temperature, .top_k = o->top_k, .top_p = o->top_p, .min_p = o->min_p,
                      .seed = j->seed},
         .presence_penalty = o->presence_penalty, .frequency_penalty = o->frequency_penalty,
-        .want_first_logits = o->logits, .adapter_id = j->adapter_id, .tenant = j->tenant,
+        .want_first_logits = o->logits, .logprobs = j->logprobs >= 0,
+        .top_logprobs = j->logprobs > 0 ? j->logprobs : 0, .adapter_id = j->adapter_id, .tenant = j->tenant,
         .cache_salt = j->cache_salt, .cb = {on_token, on_finish}, .user = st,
     };
     lg_err rerr;
@@ -721,6 +777,7 @@ int lg_cmd_generate(int argc, char **argv)
         }
         jobs[0].max_tokens = o.max_tokens;
         jobs[0].temperature = o.temperature;
+        jobs[0].logprobs = o.logprobs;
         jobs[0].seed = o.seed;
         if (o.use_lora && !(jobs[0].adapter_id = lg_engine_find_adapter(e, o.use_lora))) {
             lg_fail(&err, "--use-lora %s: no adapter of that name was loaded with --lora", o.use_lora);
@@ -792,6 +849,7 @@ out:
         free(st->out);
         free(st->text);
         free(st->first_logits);
+        free(st->lps);
         free(jobs[i].prompt);
         free(jobs[i].tenant);
         free(jobs[i].cache_salt);

@@ -146,7 +146,27 @@ typedef struct lg_sample_row {
      * the row is not changed. */
     float presence, frequency;
     int32_t pen_off, pen_n;
+    /* logprobs != 0: the backend also reports the row's log-softmax (at
+     * temperature 1, of the logits it sampled from: after the penalties)
+     * in an lg_logprob_row: the chosen token's logprob and the
+     * top_logprobs (0..LG_LOGPROB_TOP) best alternatives. */
+    int32_t logprobs, top_logprobs;
 } lg_sample_row;
+
+#define LG_LOGPROB_TOP 20
+/* One row's logprobs from the device sampler: logprob = logit(token) - L
+ * with L = log(sum_i exp(logit_i)) (max-shifted, summed in double), and the
+ * n_top (<= the row's top_logprobs; fewer only when fewer logits are not
+ * NaN) largest logits, ordered by logit descending then id ascending (the
+ * host's lg_logprobs order, sampling.h), each minus L. NaN logits are never
+ * listed; a NaN anywhere in the row (or +inf, or a row of -inf) makes L,
+ * and so every logprob, NaN, as on the host. */
+typedef struct lg_logprob_row {
+    float logprob;
+    int32_t n_top;
+    int32_t top_ids[LG_LOGPROB_TOP];
+    float top_logprobs[LG_LOGPROB_TOP];
+} lg_logprob_row;
 
 typedef struct lg_backend lg_backend;
 
@@ -215,10 +235,13 @@ typedef struct lg_backend_i {
      * params rows[i] (device memory), out_ids[i] (device) = the token chosen
      * by exactly the rules of engine/sampling.h given the uniform rows[i].u,
      * after the row's penalties (pen: device (token, count) pairs that the
-     * rows index; NULL: no row has any) are applied to logits in place.
+     * rows index; NULL: no row has any) are applied to logits in place;
+     * then for rows with rows[i].logprobs != 0, lp[i] (device; NULL when no
+     * row asks) = the row's lg_logprob_row for token out_ids[i]. Other
+     * rows' lp entries are left as they were.
      * NULL: logits are downloaded and sampled on the host. */
     int (*sample)(lg_backend *be, int32_t *out_ids, float *logits, int n, int V, const struct lg_sample_row *rows,
-                  const int32_t *pen);
+                  const int32_t *pen, struct lg_logprob_row *lp);
 
     /* Several LoRA slots over one input in one launch (q,k,v; gate,up). With
      * R = lm->max_rank and tmp [T, k * R]:

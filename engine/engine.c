@@ -177,13 +177,16 @@ int lg_engine_create(lg_backend *be, const lg_weights *w, const lg_engine_opts *
     e->logits = malloc((size_t)S * (size_t)V * sizeof(float));
     e->rows = calloc((size_t)S, sizeof *e->rows);
     e->ids = calloc((size_t)S, sizeof *e->ids);
+    e->lps = calloc((size_t)S, sizeof *e->lps);
     e->row_tmp = malloc((size_t)V * sizeof(float));
     e->pen_stamp = calloc((size_t)V, sizeof *e->pen_stamp);
     e->pen_idx = malloc((size_t)V * sizeof *e->pen_idx);
     const char *dp = getenv("LG_DEVICE_PENALTIES"); /* 0: penalised rows sampled on the host (comparisons) */
     e->dev_penalty = !(dp && strcmp(dp, "0") == 0);
+    const char *dl = getenv("LG_DEVICE_LOGPROBS"); /* 0: logprobs from downloaded logits (comparisons) */
+    e->dev_logprobs = !(dl && strcmp(dl, "0") == 0);
     e->running = calloc((size_t)S + 1, sizeof *e->running);
-    if (!e->fair || !e->reg_by_name || !e->seqs || !e->sched || !e->chunk || !e->logits || !e->rows || !e->ids ||
+    if (!e->fair || !e->reg_by_name || !e->seqs || !e->sched || !e->chunk || !e->logits || !e->rows || !e->ids || !e->lps ||
         !e->row_tmp || !e->pen_stamp || !e->pen_idx || !e->running) {
         lg_engine_free(e);
         return lg_fail(err, "out of memory");
@@ -278,6 +281,7 @@ void lg_engine_free(lg_engine *e)
     free(e->logits);
     free(e->rows);
     free(e->ids);
+    free(e->lps);
     free(e->row_tmp);
     free(e->pen_stamp);
     free(e->pen_idx);
@@ -722,20 +726,32 @@ static bool is_stop(const lg_engine *e, const request *r, int32_t tok)
 
 static bool has_penalty(const request *r) { return r->p.presence_penalty != 0 || r->p.frequency_penalty != 0; }
 
-/* The request reads this step's raw logits row (logprobs, first logits). */
-static bool wants_raw_row(const request *r) { return r->p.logprobs || (r->n_generated == 0 && r->p.want_first_logits); }
+/* The device sampler reports the request's logprobs (lg_logprob_row): it
+ * asks for them and its row is not penalised (the device penalises rows in
+ * place, and logprobs are of the raw row). */
+static bool device_logprobs(const lg_engine *e, const request *r, bool dev_sample)
+{
+    return dev_sample && e->dev_logprobs && r->p.logprobs && !has_penalty(r);
+}
+
+/* The request reads this step's raw logits row on the host (logprobs the
+ * device does not report, first logits). */
+static bool wants_raw_row(const lg_engine *e, const request *r, bool dev_sample)
+{
+    return (r->p.logprobs && !device_logprobs(e, r, dev_sample)) || (r->n_generated == 0 && r->p.want_first_logits);
+}
 
 /* Its penalties are applied on the host, to a copy of its downloaded row:
  * without device sampling, with LG_DEVICE_PENALTIES=0, or when the raw row
  * is wanted too (the device sampler penalises rows in place). */
 static bool host_penalised(const lg_engine *e, const request *r, bool dev_sample)
 {
-    return has_penalty(r) && !(dev_sample && e->dev_penalty && !wants_raw_row(r));
+    return has_penalty(r) && !(dev_sample && e->dev_penalty && !wants_raw_row(e, r, dev_sample));
 }
 
 static bool needs_host_row(const lg_engine *e, const request *r, bool dev_sample)
 {
-    return host_penalised(e, r, dev_sample) || wants_raw_row(r);
+    return host_penalised(e, r, dev_sample) || wants_raw_row(e, r, dev_sample);
 }
 
 /* Appends r's (token, count) pairs over its generated tokens, in order of
@@ -808,34 +824,7 @@ static const float *penalised(lg_engine *e, const request *r, const float *lg)
     return e->row_tmp;
 }
 
-/* log-softmax of the raw row: the chosen token's logprob and the top n. */
-static void logprobs(const float *lg, int V, int32_t tok, int n_top, lg_token_out *o)
-{
-    float mx = -INFINITY;
-    for (int i = 0; i < V; i++)
-        if (lg[i] > mx) mx = lg[i];
-    double z = 0;
-    for (int i = 0; i < V; i++) z += exp((double)lg[i] - mx);
-    double lz = mx + log(z);
-    o->logprob = (float)((double)lg[tok] - lz);
-    o->n_top = 0;
-    for (int i = 0; i < V && n_top > 0; i++) {
-        float v = lg[i];
-        if (v != v)
-            continue;
-        if (o->n_top == n_top && !(v > o->top_logprobs[n_top - 1]))
-            continue;
-        int k = o->n_top < n_top ? o->n_top++ : n_top - 1;
-        while (k > 0 && v > o->top_logprobs[k - 1]) { /* ties keep the lower id first */
-            o->top_logprobs[k] = o->top_logprobs[k - 1];
-            o->top_ids[k] = o->top_ids[k - 1];
-            k--;
-        }
-        o->top_logprobs[k] = v;
-        o->top_ids[k] = i;
-    }
-    for (int k = 0; k < o->n_top; k++) o->top_logprobs[k] = (float)((double)o->top_logprobs[k] - lz);
-}
+_Static_assert(LG_LOGPROB_TOP == LG_MAX_TOP_LOGPROBS, "the device reports as many alternatives as a request may ask");
 
 /* ---- the step ---------------------------------------------------------------------------- */
 
@@ -922,7 +911,7 @@ static int engine_step(lg_engine *e, lg_err *err)
     bool dev_sample = lg_model_samples_on_device(e->model);
     bool want_logits = !dev_sample;
     e->n_pen = 0;
-    bool pen_oom = false;
+    bool pen_oom = false, any_lp = false;
     for (int s = 0; s < n; s++) {
         if (!e->seqs[s].want_logits)
             continue;
@@ -933,6 +922,11 @@ static int engine_step(lg_engine *e, lg_err *err)
                                .min_p = sp->min_p, .u = (float)lg_sampler_next_u(r->sampler)};
         if (has_penalty(r) && !host_penalised(e, r, dev_sample) && add_penalty_pairs(e, r, row) != 0)
             pen_oom = true;
+        if (device_logprobs(e, r, dev_sample)) {
+            row->logprobs = 1;
+            row->top_logprobs = r->p.top_logprobs;
+            any_lp = true;
+        }
         if (needs_host_row(e, r, dev_sample))
             want_logits = true;
     }
@@ -940,7 +934,7 @@ static int engine_step(lg_engine *e, lg_err *err)
     double t0 = lg_now();
     if ((pen_oom && lg_fail(err, "out of memory for the step's penalty pairs")) ||
         lg_model_step(e->model, e->pool, e->seqs, n, dev_sample ? e->rows : NULL, e->pen_pairs, e->n_pen,
-                      dev_sample ? e->ids : NULL,
+                      dev_sample ? e->ids : NULL, any_lp ? e->lps : NULL,
                       want_logits ? e->logits : NULL, err) != 0) {
         for (int s = 0; s < n; s++) {
             e->sched[s]->cancel = true;
@@ -979,8 +973,20 @@ static int engine_step(lg_engine *e, lg_err *err)
             tok = e->ids[li];
         li++;
         lg_token_out o = {.token = tok, .index = r->n_generated, .n_vocab = V};
-        if (r->p.logprobs && lg)
-            logprobs(lg, V, tok, r->p.top_logprobs, &o);
+        lg_logprob_row hl;
+        const lg_logprob_row *d = NULL; /* the row's logprobs: the device's, else from its downloaded logits */
+        if (device_logprobs(e, r, dev_sample)) {
+            d = &e->lps[li - 1];
+        } else if (r->p.logprobs && lg) {
+            lg_logprobs(lg, V, tok, r->p.top_logprobs, &hl);
+            d = &hl;
+        }
+        if (d) {
+            o.logprob = d->logprob;
+            o.n_top = d->n_top;
+            memcpy(o.top_ids, d->top_ids, (size_t)d->n_top * sizeof *o.top_ids);
+            memcpy(o.top_logprobs, d->top_logprobs, (size_t)d->n_top * sizeof *o.top_logprobs);
+        }
         if (r->n_generated == 0) {
             r->usage.t_first_token = lg_now();
             if (r->p.want_first_logits)

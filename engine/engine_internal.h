@@ -132,6 +132,8 @@ struct lg_engine {
     float *logits;
     lg_sample_row *rows;
     int32_t *ids;
+    lg_logprob_row *lps;        /* [max_seqs]: the device sampler's logprobs (LG_DEVICE_LOGPROBS=0: host) */
+    bool dev_logprobs;
     float *row_tmp;             /* [vocab] penalised copy of a logits row */
     uint32_t *pen_stamp;        /* [vocab] */
     uint32_t pen_gen;

@@ -89,7 +89,9 @@ struct lg_model {
     int32_t *meta_dev;
     int32_t *meta_host;
     bool dev_sample;                /* the backend samples: the step's rows ride in the metadata upload */
-    int32_t *sample_ids_dev;        /* [max_seqs] */
+    int32_t *sample_ids_dev;        /* [max_seqs] ids, then [max_seqs] lg_logprob_row (one download) */
+    lg_logprob_row *lp_dev;         /* the rows' logprobs, in sample_ids_dev's allocation */
+    int32_t *sample_out_host;       /* the same layout on the host: the download's destination */
     int32_t *pen_dev;               /* [2 * pen_cap]: the step's penalty pairs, grown on demand */
     int pen_cap;
     size_t meta_cap;     /* int32 elements */
@@ -374,14 +376,18 @@ int lg_model_create(lg_backend *be, const lg_weights *w, const lg_model_opts *op
         if (be->i.sample && !(hs && *hs == '1')) {
             m->dev_sample = true;
             m->meta_cap += (size_t)m->opts.max_seqs * SAMPLE_ROW_INTS;
-            m->sample_ids_dev = be->i.alloc(be, (size_t)m->opts.max_seqs * sizeof(int32_t));
+            const size_t out_bytes = (size_t)m->opts.max_seqs * (sizeof(int32_t) + sizeof(lg_logprob_row));
+            m->sample_ids_dev = be->i.alloc(be, out_bytes);
+            m->sample_out_host = malloc(out_bytes);
+            if (m->sample_ids_dev)
+                m->lp_dev = (lg_logprob_row *)(m->sample_ids_dev + m->opts.max_seqs);
             /* penalty pairs: room for 512 distinct generated tokens per sequence up front, so that
              * a step grows the buffer (a free, which waits for the device) only beyond that */
             m->pen_cap = m->opts.max_seqs * 512;
             m->pen_dev = be->i.alloc(be, (size_t)m->pen_cap * 2 * sizeof(int32_t));
             if (!m->pen_dev)
                 m->pen_cap = 0;
-            if (!m->sample_ids_dev) {
+            if (!m->sample_ids_dev || !m->sample_out_host) {
                 lg_fail(err, "cannot allocate sampling buffers");
                 goto fail;
             }
@@ -470,6 +476,7 @@ void lg_model_free(lg_model *m)
     if (m->abuf && lg_dtype_size(be->act_dtype) < 4 && m->logits.data) be->i.dealloc(be, m->logits.data);
     if (m->meta_dev) be->i.dealloc(be, m->meta_dev);
     if (m->sample_ids_dev) be->i.dealloc(be, m->sample_ids_dev);
+    free(m->sample_out_host);
     if (m->pen_dev) be->i.dealloc(be, m->pen_dev);
     free(m->meta_host);
     if (m->lora_tmp.data) be->i.dealloc(be, m->lora_tmp.data);
@@ -661,8 +668,8 @@ static int forward(lg_model *m, const lg_kv_view *kv0, const lg_step_meta *meta,
 bool lg_model_samples_on_device(const lg_model *m) { return m->dev_sample; }
 
 int lg_model_step(lg_model *m, lg_page_pool *pool, const lg_step_seq *seqs, int n_seqs,
-                  const lg_sample_row *sample_rows, const int32_t *pen, int n_pen, int32_t *ids, float *logits,
-                  lg_err *err)
+                  const lg_sample_row *sample_rows, const int32_t *pen, int n_pen, int32_t *ids, lg_logprob_row *lp,
+                  float *logits, lg_err *err)
 {
     lg_backend *be = m->be;
     const lg_model_config *c = &m->cfg;
@@ -859,9 +866,21 @@ int lg_model_step(lg_model *m, lg_page_pool *pool, const lg_step_seq *seqs, int 
         return -1;
     const double t3 = m->timing ? lg_now() : 0;
     if (sample) {
+        bool any_lp = false;
+        for (int i = 0; lp && i < n_logits; i++)
+            any_lp |= sample_rows[i].logprobs != 0;
         TRY(be->i.sample(be, m->sample_ids_dev, m->logits.data, n_logits, c->vocab_size,
-                         (const lg_sample_row *)(m->meta_dev + rows_at), n_pen > 0 ? m->pen_dev : NULL));
-        TRY(be->i.download(be, ids, m->sample_ids_dev, (size_t)n_logits * sizeof(int32_t)));
+                         (const lg_sample_row *)(m->meta_dev + rows_at), n_pen > 0 ? m->pen_dev : NULL,
+                         any_lp ? m->lp_dev : NULL));
+        if (any_lp) { /* one download: the ids, the unused id slots, then the rows' logprobs */
+            const size_t ms = (size_t)m->opts.max_seqs;
+            TRY(be->i.download(be, m->sample_out_host, m->sample_ids_dev,
+                               ms * sizeof(int32_t) + (size_t)n_logits * sizeof(lg_logprob_row)));
+            memcpy(ids, m->sample_out_host, (size_t)n_logits * sizeof(int32_t));
+            memcpy(lp, m->sample_out_host + ms, (size_t)n_logits * sizeof(lg_logprob_row));
+        } else {
+            TRY(be->i.download(be, ids, m->sample_ids_dev, (size_t)n_logits * sizeof(int32_t)));
+        }
     }
     if (n_logits > 0 && logits)
         TRY(be->i.download(be, logits, m->logits.data, (size_t)n_logits * (size_t)c->vocab_size * 4));

@@ -62,12 +62,14 @@ typedef struct lg_step_seq {
  * backend samples row i with sample_rows[i] and ids[i] receives the token
  * (n_wanted ints come back instead of the logits); pen holds the n_pen
  * (token, count) pairs the rows' penalties index (lg_sample_row; NULL / 0:
- * none), and a penalised row's logits are changed in place; with logits
- * (may be NULL), the f32 logits [n_wanted, vocab] are downloaded (after
- * sampling). */
+ * none), and a penalised row's logits are changed in place; with lp (may be
+ * NULL: no row's logprobs are set), lp[i] receives the lg_logprob_row of
+ * each row i whose sample_rows[i].logprobs is set (others: unspecified);
+ * with logits (may be NULL), the f32 logits [n_wanted, vocab] are
+ * downloaded (after sampling). */
 int lg_model_step(lg_model *m, lg_page_pool *pool, const lg_step_seq *seqs, int n_seqs,
-                  const lg_sample_row *sample_rows, const int32_t *pen, int n_pen, int32_t *ids, float *logits,
-                  lg_err *err);
+                  const lg_sample_row *sample_rows, const int32_t *pen, int n_pen, int32_t *ids, lg_logprob_row *lp,
+                  float *logits, lg_err *err);
 /* true when the backend has a device sampler (the `sample` slot). */
 bool lg_model_samples_on_device(const lg_model *m);
 

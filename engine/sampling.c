@@ -23,6 +23,8 @@
  */
 #include "sampling.h"
 
+#include "backend.h" /* lg_logprob_row */
+
 #include "sampling_weight.h"
 
 #include <math.h>
@@ -336,4 +338,34 @@ int32_t lg_sampler_sample_u(lg_sampler *s, const float *logits, double u)
             return c[i].id;
     }
     return c[n - 1].id; /* unreachable: Z' >= 2^31 and u <= 1 - 2^-24 */
+}
+
+void lg_logprobs(const float *lg, int V, int32_t tok, int n_top, lg_logprob_row *o)
+{
+    if (n_top > LG_LOGPROB_TOP)
+        n_top = LG_LOGPROB_TOP;
+    float mx = -INFINITY;
+    for (int i = 0; i < V; i++)
+        if (lg[i] > mx) mx = lg[i];
+    double z = 0;
+    for (int i = 0; i < V; i++) z += exp((double)lg[i] - mx);
+    double lz = mx + log(z);
+    o->logprob = tok >= 0 && tok < V ? (float)((double)lg[tok] - lz) : NAN;
+    o->n_top = 0;
+    for (int i = 0; i < V && n_top > 0; i++) {
+        float v = lg[i];
+        if (v != v)
+            continue;
+        if (o->n_top == n_top && !(v > o->top_logprobs[n_top - 1]))
+            continue;
+        int k = o->n_top < n_top ? o->n_top++ : n_top - 1;
+        while (k > 0 && v > o->top_logprobs[k - 1]) { /* ties keep the lower id first */
+            o->top_logprobs[k] = o->top_logprobs[k - 1];
+            o->top_ids[k] = o->top_ids[k - 1];
+            k--;
+        }
+        o->top_logprobs[k] = v;
+        o->top_ids[k] = i;
+    }
+    for (int k = 0; k < o->n_top; k++) o->top_logprobs[k] = (float)((double)o->top_logprobs[k] - lz);
 }

@@ -71,4 +71,13 @@ int32_t lg_sampler_sample_u(lg_sampler *s, const float *logits, double u);
 /* Greedy helper usable without a sampler. */
 int32_t lg_argmax(const float *logits, int n);
 
+/* OpenAI's logprobs of a raw logits row[n_vocab] (the host's definition;
+ * the device sampler's kernels/logprobs.cu follows it, backend.h
+ * lg_logprob_row): L = max + log(sum exp(logit - max)) in double (max over
+ * the non-NaN logits; NaN anywhere, +inf, or a row of -inf make L NaN);
+ * o->logprob = logits[tok] - L; o->n_top (<= n_top <= LG_LOGPROB_TOP) best
+ * logits by (logit desc, id asc), NaN skipped, each minus L. */
+struct lg_logprob_row;
+void lg_logprobs(const float *logits, int n_vocab, int32_t tok, int n_top, struct lg_logprob_row *o);
+
 #endif

@@ -28,6 +28,7 @@
  * choice's sampled tokens. The ledger record holds the same numbers.
  */
 #include <inttypes.h>
+#include <math.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -179,19 +180,24 @@ static json_t *token_text(const lg_tokenizer *tok, int32_t id, json_t **bytes)
     return t;
 }
 
+/* A logprob as JSON. JSON has no -inf or NaN (jansson's json_real refuses
+ * them, which dropped the key): OpenAI's value for "very unlikely", -9999.0,
+ * stands in for any logprob that is not finite. */
+static json_t *lp_real(float v) { return json_real(isfinite(v) ? (double)v : -9999.0); }
+
 /* The logprobs entry of one token, in the route's shape. */
 static json_t *chat_lp_entry(const lg_tokenizer *tok, const ev_token *t, int top)
 {
     json_t *bytes;
     json_t *e = json_object();
     json_object_set_new(e, "token", token_text(tok, t->token, &bytes));
-    json_object_set_new(e, "logprob", json_real(t->logprob));
+    json_object_set_new(e, "logprob", lp_real(t->logprob));
     json_object_set_new(e, "bytes", bytes);
     json_t *tops = json_array();
     for (int i = 0; i < t->n_top && i < top; i++) {
         json_t *b2, *o = json_object();
         json_object_set_new(o, "token", token_text(tok, t->top_ids[i], &b2));
-        json_object_set_new(o, "logprob", json_real(t->top_lp[i]));
+        json_object_set_new(o, "logprob", lp_real(t->top_lp[i]));
         json_object_set_new(o, "bytes", b2);
         json_array_append_new(tops, o);
     }
@@ -207,11 +213,11 @@ static json_t *cmpl_lp_new(void)
 static void cmpl_lp_add(json_t *lp, const lg_tokenizer *tok, const ev_token *t, int top, size_t offset)
 {
     json_array_append_new(json_object_get(lp, "tokens"), token_text(tok, t->token, NULL));
-    json_array_append_new(json_object_get(lp, "token_logprobs"), json_real(t->logprob));
+    json_array_append_new(json_object_get(lp, "token_logprobs"), lp_real(t->logprob));
     json_t *o = json_object();
     for (int i = 0; i < t->n_top && i < top; i++) {
         json_t *k = token_text(tok, t->top_ids[i], NULL);
-        json_object_set_new(o, json_string_value(k), json_real(t->top_lp[i]));
+        json_object_set_new(o, json_string_value(k), lp_real(t->top_lp[i]));
         json_decref(k);
     }
     json_array_append_new(json_object_get(lp, "top_logprobs"), o);

@@ -711,7 +711,7 @@ penalize_kernel(float *logits, int V, const lg_sample_row *rows, const int32_t *
 }
 
 int cu_sample(lg_backend *be, int32_t *out_ids, float *logits, int n, int V, const lg_sample_row *rows,
-              const int32_t *pen)
+              const int32_t *pen, lg_logprob_row *lp)
 {
     cuda_ctx *c = CU_CTX(be);
     if (n < 0 || V <= 0)
@@ -782,5 +782,5 @@ int cu_sample(lg_backend *be, int32_t *out_ids, float *logits, int n, int V, con
     const int atom = cu_switch(&hist_mode, "LG_SAMPLE_HIST", 1) != 0 && V <= 65535 * SM_WARPS; /* u32 sums */
     CU_TRY(c, cudaLaunchKernelEx(&cfg, f, out_ids, logits, V, rows, C, atom));
     CU_LAUNCHED(c);
-    return 0;
+    return lp ? cu_logprobs(c, lp, logits, n, V, rows, out_ids) : 0;
 }

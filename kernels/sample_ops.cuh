@@ -14,10 +14,16 @@
  *              lg_sample_row), then
  *   for i < n: out_ids[i] = the token of engine/sampling.h's rules for
  *              logits[i * V .. i * V + V) with rows[i] (u = rows[i].u),
- *   bit-identical to lg_sampler_sample_u(logits row, (double)rows[i].u).
- * logits f32 [n, V] contiguous, rows [n], out_ids [n], pen: all device memory. */
+ *   bit-identical to lg_sampler_sample_u(logits row, (double)rows[i].u),
+ *   then with lp: cu_logprobs.
+ * logits f32 [n, V] contiguous, rows [n], out_ids [n], pen, lp: all device memory. */
 int cu_sample(lg_backend *be, int32_t *out_ids, float *logits, int n, int V, const lg_sample_row *rows,
-              const int32_t *pen);
+              const int32_t *pen, lg_logprob_row *lp);
+
+/* logprobs.cu: for i < n with rows[i].logprobs != 0, lp[i] = the
+ * lg_logprob_row of logits row i and token ids[i] (backend.h). */
+int cu_logprobs(cuda_ctx *c, lg_logprob_row *lp, const float *logits, int n, int V, const lg_sample_row *rows,
+                const int32_t *ids);
 
 /* Installs alloc_host, free_host, upload_async and upload_done on be and
  * creates their event ring. The ring is released by be->i.free, which this

@@ -125,18 +125,40 @@ def test_batch_reports_bad_lines_in_place(tmp_path):
     one_line_error(run("generate", "--model", TINY, "--batch", str(bad)), 1)
 
 
+def test_generate_logprobs_options(tmp_path):
+    """--logprobs N adds each token's logprob and N alternatives; a batch line
+    may set its own; out-of-range values are refused with one line."""
+    p = run("generate", "--model", TINY, "--prompt-tokens", "5,6", "--max-tokens", "3", "--json", "--logprobs", "2")
+    assert p.returncode == 0, p.stderr
+    j = json.loads(p.stdout.strip().splitlines()[-1])
+    assert [e["token"] for e in j["logprobs"]] == j["tokens"] and all(len(e["top"]) == 2 for e in j["logprobs"])
+    assert all(e["logprob"] <= 0 and e["top"][0][1] >= e["top"][1][1] for e in j["logprobs"])
+    f = tmp_path / "lp.jsonl"
+    f.write_text('{"prompt_tokens":[5,6]}\n{"prompt_tokens":[5,6], "logprobs": 0}\n')
+    p = run("generate", "--model", TINY, "--batch", str(f), "--max-tokens", "2")
+    assert p.returncode == 0, p.stderr
+    out = [json.loads(l) for l in p.stdout.splitlines()]
+    assert "logprobs" not in out[0] and [e["top"] for e in out[1]["logprobs"]] == [[], []], out
+    f.write_text('{"prompt_tokens":[5,6]}\n{"prompt_tokens":[5], "logprobs": 21}\n')
+    one_line_error(run("generate", "--model", TINY, "--batch", str(f)), 1)
+    one_line_error(run("generate", "--model", TINY, "--prompt-tokens", "5", "--logprobs", "21"), 2)
+    one_line_error(run("generate", "--model", TINY, "--prompt-tokens", "5", "--logprobs", "3"), 2)  # needs --json
+
+
 def test_bench_with_sampling_filters():
-    """`loragate bench` runs sampled (temperature, top-k, top-p, min-p) as well
-    as greedy, and says which in its JSON."""
+    """`loragate bench` runs sampled (temperature, top-k, top-p, min-p; with
+    penalties; with logprobs) as well as greedy, and says which in its JSON."""
     base = ["bench", "--model", TINY, "--num-seqs", "3", "--prompt-len", "8", "--output-len", "5", "--json",
             "--no-progress"]
-    off = {"presence_penalty": 0.0, "frequency_penalty": 0.0}
+    off = {"presence_penalty": 0.0, "frequency_penalty": 0.0, "logprobs": -1}
     for extra, want in (([], {"temperature": 0.0, "top_k": 0, "top_p": 1.0, "min_p": 0.0, **off}),
                         (["--temperature", "0.8", "--top-k", "40", "--top-p", "0.9", "--min-p", "0.05"],
                          {"temperature": 0.8, "top_k": 40, "top_p": 0.9, "min_p": 0.05, **off}),
                         (["--temperature", "1", "--presence-penalty", "-0.5", "--frequency-penalty", "1.5"],
                          {"temperature": 1.0, "top_k": 0, "top_p": 1.0, "min_p": 0.0, "presence_penalty": -0.5,
-                          "frequency_penalty": 1.5})):
+                          "frequency_penalty": 1.5, "logprobs": -1}),
+                        (["--logprobs", "5"], {"temperature": 0.0, "top_k": 0, "top_p": 1.0, "min_p": 0.0,
+                                               **off, "logprobs": 5})):
         p = run(*base, *extra)
         assert p.returncode == 0, p.stderr
         j = json.loads(p.stdout.strip().splitlines()[-1])

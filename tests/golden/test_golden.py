@@ -147,7 +147,7 @@ def test_fixture_matches_numpy_oracle(name):
 SAMPLED_FIXTURES = [n for n in ("llama_gqa_f32", "qwen2_gqa_f32_tied") if n in _fixture_names()]
 
 
-def _run_sampled_batch(tmp_path, model_dir, lines, env, extra=()):
+def _run_sampled_batch(tmp_path, model_dir, lines, env, extra=(), whole=False):
     path = tmp_path / "sampled.jsonl"
     with open(path, "w") as f:
         for line in lines:
@@ -158,7 +158,7 @@ def _run_sampled_batch(tmp_path, model_dir, lines, env, extra=()):
     assert p.returncode == 0, f"{' '.join(cmd)}\nexit {p.returncode}\nstderr:\n{p.stderr[-4000:]}"
     objs = [json.loads(s) for s in p.stdout.splitlines() if s.strip().startswith("{")]
     assert len(objs) == len(lines), f"{len(objs)} results for {len(lines)} lines:\n{p.stdout[-2000:]}"
-    return [o["tokens"] for o in objs]
+    return objs if whole else [o["tokens"] for o in objs]
 
 
 PENALTIES = ("--frequency-penalty", "1.2", "--presence-penalty", "0.6")
@@ -191,3 +191,91 @@ def test_sampled_tokens_device_equal_host(name, extra, tmp_path):
         plain = _run_sampled_batch(tmp_path, model, lines, {})
         assert dev != plain, f"{name}: the penalties changed no token: {dev}"
     assert len({tuple(t) for t in dev}) > 2, f"{name}: seeds gave (almost) the same tokens: {dev}"
+
+
+def _log_softmax(x):
+    x = np.asarray(x, dtype=np.float64)
+    m = x.max()
+    return x - (m + np.log(np.exp(x - m).sum()))
+
+
+def _lp_close(a, b):
+    return abs(a - b) <= 2e-5 + 1e-6 * abs(b)
+
+
+LOGPROB_TOL = {"float32": 1e-3, "float16": 0.25, "bfloat16": 0.25}
+
+
+@pytest.mark.parametrize("name", _fixture_names())
+def test_logprobs_match_reference(name):
+    """--logprobs 5 (OpenAI's logprobs / top_logprobs; on CUDA computed by the
+    device sampler, on the CPU from the downloaded row): the first token's
+    logprob and alternatives are numpy's float64 log-softmax of the logits
+    the step produced (--logits: ids and order exact, values to 2e-5), and
+    within the dtype's tolerance of the HF reference's log-softmax; every
+    later greedy token is its own top alternative."""
+    if not os.access(LG_BIN, os.X_OK):
+        pytest.skip(f"loragate binary not found at {LG_BIN} (build it, or set LG_BIN)")
+    ref = _load_ref(name)
+    prompt = ref["prompts"][0]
+    cmd = [LG_BIN, "generate", "--model", os.path.join(FIXTURES, name), "--backend", LG_BACKEND,
+           "--prompt-tokens", ",".join(map(str, prompt["ids"])), "--max-tokens", "4", "--temperature", "0",
+           "--json", "--logits", "--logprobs", "5", *LG_GENERATE_EXTRA]
+    p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=TIMEOUT)
+    assert p.returncode == 0, f"{' '.join(cmd)}\nexit {p.returncode}\nstderr:\n{p.stderr[-4000:]}"
+    res = json.loads(p.stdout.strip().splitlines()[-1])
+    toks, lps = res["tokens"], res["logprobs"]
+    assert len(lps) == len(toks) >= 1, f"{len(lps)} logprobs for {len(toks)} tokens"
+    got = _log_softmax(res["last_logits"])
+    want = _log_softmax(prompt["last_logits"])
+    first = lps[0]
+    tok = toks[0]
+    assert first["token"] == tok
+    order = np.lexsort((np.arange(len(got)), -got))[:5]  # logprob desc, then id asc: the engine's order
+    assert [t[0] for t in first["top"]] == [int(i) for i in order], f"top ids {first['top']} vs {order}"
+    assert _lp_close(first["logprob"], got[tok]), f"logprob {first['logprob']} vs numpy {got[tok]}"
+    for i, lp in first["top"]:
+        assert _lp_close(lp, got[i]), f"top {i}: {lp} vs numpy {got[i]}"
+    prec = ref["weight_dtype"] if LG_COMPUTE_DTYPE == "float32" else LG_COMPUTE_DTYPE
+    tol = LOGPROB_TOL[prec]
+    assert abs(first["logprob"] - want[tok]) <= tol, f"logprob {first['logprob']} vs HF {want[tok]} (tol {tol})"
+    for i, lp in first["top"]:
+        assert abs(lp - want[i]) <= tol, f"top {i}: {lp} vs HF {want[i]} (tol {tol})"
+    for k, (t, e) in enumerate(zip(toks, lps)):
+        assert e["token"] == t and e["logprob"] <= 0, f"token {k}: {e}"
+        assert len(e["top"]) == 5 and e["top"][0][0] == t and e["top"][0][1] == e["logprob"], f"token {k}: {e}"
+        vals = [v for _, v in e["top"]]
+        assert vals == sorted(vals, reverse=True), f"token {k}: alternatives out of order: {e['top']}"
+
+
+@pytest.mark.parametrize("name,extra", [(n, e) for n in SAMPLED_FIXTURES for e in ((), PENALTIES)],
+                         ids=[f"{n}-{'penalties' if e else 'plain'}" for n in SAMPLED_FIXTURES
+                              for e in ((), PENALTIES)])
+def test_logprobs_device_equal_host(name, extra, tmp_path):
+    """A sampled batch where some lines ask for logprobs (top 0, 3, 20) and
+    others do not: the device's logprobs (CUDA: the sampler reports them,
+    LG_DEVICE_LOGPROBS=0 and LG_HOST_SAMPLE=1 compute them on the host from
+    downloaded logits) give the same tokens, the same alternatives in the
+    same order, and values within 2e-5. Rows with penalties take the host's
+    path on every backend."""
+    if not os.access(LG_BIN, os.X_OK):
+        pytest.skip(f"loragate binary not found at {LG_BIN} (build it, or set LG_BIN)")
+    ids = _load_ref(name)["prompts"][0]["ids"]
+    lines = [{"prompt_tokens": ids, "temperature": t, "seed": s, **({"logprobs": n} if n is not None else {})}
+             for s, t, n in ((1, 0.7, 3), (2, 1.0, None), (3, 1.3, 20), (4, 0.0, 0), (5, 1.0, None), (6, 2.0, 3))]
+    model = os.path.join(FIXTURES, name)
+    runs = {"device": {}, "host logprobs": {"LG_DEVICE_LOGPROBS": "0"}, "host sampling": {"LG_HOST_SAMPLE": "1"}}
+    out = {k: _run_sampled_batch(tmp_path, model, lines, env, extra, whole=True) for k, env in runs.items()}
+    dev = out["device"]
+    for line, o in zip(lines, dev):
+        assert ("logprobs" in o) == ("logprobs" in line), f"{name}: logprobs {'missing' if 'logprobs' in line else 'unasked'}"
+        for e in o.get("logprobs", []):
+            assert len(e["top"]) == min(line["logprobs"], len(_load_ref(name)["prompts"][0]["last_logits"]))
+    for k in ("host logprobs", "host sampling"):
+        for i, (a, b) in enumerate(zip(dev, out[k])):
+            assert a["tokens"] == b["tokens"], f"{name} line {i}: tokens differ ({k}): {a['tokens']} vs {b['tokens']}"
+            for j, (x, y) in enumerate(zip(a.get("logprobs", []), b.get("logprobs", []))):
+                where = f"{name} line {i} token {j} ({k})"
+                assert x["token"] == y["token"] and _lp_close(x["logprob"], y["logprob"]), f"{where}: {x} vs {y}"
+                assert [t[0] for t in x["top"]] == [t[0] for t in y["top"]], f"{where}: {x['top']} vs {y['top']}"
+                assert all(_lp_close(u[1], v[1]) for u, v in zip(x["top"], y["top"])), f"{where}: {x} vs {y}"

@@ -138,6 +138,11 @@ declare -A CASE=(
   # OpenAI's penalties (applied by the device sampler; LG_DEVICE_PENALTIES=0: on the host)
   [w2_pen]="$W2 --temperature 0.8 --top-p 0.9 --frequency-penalty 0.5 --presence-penalty 0.3"
   [b1_pen]="$B --num-seqs 1 --prompt-len 128 --output-len 128 --temperature 0.8 --frequency-penalty 0.5"
+  # OpenAI's logprobs with 5 alternatives per token (reported by the device sampler; LG_DEVICE_LOGPROBS=0:
+  # every row's logits downloaded and the log-softmax computed on the host)
+  [b1_lp]="$B --num-seqs 1 --prompt-len 128 --output-len 128 --logprobs 5"
+  [w1_lp]="$W1 --logprobs 5"
+  [w2_lp]="$W2 --logprobs 5"
 )
 table=()
 field() { python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print('%.6g' % d.get(sys.argv[2], float('nan')))" "$1" "$2" 2>/dev/null || echo nan; }

@@ -12,6 +12,9 @@
  *     device's token at u +- 2^-24 (a boundary case) or not (a real bug).
  *     Penalties: the device-penalised rows equal the host's bit for bit, and
  *     so do the tokens drawn from them.
+ *     Logprobs (lg_sample_row.logprobs): each asking row's record equals the
+ *     host's (lg_logprobs, sampling.h): ids and order exact, values within
+ *     2e-5 + 1e-6 |value|.
  *   upload_async / upload_done: a 64 MiB pinned upload while the compute
  *     stream runs ~100 large matmuls must finish (done == 1) before the
  *     compute work, and land byte-exact; 300 small uploads wrap the event
@@ -132,9 +135,9 @@ static void test_sample(lg_backend *G, int V, int n)
     int rc = G->i.upload(G, dl, l, lb) | G->i.upload(G, dr, rows, sizeof *rows * n);
     memset(got, 0xff, sizeof *got * n);
     G->i.upload(G, dout, got, sizeof *got * n); /* poison: -1 */
-    rc |= G->i.sample(G, dout, dl, n, V, dr, NULL);
+    rc |= G->i.sample(G, dout, dl, n, V, dr, NULL, NULL);
     rc |= G->i.download(G, got, dout, sizeof *got * n);
-    rc |= G->i.sample(G, dout, dl, n, V, dr, NULL);
+    rc |= G->i.sample(G, dout, dl, n, V, dr, NULL, NULL);
     rc |= G->i.download(G, again, dout, sizeof *again * n);
     rc |= G->i.sync(G);
     CHECK(rc == 0, "V %d n %d: backend calls failed", V, n);
@@ -164,7 +167,7 @@ static void test_sample(lg_backend *G, int V, int n)
     G->i.sync(G);
     double t0 = now_s();
     for (int it = 0; it < iters; it++)
-        G->i.sample(G, dout, dl, n, V, dr, NULL);
+        G->i.sample(G, dout, dl, n, V, dr, NULL, NULL);
     G->i.sync(G);
     double us = (now_s() - t0) * 1e6 / iters;
     printf("sample V %6d n %2d: %d/%d rows match the host, %.1f us per call\n", V, n, n - bad, n, us);
@@ -239,7 +242,7 @@ static void test_penalties(lg_backend *G, int V, int n)
     int32_t *dout = G->i.alloc(G, sizeof *dout * n), *dp = G->i.alloc(G, sizeof *pairs * 2 * (size_t)(np + 1));
     int rc = G->i.upload(G, dl, l, lb) | G->i.upload(G, dr, rows, sizeof *rows * n) |
              G->i.upload(G, dp, pairs, sizeof *pairs * 2 * (size_t)np);
-    rc |= G->i.sample(G, dout, dl, n, V, dr, dp);
+    rc |= G->i.sample(G, dout, dl, n, V, dr, dp, NULL);
     rc |= G->i.download(G, got, dout, sizeof *got * n);
     rc |= G->i.download(G, got_l, dl, lb);
     rc |= G->i.sync(G);
@@ -257,6 +260,104 @@ static void test_penalties(lg_backend *G, int V, int n)
     G->i.dealloc(G, dout);
     G->i.dealloc(G, dp);
     free(l), free(want_l), free(got_l), free(rows), free(want), free(got), free(pairs), free(gen), free(idx);
+}
+
+/* |a - b| within 2e-5 + 1e-6 |b| (the device sums float exp terms), or both NaN, or equal (infinities) */
+static int lp_close(float a, float b)
+{
+    if (a != a || b != b)
+        return a != a && b != b;
+    return a == b || fabs((double)a - (double)b) <= 2e-5 + 1e-6 * fabs((double)b);
+}
+
+/* Device logprobs (lg_sample_row.logprobs; cu_sample then logprobs.cu): for
+ * rows of every kind (ties, -inf/NaN, +inf, all equal, huge, llm-like) and
+ * any top_logprobs in 0..20, the record equals the host's: the same n_top
+ * and ids in the same order, values within lp_close; rows that do not ask
+ * keep their record untouched; two runs give the same bytes. */
+static void test_logprobs(lg_backend *G, int V, int n)
+{
+    float *l = malloc(sizeof *l * (size_t)n * V);
+    lg_sample_row *rows = calloc((size_t)n, sizeof *rows);
+    int *kinds = malloc(sizeof *kinds * n);
+    int32_t *got = malloc(sizeof *got * n);
+    lg_logprob_row *lp = malloc(sizeof *lp * n), *again = malloc(sizeof *lp * n), *poison = malloc(sizeof *lp * n);
+    memset(poison, 0xab, sizeof *lp * n);
+    for (int r = 0; r < n; r++) {
+        kinds[r] = r == 0 ? 8 : irand(9);
+        fill_row(l + (size_t)r * V, V, kinds[r]);
+        lg_sampling_params ps = random_params(V);
+        rows[r] = (lg_sample_row){.temperature = ps.temperature, .top_k = ps.top_k, .top_p = ps.top_p,
+                                  .min_p = ps.min_p, .u = (float)((double)(rnd64() >> 40) * 0x1.0p-24)};
+        if (r == 0 || irand(4) != 0) {
+            static const int tops[] = {0, 1, 2, 5, 20};
+            rows[r].logprobs = 1;
+            rows[r].top_logprobs = irand(3) ? tops[irand(5)] : irand(21);
+        }
+    }
+    size_t lb = sizeof *l * (size_t)n * V;
+    float *dl = G->i.alloc(G, lb);
+    lg_sample_row *dr = G->i.alloc(G, sizeof *rows * n);
+    int32_t *dout = G->i.alloc(G, sizeof *dout * n);
+    lg_logprob_row *dlp = G->i.alloc(G, sizeof *lp * n);
+    int rc = G->i.upload(G, dl, l, lb) | G->i.upload(G, dr, rows, sizeof *rows * n) |
+             G->i.upload(G, dlp, poison, sizeof *lp * n);
+    rc |= G->i.sample(G, dout, dl, n, V, dr, NULL, dlp);
+    rc |= G->i.download(G, got, dout, sizeof *got * n);
+    rc |= G->i.download(G, lp, dlp, sizeof *lp * n);
+    rc |= G->i.sample(G, dout, dl, n, V, dr, NULL, dlp);
+    rc |= G->i.download(G, again, dlp, sizeof *lp * n);
+    rc |= G->i.sync(G);
+    int bad = 0, touched = 0, asked = 0;
+    for (int r = 0; r < n; r++) {
+        if (!rows[r].logprobs) {
+            touched += memcmp(lp + r, poison + r, sizeof *lp) != 0;
+            continue;
+        }
+        asked++;
+        lg_logprob_row want;
+        lg_logprobs(l + (size_t)r * V, V, got[r], rows[r].top_logprobs, &want);
+        int ok = lp_close(lp[r].logprob, want.logprob) && lp[r].n_top == want.n_top;
+        for (int k = 0; ok && k < want.n_top; k++)
+            ok = lp[r].top_ids[k] == want.top_ids[k] && lp_close(lp[r].top_logprobs[k], want.top_logprobs[k]);
+        if (!ok) {
+            bad++;
+            fprintf(stderr, "  logprobs V %d row %d (%s, top %d, token %d): device %.9g n_top %d, host %.9g n_top %d",
+                    V, r, kind_name[kinds[r]], rows[r].top_logprobs, got[r], lp[r].logprob, lp[r].n_top,
+                    want.logprob, want.n_top);
+            for (int k = 0; k < want.n_top && k < 4; k++)
+                fprintf(stderr, " | %d %.9g vs %d %.9g", lp[r].top_ids[k], lp[r].top_logprobs[k], want.top_ids[k],
+                        want.top_logprobs[k]);
+            fputc('\n', stderr);
+        }
+    }
+    CHECK(rc == 0 && bad == 0 && touched == 0 && memcmp(lp, again, sizeof *lp * n) == 0,
+          "logprobs V %d n %d: rc %d, %d of %d rows differ from the host, %d untouched rows written, runs %s", V, n,
+          rc, bad, asked, touched, memcmp(lp, again, sizeof *lp * n) ? "differ" : "agree");
+    /* time: the sampler alone, then with every row's logprobs (top 5) */
+    for (int r = 0; r < n; r++) {
+        rows[r] = (lg_sample_row){.temperature = 0, .top_p = 1, .u = 0.5f, .logprobs = 1, .top_logprobs = 5};
+        fill_row(l + (size_t)r * V, V, 8);
+    }
+    G->i.upload(G, dl, l, lb);
+    G->i.upload(G, dr, rows, sizeof *rows * n);
+    double us[2];
+    for (int with = 0; with < 2; with++) {
+        G->i.sample(G, dout, dl, n, V, dr, NULL, with ? dlp : NULL);
+        G->i.sync(G);
+        double t0 = now_s();
+        for (int it = 0; it < 20; it++)
+            G->i.sample(G, dout, dl, n, V, dr, NULL, with ? dlp : NULL);
+        G->i.sync(G);
+        us[with] = (now_s() - t0) * 1e6 / 20;
+    }
+    printf("logprobs V %6d n %2d: %d/%d rows match the host; greedy %.1f us, with logprobs (top 5) %.1f us per call\n",
+           V, n, asked - bad, asked, us[0], us[1]);
+    G->i.dealloc(G, dl);
+    G->i.dealloc(G, dr);
+    G->i.dealloc(G, dout);
+    G->i.dealloc(G, dlp);
+    free(l), free(rows), free(kinds), free(got), free(lp), free(again), free(poison);
 }
 
 /* One filter at a time on n rows of one kind (0: smooth, 8: llm-like), timed (what each pass costs). */
@@ -283,11 +384,11 @@ static void time_configs(lg_backend *G, int V, int n, int kind)
         for (int r = 0; r < n; r++)
             rows[r] = cfg[c].p;
         G->i.upload(G, dr, rows, sizeof *rows * n);
-        G->i.sample(G, dout, dl, n, V, dr, NULL);
+        G->i.sample(G, dout, dl, n, V, dr, NULL, NULL);
         G->i.sync(G);
         double t0 = now_s();
         for (int it = 0; it < 20; it++)
-            G->i.sample(G, dout, dl, n, V, dr, NULL);
+            G->i.sample(G, dout, dl, n, V, dr, NULL, NULL);
         G->i.sync(G);
         printf("  %s %.1f us", cfg[c].what, (now_s() - t0) * 1e6 / 20);
     }
@@ -401,6 +502,11 @@ int main(void)
         test_penalties(G, vocabs[v], 1);
         test_penalties(G, vocabs[v], 33);
     }
+    for (int v = 0; v < 6; v++) {
+        test_logprobs(G, vocabs[v], 1);
+        test_logprobs(G, vocabs[v], 33);
+    }
+    test_logprobs(G, 32000, 64);
     const int tkinds[] = {0, 8, 1}; /* smooth, llm-like, tied */
     for (int k = 0; k < 3; k++) {
         time_configs(G, 151936, 1, tkinds[k]);
