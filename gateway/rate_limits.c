@@ -241,6 +241,8 @@ static tstate *state_of(lg_limits *l, int64_t id)
 
 static void refill(bucket *b, int64_t cap, double now)
 {
+    if (b->init && now < b->t)
+        now = b->t; /* never backwards: a bucket only gains with time */
     if (!b->init || b->cap < 0) {
         b->level = (double)cap; /* a new limit starts full */
         b->init = true;
@@ -332,7 +334,6 @@ int lg_limits_admit(lg_limits *l, lg_request *r, const lg_app_tenant *t, int64_t
     if (est_tokens < 0)
         est_tokens = 0;
     const lg_tenant_limits *lim = &row.limits;
-    double now = mono_now();
     int64_t wall = lg_app_unix_now(), next_month;
     int64_t month = month_start_of(wall, &next_month);
     char msg[400];
@@ -340,6 +341,11 @@ int lg_limits_admit(lg_limits *l, lg_request *r, const lg_app_tenant *t, int64_t
     double retry = 0;
 
     pthread_mutex_lock(&s->mu);
+    /* the clock is read under the lock: a time read before it could be
+     * older than the bucket's last refill by another thread, and refilling
+     * to it took a fraction away (seen as a remaining count one short, or a
+     * spurious 429 at the edge) */
+    const double now = mono_now();
     if (month != s->month_start) {
         s->month_start = month;
         s->used = 0;
