@@ -754,6 +754,15 @@ static bool needs_host_row(const lg_engine *e, const request *r, bool dev_sample
     return host_penalised(e, r, dev_sample) || wants_raw_row(e, r, dev_sample);
 }
 
+/* A new generation of pen_stamp: no token is marked as seen. */
+static void pen_new_gen(lg_engine *e)
+{
+    if (++e->pen_gen == 0) {
+        memset(e->pen_stamp, 0, (size_t)e->cfg.vocab_size * sizeof *e->pen_stamp);
+        e->pen_gen = 1;
+    }
+}
+
 /* Appends r's (token, count) pairs over its generated tokens, in order of
  * first occurrence (lg_sample_row), to e->pen_pairs; sets row's pen_off /
  * pen_n. 0, or -1 out of memory. */
@@ -769,10 +778,7 @@ static int add_penalty_pairs(lg_engine *e, const request *r, lg_sample_row *row)
         e->pen_pairs = p;
         e->pen_cap = cap;
     }
-    if (++e->pen_gen == 0) {
-        memset(e->pen_stamp, 0, (size_t)e->cfg.vocab_size * sizeof *e->pen_stamp);
-        e->pen_gen = 1;
-    }
+    pen_new_gen(e);
     row->pen_off = e->n_pen;
     for (int i = r->n_prompt; i < r->n_tokens; i++) {
         int32_t t = r->tokens[i];
@@ -805,14 +811,10 @@ static int add_penalty_pairs(lg_engine *e, const request *r, lg_sample_row *row)
 /* OpenAI's penalties over the generated tokens, into a copy of the row. */
 static const float *penalised(lg_engine *e, const request *r, const float *lg)
 {
-    if (r->p.presence_penalty == 0 && r->p.frequency_penalty == 0)
+    if (!has_penalty(r))
         return lg;
-    int V = e->cfg.vocab_size;
-    memcpy(e->row_tmp, lg, (size_t)V * sizeof(float));
-    if (++e->pen_gen == 0) {
-        memset(e->pen_stamp, 0, (size_t)V * sizeof *e->pen_stamp);
-        e->pen_gen = 1;
-    }
+    memcpy(e->row_tmp, lg, (size_t)e->cfg.vocab_size * sizeof(float));
+    pen_new_gen(e);
     for (int i = r->n_prompt; i < r->n_tokens; i++) {
         int32_t t = r->tokens[i];
         e->row_tmp[t] -= r->p.frequency_penalty;
@@ -965,18 +967,18 @@ static int engine_step(lg_engine *e, lg_err *err)
         lg_sched_insert_prefix(e, r);
         if (!e->seqs[s].want_logits)
             continue;
-        const float *lg = want_logits ? e->logits + (size_t)li * V : NULL;
+        const int ri = li++; /* the row's index among the step's sampling rows */
+        const float *lg = want_logits ? e->logits + (size_t)ri * V : NULL;
         int32_t tok;
         if (lg && (!dev_sample || host_penalised(e, r, dev_sample)))
-            tok = lg_sampler_sample_u(r->sampler, penalised(e, r, lg), (double)e->rows[li].u);
+            tok = lg_sampler_sample_u(r->sampler, penalised(e, r, lg), (double)e->rows[ri].u);
         else
-            tok = e->ids[li];
-        li++;
+            tok = e->ids[ri];
         lg_token_out o = {.token = tok, .index = r->n_generated, .n_vocab = V};
         lg_logprob_row hl;
         const lg_logprob_row *d = NULL; /* the row's logprobs: the device's, else from its downloaded logits */
         if (device_logprobs(e, r, dev_sample)) {
-            d = &e->lps[li - 1];
+            d = &e->lps[ri];
         } else if (r->p.logprobs && lg) {
             lg_logprobs(lg, V, tok, r->p.top_logprobs, &hl);
             d = &hl;

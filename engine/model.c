@@ -90,7 +90,6 @@ struct lg_model {
     int32_t *meta_host;
     bool dev_sample;                /* the backend samples: the step's rows ride in the metadata upload */
     int32_t *sample_ids_dev;        /* [max_seqs] ids, then [max_seqs] lg_logprob_row (one download) */
-    lg_logprob_row *lp_dev;         /* the rows' logprobs, in sample_ids_dev's allocation */
     int32_t *sample_out_host;       /* the same layout on the host: the download's destination */
     int32_t *pen_dev;               /* [2 * pen_cap]: the step's penalty pairs, grown on demand */
     int pen_cap;
@@ -379,8 +378,6 @@ int lg_model_create(lg_backend *be, const lg_weights *w, const lg_model_opts *op
             const size_t out_bytes = (size_t)m->opts.max_seqs * (sizeof(int32_t) + sizeof(lg_logprob_row));
             m->sample_ids_dev = be->i.alloc(be, out_bytes);
             m->sample_out_host = malloc(out_bytes);
-            if (m->sample_ids_dev)
-                m->lp_dev = (lg_logprob_row *)(m->sample_ids_dev + m->opts.max_seqs);
             /* penalty pairs: room for 512 distinct generated tokens per sequence up front, so that
              * a step grows the buffer (a free, which waits for the device) only beyond that */
             m->pen_cap = m->opts.max_seqs * 512;
@@ -866,14 +863,11 @@ int lg_model_step(lg_model *m, lg_page_pool *pool, const lg_step_seq *seqs, int 
         return -1;
     const double t3 = m->timing ? lg_now() : 0;
     if (sample) {
-        bool any_lp = false;
-        for (int i = 0; lp && i < n_logits; i++)
-            any_lp |= sample_rows[i].logprobs != 0;
+        const size_t ms = (size_t)m->opts.max_seqs; /* the logprobs follow max_seqs ids */
         TRY(be->i.sample(be, m->sample_ids_dev, m->logits.data, n_logits, c->vocab_size,
                          (const lg_sample_row *)(m->meta_dev + rows_at), n_pen > 0 ? m->pen_dev : NULL,
-                         any_lp ? m->lp_dev : NULL));
-        if (any_lp) { /* one download: the ids, the unused id slots, then the rows' logprobs */
-            const size_t ms = (size_t)m->opts.max_seqs;
+                         lp ? (lg_logprob_row *)(m->sample_ids_dev + ms) : NULL));
+        if (lp) { /* one download: the ids, the unused id slots, then the rows' logprobs */
             TRY(be->i.download(be, m->sample_out_host, m->sample_ids_dev,
                                ms * sizeof(int32_t) + (size_t)n_logits * sizeof(lg_logprob_row)));
             memcpy(ids, m->sample_out_host, (size_t)n_logits * sizeof(int32_t));
