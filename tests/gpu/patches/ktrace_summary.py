@@ -1,0 +1,68 @@
+#!/usr/bin/env python3
+"""ktrace_summary.py — summarise a ktrace.patch timeline (LG_KTRACE) of one replayed decode step.
+
+Input lines: step gridid kind block sm t_ns (kind 0 = block start (pdl_trigger), 1 = after
+pdl_wait, 2 = block end (GEMV, attention only)). Per kernel (one gridid): blocks, first/last block
+start, release R (first pdl_wait return: the predecessor's completion), last end E. Then per
+kernel class (by block count and position in the layer): the chain time R(next) - R (what the
+kernel costs the step), E - R, the boundary R(next) - E, and the weight stream's TB/s over the
+chain time when bytes are given (--bytes N=MB,...: block count (d: after 2752 blocks, the down GEMV) -> MB).
+Usage: ktrace_summary.py ktrace.txt [--bytes 1536=100.66,512=33.55,...]
+"""
+import sys, collections, statistics
+
+def main():
+    fn = sys.argv[1]
+    bytes_by_nb = {}
+    for a in sys.argv[2:]:
+        if a.startswith('--bytes='):
+            for kv in a.split('=', 1)[1].split(','):
+                k, v = kv.split(':')
+                bytes_by_nb[k] = float(v)
+    steps = collections.defaultdict(list)
+    for line in open(fn):
+        p = line.split()
+        if len(p) != 6:
+            continue
+        steps[int(p[0])].append(tuple(int(x) for x in p[1:]))
+    for step in sorted(steps):
+        recs = steps[step]
+        g = collections.defaultdict(lambda: {'b': set(), 's': [], 'w': [], 'e': []})
+        for gid, kind, blk, sm, t in recs:
+            d = g[gid]
+            d['b'].add(blk)
+            (d['s'] if kind == 0 else d['w'] if kind == 1 else d['e']).append(t)
+        ks = sorted(g)
+        t0 = min(min(g[k]['s'] or g[k]['w']) for k in ks)
+        rows = []
+        for k in ks:
+            d = g[k]
+            R = min(d['w']) if d['w'] else None
+            rows.append(dict(gid=k, nb=len(d['b']), s0=min(d['s']) - t0 if d['s'] else None,
+                             s1=max(d['s']) - t0 if d['s'] else None, R=R - t0 if R else None,
+                             E=max(d['e']) - t0 if d['e'] else None))
+        span = max(max(x for x in (r['E'], r['R'], r['s1']) if x is not None) for r in rows)
+        print(f"== step {step}: {len(rows)} kernels, {len(recs)} records, span {span/1000:.1f} us")
+        print(" i    blocks  start0  start1   release     end    chain  E-R  next-E  (us from the step's first block)")
+        cls = collections.defaultdict(list)
+        for i, r in enumerate(rows):
+            nxt = rows[i + 1]['R'] if i + 1 < len(rows) else None
+            chain = (nxt - r['R']) / 1000 if nxt is not None and r['R'] is not None else None
+            er = (r['E'] - r['R']) / 1000 if r['E'] is not None and r['R'] is not None else None
+            ne = (nxt - r['E']) / 1000 if nxt is not None and r['E'] is not None else None
+            key = f"{r['nb']}@{i % 5 if 1 <= i <= len(rows) - 4 else 'x'}"
+            ck = f"{r['nb']}<-{rows[i-1]['nb'] if i else 0}"
+            cls[ck].append((chain, er, ne, (r['R'] - r['s0']) / 1000 if r['R'] is not None and r['s0'] is not None else None))
+            if i < 12 or i >= len(rows) - 8:
+                f = lambda v: '   -   ' if v is None else f"{v/1000:8.1f}"
+                h = lambda v: '   -  ' if v is None else f"{v:6.2f}"
+                print(f"{i:3d} {r['nb']:8d} {f(r['s0'])} {f(r['s1'])} {f(r['R'])} {f(r['E'])} {h(chain)} {h(er)} {h(ne)}")
+        print(" class (blocks): n, median chain us, median E-R, median next-E, median early start (R - first start), TB/s over chain")
+        for nb, v in sorted(cls.items(), key=lambda kv: -len(kv[1])):
+            med = lambda j: statistics.median([x[j] for x in v if x[j] is not None]) if any(x[j] is not None for x in v) else float('nan')
+            mb = bytes_by_nb.get(nb.split('<-')[0] + ('d' if nb.endswith('<-2752') else ''))
+            bw = f"{mb / med(0):.2f} TB/s" if mb and med(0) == med(0) else ''
+            tot = sum(x[0] for x in v if x[0] is not None)
+            print(f"  {nb:>12s}: {len(v):3d}  chain {med(0):7.2f}  E-R {med(1):7.2f}  next-E {med(2):6.2f}  early {med(3):6.2f}  sum {tot:8.1f}  {bw}")
+
+main()
