@@ -6,10 +6,17 @@ pdl_wait, 2 = block end (GEMV, attention only)). Per kernel (one gridid): blocks
 start, release R (first pdl_wait return: the predecessor's completion), last end E. Then per
 kernel class (by block count and position in the layer): the chain time R(next) - R (what the
 kernel costs the step), E - R, the boundary R(next) - E, and the weight stream's TB/s over the
-chain time when bytes are given (--bytes N=MB,...: block count (d: after 2752 blocks, the down GEMV) -> MB).
-Usage: ktrace_summary.py ktrace.txt [--bytes 1536=100.66,512=33.55,...]
+chain time when bytes are given (--bytes=BLOCKS:MB,...; BLOCKSd: that block count after a 2,752-block
+kernel, i.e. the down GEMV after gate,up).
+Usage: ktrace_summary.py ktrace.txt [--bytes=1536:100.66,512:33.55,512d:90.18,2752:180.35]
 """
 import sys, collections, statistics
+
+
+def us(a, b):
+    """(a - b) in us, None when either is missing."""
+    return None if a is None or b is None else (a - b) / 1000
+
 
 def main():
     fn = sys.argv[1]
@@ -39,7 +46,7 @@ def main():
             d = g[k]
             R = min(d['w']) if d['w'] else None
             rows.append(dict(gid=k, nb=len(d['b']), s0=min(d['s']) - t0 if d['s'] else None,
-                             s1=max(d['s']) - t0 if d['s'] else None, R=R - t0 if R else None,
+                             s1=max(d['s']) - t0 if d['s'] else None, R=R - t0 if R is not None else None,
                              E=max(d['e']) - t0 if d['e'] else None))
         span = max(max(x for x in (r['E'], r['R'], r['s1']) if x is not None) for r in rows)
         print(f"== step {step}: {len(rows)} kernels, {len(recs)} records, span {span/1000:.1f} us")
@@ -47,12 +54,8 @@ def main():
         cls = collections.defaultdict(list)
         for i, r in enumerate(rows):
             nxt = rows[i + 1]['R'] if i + 1 < len(rows) else None
-            chain = (nxt - r['R']) / 1000 if nxt is not None and r['R'] is not None else None
-            er = (r['E'] - r['R']) / 1000 if r['E'] is not None and r['R'] is not None else None
-            ne = (nxt - r['E']) / 1000 if nxt is not None and r['E'] is not None else None
-            key = f"{r['nb']}@{i % 5 if 1 <= i <= len(rows) - 4 else 'x'}"
-            ck = f"{r['nb']}<-{rows[i-1]['nb'] if i else 0}"
-            cls[ck].append((chain, er, ne, (r['R'] - r['s0']) / 1000 if r['R'] is not None and r['s0'] is not None else None))
+            chain, er, ne = us(nxt, r['R']), us(r['E'], r['R']), us(nxt, r['E'])
+            cls[f"{r['nb']}<-{rows[i-1]['nb'] if i else 0}"].append((chain, er, ne, us(r['R'], r['s0'])))
             if i < 12 or i >= len(rows) - 8:
                 f = lambda v: '   -   ' if v is None else f"{v/1000:8.1f}"
                 h = lambda v: '   -  ' if v is None else f"{v:6.2f}"
