@@ -7,7 +7,10 @@ start, release R (first pdl_wait return: the predecessor's completion), last end
 kernel class (by block count and position in the layer): the chain time R(next) - R (what the
 kernel costs the step), E - R, the boundary R(next) - E, and the weight stream's TB/s over the
 chain time when bytes are given (--bytes=BLOCKS:MB,...; BLOCKSd: that block count after a 2,752-block
-kernel, i.e. the down GEMV after gate,up).
+kernel, i.e. the down GEMV after gate,up), and the SM hand-off: the median over SMs of the kernel's first block start
+on the SM minus the last end there of the kernel before (where that kernel records ends): about 0.5-1 us when the
+block could only become resident once its predecessor's blocks left the SM (shared memory, registers),
+negative when it was resident beside them.
 Usage: ktrace_summary.py ktrace.txt [--bytes=1536:100.66,512:33.55,512d:90.18,2752:180.35]
 """
 import sys, collections, statistics
@@ -34,18 +37,27 @@ def main():
         steps[int(p[0])].append(tuple(int(x) for x in p[1:]))
     for step in sorted(steps):
         recs = steps[step]
-        g = collections.defaultdict(lambda: {'b': set(), 's': [], 'w': [], 'e': []})
+        g = collections.defaultdict(lambda: {'b': set(), 's': [], 'w': [], 'e': [], 'ssm': [], 'esm': {}})
         for gid, kind, blk, sm, t in recs:
             d = g[gid]
             d['b'].add(blk)
             (d['s'] if kind == 0 else d['w'] if kind == 1 else d['e']).append(t)
+            if kind == 0:
+                d['ssm'].append((sm, t))
+            elif kind == 2:
+                d['esm'][sm] = max(d['esm'].get(sm, t), t)
         ks = sorted(g)
         t0 = min(min(g[k]['s'] or g[k]['w']) for k in ks)
         rows = []
         for k in ks:
             d = g[k]
             R = min(d['w']) if d['w'] else None
-            rows.append(dict(gid=k, nb=len(d['b']), s0=min(d['s']) - t0 if d['s'] else None,
+            prev = g[ks[ks.index(k) - 1]]['esm'] if ks.index(k) else {}
+            first = {}
+            for sm, t in d['ssm']:
+                first[sm] = min(first.get(sm, t), t)
+            ho = [t - prev[sm] for sm, t in first.items() if sm in prev]
+            rows.append(dict(gid=k, ho=statistics.median(ho) if ho else None, nb=len(d['b']), s0=min(d['s']) - t0 if d['s'] else None,
                              s1=max(d['s']) - t0 if d['s'] else None, R=R - t0 if R is not None else None,
                              E=max(d['e']) - t0 if d['e'] else None))
         span = max(max(x for x in (r['E'], r['R'], r['s1']) if x is not None) for r in rows)
@@ -55,17 +67,18 @@ def main():
         for i, r in enumerate(rows):
             nxt = rows[i + 1]['R'] if i + 1 < len(rows) else None
             chain, er, ne = us(nxt, r['R']), us(r['E'], r['R']), us(nxt, r['E'])
-            cls[f"{r['nb']}<-{rows[i-1]['nb'] if i else 0}"].append((chain, er, ne, us(r['R'], r['s0'])))
+            cls[f"{r['nb']}<-{rows[i-1]['nb'] if i else 0}"].append((chain, er, ne, us(r['R'], r['s0']),
+                                                                   None if r['ho'] is None else r['ho'] / 1000))
             if i < 12 or i >= len(rows) - 8:
                 f = lambda v: '   -   ' if v is None else f"{v/1000:8.1f}"
                 h = lambda v: '   -  ' if v is None else f"{v:6.2f}"
                 print(f"{i:3d} {r['nb']:8d} {f(r['s0'])} {f(r['s1'])} {f(r['R'])} {f(r['E'])} {h(chain)} {h(er)} {h(ne)}")
-        print(" class (blocks): n, median chain us, median E-R, median next-E, median early start (R - first start), TB/s over chain")
+        print(" class (blocks): n, median chain us, median E-R, median next-E, median early start (R - first start), SM hand-off, TB/s over chain")
         for nb, v in sorted(cls.items(), key=lambda kv: -len(kv[1])):
             med = lambda j: statistics.median([x[j] for x in v if x[j] is not None]) if any(x[j] is not None for x in v) else float('nan')
             mb = bytes_by_nb.get(nb.split('<-')[0] + ('d' if nb.endswith('<-2752') else ''))
             bw = f"{mb / med(0):.2f} TB/s" if mb and med(0) == med(0) else ''
             tot = sum(x[0] for x in v if x[0] is not None)
-            print(f"  {nb:>12s}: {len(v):3d}  chain {med(0):7.2f}  E-R {med(1):7.2f}  next-E {med(2):6.2f}  early {med(3):6.2f}  sum {tot:8.1f}  {bw}")
+            print(f"  {nb:>12s}: {len(v):3d}  chain {med(0):7.2f}  E-R {med(1):7.2f}  next-E {med(2):6.2f}  early {med(3):6.2f}  hand-off {med(4):6.2f}  sum {tot:8.1f}  {bw}")
 
 main()
