@@ -58,6 +58,18 @@ __device__ __forceinline__ void lp_lse_merge(float &m, double &s, float m2, doub
     m = M;
 }
 
+/* the 32 lanes' (m, s) pairs merged over a fixed butterfly: every lane ends with the warp's pair, the same
+ * floats every run */
+__device__ __forceinline__ void lp_lse_warp(float &m, double &s)
+{
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+        const float m2 = __shfl_xor_sync(LP_FULL, m, o);
+        const double s2 = __shfl_xor_sync(LP_FULL, s, o);
+        lp_lse_merge(m, s, m2, s2);
+    }
+}
+
 __global__ void __launch_bounds__(LP_THREADS)
 logprobs_kernel(lg_logprob_row *out, const float *logits, int V, const lg_sample_row *rows, const int32_t *ids)
 {
@@ -96,12 +108,7 @@ logprobs_kernel(lg_logprob_row *out, const float *logits, int V, const lg_sample
             }
         }
     }
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) { /* fixed tree: lane 0's sums are the same every run */
-        const float m2 = __shfl_xor_sync(LP_FULL, m, o);
-        const double s2 = __shfl_xor_sync(LP_FULL, s, o);
-        lp_lse_merge(m, s, m2, s2);
-    }
+    lp_lse_warp(m, s);
     if (lane == 0) {
         s_m[w] = m; /* the warp's largest logit (NaN never; -inf: none above -inf) */
         s_s[w] = s;
@@ -201,12 +208,7 @@ logprobs_kernel(lg_logprob_row *out, const float *logits, int V, const lg_sample
     }
     m = s_m[lane];
     s = s_s[lane];
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-        const float m2 = __shfl_xor_sync(LP_FULL, m, o);
-        const double s2 = __shfl_xor_sync(LP_FULL, s, o);
-        lp_lse_merge(m, s, m2, s2);
-    }
+    lp_lse_warp(m, s);
     __syncwarp();
     /* no value above -inf (all -inf or NaN): NaN, as the host's exp(-inf - -inf) */
     const double L = m == -INFINITY ? (double)NAN : (double)m + log(s);

@@ -162,11 +162,12 @@ def _run_sampled_batch(tmp_path, model_dir, lines, env, extra=(), whole=False):
 
 
 PENALTIES = ("--frequency-penalty", "1.2", "--presence-penalty", "0.6")
+# each sampled fixture plain and with the penalties
+SAMPLED_CASES = [(n, e) for n in SAMPLED_FIXTURES for e in ((), PENALTIES)]
+SAMPLED_IDS = [f"{n}-{'penalties' if e else 'plain'}" for n, e in SAMPLED_CASES]
 
 
-@pytest.mark.parametrize("name,extra", [(n, e) for n in SAMPLED_FIXTURES for e in ((), PENALTIES)],
-                         ids=[f"{n}-{'penalties' if e else 'plain'}" for n in SAMPLED_FIXTURES
-                              for e in ((), PENALTIES)])
+@pytest.mark.parametrize("name,extra", SAMPLED_CASES, ids=SAMPLED_IDS)
 def test_sampled_tokens_device_equal_host(name, extra, tmp_path):
     """Seeded sampling (temperature, top-k, top-p, min-p; and with OpenAI's
     presence and frequency penalties) in a batch of rows: the backend's device
@@ -248,9 +249,7 @@ def test_logprobs_match_reference(name):
         assert vals == sorted(vals, reverse=True), f"token {k}: alternatives out of order: {e['top']}"
 
 
-@pytest.mark.parametrize("name,extra", [(n, e) for n in SAMPLED_FIXTURES for e in ((), PENALTIES)],
-                         ids=[f"{n}-{'penalties' if e else 'plain'}" for n in SAMPLED_FIXTURES
-                              for e in ((), PENALTIES)])
+@pytest.mark.parametrize("name,extra", SAMPLED_CASES, ids=SAMPLED_IDS)
 def test_logprobs_device_equal_host(name, extra, tmp_path):
     """A sampled batch where some lines ask for logprobs (top 0, 3, 20) and
     others do not: the device's logprobs (CUDA: the sampler reports them,
@@ -260,7 +259,8 @@ def test_logprobs_device_equal_host(name, extra, tmp_path):
     path on every backend."""
     if not os.access(LG_BIN, os.X_OK):
         pytest.skip(f"loragate binary not found at {LG_BIN} (build it, or set LG_BIN)")
-    ids = _load_ref(name)["prompts"][0]["ids"]
+    prompt = _load_ref(name)["prompts"][0]
+    ids, vocab = prompt["ids"], len(prompt["last_logits"])
     lines = [{"prompt_tokens": ids, "temperature": t, "seed": s, **({"logprobs": n} if n is not None else {})}
              for s, t, n in ((1, 0.7, 3), (2, 1.0, None), (3, 1.3, 20), (4, 0.0, 0), (5, 1.0, None), (6, 2.0, 3))]
     model = os.path.join(FIXTURES, name)
@@ -270,7 +270,7 @@ def test_logprobs_device_equal_host(name, extra, tmp_path):
     for line, o in zip(lines, dev):
         assert ("logprobs" in o) == ("logprobs" in line), f"{name}: logprobs {'missing' if 'logprobs' in line else 'unasked'}"
         for e in o.get("logprobs", []):
-            assert len(e["top"]) == min(line["logprobs"], len(_load_ref(name)["prompts"][0]["last_logits"]))
+            assert len(e["top"]) == min(line["logprobs"], vocab)
     for k in ("host logprobs", "host sampling"):
         for i, (a, b) in enumerate(zip(dev, out[k])):
             assert a["tokens"] == b["tokens"], f"{name} line {i}: tokens differ ({k}): {a['tokens']} vs {b['tokens']}"
