@@ -850,7 +850,12 @@ int lg_model_step(lg_model *m, lg_page_pool *pool, const lg_step_seq *seqs, int 
         key.lora_segs = lora ? lm.n_segs : -1;
         key.lora_max_seg = lora ? lora_max_seg : -1;
         key.lora_mods = (int32_t)lora_mods;
-        key.lora_rank = lora ? lora_rank : -1;
+        /* the prefill SGMV kernels (segments of > 4 tokens: an adapter shared by several sequences)
+         * take their shapes from the rank's bucket: 8, 16, 32, then multiples of 64 */
+        int rank_bucket = 8;
+        while (rank_bucket < lora_rank)
+            rank_bucket = rank_bucket < 64 ? 2 * rank_bucket : rank_bucket + 64;
+        key.lora_rank = !lora ? -1 : lora_max_seg <= 4 ? 0 : rank_bucket;
         key.kv_base = (uint64_t)(uintptr_t)kv.base;
         key.kv_page_bytes = (uint64_t)kv.page_bytes;
         bool replayed = false;

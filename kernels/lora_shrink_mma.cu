@@ -108,7 +108,8 @@ __global__ void __launch_bounds__(SHM_THREADS)
         }
     };
 
-    /* prologue: A of the first ST - 1 chunks before pdl_wait, their x after; one commit group per chunk */
+    /* prologue: A of the first ST - 1 chunks before pdl_wait, their x after, one commit group per chunk
+     * (the A copies issued before the first commit all fall into group 0) */
 #pragma unroll
     for (int c = 0; c < ST - 1; c++)
         if (c < nc)
