@@ -207,21 +207,23 @@ __global__ void __launch_bounds__(EX_THREADS)
     }
 }
 
-/* Two adjacent values of a row as one 4-byte access. */
-template <typename T> struct __align__(4) ex_pair { T v[2]; };
+/* CPT adjacent values of a row as one access of 2 CPT bytes. */
+template <typename T, int CPT> struct __align__(2 * CPT) ex_vec { T v[CPT]; };
 
 /* Multi-token segments (prefill) unless LG_SGMV_PREFILL=0: block = (EX_THREADS threads x CPT
  * adjacent output columns, segment, tile of EXT_TM tokens). A thread holds its columns' B rows
- * (RM floats each: the step's largest rank rounded up to 8, 16, 32 or 64) in registers, loaded
- * before pdl_wait, and the tile's tmp rows sit in shared memory. Each (token, column) sum runs
+ * (RM floats each: the step's largest rank rounded up to 8, 16, 32 or 64; CPT = 4, 2, 1 columns
+ * by RM) in registers, loaded before pdl_wait, and the tile's tmp rows sit in shared memory. Each (token, column) sum runs
  * j = 0 .. rank - 1 in order from 0 with one accumulator, then y = round(y + scale * sum): the
  * arithmetic of the 8-token path above, so both give the same bits (the op tests compare them).
- * B is read once per 32 tokens instead of once per 8, and with CPT = 2 a warp's y accesses are
- * 128 contiguous bytes of a row (y_vec: 4-byte aligned pairs); four tokens' y loads are issued
- * before their sums. */
+ * B is read once per 32 tokens instead of once per 8, a warp's y accesses are 64 CPT contiguous
+ * bytes of a row (y_vec: aligned groups of CPT), and EXT_U tokens' y loads are issued before their
+ * sums (at 4 tokens and CPT 2 the kernel streamed ~1 TB/s: too few bytes in flight). Launched when
+ * it makes at least 2 blocks per SM; smaller steps keep the 8-token tiles. */
 #define EXT_TM 32
+#define EXT_U 8 /* tokens whose y loads are in flight together */
 template <typename T, typename TT_, int RM, int CPT>
-__global__ void __launch_bounds__(EX_THREADS)
+__global__ void __launch_bounds__(EX_THREADS, 2) /* two blocks per SM: <= 128 registers */
     lora_expand_tile_kernel(ex_outs<T> o, const TT_ *tmp, int64_t ldt, const int32_t *seg_indptr, const lg_lora_w *w,
                             int n_slots, bool y_vec)
 {
@@ -264,17 +266,17 @@ __global__ void __launch_bounds__(EX_THREADS)
     __syncthreads();
     if (n >= cols)
         return;
-    const bool pair = CPT == 2 && y_vec && n + 1 < cols;
-    for (int i0 = 0; i0 < nt; i0 += 4) {
-        float yv[4][CPT];
+    const bool pair = CPT > 1 && y_vec && n + CPT <= cols;
+    for (int i0 = 0; i0 < nt; i0 += EXT_U) {
+        float yv[EXT_U][CPT];
 #pragma unroll
-        for (int u = 0; u < 4; u++) {
+        for (int u = 0; u < EXT_U; u++) {
             const T *p = y + (int64_t)(i0 + u) * ldy + n;
             if (i0 + u >= nt) {
 #pragma unroll
                 for (int q = 0; q < CPT; q++) yv[u][q] = 0.0f;
             } else if (pair) {
-                const ex_pair<T> v = *(const ex_pair<T> *)p;
+                const ex_vec<T, CPT> v = *(const ex_vec<T, CPT> *)p;
 #pragma unroll
                 for (int q = 0; q < CPT; q++) yv[u][q] = to_f32(v.v[q]);
             } else {
@@ -283,7 +285,7 @@ __global__ void __launch_bounds__(EX_THREADS)
             }
         }
 #pragma unroll
-        for (int u = 0; u < 4; u++) {
+        for (int u = 0; u < EXT_U; u++) {
             const int i = i0 + u;
             if (i >= nt)
                 break;
@@ -301,10 +303,10 @@ __global__ void __launch_bounds__(EX_THREADS)
                 }
             T *p = y + (int64_t)i * ldy + n;
             if (pair) {
-                ex_pair<T> v;
+                ex_vec<T, CPT> v;
 #pragma unroll
                 for (int q = 0; q < CPT; q++) v.v[q] = from_f32<T>(yv[u][q] + scale * acc[q]);
-                *(ex_pair<T> *)p = v;
+                *(ex_vec<T, CPT> *)p = v;
             } else {
 #pragma unroll
                 for (int q = 0; q < CPT; q++)
@@ -349,8 +351,16 @@ static void launch_t(cuda_ctx *c, const lg_tensor *ys, const int *slots, int k, 
     /* the tile kernel (multi-token segments) at the step's largest rank rounded up to RM <= 64 */
     const int rank = lm->step_max_rank > 0 && lm->step_max_rank < lm->max_rank ? lm->step_max_rank : lm->max_rank;
     const int rm = rank <= 8 ? 8 : rank <= 16 ? 16 : rank <= 32 ? 32 : rank <= 64 ? 64 : 0;
-    const bool tile = tt == 8 && rm > 0 && cu_sgmv_prefill();
-    const int cpt = rm <= 32 ? 2 : 1;
+    static int cpt16 = -1; /* LG_SGMV_CPT=2: two columns per thread at ranks <= 16 too (benchmarks) */
+    const int cpt = rm <= 16 ? (cu_switch(&cpt16, "LG_SGMV_CPT", 4) == 2 ? 2 : 4) : rm <= 32 ? 2 : 1;
+    bool tile = tt == 8 && rm > 0 && cu_sgmv_prefill();
+    if (tile) { /* at least 2 blocks per SM, else the 8-token tiles' 4x more blocks run faster (bench_sgmv) */
+        int64_t tiles = 0, cb = 0;
+        for (int s = 0; s < lm->n_segs; s++)
+            tiles += (lm->seg_indptr_host[s + 1] - lm->seg_indptr_host[s] + EXT_TM - 1) / EXT_TM;
+        for (int i = 0; i < k; i++) cb += (ys[i].cols + EX_THREADS * cpt - 1) / (EX_THREADS * cpt);
+        tile = tiles * cb >= 2 * c->n_sm;
+    }
     /* columns per block: every warp one pass of U loads at max_rank */
     int lpr = 1;
     while (lpr * 8 < lm->max_rank) lpr *= 2;
@@ -368,12 +378,13 @@ static void launch_t(cuda_ctx *c, const lg_tensor *ys, const int *slots, int k, 
         o.bstart[i + 1] = o.bstart[i] + (int)((ys[i].cols + o.cpb - 1) / o.cpb);
     }
     if (tile) {
-        bool y_vec = true; /* 4-byte aligned column pairs in every output */
+        bool y_vec = true; /* aligned groups of cpt columns in every output */
         for (int i = 0; i < k; i++)
-            y_vec = y_vec && ys[i].stride % 2 == 0 && (uintptr_t)ys[i].data % 4 == 0;
+            y_vec = y_vec && ys[i].stride % cpt == 0 && (uintptr_t)ys[i].data % (2 * cpt) == 0;
         const bool f = tmp.dtype == LG_F32;
-        if (rm == 8) f ? launch_tile<T, float, 8, 2>(c, o, tmp, lm, max_seg, y_vec) : launch_tile<T, T, 8, 2>(c, o, tmp, lm, max_seg, y_vec);
-        else if (rm == 16) f ? launch_tile<T, float, 16, 2>(c, o, tmp, lm, max_seg, y_vec) : launch_tile<T, T, 16, 2>(c, o, tmp, lm, max_seg, y_vec);
+        if (rm == 8 && cpt == 4) f ? launch_tile<T, float, 8, 4>(c, o, tmp, lm, max_seg, y_vec) : launch_tile<T, T, 8, 4>(c, o, tmp, lm, max_seg, y_vec);
+        else if (rm == 16 && cpt == 4) f ? launch_tile<T, float, 16, 4>(c, o, tmp, lm, max_seg, y_vec) : launch_tile<T, T, 16, 4>(c, o, tmp, lm, max_seg, y_vec);
+        else if (rm <= 16) f ? launch_tile<T, float, 16, 2>(c, o, tmp, lm, max_seg, y_vec) : launch_tile<T, T, 16, 2>(c, o, tmp, lm, max_seg, y_vec);
         else if (rm == 32) f ? launch_tile<T, float, 32, 2>(c, o, tmp, lm, max_seg, y_vec) : launch_tile<T, T, 32, 2>(c, o, tmp, lm, max_seg, y_vec);
         else f ? launch_tile<T, float, 64, 1>(c, o, tmp, lm, max_seg, y_vec) : launch_tile<T, T, 64, 1>(c, o, tmp, lm, max_seg, y_vec);
         return;

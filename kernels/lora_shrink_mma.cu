@@ -198,7 +198,9 @@ static void launch_nt(cuda_ctx *c, lg_tensor tmp, lg_tensor x, const lg_lora_met
 
 /* Called by cu_lora_shrink_multi after its checks (tmp, x, slots, segments within x, max_seg >= 1):
  * true when launched here, false when the segments are decode-sized, x is not 16-byte aligned
- * rows with in % 8 == 0, or LG_SGMV_PREFILL=0 (then lora_shrink.cu's kernel runs). */
+ * rows with in % 8 == 0, the grid would be under half the SMs (one 512-token segment, one slot:
+ * 16 blocks, 2x slower than the CUDA-core kernel), or LG_SGMV_PREFILL=0 (then lora_shrink.cu's
+ * kernel runs). */
 bool cu_lora_shrink_mma(cuda_ctx *c, lg_tensor tmp, lg_tensor x, const lg_lora_meta *lm, const int *slots, int k,
                         int max_seg)
 {
@@ -214,6 +216,11 @@ bool cu_lora_shrink_mma(cuda_ctx *c, lg_tensor tmp, lg_tensor x, const lg_lora_m
     a.ng = (rank + nr - 1) / nr;
     a.col_off = lm->max_rank;
     if ((int64_t)a.ng * k > 65535)
+        return false;
+    int64_t blocks = 0; /* fewer than half an SM's worth: the CUDA-core kernel's more blocks run faster (bench_sgmv) */
+    for (int s = 0; s < lm->n_segs; s++)
+        blocks += (lm->seg_indptr_host[s + 1] - lm->seg_indptr_host[s] + SHM_TM - 1) / SHM_TM;
+    if (blocks * a.ng * k < c->n_sm / 2)
         return false;
     if (x.dtype == LG_F16) {
         if (tmp.dtype == LG_F32) launch_nt<__half, float>(c, tmp, x, lm, a, k, max_seg, rank);
