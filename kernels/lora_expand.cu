@@ -354,7 +354,7 @@ static void launch_t(cuda_ctx *c, const lg_tensor *ys, const int *slots, int k, 
     static int cpt16 = -1; /* LG_SGMV_CPT=2: two columns per thread at ranks <= 16 too (benchmarks) */
     const int cpt = rm <= 16 ? (cu_switch(&cpt16, "LG_SGMV_CPT", 4) == 2 ? 2 : 4) : rm <= 32 ? 2 : 1;
     bool tile = tt == 8 && rm > 0 && cu_sgmv_prefill();
-    if (tile) { /* at least 2 blocks per SM, else the 8-token tiles' 4x more blocks run faster (bench_sgmv) */
+    if (tile && cu_sgmv_prefill() != 2) { /* at least 2 blocks per SM, else the 8-token tiles' 4x more blocks run faster (bench_sgmv) */
         int64_t tiles = 0, cb = 0;
         for (int s = 0; s < lm->n_segs; s++)
             tiles += (lm->seg_indptr_host[s + 1] - lm->seg_indptr_host[s] + EXT_TM - 1) / EXT_TM;

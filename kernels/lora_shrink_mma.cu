@@ -28,7 +28,8 @@
  *  - Programmatic dependent launch: the weight table, the segment bounds and the A tiles of the
  *    first STAGES - 1 chunks are read before pdl_wait (no kernel writes them), x after.
  * LG_SGMV_PREFILL=0 (or lg_cuda_sgmv_prefill(0)) keeps every segment on lora_shrink.cu's kernel
- * and lora_expand.cu's 8-token tiles (benchmarks).
+ * and lora_expand.cu's 8-token tiles (benchmarks); 2 takes both prefill kernels whatever the grid
+ * size (tests).
  */
 #include "mma.cuh"
 #include "ops.cuh"
@@ -40,7 +41,8 @@
 #define SHM_MIN_SEG 5 /* segments of 1..4 tokens (decode) stay on lora_shrink.cu's kernel */
 
 static int g_prefill = -1;
-extern "C" void lg_cuda_sgmv_prefill(int on) { g_prefill = on < 0 ? -1 : on ? 1 : 0; } /* -1: LG_SGMV_PREFILL again */
+/* 1 (default): where the grid fills the GPU; 2: every segment of > 4 tokens (tests); 0: never; -1: LG_SGMV_PREFILL again */
+extern "C" void lg_cuda_sgmv_prefill(int mode) { g_prefill = mode < 0 ? -1 : mode > 2 ? 2 : mode; }
 int cu_sgmv_prefill(void) { return cu_switch(&g_prefill, "LG_SGMV_PREFILL", 1); }
 
 /* Stages by NT, so that the ring stays within 48 KB of static shared memory and holds the
@@ -220,7 +222,7 @@ bool cu_lora_shrink_mma(cuda_ctx *c, lg_tensor tmp, lg_tensor x, const lg_lora_m
     int64_t blocks = 0; /* fewer than half an SM's worth: the CUDA-core kernel's more blocks run faster (bench_sgmv) */
     for (int s = 0; s < lm->n_segs; s++)
         blocks += (lm->seg_indptr_host[s + 1] - lm->seg_indptr_host[s] + SHM_TM - 1) / SHM_TM;
-    if (blocks * a.ng * k < c->n_sm / 2)
+    if (blocks * a.ng * k < c->n_sm / 2 && cu_sgmv_prefill() != 2)
         return false;
     if (x.dtype == LG_F16) {
         if (tmp.dtype == LG_F32) launch_nt<__half, float>(c, tmp, x, lm, a, k, max_seg, rank);

@@ -38,7 +38,8 @@ unsigned long lg_cuda_tma_launches(void); /* kernels/gemm_tma.cu: launches so fa
 void lg_cuda_streamk_mode(int mode); /* kernels/gemm_streamk.cu: 0 = off, 1 = mma.sync auto, 10 + v = its variant v,
                                         2 = TMA auto (default), 20 + v = its variant v, -1 = as LG_STREAMK */
 void lg_cuda_blaslt(int on);        /* kernels/gemm_lt.cu: 1 on, 0 off, -1 as LG_BLASLT */
-void lg_cuda_sgmv_prefill(int on);  /* kernels/lora_shrink_mma.cu: 0 = segments > 4 tokens on the CUDA-core kernels, -1 as LG_SGMV_PREFILL */
+void lg_cuda_sgmv_prefill(int mode); /* kernels/lora_shrink_mma.cu: 0 = segments > 4 tokens on the CUDA-core kernels,
+                                       2 = on the prefill kernels at any grid size, -1 as LG_SGMV_PREFILL */
 static int n_fail, n_pass;
 static int only(const char *group) /* LG_ONLY unset: every group */
 {
@@ -533,6 +534,7 @@ static int sgmv_forced_off(void)
     const char *e = getenv("LG_SGMV_PREFILL");
     return e && strcmp(e, "0") == 0;
 }
+static int sgmv_mode = -1; /* the prefill SGMV mode the LoRA tests run in (restored after a comparison) */
 static int lora_cap;   /* > the ranks: lm.max_rank (tmp's width) = lora_cap, step_max_rank = the largest rank */
 static int lora_a_off; /* bytes added to each A's pool offset (2: A not 16-byte aligned) */
 
@@ -716,7 +718,7 @@ static void test_lora(lg_dtype dt, lg_dtype tmp_dt, const char *name, int n_segs
         snprintf(cas, sizeof cas, "%s cuda-core", name);
         record("lora_shrink", cas, dt, den > 0 ? sqrt(num / den) : sqrt(num),
                lim_for(tmp_dt == LG_F32 ? LG_F16 : tmp_dt), rc == 0 && g == 0);
-        lg_cuda_sgmv_prefill(-1);
+        lg_cuda_sgmv_prefill(sgmv_mode);
         free(gy2);
     }
 
@@ -843,7 +845,7 @@ static void test_lora_multi_prefill(lg_dtype dt, const char *name, int n_segs, c
         lg_cuda_sgmv_prefill(0);
         rc = G->i.lora_expand_multi(G, ys, tmp.t, &lm, slots, K);
         g = gt_get(&yf, gy2, NULL);
-        lg_cuda_sgmv_prefill(-1);
+        lg_cuda_sgmv_prefill(sgmv_mode);
         size_t diff = 0;
         for (size_t i = 0; i < (size_t)T * ytot; i++) diff += memcmp(&gy[i], &gy2[i], 4) != 0;
         snprintf(cas, sizeof cas, "%s tile==8-token", name);
@@ -1773,7 +1775,10 @@ int main(int argc, char **argv)
             int len2[32], r2[32];
             for (int i = 0; i < 32; i++) len2[i] = 1, r2[i] = (int[]){0, 1, 4, 8, 16, 32, 64, 7}[i % 8];
             test_lora(dt, LG_F32, "decode 32x1", 32, len2, r2, 4096, 4096, 0, 4096, 0);
-            /* prefill segments (> 4 tokens): the tensor-core shrink and the tile expand */
+            /* prefill segments (> 4 tokens): the tensor-core shrink and the tile expand, forced on
+             * (small grids take the CUDA-core kernels by default), then W1's whole prefill by default */
+            if (!sgmv_forced_off())
+                lg_cuda_sgmv_prefill(sgmv_mode = 2);
             int len3[] = {128, 128, 128, 128}, r3[] = {16, 16, 16, 16};
             test_lora(dt, LG_F32, "prefill 4x128 r16", 4, len3, r3, 4096, 4096, 4096, 3 * 4096, 0);
             int len4[] = {37, 1, 130, 6, 64, 5, 33}, r4[] = {16, 8, 13, 64, 0, 32, 1};
@@ -1798,6 +1803,10 @@ int main(int argc, char **argv)
             int lm_[] = {50, 3, 77, 9}, rm_[] = {8, 16, 0, 32, 0, 8, 16, 16, 16, 4, 13, 2}, om[] = {2048, 512, 512};
             test_lora_multi_prefill(dt, "GQA ragged mixed ranks", 4, lm_, rm_, 2048, om, 0);
             test_lora_multi_prefill(dt, "GQA ragged cap 64", 4, lm_, rm_, 2048, om, 64);
+            lg_cuda_sgmv_prefill(sgmv_mode = -1);
+            int lw1[32], rw1[96];
+            for (int i = 0; i < 32; i++) lw1[i] = 128, rw1[3 * i] = rw1[3 * i + 1] = rw1[3 * i + 2] = 16;
+            test_lora_multi_prefill(dt, "W1 prefill 32x128 default", 32, lw1, rw1, 4096, oq, 0);
         }
         if (only("graph"))
             test_graph(dt);
