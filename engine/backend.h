@@ -126,6 +126,10 @@ typedef struct lg_lora_meta {
     const int32_t *seg_indptr; /* device [n_segs + 1] */
     const lg_lora_w *w;        /* device [n_segs * n_slots] */
     const int32_t *seg_indptr_host; /* host copy, for launch shapes */
+    /* The largest rank of any segment at any slot in this step (<= max_rank), for launch shapes;
+     * 0 = not given (max_rank bounds them). It must bound every rank of the table: kernels sized
+     * by it do not compute ranks above it. Columns of tmp stay max_rank apart either way. */
+    int step_max_rank;
 } lg_lora_meta;
 
 /* Per-row sampling parameters for the device sampler (see sampling.h for the

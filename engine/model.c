@@ -77,6 +77,7 @@ struct lg_model {
     lg_lora_w *lora_w_dev, *lora_w_host; /* [max_seqs * n_slots] */
     int32_t *lora_seg_dev, *lora_seg_host; /* [max_seqs + 1] */
     unsigned *lora_seg_mods; /* [max_seqs]: bit m when segment s has rank > 0 at module m in some layer */
+    int *lora_seg_rank;      /* [max_seqs]: segment s's largest rank at any slot */
     int lora_synced;         /* segments [0, lora_synced) of lora_w_host equal lora_w_dev (see lg_model_step) */
     lg_lora_w *lora_w_zero;  /* [n_slots] zeros: the table of a segment without adapter */
     bool lora_table_rebuild; /* LG_LORA_TABLE=0: no comparison with the device's table (benchmarks) */
@@ -408,9 +409,10 @@ int lg_model_create(lg_backend *be, const lg_weights *w, const lg_model_opts *op
         m->lora_seg_dev = be->i.alloc(be, (S + 1) * sizeof(int32_t));
         m->lora_seg_host = malloc((S + 1) * sizeof(int32_t));
         m->lora_seg_mods = malloc(S * sizeof(unsigned));
+        m->lora_seg_rank = malloc(S * sizeof(int));
         m->lora_w_zero = calloc(n_slots, sizeof(lg_lora_w));
         m->lora_tmp = lg_tensor_2d(tmp, LG_F32, m->opts.max_step_tokens, LG_LORA_MULTI_MAX * m->opts.lora_max_rank);
-        if (!tmp || !m->lora_w_dev || !m->lora_w_host || !m->lora_seg_dev || !m->lora_seg_host || !m->lora_seg_mods || !m->lora_w_zero) {
+        if (!tmp || !m->lora_w_dev || !m->lora_w_host || !m->lora_seg_dev || !m->lora_seg_host || !m->lora_seg_mods || !m->lora_seg_rank || !m->lora_w_zero) {
             lg_fail(err, "cannot allocate LoRA step buffers");
             goto fail;
         }
@@ -482,6 +484,7 @@ void lg_model_free(lg_model *m)
     free(m->lora_w_host);
     free(m->lora_seg_host);
     free(m->lora_seg_mods);
+    free(m->lora_seg_rank);
     free(m->lora_w_zero);
     free(m->layers);
     free(m);
@@ -596,7 +599,7 @@ static int kv_bucket(int kv)
 typedef struct step_key {
     int32_t n_tokens, n_seqs, n_logits, max_kv_len;
     int32_t lora_segs, lora_max_seg, lora_mods;
-    int32_t pad;
+    int32_t lora_rank; /* the step's largest rank: picks launch shapes */
     uint64_t kv_base, kv_page_bytes;
 } step_key;
 
@@ -763,7 +766,7 @@ int lg_model_step(lg_model *m, lg_page_pool *pool, const lg_step_seq *seqs, int 
     lg_lora_meta lm = {0};
     const lg_lora_meta *lora = NULL;
     unsigned lora_mods = 0; /* bit m: some segment has rank > 0 at module m in some layer */
-    int lora_max_seg = 0;
+    int lora_max_seg = 0, lora_rank = 0;
     for (int s = 0; s < n_seqs; s++)
         if (seqs[s].lora)
             lora = &lm;
@@ -790,19 +793,25 @@ int lg_model_step(lg_model *m, lg_page_pool *pool, const lg_step_seq *seqs, int 
                 if (ns >= synced || memcmp(dst, src, seg_bytes) != 0) {
                     memcpy(dst, src, seg_bytes);
                     unsigned mods = 0;
+                    int rank = 0;
                     for (int k = 0; k < n_slots; k++) {
                         if (dst[k].rank > m->opts.lora_max_rank)
                             return lg_fail(err, "adapter rank %d exceeds the step's maximum %d", dst[k].rank,
                                            m->opts.lora_max_rank);
                         if (dst[k].rank > 0)
                             mods |= 1u << (k % LG_LORA_N_MODULES);
+                        if (dst[k].rank > rank)
+                            rank = dst[k].rank;
                     }
                     m->lora_seg_mods[ns] = mods;
+                    m->lora_seg_rank[ns] = rank;
                     if (lo < 0)
                         lo = ns;
                     hi = ns;
                 }
                 lora_mods |= m->lora_seg_mods[ns];
+                if (m->lora_seg_rank[ns] > lora_rank)
+                    lora_rank = m->lora_seg_rank[ns];
                 ns++;
             }
             tt += seqs[s].n_tokens;
@@ -820,7 +829,8 @@ int lg_model_step(lg_model *m, lg_page_pool *pool, const lg_step_seq *seqs, int 
         m->lora_synced = lo < 0 || synced > hi + 1 ? synced : hi + 1;
         TRY(be->i.upload(be, m->lora_seg_dev, m->lora_seg_host, (size_t)(ns + 1) * sizeof(int32_t)));
         lm = (lg_lora_meta){.n_segs = ns, .n_slots = n_slots, .max_rank = m->opts.lora_max_rank,
-                            .seg_indptr = m->lora_seg_dev, .w = m->lora_w_dev, .seg_indptr_host = m->lora_seg_host};
+                            .seg_indptr = m->lora_seg_dev, .w = m->lora_w_dev, .seg_indptr_host = m->lora_seg_host,
+                            .step_max_rank = lora_rank};
     }
 
     const double t2 = m->timing ? lg_now() : 0;
@@ -840,6 +850,12 @@ int lg_model_step(lg_model *m, lg_page_pool *pool, const lg_step_seq *seqs, int 
         key.lora_segs = lora ? lm.n_segs : -1;
         key.lora_max_seg = lora ? lora_max_seg : -1;
         key.lora_mods = (int32_t)lora_mods;
+        /* the prefill SGMV kernels (segments of > 4 tokens: an adapter shared by several sequences)
+         * take their shapes from the rank's bucket: 8, 16, 32, then multiples of 64 */
+        int rank_bucket = 8;
+        while (rank_bucket < lora_rank)
+            rank_bucket = rank_bucket < 64 ? 2 * rank_bucket : rank_bucket + 64;
+        key.lora_rank = !lora ? -1 : lora_max_seg <= 4 ? 0 : rank_bucket;
         key.kv_base = (uint64_t)(uintptr_t)kv.base;
         key.kv_page_bytes = (uint64_t)kv.page_bytes;
         bool replayed = false;

@@ -246,6 +246,26 @@ __device__ __forceinline__ float warp_max(float v)
     return v;
 }
 
+/* SGMV blocks (lora_shrink*.cu, lora_expand.cu): the token tile `tile` of tm tokens of segment s,
+ * as [*t0, *t0 + *nt); false when the segment ends before it (nothing to do). */
+__device__ __forceinline__ bool sgmv_tile(const int32_t *seg_indptr, int s, int tile, int tm, int *t0, int *nt)
+{
+    const int a = seg_indptr[s] + tile * tm, e = seg_indptr[s + 1];
+    if (a >= e)
+        return false;
+    *t0 = a, *nt = e - a < tm ? e - a : tm;
+    return true;
+}
+/* slot[si] of a kernel parameter array, by plain selects (a dynamic index would copy the array to local memory) */
+template <int N> __device__ __forceinline__ int sgmv_pick(const int (&slot)[N], int si)
+{
+    int v = slot[0];
+#pragma unroll
+    for (int i = 1; i < N; i++)
+        if (si == i) v = slot[i];
+    return v;
+}
+
 /* ---- programmatic dependent launch (PDL) ----------------------------------
  * A decode step is hundreds of short kernels back to back. Launched through
  * cu_launch with c->pdl set, a kernel may start while the kernel before it

@@ -23,10 +23,13 @@
  * rank 16, U = 8 that is 1024 columns, 32 KB of B per block: a q,k,v
  * decode launch over 32 adapters is 384 blocks, all resident at once.
  * TT = 1 for decode (U = 8), TT = 4 (U = 4) for segments of 2-4 tokens.
- * Longer segments (prefill, TT = 8), other ranks and unaligned B use a
- * thread per output column: tmp tile in shared memory (f32), the column's
- * B row 16 bytes at a time, TT accumulators; y traffic dominates there and
- * a warp touches 64 consecutive bytes of each y row.
+ * Longer segments (prefill) take the tile kernel (lora_expand_tile_kernel,
+ * below): 32-token tiles, B rows in registers, two columns per thread, for
+ * step ranks up to 64; beyond that, or with LG_SGMV_PREFILL=0 (benchmarks),
+ * TT = 8 tiles with a thread per output column: tmp tile in shared memory
+ * (f32), the column's B row 16 bytes at a time, TT accumulators; y traffic
+ * dominates there and a warp touches 64 consecutive bytes of each y row.
+ * Both sum each column's rank terms in order, so they give the same bits.
  * Programmatic dependent launch (cuda_common.cuh): the weight table, the
  * segment bounds and the warp's first U rows of B are read before
  * pdl_wait, tmp and y after.
@@ -53,32 +56,39 @@ template <typename T> struct ex_outs {
     int cpb;     /* output columns per block */
 };
 
+/* The output block blockIdx.x serves (its index si, row stride, columns, slot, first column
+ * block); plain selects keep o in parameter space (no dynamic index: local memory). */
+template <typename T>
+__device__ __forceinline__ T *ex_output(const ex_outs<T> &o, int *si_, int64_t *ldy, int *cols, int *slot, int *b0)
+{
+    int si = 0;
+#pragma unroll
+    for (int i = 1; i < LG_LORA_MULTI_MAX; i++)
+        if (i < o.k && (int)blockIdx.x >= o.bstart[i]) si = i;
+    T *y = o.y[0];
+    *ldy = o.ldy[0], *cols = o.cols[0], *slot = o.slot[0], *b0 = o.bstart[0];
+#pragma unroll
+    for (int i = 1; i < LG_LORA_MULTI_MAX; i++)
+        if (si == i) y = o.y[i], *ldy = o.ldy[i], *cols = o.cols[i], *slot = o.slot[i], *b0 = o.bstart[i];
+    *si_ = si;
+    return y;
+}
+
 template <typename T, typename TT_, int TT, int U>
 __global__ void __launch_bounds__(EX_THREADS)
     lora_expand_kernel(ex_outs<T> o, const TT_ *tmp, int64_t ldt, const int32_t *seg_indptr, const lg_lora_w *w,
                        int n_slots)
 {
     pdl_trigger();
-    /* the output this block serves; plain selects keep o in parameter space */
-    int si = 0;
-#pragma unroll
-    for (int i = 1; i < LG_LORA_MULTI_MAX; i++)
-        if (i < o.k && (int)blockIdx.x >= o.bstart[i]) si = i;
-    T *y = o.y[0];
-    int64_t ldy = o.ldy[0];
-    int cols = o.cols[0], slot = o.slot[0], b0 = o.bstart[0];
-#pragma unroll
-    for (int i = 1; i < LG_LORA_MULTI_MAX; i++)
-        if (si == i) y = o.y[i], ldy = o.ldy[i], cols = o.cols[i], slot = o.slot[i], b0 = o.bstart[i];
+    int si, cols, slot, b0;
+    int64_t ldy;
+    T *y = ex_output(o, &si, &ldy, &cols, &slot, &b0);
     const int s = blockIdx.y;
     const lg_lora_w lw = w[(size_t)s * n_slots + slot];
     const int r = lw.rank;
-    if (r <= 0)
+    int t0, nt;
+    if (r <= 0 || !sgmv_tile(seg_indptr, s, blockIdx.z, TT, &t0, &nt))
         return;
-    const int t0 = seg_indptr[s] + blockIdx.z * TT, t_end = seg_indptr[s + 1];
-    if (t0 >= t_end)
-        return;
-    const int nt = min(TT, t_end - t0);
     const TT_ *tt = tmp + (int64_t)t0 * ldt + (int64_t)si * o.col_off; /* [nt, r], stride ldt */
     y += (int64_t)t0 * ldy;                                             /* [nt, cols], stride ldy */
     const int c0 = (blockIdx.x - b0) * o.cpb, c1 = min(c0 + o.cpb, cols);
@@ -197,6 +207,125 @@ __global__ void __launch_bounds__(EX_THREADS)
     }
 }
 
+/* CPT adjacent values of a row as one access of 2 CPT bytes. */
+template <typename T, int CPT> struct __align__(2 * CPT) ex_vec { T v[CPT]; };
+
+/* Multi-token segments (prefill) unless LG_SGMV_PREFILL=0: block = (EX_THREADS threads x CPT
+ * adjacent output columns, segment, tile of EXT_TM tokens). A thread holds its columns' B rows
+ * (RM floats each: the step's largest rank rounded up to 8, 16, 32 or 64; CPT = 4, 2, 1 columns
+ * by RM) in registers, loaded before pdl_wait, and the tile's tmp rows sit in shared memory. Each (token, column) sum runs
+ * j = 0 .. rank - 1 in order from 0 with one accumulator, then y = round(y + scale * sum): the
+ * arithmetic of the 8-token path above, so both give the same bits (the op tests compare them).
+ * B is read once per 32 tokens instead of once per 8, a warp's y accesses are 64 CPT contiguous
+ * bytes of a row (y_vec: aligned groups of CPT), and EXT_U tokens' y loads are issued before their
+ * sums (at 4 tokens and CPT 2 the kernel streamed ~1 TB/s: too few bytes in flight). Launched when
+ * it makes at least 2 blocks per SM; smaller steps keep the 8-token tiles. */
+#define EXT_TM 32
+#define EXT_U 8 /* tokens whose y loads are in flight together */
+template <typename T, typename TT_, int RM, int CPT>
+__global__ void __launch_bounds__(EX_THREADS, 2) /* two blocks per SM: <= 128 registers */
+    lora_expand_tile_kernel(ex_outs<T> o, const TT_ *tmp, int64_t ldt, const int32_t *seg_indptr, const lg_lora_w *w,
+                            int n_slots, bool y_vec)
+{
+    __shared__ __align__(16) float ts[EXT_TM][RM];
+    pdl_trigger();
+    int si, cols, slot, b0;
+    int64_t ldy;
+    T *y = ex_output(o, &si, &ldy, &cols, &slot, &b0);
+    const int s = blockIdx.y;
+    const lg_lora_w lw = w[(size_t)s * n_slots + slot];
+    const int r = lw.rank; /* <= RM (the host's bound) */
+    int t0, nt;
+    if (r <= 0 || !sgmv_tile(seg_indptr, s, blockIdx.z, EXT_TM, &t0, &nt))
+        return;
+    const TT_ *tt = tmp + (int64_t)t0 * ldt + (int64_t)si * o.col_off; /* [nt, r], stride ldt */
+    y += (int64_t)t0 * ldy;                                             /* [nt, cols], stride ldy */
+    const int n = (blockIdx.x - b0) * o.cpb + threadIdx.x * CPT;        /* this thread's first column */
+    const T *B = (const T *)lw.B;
+    const float scale = lw.scale;
+    /* B rows of the thread's columns (adapter weights: no kernel writes them) before pdl_wait */
+    const bool bvec = r % 8 == 0 && cu_aligned16(B);
+    float bv[CPT][RM];
+#pragma unroll
+    for (int q = 0; q < CPT; q++)
+#pragma unroll
+        for (int jb = 0; jb < RM; jb += 8) {
+            const T *b = B + (size_t)(n + q) * r + jb;
+            if (jb < r && n + q < cols && bvec) {
+                unpack8<T>(*(const uint4 *)b, &bv[q][jb]);
+            } else {
+#pragma unroll
+                for (int e = 0; e < 8; e++) bv[q][jb + e] = jb + e < r && n + q < cols ? to_f32(b[e]) : 0.0f;
+            }
+        }
+    pdl_wait();
+    for (int i = threadIdx.x; i < EXT_TM * RM; i += EX_THREADS) {
+        const int ti = i / RM, j = i % RM;
+        ts[ti][j] = ti < nt && j < r ? to_f32(tt[(int64_t)ti * ldt + j]) : 0.0f;
+    }
+    __syncthreads();
+    if (n >= cols)
+        return;
+    const bool pair = CPT > 1 && y_vec && n + CPT <= cols;
+    for (int i0 = 0; i0 < nt; i0 += EXT_U) {
+        float yv[EXT_U][CPT];
+#pragma unroll
+        for (int u = 0; u < EXT_U; u++) {
+            const T *p = y + (int64_t)(i0 + u) * ldy + n;
+            if (i0 + u >= nt) {
+#pragma unroll
+                for (int q = 0; q < CPT; q++) yv[u][q] = 0.0f;
+            } else if (pair) {
+                const ex_vec<T, CPT> v = *(const ex_vec<T, CPT> *)p;
+#pragma unroll
+                for (int q = 0; q < CPT; q++) yv[u][q] = to_f32(v.v[q]);
+            } else {
+#pragma unroll
+                for (int q = 0; q < CPT; q++) yv[u][q] = n + q < cols ? to_f32(p[q]) : 0.0f;
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < EXT_U; u++) {
+            const int i = i0 + u;
+            if (i >= nt)
+                break;
+            float acc[CPT];
+#pragma unroll
+            for (int q = 0; q < CPT; q++) acc[q] = 0.0f;
+#pragma unroll
+            for (int jb = 0; jb < RM; jb += 8)
+                if (jb < r) {
+#pragma unroll
+                    for (int e = 0; e < 8; e++)
+                        if (jb + e < r)
+#pragma unroll
+                            for (int q = 0; q < CPT; q++) acc[q] += ts[i][jb + e] * bv[q][jb + e];
+                }
+            T *p = y + (int64_t)i * ldy + n;
+            if (pair) {
+                ex_vec<T, CPT> v;
+#pragma unroll
+                for (int q = 0; q < CPT; q++) v.v[q] = from_f32<T>(yv[u][q] + scale * acc[q]);
+                *(ex_vec<T, CPT> *)p = v;
+            } else {
+#pragma unroll
+                for (int q = 0; q < CPT; q++)
+                    if (n + q < cols)
+                        p[q] = from_f32<T>(yv[u][q] + scale * acc[q]);
+            }
+        }
+    }
+}
+
+template <typename T, typename TT_, int RM, int CPT>
+static void launch_tile(cuda_ctx *c, const ex_outs<T> &o, lg_tensor tmp, const lg_lora_meta *lm, int max_seg,
+                        bool y_vec)
+{
+    const dim3 grid((unsigned)o.bstart[o.k], (unsigned)lm->n_segs, (unsigned)((max_seg + EXT_TM - 1) / EXT_TM));
+    (void)cu_launch(c, lora_expand_tile_kernel<T, TT_, RM, CPT>, grid, EX_THREADS, 0, o, (const TT_ *)tmp.data,
+                    tmp.stride, lm->seg_indptr, lm->w, lm->n_slots, y_vec);
+}
+
 template <typename T, typename TT_>
 static void launch(cuda_ctx *c, ex_outs<T> o, lg_tensor tmp, const lg_lora_meta *lm, int max_seg, int tt)
 {
@@ -219,6 +348,19 @@ static void launch_t(cuda_ctx *c, const lg_tensor *ys, const int *slots, int k, 
                      const lg_lora_meta *lm, int max_seg)
 {
     const int tt = max_seg == 1 ? 1 : max_seg <= 4 ? 4 : 8, u = tt == 1 ? 8 : 4;
+    /* the tile kernel (multi-token segments) at the step's largest rank rounded up to RM <= 64 */
+    const int rank = lm->step_max_rank > 0 && lm->step_max_rank < lm->max_rank ? lm->step_max_rank : lm->max_rank;
+    const int rm = rank <= 8 ? 8 : rank <= 16 ? 16 : rank <= 32 ? 32 : rank <= 64 ? 64 : 0;
+    static int cpt16 = -1; /* LG_SGMV_CPT=2: two columns per thread at ranks <= 16 too (benchmarks) */
+    const int cpt = rm <= 16 ? (cu_switch(&cpt16, "LG_SGMV_CPT", 4) == 2 ? 2 : 4) : rm <= 32 ? 2 : 1;
+    bool tile = tt == 8 && rm > 0 && cu_sgmv_prefill();
+    if (tile && cu_sgmv_prefill() != 2) { /* at least 2 blocks per SM, else the 8-token tiles' 4x more blocks run faster (bench_sgmv) */
+        int64_t tiles = 0, cb = 0;
+        for (int s = 0; s < lm->n_segs; s++)
+            tiles += (lm->seg_indptr_host[s + 1] - lm->seg_indptr_host[s] + EXT_TM - 1) / EXT_TM;
+        for (int i = 0; i < k; i++) cb += (ys[i].cols + EX_THREADS * cpt - 1) / (EX_THREADS * cpt);
+        tile = tiles * cb >= 2 * c->n_sm;
+    }
     /* columns per block: every warp one pass of U loads at max_rank */
     int lpr = 1;
     while (lpr * 8 < lm->max_rank) lpr *= 2;
@@ -226,7 +368,7 @@ static void launch_t(cuda_ctx *c, const lg_tensor *ys, const int *slots, int k, 
     memset(&o, 0, sizeof o);
     o.k = k;
     o.col_off = lm->max_rank;
-    o.cpb = tt == 8 ? EX_THREADS : EX_WARPS * (32 / lpr) * u; /* TT = 8: one column per thread */
+    o.cpb = tile ? EX_THREADS * cpt : tt == 8 ? EX_THREADS : EX_WARPS * (32 / lpr) * u; /* TT = 8: one column per thread */
     o.bstart[0] = 0;
     for (int i = 0; i < k; i++) {
         o.y[i] = (T *)ys[i].data;
@@ -234,6 +376,18 @@ static void launch_t(cuda_ctx *c, const lg_tensor *ys, const int *slots, int k, 
         o.cols[i] = (int)ys[i].cols;
         o.slot[i] = slots[i];
         o.bstart[i + 1] = o.bstart[i] + (int)((ys[i].cols + o.cpb - 1) / o.cpb);
+    }
+    if (tile) {
+        bool y_vec = true; /* aligned groups of cpt columns in every output */
+        for (int i = 0; i < k; i++)
+            y_vec = y_vec && ys[i].stride % cpt == 0 && (uintptr_t)ys[i].data % (2 * cpt) == 0;
+        const bool f = tmp.dtype == LG_F32;
+        if (rm == 8 && cpt == 4) f ? launch_tile<T, float, 8, 4>(c, o, tmp, lm, max_seg, y_vec) : launch_tile<T, T, 8, 4>(c, o, tmp, lm, max_seg, y_vec);
+        else if (rm == 16 && cpt == 4) f ? launch_tile<T, float, 16, 4>(c, o, tmp, lm, max_seg, y_vec) : launch_tile<T, T, 16, 4>(c, o, tmp, lm, max_seg, y_vec);
+        else if (rm <= 16) f ? launch_tile<T, float, 16, 2>(c, o, tmp, lm, max_seg, y_vec) : launch_tile<T, T, 16, 2>(c, o, tmp, lm, max_seg, y_vec);
+        else if (rm == 32) f ? launch_tile<T, float, 32, 2>(c, o, tmp, lm, max_seg, y_vec) : launch_tile<T, T, 32, 2>(c, o, tmp, lm, max_seg, y_vec);
+        else f ? launch_tile<T, float, 64, 1>(c, o, tmp, lm, max_seg, y_vec) : launch_tile<T, T, 64, 1>(c, o, tmp, lm, max_seg, y_vec);
+        return;
     }
     if (tmp.dtype == LG_F32) launch<T, float>(c, o, tmp, lm, max_seg, tt);
     else launch<T, T>(c, o, tmp, lm, max_seg, tt);

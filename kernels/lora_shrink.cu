@@ -19,8 +19,11 @@
  * in a fixed order: deterministic, no atomics) and writes TT x SH_RG values.
  * For in = 4096 that is 2 chunks per thread, so a rank-16 decode launch is
  * 32 x 3 x 4 = 384 blocks each reading 32 KB, all resident at once.
- * TT = 1 for decode steps (every segment one token), 4 or 8 otherwise; x is
- * re-read per rank group from L2 (in x 2 bytes per token per group).
+ * TT = 1 for decode steps (every segment one token), 4 for segments of up
+ * to 4 tokens; x is re-read per rank group from L2 (in x 2 bytes per token
+ * per group). Longer segments (prefill) go to the tensor-core kernel of
+ * lora_shrink_mma.cu, which reads x once per slot and A once per 32 tokens;
+ * TT = 8 here only with LG_SGMV_PREFILL=0 or rows it cannot take.
  * Multi-slot form (cu_lora_shrink_multi): k slots over the same x in one
  * launch; slot i writes columns [i * max_rank, i * max_rank + rank) of tmp
  * (grid.y = k * rank groups). The single-slot op is the k = 1 case.
@@ -75,17 +78,11 @@ __global__ void __launch_bounds__(SH_THREADS)
     pdl_trigger();
     const int s = blockIdx.z;
     const int si = blockIdx.y / sl.ng, j0 = (blockIdx.y % sl.ng) * SH_RG;
-    int slot = sl.slot[0];
-#pragma unroll
-    for (int i = 1; i < LG_LORA_MULTI_MAX; i++) /* no dynamic index into the parameter struct (local memory) */
-        if (si == i) slot = sl.slot[i];
-    const lg_lora_w lw = w[(size_t)s * n_slots + slot];
-    if (j0 >= lw.rank) /* also rank 0; uniform over the block */
+    const lg_lora_w lw = w[(size_t)s * n_slots + sgmv_pick(sl.slot, si)];
+    int t0, nt;
+    if (j0 >= lw.rank || !sgmv_tile(seg_indptr, s, blockIdx.x, TT, &t0, &nt)) /* also rank 0; uniform over the block */
         return;
-    const int t0 = seg_indptr[s] + blockIdx.x * TT, t_end = seg_indptr[s + 1];
-    if (t0 >= t_end)
-        return;
-    const int nt = min(TT, t_end - t0), nr = min(SH_RG, lw.rank - j0);
+    const int nr = min(SH_RG, lw.rank - j0);
     const T *A = (const T *)lw.A + (size_t)j0 * in; /* [nr, in] */
     const T *xt = x + (int64_t)t0 * ldx;            /* [nt, in], stride ldx */
     float acc[TT][SH_RG];
@@ -226,6 +223,10 @@ int cu_lora_shrink_multi(lg_backend *be, lg_tensor tmp, lg_tensor x, const lg_lo
         return CU_FAIL(c, "lora_shrink: segments are malformed or cover more than x's %lld rows", (long long)x.rows);
     if (max_seg == 0)
         return 0;
+    if (cu_lora_shrink_mma(c, tmp, x, lm, slots, k, max_seg)) { /* prefill segments: tensor cores */
+        CU_LAUNCHED(c);
+        return 0;
+    }
     sl.ng = (lm->max_rank + SH_RG - 1) / SH_RG;
     sl.col_off = lm->max_rank;
     if (x.dtype == LG_F16) launch_t<__half>(c, tmp, x, lm, sl, k, max_seg);

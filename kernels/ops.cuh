@@ -30,6 +30,13 @@ int cu_lora_expand(lg_backend *be, lg_tensor y, lg_tensor tmp, const lg_lora_met
 int cu_lora_shrink_multi(lg_backend *be, lg_tensor tmp, lg_tensor x, const lg_lora_meta *lm, const int *slots, int k);
 int cu_lora_expand_multi(lg_backend *be, const lg_tensor *ys, lg_tensor tmp, const lg_lora_meta *lm,
                          const int *slots, int k);
+/* The shrink of multi-token (prefill) segments on tensor cores (lora_shrink_mma.cu), called by
+ * cu_lora_shrink_multi after its checks: true when launched, false when not taken (decode-sized
+ * segments, x alignment, LG_SGMV_PREFILL=0). cu_sgmv_prefill: that switch, which also picks
+ * lora_expand.cu's path for such segments. */
+bool cu_lora_shrink_mma(cuda_ctx *c, lg_tensor tmp, lg_tensor x, const lg_lora_meta *lm, const int *slots, int k,
+                        int max_seg);
+int cu_sgmv_prefill(void);
 /* The compute stream, for benchmarks that time ops with events (lora_shrink.cu; C linkage). */
 extern "C" cudaStream_t lg_cuda_compute_stream(lg_backend *be);
 /* step graphs (graph.cu) */

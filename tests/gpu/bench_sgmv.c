@@ -5,8 +5,12 @@
  * Cases: Llama-2-7B projection dims (in = out = 4096), f16, f32 tmp;
  * ranks 8, 16, 64 x 1, 4, 16, 32, 64 distinct adapters over decode batches
  * of 32 and 64 tokens (one token per sequence; sequences grouped by
- * adapter into segments, as the engine does), one prefill case (512
- * tokens over 4 adapters), and the fused q,k,v form (multi-slot, k = 3).
+ * adapter into segments, as the engine does), prefill cases (512 tokens
+ * over 4 adapters; the prefill steps of W1, W3 and W2: 32 x 128 tokens
+ * with q,k,v in one launch or o alone, 128 x 128 tokens), and the fused
+ * q,k,v form of decode (multi-slot, k = 3). LG_SGMV_PREFILL=0 runs the
+ * prefill cases on the CUDA-core kernels (the before of lora_shrink_mma.cu
+ * and the tile expand).
  *
  * Bytes counted (each once): shrink = A of every segment + x + tmp
  * written (f32); expand = B of every segment + tmp read + y read and
@@ -113,7 +117,7 @@ static void run_case(const bcase *c, int case_id, void *x, void *y, void *tmp)
             }
         b.w_dev[r] = G->i.alloc(G, (size_t)S * N_SLOTS * sizeof *w);
         CK(b.w_dev[r] && G->i.upload(G, b.w_dev[r], w, (size_t)S * N_SLOTS * sizeof *w) == 0);
-        b.lm[r] = (lg_lora_meta){S, N_SLOTS, c->rank, b.ind_dev, b.w_dev[r], b.ind_host};
+        b.lm[r] = (lg_lora_meta){S, N_SLOTS, c->rank, b.ind_dev, b.w_dev[r], b.ind_host, 0};
     }
     b.x = lg_tensor_2d(x, LG_F16, c->T, IN);
     b.tmp = lg_tensor_2d(tmp, LG_F32, c->T, N_SLOTS * c->rank);
@@ -138,7 +142,7 @@ static void run_case(const bcase *c, int case_id, void *x, void *y, void *tmp)
 int main(void)
 {
     arena = bench_setup(ARENA_BYTES);
-    const int TMAX = 512;
+    const int TMAX = 16384;
     void *x = dev_random_f16((size_t)TMAX * IN, 1.0f), *y = dev_random_f16((size_t)TMAX * N_SLOTS * OUT, 1.0f);
     void *tmp = G->i.alloc(G, (size_t)TMAX * N_SLOTS * 64 * 4);
     CK(x && y && tmp);
@@ -153,6 +157,10 @@ int main(void)
                     cases[nc++] = (bcase){Ts[ti], ads[ai], ranks[ri], 1, "decode"};
     cases[nc++] = (bcase){512, 4, 16, 1, "prefill"};
     cases[nc++] = (bcase){512, 4, 64, 1, "prefill"};
+    cases[nc++] = (bcase){4096, 32, 16, 3, "pf W1 qkv"};
+    cases[nc++] = (bcase){4096, 32, 16, 1, "pf W1 o"};
+    cases[nc++] = (bcase){4096, 32, 8, 3, "pf W3 qkv"};
+    cases[nc++] = (bcase){16384, 128, 16, 3, "pf W2 qkv"};
     cases[nc++] = (bcase){32, 32, 16, 3, "dec qkv"};
     cases[nc++] = (bcase){64, 64, 16, 3, "dec qkv"};
     cases[nc++] = (bcase){1, 1, 16, 3, "b1 qkv"};

@@ -3,7 +3,8 @@
 # (build-cuda, as tests/gpu/run_device.sh leaves it) and runs it: SGMV
 # shrink/expand alone vs the copy bandwidth. Run from the repository root
 # on the GPU machine, after run_device.sh (or a cmake build of build-cuda).
-# Output: the table on stdout, also in $OUT/bench_sgmv.txt when OUT is set.
+# Output: the table on stdout, also in $OUT/bench_sgmv_${LABEL:-current}.txt when OUT is set
+# (LABEL=old LG_SGMV_PREFILL=0: the prefill cases on the CUDA-core kernels).
 # BASELINE=dir: first build and run the same bench against the
 # lora_shrink.cu / lora_expand.cu found in dir (an earlier version, say
 # `git show HEAD~1:kernels/lora_shrink.cu > dir/lora_shrink.cu`), for a
@@ -34,4 +35,4 @@ if [ -n "${BASELINE:-}" ]; then
         -lcudart -lcublas -lcublasLt -lstdc++ -lpthread -lm -ldl -lrt -o "$B/bench_sgmv"
     run "$B/bench_sgmv" baseline
 fi
-run "$BUILD/bench_sgmv" current
+run "$BUILD/bench_sgmv" "${LABEL:-current}"

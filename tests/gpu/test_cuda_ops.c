@@ -38,6 +38,8 @@ unsigned long lg_cuda_tma_launches(void); /* kernels/gemm_tma.cu: launches so fa
 void lg_cuda_streamk_mode(int mode); /* kernels/gemm_streamk.cu: 0 = off, 1 = mma.sync auto, 10 + v = its variant v,
                                         2 = TMA auto (default), 20 + v = its variant v, -1 = as LG_STREAMK */
 void lg_cuda_blaslt(int on);        /* kernels/gemm_lt.cu: 1 on, 0 off, -1 as LG_BLASLT */
+void lg_cuda_sgmv_prefill(int mode); /* kernels/lora_shrink_mma.cu: 0 = segments > 4 tokens on the CUDA-core kernels,
+                                       2 = on the prefill kernels at any grid size, -1 as LG_SGMV_PREFILL */
 static int n_fail, n_pass;
 static int only(const char *group) /* LG_ONLY unset: every group */
 {
@@ -526,20 +528,37 @@ static int expand_fn(void *p)
     return G->i.lora_expand(G, l->a, l->b, &l->lm, l->slot);
 }
 
+/* LG_SGMV_PREFILL=0 in the environment: both runs would be the CUDA-core kernels */
+static int sgmv_forced_off(void)
+{
+    const char *e = getenv("LG_SGMV_PREFILL");
+    return e && strcmp(e, "0") == 0;
+}
+static int sgmv_mode = -1; /* the prefill SGMV mode the LoRA tests run in (restored after a comparison) */
+static int lora_cap;   /* > the ranks: lm.max_rank (tmp's width) = lora_cap, step_max_rank = the largest rank */
+static int lora_a_off; /* bytes added to each A's pool offset (2: A not 16-byte aligned) */
+
 /* seg_len[s] tokens per segment, rank[s] (0 = no LoRA). in -> out, y a column
- * slice at column y_c0 of a fused [T, y_total] buffer. */
+ * slice at column y_c0 of a fused [T, y_total] buffer. A segment of more than 4
+ * tokens takes the prefill kernels (lora_shrink_mma.cu, the expand's tile
+ * kernel); those cases also run the CUDA-core paths (LG_SGMV_PREFILL=0): the
+ * expand must give the same bits from the same tmp, the shrink the reference. */
 static void test_lora(lg_dtype dt, lg_dtype tmp_dt, const char *name, int n_segs, const int *seg_len, const int *rank,
                       int in, int out_dim, int y_c0, int y_total, int bench)
 {
     const int n_slots = 2 * LG_LORA_N_MODULES, slot = LG_LORA_N_MODULES + 4;
-    int T = 0, max_rank = 1;
+    int T = 0, max_rank = 1, max_seg = 0;
     int32_t *indptr = malloc((n_segs + 1) * 4);
     for (int s = 0; s < n_segs; s++) {
         indptr[s] = T;
         T += seg_len[s];
         if (rank[s] > max_rank) max_rank = rank[s];
+        if (seg_len[s] > max_seg) max_seg = seg_len[s];
     }
     indptr[n_segs] = T;
+    const int step_rank = max_rank;
+    if (lora_cap > max_rank)
+        max_rank = lora_cap;
     /* adapter weights: scattered through one "pool" allocation at random 16-byte aligned offsets */
     size_t es = esz(dt), need = 0;
     for (int s = 0; s < n_segs; s++) need += (size_t)rank[s] * (in + out_dim) * es + 4096;
@@ -562,7 +581,7 @@ static void test_lora(lg_dtype dt, lg_dtype tmp_dt, const char *name, int n_segs
         B[s] = malloc(nb * 4);
         for (size_t i = 0; i < na; i++) A[s][i] = frand() * 0.1f;
         for (size_t i = 0; i < nb; i++) B[s][i] = frand() * 0.1f;
-        off += (size_t)irand(32) * 16;
+        off += (size_t)irand(32) * 16 + (size_t)lora_a_off;
         lg_from_f32(hpool + off, dt, A[s], na);
         lg_to_f32(A[s], hpool + off, dt, na);
         ws->A = pool + off;
@@ -577,7 +596,7 @@ static void test_lora(lg_dtype dt, lg_dtype tmp_dt, const char *name, int n_segs
     lg_lora_w *dw = G->i.alloc(G, (size_t)n_segs * n_slots * sizeof(lg_lora_w));
     G->i.upload(G, dw, w, (size_t)n_segs * n_slots * sizeof(lg_lora_w));
     int32_t *dind = dev_i32(indptr, n_segs + 1);
-    lg_lora_meta lm = {n_segs, n_slots, max_rank, dind, dw, indptr};
+    lg_lora_meta lm = {n_segs, n_slots, max_rank, dind, dw, indptr, lora_cap > step_rank ? step_rank : 0};
 
     gt x = gt_new(dt, T, in, 8), tmp = gt_new(tmp_dt, T, max_rank, 3), yf = gt_new(dt, T, y_total, 0);
     gt_set(&x, NULL, 1.0f);
@@ -672,6 +691,36 @@ static void test_lora(lg_dtype dt, lg_dtype tmp_dt, const char *name, int n_segs
         lora_bench le = {y, tmp.t, lm, slot};
         rows[n_rows - 1].us = bench_us(expand_fn, &le, 50);
     }
+    if (max_seg > 4 && !bench && !sgmv_forced_off()) { /* the CUDA-core paths of the same segments */
+        float *gy2 = malloc((size_t)T * y_total * 4);
+        gt_set(&yf, yf.f, 1.0f); /* y as before the expand (gt_get refreshed the image; .f kept the inputs); tmp as the prefill shrink left it */
+        lg_cuda_sgmv_prefill(0);
+        rc = G->i.lora_expand(G, y, tmp.t, &lm, slot);
+        g = gt_get(&yf, gy2, NULL);
+        size_t diff = 0;
+        for (size_t i = 0; i < (size_t)T * y_total; i++) diff += memcmp(&gy[i], &gy2[i], 4) != 0;
+        snprintf(cas, sizeof cas, "%s tile==8-token", name);
+        record("lora_expand", cas, dt, (double)diff, 0, rc == 0 && g == 0);
+        gt_poison(&tmp);
+        rc = G->i.lora_shrink(G, tmp.t, x.t, &lm, slot);
+        unsigned char *nanok = malloc(T);
+        memset(nanok, 1, T);
+        g = gt_get(&tmp, gtmp, nanok);
+        free(nanok);
+        num = den = 0;
+        for (int s = 0; s < n_segs; s++)
+            for (int t = indptr[s]; t < indptr[s + 1]; t++)
+                for (int j = 0; j < rank[s]; j++) {
+                    double e = gtmp[(size_t)t * max_rank + j] - rt[(size_t)t * max_rank + j];
+                    num += isfinite(gtmp[(size_t)t * max_rank + j]) ? e * e : 1e30;
+                    den += rt[(size_t)t * max_rank + j] * rt[(size_t)t * max_rank + j];
+                }
+        snprintf(cas, sizeof cas, "%s cuda-core", name);
+        record("lora_shrink", cas, dt, den > 0 ? sqrt(num / den) : sqrt(num),
+               lim_for(tmp_dt == LG_F32 ? LG_F16 : tmp_dt), rc == 0 && g == 0);
+        lg_cuda_sgmv_prefill(sgmv_mode);
+        free(gy2);
+    }
 
     for (int s = 0; s < n_segs; s++) free(A[s]), free(B[s]);
     free(A), free(B), free(w), free(indptr), free(hpool), free(rt), free(ry), free(untouched), free(gtmp), free(gy);
@@ -680,6 +729,134 @@ static void test_lora(lg_dtype dt, lg_dtype tmp_dt, const char *name, int n_segs
 }
 
 static void *dev_rand(lg_dtype dt, size_t n, float amp);
+
+/* The q,k,v form of a prefill step: lora_shrink_multi / lora_expand_multi over k = 3 slots
+ * (outputs: column slices of one fused y) with segments of many tokens, against an f64
+ * reference, and the expand against the CUDA-core path (LG_SGMV_PREFILL=0) from the same tmp,
+ * bit for bit. cap > 0: lm.max_rank = cap above the ranks (a server's --max-lora-rank), with
+ * step_max_rank = the largest rank. */
+static void test_lora_multi_prefill(lg_dtype dt, const char *name, int n_segs, const int *seg_len, const int *rank,
+                                    int in, const int *outs, int cap)
+{
+    enum { K = 3 };
+    const int n_slots = LG_LORA_N_MODULES, slots[K] = {0, 1, 2};
+    int T = 0, R = 1, ytot = 0;
+    int32_t *indptr = malloc((n_segs + 1) * 4);
+    for (int s = 0; s < n_segs; s++) {
+        indptr[s] = T, T += seg_len[s];
+        for (int i = 0; i < K; i++) R = rank[s * K + i] > R ? rank[s * K + i] : R;
+    }
+    indptr[n_segs] = T;
+    const int step_rank = R, W = cap > R ? cap : R; /* tmp columns per slot */
+    int y0[K];
+    for (int i = 0; i < K; i++) y0[i] = ytot, ytot += outs[i];
+    const size_t es = esz(dt);
+    lg_lora_w *w = calloc((size_t)n_segs * n_slots, sizeof *w);
+    float **A = calloc((size_t)n_segs * K, sizeof(float *)), **B = calloc((size_t)n_segs * K, sizeof(float *));
+    size_t pool_bytes = 65536;
+    for (int s = 0; s < n_segs; s++)
+        for (int i = 0; i < K; i++) pool_bytes += (size_t)rank[s * K + i] * (in + outs[i]) * es + 64;
+    char *pool = G->i.alloc(G, pool_bytes);
+    unsigned char *hpool = calloc(pool_bytes, 1);
+    size_t off = 0;
+    for (int s = 0; s < n_segs; s++)
+        for (int i = 0; i < K; i++) {
+            const int r = rank[s * K + i];
+            lg_lora_w *ws = &w[(size_t)s * n_slots + slots[i]];
+            ws->rank = r;
+            ws->scale = 0.25f + 0.25f * (float)irand(4);
+            if (!r) continue;
+            const size_t na = (size_t)r * in, nb = (size_t)outs[i] * r;
+            float *a = A[s * K + i] = malloc(na * 4), *b = B[s * K + i] = malloc(nb * 4);
+            for (size_t j = 0; j < na; j++) a[j] = frand() * 0.1f;
+            for (size_t j = 0; j < nb; j++) b[j] = frand() * 0.1f;
+            lg_from_f32(hpool + off, dt, a, na);
+            lg_to_f32(a, hpool + off, dt, na);
+            ws->A = pool + off;
+            off = (off + na * es + 15) & ~(size_t)15;
+            lg_from_f32(hpool + off, dt, b, nb);
+            lg_to_f32(b, hpool + off, dt, nb);
+            ws->B = pool + off;
+            off = (off + nb * es + 15) & ~(size_t)15;
+        }
+    G->i.upload(G, pool, hpool, pool_bytes);
+    lg_lora_w *dw = G->i.alloc(G, (size_t)n_segs * n_slots * sizeof *w);
+    G->i.upload(G, dw, w, (size_t)n_segs * n_slots * sizeof *w);
+    int32_t *dind = dev_i32(indptr, n_segs + 1);
+    lg_lora_meta lm = {n_segs, n_slots, W, dind, dw, indptr, cap > R ? step_rank : 0};
+
+    gt x = gt_new(dt, T, in, 8), tmp = gt_new(LG_F32, T, K * W, 0), yf = gt_new(dt, T, ytot, 0);
+    gt_set(&x, NULL, 1.0f);
+    gt_set(&yf, NULL, 1.0f);
+    gt_poison(&tmp);
+    lg_tensor ys[K];
+    for (int i = 0; i < K; i++) ys[i] = lg_tensor_cols(yf.t, y0[i], outs[i]);
+    int rc = G->i.lora_shrink_multi(G, tmp.t, x.t, &lm, slots, K);
+    float *gt_ = malloc((size_t)T * K * W * 4), *gy = malloc((size_t)T * ytot * 4), *gy2 = malloc((size_t)T * ytot * 4);
+    unsigned char *nanok = malloc(T);
+    memset(nanok, 1, T);
+    int g = gt_get(&tmp, gt_, nanok);
+    double num = 0, den = 0, enum_ = 0, eden = 0;
+    int poison_ok = 1;
+    for (int s = 0; s < n_segs; s++)
+        for (int t = indptr[s]; t < indptr[s + 1]; t++)
+            for (int i = 0; i < K; i++)
+                for (int j = 0; j < W; j++) {
+                    const float gv = gt_[(size_t)t * K * W + i * W + j];
+                    if (j >= rank[s * K + i]) { /* past the slot's rank: the poison stays */
+                        poison_ok &= isnan(gv) != 0;
+                        continue;
+                    }
+                    double ref = 0;
+                    for (int kk = 0; kk < in; kk++) ref += (double)x.f[(size_t)t * in + kk] * A[s * K + i][(size_t)j * in + kk];
+                    num += isfinite(gv) ? (gv - ref) * (gv - ref) : 1e30;
+                    den += ref * ref;
+                }
+    rc |= G->i.lora_expand_multi(G, ys, tmp.t, &lm, slots, K);
+    g |= gt_get(&yf, gy, NULL);
+    for (int s = 0; s < n_segs; s++)
+        for (int t = indptr[s]; t < indptr[s + 1]; t++)
+            for (int i = 0; i < K; i++) {
+                const int r = rank[s * K + i];
+                const float sc = w[(size_t)s * n_slots + slots[i]].scale;
+                for (int n = 0; n < outs[i]; n++) {
+                    const size_t yi = (size_t)t * ytot + y0[i] + n;
+                    double d = 0;
+                    for (int j = 0; j < r; j++) d += (double)gt_[(size_t)t * K * W + i * W + j] * B[s * K + i][(size_t)n * r + j];
+                    float ref = (float)(yf.f[yi] + sc * d);
+                    unsigned char hb[8];
+                    lg_from_f32(hb, dt, &ref, 1);
+                    lg_to_f32(&ref, hb, dt, 1);
+                    if (!r) {
+                        if (gy[yi] != yf.f[yi]) enum_ += 1e30; /* rank 0: untouched */
+                        continue;
+                    }
+                    enum_ += ((double)gy[yi] - ref) * ((double)gy[yi] - ref);
+                    eden += (sc * d) * (sc * d);
+                }
+            }
+    char cas[48];
+    snprintf(cas, sizeof cas, "%s tmp f32", name);
+    record("lora_shrink_multi", cas, dt, den > 0 ? sqrt(num / den) : sqrt(num), lim_for(LG_F16),
+           rc == 0 && g == 0 && poison_ok);
+    record("lora_expand_multi", cas, dt, eden > 0 ? sqrt(enum_ / eden) : sqrt(enum_), lim_for(dt) * 4, rc == 0 && g == 0);
+    if (!sgmv_forced_off()) {
+        gt_set(&yf, yf.f, 1.0f); /* y as before the expand */
+        lg_cuda_sgmv_prefill(0);
+        rc = G->i.lora_expand_multi(G, ys, tmp.t, &lm, slots, K);
+        g = gt_get(&yf, gy2, NULL);
+        lg_cuda_sgmv_prefill(sgmv_mode);
+        size_t diff = 0;
+        for (size_t i = 0; i < (size_t)T * ytot; i++) diff += memcmp(&gy[i], &gy2[i], 4) != 0;
+        snprintf(cas, sizeof cas, "%s tile==8-token", name);
+        record("lora_expand_multi", cas, dt, (double)diff, 0, rc == 0 && g == 0);
+    }
+
+    for (int i = 0; i < n_segs * K; i++) free(A[i]), free(B[i]);
+    free(A), free(B), free(w), free(indptr), free(hpool), free(gt_), free(gy), free(gy2), free(nanok);
+    G->i.dealloc(G, pool), G->i.dealloc(G, dw), G->i.dealloc(G, dind);
+    gt_free(&x), gt_free(&tmp), gt_free(&yf);
+}
 
 /* matmul_lora (kernels/matmul_lora.cu): y = x W^T (+ bias) plus the expand of k slots into column
  * ranges of y, from the GPU's own shrink (lora_shrink_multi, as model.c runs them), against the
@@ -732,7 +909,7 @@ static void test_matmul_lora_case(lg_dtype dt, const char *name, int n_segs, con
     lg_lora_w *dw = G->i.alloc(G, (size_t)n_segs * n_slots * sizeof(lg_lora_w));
     G->i.upload(G, dw, w, (size_t)n_segs * n_slots * sizeof(lg_lora_w));
     int32_t *dind = dev_i32(indptr, n_segs + 1);
-    lg_lora_meta lm = {n_segs, n_slots, R, dind, dw, indptr};
+    lg_lora_meta lm = {n_segs, n_slots, R, dind, dw, indptr, 0};
 
     gt x = gt_new(dt, T, K, 8), W = gt_new(dt, N, K, 0), y = gt_new(dt, T, N, 8), tmp = gt_new(LG_F32, T, k * R, 0);
     gt_set(&x, NULL, 1.0f);
@@ -1189,7 +1366,7 @@ static void test_graph(lg_dtype dt)
     k.seg_host = seg;
     k.seg_dev = dev_i32(seg, 4);
     k.w_dev = G->i.alloc(G, (size_t)k.n_segs * LG_LORA_N_MODULES * sizeof(lg_lora_w));
-    k.lm = (lg_lora_meta){k.n_segs, LG_LORA_N_MODULES, k.R, k.seg_dev, k.w_dev, k.seg_host};
+    k.lm = (lg_lora_meta){k.n_segs, LG_LORA_N_MODULES, k.R, k.seg_dev, k.w_dev, k.seg_host, 0};
 
     size_t nl = (size_t)S * k.V;
     float *eager = malloc(nl * 4), *graph = malloc(nl * 4), *single = malloc(nl * 4), *multi = malloc(nl * 4);
@@ -1598,6 +1775,38 @@ int main(int argc, char **argv)
             int len2[32], r2[32];
             for (int i = 0; i < 32; i++) len2[i] = 1, r2[i] = (int[]){0, 1, 4, 8, 16, 32, 64, 7}[i % 8];
             test_lora(dt, LG_F32, "decode 32x1", 32, len2, r2, 4096, 4096, 0, 4096, 0);
+            /* prefill segments (> 4 tokens): the tensor-core shrink and the tile expand, forced on
+             * (small grids take the CUDA-core kernels by default), then W1's whole prefill by default */
+            if (!sgmv_forced_off())
+                lg_cuda_sgmv_prefill(sgmv_mode = 2);
+            int len3[] = {128, 128, 128, 128}, r3[] = {16, 16, 16, 16};
+            test_lora(dt, LG_F32, "prefill 4x128 r16", 4, len3, r3, 4096, 4096, 4096, 3 * 4096, 0);
+            int len4[] = {37, 1, 130, 6, 64, 5, 33}, r4[] = {16, 8, 13, 64, 0, 32, 1};
+            test_lora(dt, LG_F32, "prefill ragged", 7, len4, r4, 1024, 1000, 24, 1100, 0);
+            test_lora(dt, dt, "prefill ragged", 7, len4, r4, 1000, 333, 5, 400, 0); /* k tail, odd y column */
+            int len5[] = {100, 7, 33}, r5[] = {16, 16, 8};
+            lora_cap = 64; /* a server's cap above the step's ranks: step_max_rank picks the shapes */
+            test_lora(dt, LG_F32, "prefill cap64 r16", 3, len5, r5, 2048, 1536, 0, 1536, 0);
+            lora_a_off = 2; /* A not 16-byte aligned: copied element by element */
+            test_lora(dt, LG_F32, "prefill A unaligned", 3, len5, r5, 1024, 512, 0, 512, 0);
+            lora_cap = 0, lora_a_off = 0;
+            int r7[] = {8, 4, 0}; /* step rank 8 (RM 8, two columns per thread) on an odd, unaligned y slice */
+            test_lora(dt, dt, "prefill r8 odd y", 3, len5, r7, 1000, 333, 5, 400, 0);
+            int r8[] = {32, 16, 3};
+            test_lora(dt, LG_F32, "prefill r32 odd cols", 3, len5, r8, 1024, 777, 4, 800, 0); /* pairs but the last column */
+            int r6[] = {96, 100, 7}; /* ranks past 64: two rank chunks in the shrink, the 8-token expand */
+            test_lora(dt, LG_F32, "prefill r100", 3, len5, r6, 512, 256, 0, 256, 0);
+            /* q,k,v of a prefill step: W1's shape (4 of its 32 segments) and GQA outputs with mixed ranks */
+            int lq[] = {128, 128, 128, 128}, rq[12], oq[] = {4096, 4096, 4096};
+            for (int i = 0; i < 12; i++) rq[i] = 16;
+            test_lora_multi_prefill(dt, "W1 prefill 4x128 r16", 4, lq, rq, 4096, oq, 0);
+            int lm_[] = {50, 3, 77, 9}, rm_[] = {8, 16, 0, 32, 0, 8, 16, 16, 16, 4, 13, 2}, om[] = {2048, 512, 512};
+            test_lora_multi_prefill(dt, "GQA ragged mixed ranks", 4, lm_, rm_, 2048, om, 0);
+            test_lora_multi_prefill(dt, "GQA ragged cap 64", 4, lm_, rm_, 2048, om, 64);
+            lg_cuda_sgmv_prefill(sgmv_mode = -1);
+            int lw1[32], rw1[96];
+            for (int i = 0; i < 32; i++) lw1[i] = 128, rw1[3 * i] = rw1[3 * i + 1] = rw1[3 * i + 2] = 16;
+            test_lora_multi_prefill(dt, "W1 prefill 32x128 default", 32, lw1, rw1, 4096, oq, 0);
         }
         if (only("graph"))
             test_graph(dt);

@@ -1,0 +1,235 @@
+/*
+ * lora_shrink_mma.cu — the SGMV shrink of multi-token segments (prefill) on tensor cores:
+ *   for s < n_segs, slot i < k, w = lm->w[s * n_slots + slots[i]], w.rank > 0:
+ *     for t in [seg_indptr[s], seg_indptr[s+1]), j < w.rank:
+ *       tmp[t, i * max_rank + j] = sum_k float(x[t, k]) * float(w.A[j, k])     (f32 accumulation)
+ * The function of lora_shrink.cu's kernel, whose launcher (cu_lora_shrink_multi) dispatches here
+ * when a segment has more than 4 tokens; rounding differs from that kernel's in the last bits of
+ * the f32 sums (another summation order).
+ *
+ * Why a second kernel: the CUDA-core kernel is built for decode (one token per segment: all of A
+ * in flight at once). On a prefill segment it re-reads every token's x row once per 4 rank rows
+ * and slot and A once per 8 tokens, and does the 2 x tokens x rank x in flops on CUDA cores: W1's
+ * prefill (32 segments of 128 tokens, q,k,v at rank 16, in = 4,096) moves ~590 MB through L2 in
+ * each q,k,v launch, ~0.2 ms (bench_sgmv's 512-token case scaled), and a 7B prefill runs 64 such
+ * launches. Per segment and slot the shrink is a small matrix product, (tokens x in) (in x rank):
+ *
+ *  - Block = (tile of TM = 32 tokens of one segment, slot x chunk of NR = 8 NT rank rows, segment),
+ *    4 warps; NT = 2, 4 or 8 by the step's largest rank (16, 32, 64 rows; larger ranks take
+ *    several chunks). x is read once per slot and rank chunk, A once per 32 tokens.
+ *  - K in chunks of KC = 64 columns through a STAGES-deep cp.async ring (16-byte copies, L1
+ *    bypassed): the x tile [32][64] and the A tile [NR][64], rows padded by 16 bytes (conflict-free
+ *    ldmatrix); token rows past the segment, rank rows past the rank and columns past `in` are
+ *    zero-filled. An A that is not 16-byte aligned is copied element by element instead.
+ *  - Warp w takes k-step w (16 columns) of every chunk: mma.sync m16n8k16 with A-operand = x rows
+ *    and B-operand = A rows (both K-major, ldmatrix.x4), 2 x NT f32 fragments. At the end the four
+ *    warps' partial sums are added in warp order through shared memory (deterministic: graph
+ *    replays stay bit-identical) and the block stores its 32 x NR values.
+ *  - Programmatic dependent launch: the weight table, the segment bounds and the A tiles of the
+ *    first STAGES - 1 chunks are read before pdl_wait (no kernel writes them), x after.
+ * LG_SGMV_PREFILL=0 (or lg_cuda_sgmv_prefill(0)) keeps every segment on lora_shrink.cu's kernel
+ * and lora_expand.cu's 8-token tiles (benchmarks); 2 takes both prefill kernels whatever the grid
+ * size (tests).
+ */
+#include "mma.cuh"
+#include "ops.cuh"
+
+#define SHM_THREADS 128 /* 4 warps: one k-step of a chunk each */
+#define SHM_TM 32       /* tokens per block: two m16 tiles */
+#define SHM_KC 64       /* columns per chunk: four k16 steps */
+#define SHM_LD (SHM_KC + 8)
+#define SHM_MIN_SEG 5 /* segments of 1..4 tokens (decode) stay on lora_shrink.cu's kernel */
+
+static int g_prefill = -1;
+/* 1 (default): where the grid fills the GPU; 2: every segment of > 4 tokens (tests); 0: never; -1: LG_SGMV_PREFILL again */
+extern "C" void lg_cuda_sgmv_prefill(int mode) { g_prefill = mode < 0 ? -1 : mode > 2 ? 2 : mode; }
+int cu_sgmv_prefill(void) { return cu_switch(&g_prefill, "LG_SGMV_PREFILL", 1); }
+
+/* Stages by NT, so that the ring stays within 48 KB of static shared memory and holds the
+ * reduction's 4 x 2 NT x 4 x 32 floats: NT 2: 6 x 6,912 B; 4: 4 x 9,216 B; 8: 3 x 13,824 B. */
+template <int NT> struct shm_cfg {
+    static constexpr int NR = 8 * NT, STAGES = NT == 2 ? 6 : NT == 4 ? 4 : 3;
+    static constexpr int STAGE = (SHM_TM + NR) * SHM_LD; /* elements: x rows, then A rows */
+};
+
+struct shm_args {
+    int slot[LG_LORA_MULTI_MAX];
+    int ng;      /* rank chunks per slot (grid.y = k * ng) */
+    int col_off; /* tmp column offset between slots (max_rank) */
+};
+
+template <typename T, typename TT_, int NT>
+__global__ void __launch_bounds__(SHM_THREADS)
+    lora_shrink_mma_kernel(TT_ *tmp, int64_t ldt, const T *x, int64_t ldx, int in, const int32_t *seg_indptr,
+                           const lg_lora_w *w, int n_slots, shm_args a)
+{
+    using C = shm_cfg<NT>;
+    constexpr int NR = C::NR, ST = C::STAGES, VPR = SHM_KC / 8; /* 16-byte vectors per tile row */
+    constexpr int FE = 2 * NT * 4;                              /* accumulator floats per lane */
+    static_assert(4 * FE * 32 * sizeof(float) <= ST * C::STAGE * sizeof(T), "reduction fits the ring");
+    static_assert(NR * VPR % SHM_THREADS == 0 && SHM_TM * VPR % SHM_THREADS == 0, "whole copies per thread");
+    __shared__ __align__(128) T sm[ST * C::STAGE];
+    pdl_trigger();
+    const int s = blockIdx.z;
+    const int si = blockIdx.y / a.ng, j0 = (blockIdx.y % a.ng) * NR;
+    const lg_lora_w lw = w[(size_t)s * n_slots + sgmv_pick(a.slot, si)];
+    int t0, nt;
+    if (j0 >= lw.rank || !sgmv_tile(seg_indptr, s, blockIdx.x, SHM_TM, &t0, &nt)) /* also rank 0; uniform */
+        return;
+    const int nr = min(NR, lw.rank - j0);
+    const T *A = (const T *)lw.A + (size_t)j0 * in; /* [nr, in] */
+    const T *xt = x + (int64_t)t0 * ldx;            /* [nt, in], stride ldx */
+    const bool a_vec = cu_aligned16(A);             /* in % 8 == 0 (host): every row then is */
+    const int nc = (in + SHM_KC - 1) / SHM_KC;
+
+    auto load_a = [&](int c, int st) {
+        T *as = sm + st * C::STAGE + SHM_TM * SHM_LD;
+        const int k0 = c * SHM_KC;
+        if (a_vec) {
+#pragma unroll
+            for (int j = 0; j < NR * VPR / SHM_THREADS; j++) {
+                const int i = threadIdx.x + j * SHM_THREADS, r = i / VPR, v = i % VPR, k = k0 + v * 8;
+                const bool ok = r < nr && k < in;
+                cu_cp16(as + r * SHM_LD + v * 8, ok ? A + (size_t)r * in + k : A, ok);
+            }
+        } else {
+            for (int i = threadIdx.x; i < NR * SHM_KC; i += SHM_THREADS) {
+                const int r = i / SHM_KC, kk = i % SHM_KC, k = k0 + kk;
+                as[r * SHM_LD + kk] = r < nr && k < in ? A[(size_t)r * in + k] : from_f32<T>(0.0f);
+            }
+        }
+    };
+    auto load_x = [&](int c, int st) {
+        T *xs = sm + st * C::STAGE;
+        const int k0 = c * SHM_KC;
+#pragma unroll
+        for (int j = 0; j < SHM_TM * VPR / SHM_THREADS; j++) {
+            const int i = threadIdx.x + j * SHM_THREADS, r = i / VPR, v = i % VPR, k = k0 + v * 8;
+            const bool ok = r < nt && k < in;
+            cu_cp16(xs + r * SHM_LD + v * 8, ok ? xt + (int64_t)r * ldx + k : xt, ok);
+        }
+    };
+
+    /* prologue: A of the first ST - 1 chunks before pdl_wait, their x after, one commit group per chunk
+     * (the A copies issued before the first commit all fall into group 0) */
+#pragma unroll
+    for (int c = 0; c < ST - 1; c++)
+        if (c < nc)
+            load_a(c, c);
+    pdl_wait();
+#pragma unroll
+    for (int c = 0; c < ST - 1; c++) {
+        if (c < nc)
+            load_x(c, c);
+        cu_cp_commit();
+    }
+
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int mi = lane >> 3, li = lane & 7;
+    float acc[2][NT][4];
+#pragma unroll
+    for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+        for (int n = 0; n < NT; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) acc[mt][n][e] = 0.0f;
+
+    for (int c = 0; c < nc; c++) {
+        cu_cp_wait<ST - 2>();
+        __syncthreads(); /* chunk c landed; every warp is done with the slot refilled below */
+        if (c + ST - 1 < nc) {
+            load_a(c + ST - 1, (c + ST - 1) % ST);
+            load_x(c + ST - 1, (c + ST - 1) % ST);
+        }
+        cu_cp_commit();
+        const T *xs = sm + (c % ST) * C::STAGE, *as = xs + SHM_TM * SHM_LD;
+        const int kc = warp * 16; /* this warp's k-step of the chunk */
+        uint32_t af[2][4];
+#pragma unroll
+        for (int mt = 0; mt < 2; mt++)
+            cu_ldm4(af[mt], cu_smem_addr(xs + (mt * 16 + (mi & 1) * 8 + li) * SHM_LD + kc + (mi >> 1) * 8));
+#pragma unroll
+        for (int np = 0; np < NT / 2; np++) {
+            uint32_t bf[4];
+            cu_ldm4(bf, cu_smem_addr(as + (np * 16 + (mi >> 1) * 8 + li) * SHM_LD + kc + (mi & 1) * 8));
+#pragma unroll
+            for (int mt = 0; mt < 2; mt++) {
+                cu_mma16816<T>(acc[mt][2 * np], af[mt], bf[0], bf[1]);
+                cu_mma16816<T>(acc[mt][2 * np + 1], af[mt], bf[2], bf[3]);
+            }
+        }
+    }
+    cu_cp_wait<0>();
+    __syncthreads(); /* the ring is free: it holds the warps' partial sums now */
+
+    float *red = (float *)sm; /* [warp][fragment float][lane] */
+#pragma unroll
+    for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+        for (int n = 0; n < NT; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) red[(warp * FE + (mt * NT + n) * 4 + e) * 32 + lane] = acc[mt][n][e];
+    __syncthreads();
+    /* element i of a warp's FE x 32: lane i % 32 of float i / 32 = (m16 tile, n8 tile, e); C layout of
+     * m16n8: row g + 8 (e >> 1), column 2 c4 + (e & 1), g = lane / 4, c4 = lane % 4 */
+    for (int i = threadIdx.x; i < FE * 32; i += SHM_THREADS) {
+        const float v = ((red[i] + red[FE * 32 + i]) + red[2 * FE * 32 + i]) + red[3 * FE * 32 + i];
+        const int ln = i & 31, fe = i >> 5, e = fe & 3, f = fe >> 2, mt = f / NT, n = f % NT;
+        const int row = mt * 16 + (ln >> 2) + 8 * (e >> 1), col = n * 8 + 2 * (ln & 3) + (e & 1);
+        if (row < nt && col < nr)
+            tmp[(int64_t)(t0 + row) * ldt + (int64_t)si * a.col_off + j0 + col] = from_f32<TT_>(v);
+    }
+}
+
+template <typename T, typename TT_, int NT>
+static void launch(cuda_ctx *c, lg_tensor tmp, lg_tensor x, const lg_lora_meta *lm, shm_args a, int k, int max_seg)
+{
+    const dim3 grid((unsigned)((max_seg + SHM_TM - 1) / SHM_TM), (unsigned)(a.ng * k), (unsigned)lm->n_segs);
+    (void)cu_launch(c, lora_shrink_mma_kernel<T, TT_, NT>, grid, SHM_THREADS, 0, (TT_ *)tmp.data, tmp.stride,
+                    (const T *)x.data, x.stride, (int)x.cols, lm->seg_indptr, lm->w, lm->n_slots, a);
+}
+
+template <typename T, typename TT_>
+static void launch_nt(cuda_ctx *c, lg_tensor tmp, lg_tensor x, const lg_lora_meta *lm, shm_args a, int k,
+                      int max_seg, int rank)
+{
+    if (rank <= 16) launch<T, TT_, 2>(c, tmp, x, lm, a, k, max_seg);
+    else if (rank <= 32) launch<T, TT_, 4>(c, tmp, x, lm, a, k, max_seg);
+    else launch<T, TT_, 8>(c, tmp, x, lm, a, k, max_seg);
+}
+
+/* Called by cu_lora_shrink_multi after its checks (tmp, x, slots, segments within x, max_seg >= 1):
+ * true when launched here, false when the segments are decode-sized, x is not 16-byte aligned
+ * rows with in % 8 == 0, the grid would be under half the SMs (one 512-token segment, one slot:
+ * 16 blocks, 2x slower than the CUDA-core kernel), or LG_SGMV_PREFILL=0 (then lora_shrink.cu's
+ * kernel runs). */
+bool cu_lora_shrink_mma(cuda_ctx *c, lg_tensor tmp, lg_tensor x, const lg_lora_meta *lm, const int *slots, int k,
+                        int max_seg)
+{
+    if (max_seg < SHM_MIN_SEG || !cu_sgmv_prefill())
+        return false;
+    if (x.cols % 8 != 0 || x.stride % 8 != 0 || !cu_aligned16(x.data))
+        return false;
+    const int rank = lm->step_max_rank > 0 && lm->step_max_rank < lm->max_rank ? lm->step_max_rank : lm->max_rank;
+    const int nr = rank <= 16 ? 16 : rank <= 32 ? 32 : 64;
+    shm_args a;
+    memset(&a, 0, sizeof a);
+    for (int i = 0; i < k; i++) a.slot[i] = slots[i];
+    a.ng = (rank + nr - 1) / nr;
+    a.col_off = lm->max_rank;
+    if ((int64_t)a.ng * k > 65535)
+        return false;
+    int64_t blocks = 0; /* fewer than half an SM's worth: the CUDA-core kernel's more blocks run faster (bench_sgmv) */
+    for (int s = 0; s < lm->n_segs; s++)
+        blocks += (lm->seg_indptr_host[s + 1] - lm->seg_indptr_host[s] + SHM_TM - 1) / SHM_TM;
+    if (blocks * a.ng * k < c->n_sm / 2 && cu_sgmv_prefill() != 2)
+        return false;
+    if (x.dtype == LG_F16) {
+        if (tmp.dtype == LG_F32) launch_nt<__half, float>(c, tmp, x, lm, a, k, max_seg, rank);
+        else launch_nt<__half, __half>(c, tmp, x, lm, a, k, max_seg, rank);
+    } else {
+        if (tmp.dtype == LG_F32) launch_nt<__nv_bfloat16, float>(c, tmp, x, lm, a, k, max_seg, rank);
+        else launch_nt<__nv_bfloat16, __nv_bfloat16>(c, tmp, x, lm, a, k, max_seg, rank);
+    }
+    return true;
+}
