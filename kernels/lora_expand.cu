@@ -43,7 +43,6 @@
 #define EX_WARPS (EX_THREADS / 32)
 #define EX_RMAX 256 /* largest rank (32 lanes x 8 elements per row) */
 
-int cu_lora_max_seg(const lg_lora_meta *lm); /* lora_shrink.cu */
 
 template <typename T> struct ex_outs {
     T *y[LG_LORA_MULTI_MAX];
@@ -349,17 +348,15 @@ static void launch_t(cuda_ctx *c, const lg_tensor *ys, const int *slots, int k, 
 {
     const int tt = max_seg == 1 ? 1 : max_seg <= 4 ? 4 : 8, u = tt == 1 ? 8 : 4;
     /* the tile kernel (multi-token segments) at the step's largest rank rounded up to RM <= 64 */
-    const int rank = lm->step_max_rank > 0 && lm->step_max_rank < lm->max_rank ? lm->step_max_rank : lm->max_rank;
+    const int rank = cu_lora_step_rank(lm);
     const int rm = rank <= 8 ? 8 : rank <= 16 ? 16 : rank <= 32 ? 32 : rank <= 64 ? 64 : 0;
     static int cpt16 = -1; /* LG_SGMV_CPT=2: two columns per thread at ranks <= 16 too (benchmarks) */
     const int cpt = rm <= 16 ? (cu_switch(&cpt16, "LG_SGMV_CPT", 4) == 2 ? 2 : 4) : rm <= 32 ? 2 : 1;
     bool tile = tt == 8 && rm > 0 && cu_sgmv_prefill();
     if (tile && cu_sgmv_prefill() != 2) { /* at least 2 blocks per SM, else the 8-token tiles' 4x more blocks run faster (bench_sgmv) */
-        int64_t tiles = 0, cb = 0;
-        for (int s = 0; s < lm->n_segs; s++)
-            tiles += (lm->seg_indptr_host[s + 1] - lm->seg_indptr_host[s] + EXT_TM - 1) / EXT_TM;
+        int64_t cb = 0;
         for (int i = 0; i < k; i++) cb += (ys[i].cols + EX_THREADS * cpt - 1) / (EX_THREADS * cpt);
-        tile = tiles * cb >= 2 * c->n_sm;
+        tile = cu_lora_tiles(lm, EXT_TM) * cb >= 2 * c->n_sm;
     }
     /* columns per block: every warp one pass of U loads at max_rank */
     int lpr = 1;

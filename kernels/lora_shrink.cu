@@ -195,6 +195,20 @@ int cu_lora_max_seg(const lg_lora_meta *lm)
     return mx;
 }
 
+/* The step's largest rank: step_max_rank when given, else max_rank. */
+int cu_lora_step_rank(const lg_lora_meta *lm)
+{
+    return lm->step_max_rank > 0 && lm->step_max_rank < lm->max_rank ? lm->step_max_rank : lm->max_rank;
+}
+
+/* Tiles of tm tokens over all segments (segments already checked by cu_lora_max_seg). */
+int64_t cu_lora_tiles(const lg_lora_meta *lm, int tm)
+{
+    int64_t n = 0;
+    for (int s = 0; s < lm->n_segs; s++) n += (lm->seg_indptr_host[s + 1] - lm->seg_indptr_host[s] + tm - 1) / tm;
+    return n;
+}
+
 int cu_lora_shrink_multi(lg_backend *be, lg_tensor tmp, lg_tensor x, const lg_lora_meta *lm, const int *slots, int k)
 {
     cuda_ctx *c = CU_CTX(be);

@@ -210,7 +210,7 @@ bool cu_lora_shrink_mma(cuda_ctx *c, lg_tensor tmp, lg_tensor x, const lg_lora_m
         return false;
     if (x.cols % 8 != 0 || x.stride % 8 != 0 || !cu_aligned16(x.data))
         return false;
-    const int rank = lm->step_max_rank > 0 && lm->step_max_rank < lm->max_rank ? lm->step_max_rank : lm->max_rank;
+    const int rank = cu_lora_step_rank(lm);
     const int nr = rank <= 16 ? 16 : rank <= 32 ? 32 : 64;
     shm_args a;
     memset(&a, 0, sizeof a);
@@ -219,10 +219,8 @@ bool cu_lora_shrink_mma(cuda_ctx *c, lg_tensor tmp, lg_tensor x, const lg_lora_m
     a.col_off = lm->max_rank;
     if ((int64_t)a.ng * k > 65535)
         return false;
-    int64_t blocks = 0; /* fewer than half an SM's worth: the CUDA-core kernel's more blocks run faster (bench_sgmv) */
-    for (int s = 0; s < lm->n_segs; s++)
-        blocks += (lm->seg_indptr_host[s + 1] - lm->seg_indptr_host[s] + SHM_TM - 1) / SHM_TM;
-    if (blocks * a.ng * k < c->n_sm / 2 && cu_sgmv_prefill() != 2)
+    /* fewer blocks than half the SMs: the CUDA-core kernel's more blocks run faster (bench_sgmv) */
+    if (cu_lora_tiles(lm, SHM_TM) * a.ng * k < c->n_sm / 2 && cu_sgmv_prefill() != 2)
         return false;
     if (x.dtype == LG_F16) {
         if (tmp.dtype == LG_F32) launch_nt<__half, float>(c, tmp, x, lm, a, k, max_seg, rank);

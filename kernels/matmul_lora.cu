@@ -23,7 +23,6 @@
  */
 #include "ops.cuh"
 
-int cu_lora_max_seg(const lg_lora_meta *lm); /* lora_shrink.cu */
 
 int cu_matmul_lora(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tensor bias, lg_tensor tmp,
                    const lg_lora_meta *lm, const int *slots, const int *col0, const int *ncols, int k)

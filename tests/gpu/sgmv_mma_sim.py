@@ -89,18 +89,22 @@ def block(NT, tmp, ldt, x, ldx, xrows, inn, seg, Aw, rank, s, bx, by, ng, slots,
             raise OOB(("x", t0 + r, k))
         return x[t0 + r, k]
 
+    def cp16_tile(base, rows, valid_rows, k0, get):
+        """the kernel's 16-byte cp.async copies of a [rows][KC] tile; zero-fill past valid_rows or inn"""
+        for j in range(rows * VPR // THREADS):
+            for tid in range(THREADS):
+                i = tid + j * THREADS
+                r, v = i // VPR, i % VPR
+                k = k0 + v * 8
+                ok = r < valid_rows and k < inn
+                for q in range(8):
+                    sm[base + r * LD + v * 8 + q] = get(r, k + q) if ok else 0.0
+
     def load_a(c, st):
         base = st * STAGE + TM * LD
         k0 = c * KC
         if a_vec:
-            for j in range(NR * VPR // THREADS):
-                for tid in range(THREADS):
-                    i = tid + j * THREADS
-                    r, v = i // VPR, i % VPR
-                    k = k0 + v * 8
-                    ok = r < nr and k < inn
-                    for q in range(8):
-                        sm[base + r * LD + v * 8 + q] = gA(r, k + q) if ok else 0.0
+            cp16_tile(base, NR, nr, k0, gA)
         else:
             for tid in range(THREADS):
                 for i in range(tid, NR * KC, THREADS):
@@ -110,16 +114,7 @@ def block(NT, tmp, ldt, x, ldx, xrows, inn, seg, Aw, rank, s, bx, by, ng, slots,
         pending.add(("A", c))
 
     def load_x(c, st):
-        base = st * STAGE
-        k0 = c * KC
-        for j in range(TM * VPR // THREADS):
-            for tid in range(THREADS):
-                i = tid + j * THREADS
-                r, v = i // VPR, i % VPR
-                k = k0 + v * 8
-                ok = r < nt and k < inn
-                for q in range(8):
-                    sm[base + r * LD + v * 8 + q] = gX(r, k + q) if ok else 0.0
+        cp16_tile(st * STAGE, TM, nt, c * KC, gX)
         pending.add(("x", c))
         stage_chunk[st] = c
 

@@ -538,6 +538,28 @@ static int sgmv_mode = -1; /* the prefill SGMV mode the LoRA tests run in (resto
 static int lora_cap;   /* > the ranks: lm.max_rank (tmp's width) = lora_cap, step_max_rank = the largest rank */
 static int lora_a_off; /* bytes added to each A's pool offset (2: A not 16-byte aligned) */
 
+/* test_lora's shrink error: relative L2 of the GPU's tmp [T, max_rank] against the f64 reference rt
+ * over each segment's rank columns (non-finite counts as huge); poison_ok (when given) is cleared
+ * if a column past the rank lost its NaN poison. */
+static double lora_tmp_err(const float *gtmp, const double *rt, const int32_t *indptr, const int *rank, int n_segs,
+                           int max_rank, int *poison_ok)
+{
+    double num = 0, den = 0;
+    for (int s = 0; s < n_segs; s++)
+        for (int t = indptr[s]; t < indptr[s + 1]; t++)
+            for (int j = 0; j < max_rank; j++) {
+                const size_t i = (size_t)t * max_rank + j;
+                if (j < rank[s]) {
+                    const double e = gtmp[i] - rt[i];
+                    num += isfinite(gtmp[i]) ? e * e : 1e30;
+                    den += rt[i] * rt[i];
+                } else if (poison_ok && !isnan(gtmp[i])) {
+                    *poison_ok = 0;
+                }
+            }
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
 /* seg_len[s] tokens per segment, rank[s] (0 = no LoRA). in -> out, y a column
  * slice at column y_c0 of a fused [T, y_total] buffer. A segment of more than 4
  * tokens takes the prefill kernels (lora_shrink_mma.cu, the expand's tile
@@ -627,24 +649,11 @@ static void test_lora(lg_dtype dt, lg_dtype tmp_dt, const char *name, int n_segs
     int g0 = gt_get(&tmp, gtmp, all); /* guards only: finiteness checked per segment below */
     free(all);
     /* error over the written part; poison must survive in rank-0 rows and columns >= rank */
-    double num = 0, den = 0;
     int poison_ok = 1;
-    for (int s = 0; s < n_segs; s++)
-        for (int t = indptr[s]; t < indptr[s + 1]; t++)
-            for (int j = 0; j < max_rank; j++) {
-                float gv = gtmp[(size_t)t * max_rank + j];
-                if (j < rank[s]) {
-                    double e = gv - rt[(size_t)t * max_rank + j];
-                    num += isfinite(gv) ? e * e : 1e30;
-                    den += rt[(size_t)t * max_rank + j] * rt[(size_t)t * max_rank + j];
-                } else if (!isnan(gv)) {
-                    poison_ok = 0;
-                }
-            }
     char cas[48];
     snprintf(cas, sizeof cas, "%s tmp %s", name, lg_dtype_name(tmp_dt));
-    record("lora_shrink", cas, dt, den > 0 ? sqrt(num / den) : sqrt(num), lim_for(tmp_dt == LG_F32 ? LG_F16 : tmp_dt),
-           rc == 0 && g0 == 0 && poison_ok);
+    record("lora_shrink", cas, dt, lora_tmp_err(gtmp, rt, indptr, rank, n_segs, max_rank, &poison_ok),
+           lim_for(tmp_dt == LG_F32 ? LG_F16 : tmp_dt), rc == 0 && g0 == 0 && poison_ok);
     lora_bench lb = {tmp.t, x.t, lm, slot};
     if (bench)
         rows[n_rows - 1].us = bench_us(shrink_fn, &lb, 50);
@@ -672,7 +681,7 @@ static void test_lora(lg_dtype dt, lg_dtype tmp_dt, const char *name, int n_segs
         }
     }
     /* error relative to the LoRA delta itself (y - y0), and exact equality outside it */
-    num = den = 0;
+    double num = 0, den = 0;
     int outside_ok = 1;
     for (int t = 0; t < T; t++)
         for (int c = 0; c < y_total; c++) {
@@ -707,16 +716,8 @@ static void test_lora(lg_dtype dt, lg_dtype tmp_dt, const char *name, int n_segs
         memset(nanok, 1, T);
         g = gt_get(&tmp, gtmp, nanok);
         free(nanok);
-        num = den = 0;
-        for (int s = 0; s < n_segs; s++)
-            for (int t = indptr[s]; t < indptr[s + 1]; t++)
-                for (int j = 0; j < rank[s]; j++) {
-                    double e = gtmp[(size_t)t * max_rank + j] - rt[(size_t)t * max_rank + j];
-                    num += isfinite(gtmp[(size_t)t * max_rank + j]) ? e * e : 1e30;
-                    den += rt[(size_t)t * max_rank + j] * rt[(size_t)t * max_rank + j];
-                }
         snprintf(cas, sizeof cas, "%s cuda-core", name);
-        record("lora_shrink", cas, dt, den > 0 ? sqrt(num / den) : sqrt(num),
+        record("lora_shrink", cas, dt, lora_tmp_err(gtmp, rt, indptr, rank, n_segs, max_rank, NULL),
                lim_for(tmp_dt == LG_F32 ? LG_F16 : tmp_dt), rc == 0 && g == 0);
         lg_cuda_sgmv_prefill(sgmv_mode);
         free(gy2);
