@@ -221,7 +221,7 @@ template <typename T, int CPT> struct __align__(2 * CPT) ex_vec { T v[CPT]; };
  * it makes at least 2 blocks per SM; smaller steps keep the 8-token tiles. */
 #define EXT_TM 32
 #define EXT_U 8 /* tokens whose y loads are in flight together */
-template <typename T, typename TT_, int RM, int CPT>
+template <typename T, typename TT_, int RM, int CPT, bool ST>
 __global__ void __launch_bounds__(EX_THREADS, 2) /* two blocks per SM: <= 128 registers */
     lora_expand_tile_kernel(ex_outs<T> o, const TT_ *tmp, int64_t ldt, const int32_t *seg_indptr, const lg_lora_w *w,
                             int n_slots, bool y_vec)
@@ -235,13 +235,13 @@ __global__ void __launch_bounds__(EX_THREADS, 2) /* two blocks per SM: <= 128 re
     const lg_lora_w lw = w[(size_t)s * n_slots + slot];
     const int r = lw.rank; /* <= RM (the host's bound) */
     int t0, nt;
-    if (r <= 0 || !sgmv_tile(seg_indptr, s, blockIdx.z, EXT_TM, &t0, &nt))
-        return;
+    if ((!ST && r <= 0) || !sgmv_tile(seg_indptr, s, blockIdx.z, EXT_TM, &t0, &nt))
+        return; /* ST: rank-0 segments store zeros */
     const TT_ *tt = tmp + (int64_t)t0 * ldt + (int64_t)si * o.col_off; /* [nt, r], stride ldt */
     y += (int64_t)t0 * ldy;                                             /* [nt, cols], stride ldy */
     const int n = (blockIdx.x - b0) * o.cpb + threadIdx.x * CPT;        /* this thread's first column */
     const T *B = (const T *)lw.B;
-    const float scale = lw.scale;
+    const float scale = r > 0 ? lw.scale : 0.0f;
     /* B rows of the thread's columns (adapter weights: no kernel writes them) before pdl_wait */
     const bool bvec = r % 8 == 0 && cu_aligned16(B);
     float bv[CPT][RM];
@@ -271,7 +271,7 @@ __global__ void __launch_bounds__(EX_THREADS, 2) /* two blocks per SM: <= 128 re
 #pragma unroll
         for (int u = 0; u < EXT_U; u++) {
             const T *p = y + (int64_t)(i0 + u) * ldy + n;
-            if (i0 + u >= nt) {
+            if (ST || i0 + u >= nt) { /* ST: y is stored, not read */
 #pragma unroll
                 for (int q = 0; q < CPT; q++) yv[u][q] = 0.0f;
             } else if (pair) {
@@ -318,11 +318,15 @@ __global__ void __launch_bounds__(EX_THREADS, 2) /* two blocks per SM: <= 128 re
 
 template <typename T, typename TT_, int RM, int CPT>
 static void launch_tile(cuda_ctx *c, const ex_outs<T> &o, lg_tensor tmp, const lg_lora_meta *lm, int max_seg,
-                        bool y_vec)
+                        bool y_vec, bool store)
 {
     const dim3 grid((unsigned)o.bstart[o.k], (unsigned)lm->n_segs, (unsigned)((max_seg + EXT_TM - 1) / EXT_TM));
-    (void)cu_launch(c, lora_expand_tile_kernel<T, TT_, RM, CPT>, grid, EX_THREADS, 0, o, (const TT_ *)tmp.data,
-                    tmp.stride, lm->seg_indptr, lm->w, lm->n_slots, y_vec);
+    if (store)
+        (void)cu_launch(c, lora_expand_tile_kernel<T, TT_, RM, CPT, true>, grid, EX_THREADS, 0, o,
+                        (const TT_ *)tmp.data, tmp.stride, lm->seg_indptr, lm->w, lm->n_slots, y_vec);
+    else
+        (void)cu_launch(c, lora_expand_tile_kernel<T, TT_, RM, CPT, false>, grid, EX_THREADS, 0, o,
+                        (const TT_ *)tmp.data, tmp.stride, lm->seg_indptr, lm->w, lm->n_slots, y_vec);
 }
 
 template <typename T, typename TT_>
@@ -342,22 +346,34 @@ static void launch(cuda_ctx *c, ex_outs<T> o, lg_tensor tmp, const lg_lora_meta 
                         lm->w, lm->n_slots);
 }
 
+/* The tile kernel's shape for this launch: *rm (the step's largest rank rounded up to 8, 16, 32
+ * or 64) and *cpt columns per thread; false when the launch takes the 8-token (or smaller) tiles. */
+static bool ex_tile_plan(const cuda_ctx *c, const lg_tensor *ys, int k, const lg_lora_meta *lm, int max_seg, int *rm,
+                         int *cpt)
+{
+    const int rank = cu_lora_step_rank(lm);
+    *rm = rank <= 8 ? 8 : rank <= 16 ? 16 : rank <= 32 ? 32 : rank <= 64 ? 64 : 0;
+    static int cpt16 = -1; /* LG_SGMV_CPT=2: two columns per thread at ranks <= 16 too (benchmarks) */
+    *cpt = *rm <= 16 ? (cu_switch(&cpt16, "LG_SGMV_CPT", 4) == 2 ? 2 : 4) : *rm <= 32 ? 2 : 1;
+    if (max_seg <= 4 || *rm == 0 || !cu_sgmv_prefill())
+        return false;
+    if (cu_sgmv_prefill() == 2) /* forced (op tests) */
+        return true;
+    /* at least 2 blocks per SM, else the 8-token tiles' 4x more blocks run faster (bench_sgmv) */
+    int64_t cb = 0;
+    for (int i = 0; i < k; i++) cb += (ys[i].cols + EX_THREADS * *cpt - 1) / (EX_THREADS * *cpt);
+    return cu_lora_tiles(lm, EXT_TM) * cb >= 2 * c->n_sm;
+}
+
+/* store: y = the expand (not y + it), rank-0 segments' rows zeroed; only with the tile kernel
+ * (the caller checked ex_tile_plan). */
 template <typename T>
 static void launch_t(cuda_ctx *c, const lg_tensor *ys, const int *slots, int k, lg_tensor tmp,
-                     const lg_lora_meta *lm, int max_seg)
+                     const lg_lora_meta *lm, int max_seg, bool store)
 {
     const int tt = max_seg == 1 ? 1 : max_seg <= 4 ? 4 : 8, u = tt == 1 ? 8 : 4;
-    /* the tile kernel (multi-token segments) at the step's largest rank rounded up to RM <= 64 */
-    const int rank = cu_lora_step_rank(lm);
-    const int rm = rank <= 8 ? 8 : rank <= 16 ? 16 : rank <= 32 ? 32 : rank <= 64 ? 64 : 0;
-    static int cpt16 = -1; /* LG_SGMV_CPT=2: two columns per thread at ranks <= 16 too (benchmarks) */
-    const int cpt = rm <= 16 ? (cu_switch(&cpt16, "LG_SGMV_CPT", 4) == 2 ? 2 : 4) : rm <= 32 ? 2 : 1;
-    bool tile = tt == 8 && rm > 0 && cu_sgmv_prefill();
-    if (tile && cu_sgmv_prefill() != 2) { /* at least 2 blocks per SM, else the 8-token tiles' 4x more blocks run faster (bench_sgmv) */
-        int64_t cb = 0;
-        for (int i = 0; i < k; i++) cb += (ys[i].cols + EX_THREADS * cpt - 1) / (EX_THREADS * cpt);
-        tile = cu_lora_tiles(lm, EXT_TM) * cb >= 2 * c->n_sm;
-    }
+    int rm, cpt;
+    const bool tile = ex_tile_plan(c, ys, k, lm, max_seg, &rm, &cpt);
     /* columns per block: every warp one pass of U loads at max_rank */
     int lpr = 1;
     while (lpr * 8 < lm->max_rank) lpr *= 2;
@@ -378,20 +394,26 @@ static void launch_t(cuda_ctx *c, const lg_tensor *ys, const int *slots, int k, 
         bool y_vec = true; /* aligned groups of cpt columns in every output */
         for (int i = 0; i < k; i++)
             y_vec = y_vec && ys[i].stride % cpt == 0 && (uintptr_t)ys[i].data % (2 * cpt) == 0;
-        const bool f = tmp.dtype == LG_F32;
-        if (rm == 8 && cpt == 4) f ? launch_tile<T, float, 8, 4>(c, o, tmp, lm, max_seg, y_vec) : launch_tile<T, T, 8, 4>(c, o, tmp, lm, max_seg, y_vec);
-        else if (rm == 16 && cpt == 4) f ? launch_tile<T, float, 16, 4>(c, o, tmp, lm, max_seg, y_vec) : launch_tile<T, T, 16, 4>(c, o, tmp, lm, max_seg, y_vec);
-        else if (rm <= 16) f ? launch_tile<T, float, 16, 2>(c, o, tmp, lm, max_seg, y_vec) : launch_tile<T, T, 16, 2>(c, o, tmp, lm, max_seg, y_vec);
-        else if (rm == 32) f ? launch_tile<T, float, 32, 2>(c, o, tmp, lm, max_seg, y_vec) : launch_tile<T, T, 32, 2>(c, o, tmp, lm, max_seg, y_vec);
-        else f ? launch_tile<T, float, 64, 1>(c, o, tmp, lm, max_seg, y_vec) : launch_tile<T, T, 64, 1>(c, o, tmp, lm, max_seg, y_vec);
+        const bool f = tmp.dtype == LG_F32, st = store;
+        if (rm == 8 && cpt == 4) f ? launch_tile<T, float, 8, 4>(c, o, tmp, lm, max_seg, y_vec, st) : launch_tile<T, T, 8, 4>(c, o, tmp, lm, max_seg, y_vec, st);
+        else if (rm == 16 && cpt == 4) f ? launch_tile<T, float, 16, 4>(c, o, tmp, lm, max_seg, y_vec, st) : launch_tile<T, T, 16, 4>(c, o, tmp, lm, max_seg, y_vec, st);
+        else if (rm <= 16) f ? launch_tile<T, float, 16, 2>(c, o, tmp, lm, max_seg, y_vec, st) : launch_tile<T, T, 16, 2>(c, o, tmp, lm, max_seg, y_vec, st);
+        else if (rm == 32) f ? launch_tile<T, float, 32, 2>(c, o, tmp, lm, max_seg, y_vec, st) : launch_tile<T, T, 32, 2>(c, o, tmp, lm, max_seg, y_vec, st);
+        else f ? launch_tile<T, float, 64, 1>(c, o, tmp, lm, max_seg, y_vec, st) : launch_tile<T, T, 64, 1>(c, o, tmp, lm, max_seg, y_vec, st);
         return;
     }
     if (tmp.dtype == LG_F32) launch<T, float>(c, o, tmp, lm, max_seg, tt);
     else launch<T, T>(c, o, tmp, lm, max_seg, tt);
 }
 
-int cu_lora_expand_multi(lg_backend *be, const lg_tensor *ys, lg_tensor tmp, const lg_lora_meta *lm,
-                         const int *slots, int k)
+static unsigned long g_store_launches;
+/* store-form launches so far (op tests: which order matmul_lora took) */
+extern "C" unsigned long lg_cuda_lora_store_launches(void) { return g_store_launches; }
+
+/* The checks and the launch of both forms; store: 1 when the tile kernel's plan does not take the
+ * launch (nothing run). */
+static int expand_multi(lg_backend *be, const lg_tensor *ys, lg_tensor tmp, const lg_lora_meta *lm, const int *slots,
+                        int k, bool store)
 {
     cuda_ctx *c = CU_CTX(be);
     CU_CHECK_VIEW(c, "lora_expand tmp", tmp);
@@ -413,18 +435,34 @@ int cu_lora_expand_multi(lg_backend *be, const lg_tensor *ys, lg_tensor tmp, con
         return CU_FAIL(c, "lora_expand: max_rank %d (limit %d) x %d slots vs tmp [%lld,%lld]", lm->max_rank, EX_RMAX, k,
                        (long long)tmp.rows, (long long)tmp.cols);
     if (lm->n_segs == 0)
-        return 0;
+        return store ? 1 : 0;
     int max_seg = cu_lora_max_seg(lm);
     int64_t min_rows = ys[0].rows;
     for (int i = 1; i < k; i++) min_rows = ys[i].rows < min_rows ? ys[i].rows : min_rows;
     if (max_seg < 0 || lm->seg_indptr_host[lm->n_segs] > min_rows)
         return CU_FAIL(c, "lora_expand: segments are malformed or cover more than y's %lld rows", (long long)min_rows);
     if (max_seg == 0)
-        return 0;
-    if (ys[0].dtype == LG_F16) launch_t<__half>(c, ys, slots, k, tmp, lm, max_seg);
-    else launch_t<__nv_bfloat16>(c, ys, slots, k, tmp, lm, max_seg);
+        return store ? 1 : 0;
+    int rm, cpt;
+    if (store && !ex_tile_plan(c, ys, k, lm, max_seg, &rm, &cpt))
+        return 1;
+    g_store_launches += store;
+    if (ys[0].dtype == LG_F16) launch_t<__half>(c, ys, slots, k, tmp, lm, max_seg, store);
+    else launch_t<__nv_bfloat16>(c, ys, slots, k, tmp, lm, max_seg, store);
     CU_LAUNCHED(c);
     return 0;
+}
+
+int cu_lora_expand_multi(lg_backend *be, const lg_tensor *ys, lg_tensor tmp, const lg_lora_meta *lm,
+                         const int *slots, int k)
+{
+    return expand_multi(be, ys, tmp, lm, slots, k, false);
+}
+
+int cu_lora_expand_store(lg_backend *be, const lg_tensor *ys, lg_tensor tmp, const lg_lora_meta *lm, const int *slots,
+                         int k)
+{
+    return expand_multi(be, ys, tmp, lm, slots, k, true);
 }
 
 int cu_lora_expand(lg_backend *be, lg_tensor y, lg_tensor tmp, const lg_lora_meta *lm, int slot)
