@@ -465,6 +465,13 @@ int cu_lora_expand_store(lg_backend *be, const lg_tensor *ys, lg_tensor tmp, con
     return expand_multi(be, ys, tmp, lm, slots, k, true);
 }
 
+/* The store form for benchmarks (tests/gpu/bench_sgmv.c; C linkage) */
+extern "C" int lg_cuda_lora_expand_store(lg_backend *be, const lg_tensor *ys, lg_tensor tmp, const lg_lora_meta *lm,
+                                         const int *slots, int k)
+{
+    return cu_lora_expand_store(be, ys, tmp, lm, slots, k);
+}
+
 int cu_lora_expand(lg_backend *be, lg_tensor y, lg_tensor tmp, const lg_lora_meta *lm, int slot)
 {
     return cu_lora_expand_multi(be, &y, tmp, lm, &slot, 1);
