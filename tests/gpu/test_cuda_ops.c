@@ -1141,7 +1141,10 @@ static void test_norm_matmul(lg_dtype dt, int T, int K, int N, int silu, int wit
             C->i.silu_mul(C, host_t(ra, T, F), host_t(ry, T, N));
         }
         snprintf(cas + strlen(cas), sizeof cas - strlen(cas), " ==ops %s", same ? "yes" : "NO");
-        record("norm_matmul", cas, dt, rel_l2(gy, silu ? ra : ry, ny), lim_for(dt), rc == 0 && rc2 == 0 && g == 0 && same);
+        /* a handful of outputs (N 22 with SwiGLU: 11): one value's roundings dominate their relative
+         * L2 (1.35e-3 in f16 on one draw, 2026-11-23, bit-equal to the ops); the contract is ==ops */
+        const double lim = lim_for(dt) * (ny < 64 ? 2 : 1);
+        record("norm_matmul", cas, dt, rel_l2(gy, silu ? ra : ry, ny), lim, rc == 0 && rc2 == 0 && g == 0 && same);
         free(rr), free(ro), free(ry), free(ra);
     }
     G->i.dealloc(G, dw), G->i.dealloc(G, db);
