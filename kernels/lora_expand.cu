@@ -36,7 +36,14 @@
  * Multi-slot form (cu_lora_expand_multi): k outputs in one launch; grid.x
  * is the concatenation of each output's column blocks, and slot i reads
  * tmp columns from i * max_rank. The single-slot op is the k = 1 case.
+ * Store form (cu_lora_expand_store, matmul_lora's prefill order: the
+ * matmul adds x W^T into y afterwards): y[t, n] = round(w.scale * sum),
+ * zeros in the rows of segments without rank at the slot; only for launches
+ * the tile kernel would take (prefill-shaped, step ranks <= 64), on tensor
+ * cores (lora_expand_mma_kernel: tmp rounded to the activation dtype, as
+ * peft computes lora_A's output; not the accumulate form's bits).
  */
+#include "mma.cuh"
 #include "ops.cuh"
 
 #define EX_THREADS 256
@@ -221,7 +228,7 @@ template <typename T, int CPT> struct __align__(2 * CPT) ex_vec { T v[CPT]; };
  * it makes at least 2 blocks per SM; smaller steps keep the 8-token tiles. */
 #define EXT_TM 32
 #define EXT_U 8 /* tokens whose y loads are in flight together */
-template <typename T, typename TT_, int RM, int CPT, bool ST>
+template <typename T, typename TT_, int RM, int CPT>
 __global__ void __launch_bounds__(EX_THREADS, 2) /* two blocks per SM: <= 128 registers */
     lora_expand_tile_kernel(ex_outs<T> o, const TT_ *tmp, int64_t ldt, const int32_t *seg_indptr, const lg_lora_w *w,
                             int n_slots, bool y_vec)
@@ -235,13 +242,13 @@ __global__ void __launch_bounds__(EX_THREADS, 2) /* two blocks per SM: <= 128 re
     const lg_lora_w lw = w[(size_t)s * n_slots + slot];
     const int r = lw.rank; /* <= RM (the host's bound) */
     int t0, nt;
-    if ((!ST && r <= 0) || !sgmv_tile(seg_indptr, s, blockIdx.z, EXT_TM, &t0, &nt))
-        return; /* ST: rank-0 segments store zeros */
+    if (r <= 0 || !sgmv_tile(seg_indptr, s, blockIdx.z, EXT_TM, &t0, &nt))
+        return;
     const TT_ *tt = tmp + (int64_t)t0 * ldt + (int64_t)si * o.col_off; /* [nt, r], stride ldt */
     y += (int64_t)t0 * ldy;                                             /* [nt, cols], stride ldy */
     const int n = (blockIdx.x - b0) * o.cpb + threadIdx.x * CPT;        /* this thread's first column */
     const T *B = (const T *)lw.B;
-    const float scale = r > 0 ? lw.scale : 0.0f;
+    const float scale = lw.scale;
     /* B rows of the thread's columns (adapter weights: no kernel writes them) before pdl_wait */
     const bool bvec = r % 8 == 0 && cu_aligned16(B);
     float bv[CPT][RM];
@@ -271,7 +278,7 @@ __global__ void __launch_bounds__(EX_THREADS, 2) /* two blocks per SM: <= 128 re
 #pragma unroll
         for (int u = 0; u < EXT_U; u++) {
             const T *p = y + (int64_t)(i0 + u) * ldy + n;
-            if (ST || i0 + u >= nt) { /* ST: y is stored, not read */
+            if (i0 + u >= nt) {
 #pragma unroll
                 for (int q = 0; q < CPT; q++) yv[u][q] = 0.0f;
             } else if (pair) {
@@ -318,15 +325,124 @@ __global__ void __launch_bounds__(EX_THREADS, 2) /* two blocks per SM: <= 128 re
 
 template <typename T, typename TT_, int RM, int CPT>
 static void launch_tile(cuda_ctx *c, const ex_outs<T> &o, lg_tensor tmp, const lg_lora_meta *lm, int max_seg,
-                        bool y_vec, bool store)
+                        bool y_vec)
 {
     const dim3 grid((unsigned)o.bstart[o.k], (unsigned)lm->n_segs, (unsigned)((max_seg + EXT_TM - 1) / EXT_TM));
-    if (store)
-        (void)cu_launch(c, lora_expand_tile_kernel<T, TT_, RM, CPT, true>, grid, EX_THREADS, 0, o,
-                        (const TT_ *)tmp.data, tmp.stride, lm->seg_indptr, lm->w, lm->n_slots, y_vec);
+    (void)cu_launch(c, lora_expand_tile_kernel<T, TT_, RM, CPT>, grid, EX_THREADS, 0, o, (const TT_ *)tmp.data,
+                    tmp.stride, lm->seg_indptr, lm->w, lm->n_slots, y_vec);
+}
+
+/* The store form (cu_lora_expand_store: y = the expand, for matmul_lora's prefill order) on
+ * tensor cores. Block = (EXM_WARPS warps x EXM_COLS output columns each, segment, EXM_TOK tokens);
+ * a warp holds the B fragments of its 8 n8 column tiles (KS k16 steps: the step's rank rounded up
+ * to 16, zeros past the segment's rank) in registers, loaded before pdl_wait, then per 32 tokens
+ * builds the tmp fragments (tmp rounded to the activation dtype, as peft's lora_A output is; zeros
+ * past the rank and the segment) and runs mma.sync m16n8k16 per column tile, storing scale x the
+ * f32 sums (2 columns per lane, 16 bytes of a row per 4 lanes). Rows of a segment without rank at
+ * the slot get zeros. Compute is negligible: the kernel streams y's stores (the CUDA-core tile
+ * kernel's FMAs held its store form to ~1.1 TB/s). */
+#define EXM_WARPS 4
+#define EXM_COLS 64
+#define EXM_TOK 128
+template <typename T> __device__ __forceinline__ uint32_t exm_pack(float a, float b)
+{
+    const T h[2] = {from_f32<T>(a), from_f32<T>(b)};
+    return *(const uint32_t *)h;
+}
+template <typename T, typename TT_, int KS>
+__global__ void __launch_bounds__(EXM_WARPS * 32)
+    lora_expand_mma_kernel(ex_outs<T> o, const TT_ *tmp, int64_t ldt, const int32_t *seg_indptr, const lg_lora_w *w,
+                           int n_slots, bool y_vec)
+{
+    pdl_trigger();
+    int si, cols, slot, b0;
+    int64_t ldy;
+    T *y = ex_output(o, &si, &ldy, &cols, &slot, &b0);
+    const int s = blockIdx.y;
+    const lg_lora_w lw = w[(size_t)s * n_slots + slot];
+    const int r = lw.rank; /* <= 16 KS (the host's bound) */
+    int t0, nt;
+    const int lane = threadIdx.x & 31, g = lane >> 2, c2 = (lane & 3) * 2;
+    const int n0 = (blockIdx.x - b0) * o.cpb + (threadIdx.x >> 5) * EXM_COLS;
+    if (n0 >= cols || !sgmv_tile(seg_indptr, s, blockIdx.z, EXM_TOK, &t0, &nt))
+        return;
+    const T *B = (const T *)lw.B;
+    const float scale = r > 0 ? lw.scale : 0.0f;
+    const bool b32 = r % 2 == 0 && ((uintptr_t)B & 3) == 0;
+    uint32_t bf[8][KS][2]; /* B[n][k], B[n][k + 1] for n = n0 + 8 j + g, k = 16 ks + c2 (+ 8) */
+#pragma unroll
+    for (int j = 0; j < 8; j++)
+#pragma unroll
+        for (int ks = 0; ks < KS; ks++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int n = n0 + 8 * j + g, k = 16 * ks + c2 + 8 * h;
+                const T *p = B + (size_t)n * r + k;
+                uint32_t v = 0;
+                if (n < cols && k < r)
+                    v = b32 ? *(const uint32_t *)p : exm_pack<T>(to_f32(p[0]), k + 1 < r ? to_f32(p[1]) : 0.0f);
+                bf[j][ks][h] = v;
+            }
+    pdl_wait();
+    const TT_ *tt = tmp + (int64_t)t0 * ldt + (int64_t)si * o.col_off; /* [nt, r], stride ldt */
+    y += (int64_t)t0 * ldy;
+    for (int i0 = 0; i0 < nt; i0 += 32) {
+        uint32_t af[2][KS][4]; /* rows i0 + 16 m + g (+ 8), k = 16 ks + c2 (+ 8), pairs */
+#pragma unroll
+        for (int m = 0; m < 2; m++)
+#pragma unroll
+            for (int ks = 0; ks < KS; ks++)
+#pragma unroll
+                for (int q = 0; q < 4; q++) {
+                    const int row = i0 + 16 * m + g + 8 * (q & 1), k = 16 * ks + c2 + 8 * (q >> 1);
+                    const TT_ *p = tt + (int64_t)row * ldt + k;
+                    const bool ok = row < nt;
+                    af[m][ks][q] = exm_pack<T>(ok && k < r ? to_f32(p[0]) : 0.0f, ok && k + 1 < r ? to_f32(p[1]) : 0.0f);
+                }
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            float d[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+#pragma unroll
+            for (int m = 0; m < 2; m++)
+#pragma unroll
+                for (int ks = 0; ks < KS; ks++) cu_mma16816<T>(d[m], af[m][ks], bf[j][ks][0], bf[j][ks][1]);
+            const int n = n0 + 8 * j + c2;
+#pragma unroll
+            for (int m = 0; m < 2; m++)
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const int row = i0 + 16 * m + g + 8 * h;
+                    T *p = y + (int64_t)row * ldy + n;
+                    const float v0 = scale * d[m][2 * h], v1 = scale * d[m][2 * h + 1];
+                    if (row >= nt || n >= cols)
+                        continue;
+                    if (y_vec && n + 1 < cols) {
+                        *(uint32_t *)p = exm_pack<T>(v0, v1);
+                    } else {
+                        p[0] = from_f32<T>(v0);
+                        if (n + 1 < cols)
+                            p[1] = from_f32<T>(v1);
+                    }
+                }
+        }
+    }
+}
+
+template <typename T, typename TT_>
+static void launch_mma(cuda_ctx *c, const ex_outs<T> &o, lg_tensor tmp, const lg_lora_meta *lm, int max_seg, int ks,
+                       bool y_vec)
+{
+    const dim3 grid((unsigned)o.bstart[o.k], (unsigned)lm->n_segs, (unsigned)((max_seg + EXM_TOK - 1) / EXM_TOK));
+    const TT_ *td = (const TT_ *)tmp.data;
+    if (ks == 1)
+        (void)cu_launch(c, lora_expand_mma_kernel<T, TT_, 1>, grid, EXM_WARPS * 32, 0, o, td, tmp.stride,
+                        lm->seg_indptr, lm->w, lm->n_slots, y_vec);
+    else if (ks == 2)
+        (void)cu_launch(c, lora_expand_mma_kernel<T, TT_, 2>, grid, EXM_WARPS * 32, 0, o, td, tmp.stride,
+                        lm->seg_indptr, lm->w, lm->n_slots, y_vec);
     else
-        (void)cu_launch(c, lora_expand_tile_kernel<T, TT_, RM, CPT, false>, grid, EX_THREADS, 0, o,
-                        (const TT_ *)tmp.data, tmp.stride, lm->seg_indptr, lm->w, lm->n_slots, y_vec);
+        (void)cu_launch(c, lora_expand_mma_kernel<T, TT_, 4>, grid, EXM_WARPS * 32, 0, o, td, tmp.stride,
+                        lm->seg_indptr, lm->w, lm->n_slots, y_vec);
 }
 
 template <typename T, typename TT_>
@@ -365,8 +481,8 @@ static bool ex_tile_plan(const cuda_ctx *c, const lg_tensor *ys, int k, const lg
     return cu_lora_tiles(lm, EXT_TM) * cb >= 2 * c->n_sm;
 }
 
-/* store: y = the expand (not y + it), rank-0 segments' rows zeroed; only with the tile kernel
- * (the caller checked ex_tile_plan). */
+/* store: y = the expand (not y + it), rank-0 segments' rows zeroed, on tensor cores (the mma
+ * kernel); the caller checked ex_tile_plan (the launch is prefill-shaped, ranks <= 64). */
 template <typename T>
 static void launch_t(cuda_ctx *c, const lg_tensor *ys, const int *slots, int k, lg_tensor tmp,
                      const lg_lora_meta *lm, int max_seg, bool store)
@@ -381,7 +497,10 @@ static void launch_t(cuda_ctx *c, const lg_tensor *ys, const int *slots, int k, 
     memset(&o, 0, sizeof o);
     o.k = k;
     o.col_off = lm->max_rank;
-    o.cpb = tile ? EX_THREADS * cpt : tt == 8 ? EX_THREADS : EX_WARPS * (32 / lpr) * u; /* TT = 8: one column per thread */
+    o.cpb = store ? EXM_WARPS * EXM_COLS
+          : tile  ? EX_THREADS * cpt
+          : tt == 8 ? EX_THREADS /* TT = 8: one column per thread */
+                    : EX_WARPS * (32 / lpr) * u;
     o.bstart[0] = 0;
     for (int i = 0; i < k; i++) {
         o.y[i] = (T *)ys[i].data;
@@ -390,19 +509,26 @@ static void launch_t(cuda_ctx *c, const lg_tensor *ys, const int *slots, int k, 
         o.slot[i] = slots[i];
         o.bstart[i + 1] = o.bstart[i] + (int)((ys[i].cols + o.cpb - 1) / o.cpb);
     }
+    const bool f = tmp.dtype == LG_F32;
+    if (store) {
+        bool y_vec = true; /* pairs of columns as one 4-byte store in every output */
+        for (int i = 0; i < k; i++) y_vec = y_vec && ys[i].stride % 2 == 0 && (uintptr_t)ys[i].data % 4 == 0;
+        const int ks = rm <= 16 ? 1 : rm <= 32 ? 2 : 4;
+        f ? launch_mma<T, float>(c, o, tmp, lm, max_seg, ks, y_vec) : launch_mma<T, T>(c, o, tmp, lm, max_seg, ks, y_vec);
+        return;
+    }
     if (tile) {
         bool y_vec = true; /* aligned groups of cpt columns in every output */
         for (int i = 0; i < k; i++)
             y_vec = y_vec && ys[i].stride % cpt == 0 && (uintptr_t)ys[i].data % (2 * cpt) == 0;
-        const bool f = tmp.dtype == LG_F32, st = store;
-        if (rm == 8 && cpt == 4) f ? launch_tile<T, float, 8, 4>(c, o, tmp, lm, max_seg, y_vec, st) : launch_tile<T, T, 8, 4>(c, o, tmp, lm, max_seg, y_vec, st);
-        else if (rm == 16 && cpt == 4) f ? launch_tile<T, float, 16, 4>(c, o, tmp, lm, max_seg, y_vec, st) : launch_tile<T, T, 16, 4>(c, o, tmp, lm, max_seg, y_vec, st);
-        else if (rm <= 16) f ? launch_tile<T, float, 16, 2>(c, o, tmp, lm, max_seg, y_vec, st) : launch_tile<T, T, 16, 2>(c, o, tmp, lm, max_seg, y_vec, st);
-        else if (rm == 32) f ? launch_tile<T, float, 32, 2>(c, o, tmp, lm, max_seg, y_vec, st) : launch_tile<T, T, 32, 2>(c, o, tmp, lm, max_seg, y_vec, st);
-        else f ? launch_tile<T, float, 64, 1>(c, o, tmp, lm, max_seg, y_vec, st) : launch_tile<T, T, 64, 1>(c, o, tmp, lm, max_seg, y_vec, st);
+        if (rm == 8 && cpt == 4) f ? launch_tile<T, float, 8, 4>(c, o, tmp, lm, max_seg, y_vec) : launch_tile<T, T, 8, 4>(c, o, tmp, lm, max_seg, y_vec);
+        else if (rm == 16 && cpt == 4) f ? launch_tile<T, float, 16, 4>(c, o, tmp, lm, max_seg, y_vec) : launch_tile<T, T, 16, 4>(c, o, tmp, lm, max_seg, y_vec);
+        else if (rm <= 16) f ? launch_tile<T, float, 16, 2>(c, o, tmp, lm, max_seg, y_vec) : launch_tile<T, T, 16, 2>(c, o, tmp, lm, max_seg, y_vec);
+        else if (rm == 32) f ? launch_tile<T, float, 32, 2>(c, o, tmp, lm, max_seg, y_vec) : launch_tile<T, T, 32, 2>(c, o, tmp, lm, max_seg, y_vec);
+        else f ? launch_tile<T, float, 64, 1>(c, o, tmp, lm, max_seg, y_vec) : launch_tile<T, T, 64, 1>(c, o, tmp, lm, max_seg, y_vec);
         return;
     }
-    if (tmp.dtype == LG_F32) launch<T, float>(c, o, tmp, lm, max_seg, tt);
+    if (f) launch<T, float>(c, o, tmp, lm, max_seg, tt);
     else launch<T, T>(c, o, tmp, lm, max_seg, tt);
 }
 
@@ -410,8 +536,8 @@ static unsigned long g_store_launches;
 /* store-form launches so far (op tests: which order matmul_lora took) */
 extern "C" unsigned long lg_cuda_lora_store_launches(void) { return g_store_launches; }
 
-/* The checks and the launch of both forms; store: 1 when the tile kernel's plan does not take the
- * launch (nothing run). */
+/* The checks and the launch of both forms; store: 1 when the launch is not prefill-shaped (the
+ * tile kernel's plan does not take it; nothing run). */
 static int expand_multi(lg_backend *be, const lg_tensor *ys, lg_tensor tmp, const lg_lora_meta *lm, const int *slots,
                         int k, bool store)
 {
