@@ -333,17 +333,18 @@ static void launch_tile(cuda_ctx *c, const ex_outs<T> &o, lg_tensor tmp, const l
 }
 
 /* The store form (cu_lora_expand_store: y = the expand, for matmul_lora's prefill order) on
- * tensor cores. Block = (EXM_WARPS warps x EXM_COLS output columns each, segment, EXM_TOK tokens);
- * a warp holds the B fragments of its 8 n8 column tiles (KS k16 steps: the step's rank rounded up
- * to 16, zeros past the segment's rank) in registers, loaded before pdl_wait, then per 32 tokens
- * builds the tmp fragments (tmp rounded to the activation dtype, as peft's lora_A output is; zeros
- * past the rank and the segment) and runs mma.sync m16n8k16 per column tile, storing scale x the
- * f32 sums (2 columns per lane, 16 bytes of a row per 4 lanes). Rows of a segment without rank at
- * the slot get zeros. Compute is negligible: the kernel streams y's stores (the CUDA-core tile
- * kernel's FMAs held its store form to ~1.1 TB/s). */
+ * tensor cores. Block = (EXM_WARPS warps x EXM_COLS output columns each, segment, EXM_TOK = 32
+ * tokens). The block stages the tile's tmp rows in shared memory as the activation dtype (tmp
+ * rounded, as peft computes lora_A's output; zeros past the segment's rank and tokens); a warp
+ * holds the B fragments of its 8 n8 column tiles (KS k16 steps: the step's rank rounded up to
+ * 16, zeros past the rank), loaded before pdl_wait, runs mma.sync m16n8k16 per column tile and
+ * puts scale x the f32 sums, rounded, into a shared output tile, which the block then stores
+ * 16 bytes per lane, whole rows of 512 bytes. Rows of a segment without rank at the slot get
+ * zeros. The flops are negligible; the kernel streams y's stores. */
 #define EXM_WARPS 4
 #define EXM_COLS 64
-#define EXM_TOK 128
+#define EXM_TOK 32
+#define EXM_BC (EXM_WARPS * EXM_COLS) /* columns per block */
 template <typename T> __device__ __forceinline__ uint32_t exm_pack(float a, float b)
 {
     const T h[2] = {from_f32<T>(a), from_f32<T>(b)};
@@ -354,18 +355,21 @@ __global__ void __launch_bounds__(EXM_WARPS * 32)
     lora_expand_mma_kernel(ex_outs<T> o, const TT_ *tmp, int64_t ldt, const int32_t *seg_indptr, const lg_lora_w *w,
                            int n_slots, bool y_vec)
 {
+    constexpr int RK = 16 * KS, TLD = RK + 8, OLD = EXM_BC + 8; /* padded rows: conflict-free fragments */
+    __shared__ __align__(16) T ts[EXM_TOK][TLD];
+    __shared__ __align__(16) T os[EXM_TOK][OLD];
     pdl_trigger();
     int si, cols, slot, b0;
     int64_t ldy;
     T *y = ex_output(o, &si, &ldy, &cols, &slot, &b0);
     const int s = blockIdx.y;
     const lg_lora_w lw = w[(size_t)s * n_slots + slot];
-    const int r = lw.rank; /* <= 16 KS (the host's bound) */
+    const int r = lw.rank; /* <= RK (the host's bound) */
     int t0, nt;
-    const int lane = threadIdx.x & 31, g = lane >> 2, c2 = (lane & 3) * 2;
-    const int n0 = (blockIdx.x - b0) * o.cpb + (threadIdx.x >> 5) * EXM_COLS;
-    if (n0 >= cols || !sgmv_tile(seg_indptr, s, blockIdx.z, EXM_TOK, &t0, &nt))
+    if (!sgmv_tile(seg_indptr, s, blockIdx.z, EXM_TOK, &t0, &nt))
         return;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c2 = (lane & 3) * 2;
+    const int c0 = (blockIdx.x - b0) * EXM_BC, n0 = c0 + warp * EXM_COLS;
     const T *B = (const T *)lw.B;
     const float scale = r > 0 ? lw.scale : 0.0f;
     const bool b32 = r % 2 == 0 && ((uintptr_t)B & 3) == 0;
@@ -385,45 +389,45 @@ __global__ void __launch_bounds__(EXM_WARPS * 32)
             }
     pdl_wait();
     const TT_ *tt = tmp + (int64_t)t0 * ldt + (int64_t)si * o.col_off; /* [nt, r], stride ldt */
-    y += (int64_t)t0 * ldy;
-    for (int i0 = 0; i0 < nt; i0 += 32) {
-        uint32_t af[2][KS][4]; /* rows i0 + 16 m + g (+ 8), k = 16 ks + c2 (+ 8), pairs */
+    for (int i = threadIdx.x; i < EXM_TOK * RK; i += EXM_WARPS * 32) {
+        const int row = i / RK, k = i % RK;
+        ts[row][k] = from_f32<T>(row < nt && k < r ? to_f32(tt[(int64_t)row * ldt + k]) : 0.0f);
+    }
+    __syncthreads();
+    uint32_t af[2][KS][4]; /* rows 16 m + g (+ 8), k = 16 ks + c2 (+ 8): the m16n8k16 A fragment */
+#pragma unroll
+    for (int m = 0; m < 2; m++)
+#pragma unroll
+        for (int ks = 0; ks < KS; ks++)
+#pragma unroll
+            for (int q = 0; q < 4; q++)
+                af[m][ks][q] = *(const uint32_t *)&ts[16 * m + g + 8 * (q & 1)][16 * ks + c2 + 8 * (q >> 1)];
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        float d[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
 #pragma unroll
         for (int m = 0; m < 2; m++)
 #pragma unroll
-            for (int ks = 0; ks < KS; ks++)
+            for (int ks = 0; ks < KS; ks++) cu_mma16816<T>(d[m], af[m][ks], bf[j][ks][0], bf[j][ks][1]);
 #pragma unroll
-                for (int q = 0; q < 4; q++) {
-                    const int row = i0 + 16 * m + g + 8 * (q & 1), k = 16 * ks + c2 + 8 * (q >> 1);
-                    const TT_ *p = tt + (int64_t)row * ldt + k;
-                    const bool ok = row < nt;
-                    af[m][ks][q] = exm_pack<T>(ok && k < r ? to_f32(p[0]) : 0.0f, ok && k + 1 < r ? to_f32(p[1]) : 0.0f);
-                }
+        for (int m = 0; m < 2; m++)
 #pragma unroll
-        for (int j = 0; j < 8; j++) {
-            float d[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
-#pragma unroll
-            for (int m = 0; m < 2; m++)
-#pragma unroll
-                for (int ks = 0; ks < KS; ks++) cu_mma16816<T>(d[m], af[m][ks], bf[j][ks][0], bf[j][ks][1]);
-            const int n = n0 + 8 * j + c2;
-#pragma unroll
-            for (int m = 0; m < 2; m++)
-#pragma unroll
-                for (int h = 0; h < 2; h++) {
-                    const int row = i0 + 16 * m + g + 8 * h;
-                    T *p = y + (int64_t)row * ldy + n;
-                    const float v0 = scale * d[m][2 * h], v1 = scale * d[m][2 * h + 1];
-                    if (row >= nt || n >= cols)
-                        continue;
-                    if (y_vec && n + 1 < cols) {
-                        *(uint32_t *)p = exm_pack<T>(v0, v1);
-                    } else {
-                        p[0] = from_f32<T>(v0);
-                        if (n + 1 < cols)
-                            p[1] = from_f32<T>(v1);
-                    }
-                }
+            for (int h = 0; h < 2; h++)
+                *(uint32_t *)&os[16 * m + g + 8 * h][warp * EXM_COLS + 8 * j + c2] =
+                    exm_pack<T>(scale * d[m][2 * h], scale * d[m][2 * h + 1]);
+    }
+    __syncthreads();
+    /* the tile's rows, 8 columns (16 bytes) per lane and step */
+    for (int q = threadIdx.x; q < EXM_TOK * (EXM_BC / 8); q += EXM_WARPS * 32) {
+        const int row = q / (EXM_BC / 8), n = c0 + (q % (EXM_BC / 8)) * 8;
+        if (row >= nt || n >= cols)
+            continue;
+        T *p = y + (int64_t)(t0 + row) * ldy + n;
+        const T *v = &os[row][n - c0];
+        if (y_vec && n + 8 <= cols) {
+            *(uint4 *)p = *(const uint4 *)v;
+        } else {
+            for (int e = 0; e < 8 && n + e < cols; e++) p[e] = v[e];
         }
     }
 }
@@ -497,7 +501,7 @@ static void launch_t(cuda_ctx *c, const lg_tensor *ys, const int *slots, int k, 
     memset(&o, 0, sizeof o);
     o.k = k;
     o.col_off = lm->max_rank;
-    o.cpb = store ? EXM_WARPS * EXM_COLS
+    o.cpb = store ? EXM_BC
           : tile  ? EX_THREADS * cpt
           : tt == 8 ? EX_THREADS /* TT = 8: one column per thread */
                     : EX_WARPS * (32 / lpr) * u;
@@ -511,8 +515,8 @@ static void launch_t(cuda_ctx *c, const lg_tensor *ys, const int *slots, int k, 
     }
     const bool f = tmp.dtype == LG_F32;
     if (store) {
-        bool y_vec = true; /* pairs of columns as one 4-byte store in every output */
-        for (int i = 0; i < k; i++) y_vec = y_vec && ys[i].stride % 2 == 0 && (uintptr_t)ys[i].data % 4 == 0;
+        bool y_vec = true; /* 8 columns as one 16-byte store in every output */
+        for (int i = 0; i < k; i++) y_vec = y_vec && ys[i].stride % 8 == 0 && (uintptr_t)ys[i].data % 16 == 0;
         const int ks = rm <= 16 ? 1 : rm <= 32 ? 2 : 4;
         f ? launch_mma<T, float>(c, o, tmp, lm, max_seg, ks, y_vec) : launch_mma<T, T>(c, o, tmp, lm, max_seg, ks, y_vec);
         return;
