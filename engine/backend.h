@@ -295,16 +295,17 @@ typedef struct lg_backend_i {
                          const int32_t *slot);
 
     /* A matmul with the LoRA of k <= LG_LORA_MULTI_MAX slots whose outputs
-     * are column ranges of its output, in one op (CUDA, opt-in: the expand in
-     * the skinny matmul's epilogue):
+     * are column ranges of its output, in one op (CUDA: for prefill the
+     * expand stores y first and the matmul adds into it; opt-in, the expand
+     * in the skinny matmul's epilogue):
      *   lora_shrink_multi(be, tmp, x, lm, slots, k);
      *   matmul(be, y, x, W, bias, false);
      *   for i < k:  lora_expand(be, cols [col0[i], col0[i] + ncols[i]) of y,
      *                           cols [i*R, i*R + R) of tmp, lm, slots[i])     R = lm->max_rank
      * tmp is scratch (left holding the shrink when a segment has tokens). y
-     * may be rounded once instead of twice (within the ops' rounding, not bit
-     * for bit); a given shape always computes the same way. NULL: model.c
-     * calls the three ops. */
+     * may be rounded in another order (base + round(lora), or once; within
+     * the ops' rounding, not bit for bit); a given shape always computes the
+     * same way. NULL: model.c calls the three ops. */
     int (*matmul_lora)(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tensor bias, lg_tensor tmp,
                        const lg_lora_meta *lm, const int *slots, const int *col0, const int *ncols, int k);
 

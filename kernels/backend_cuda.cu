@@ -355,11 +355,10 @@ extern "C" int lg_backend_cuda_create(const lg_backend_opts *opts, lg_backend **
     {
         const char *e = getenv("LG_FUSE_ROPE_KV"); /* 0: rope and kv_write as two ops (comparisons) */
         i->rope_kv_write = e && *e == '0' ? NULL : cu_rope_kv_write;
-        /* LG_FUSE_LORA=1: the matmul_lora slot (matmul_lora.cu). Off by default: without the
-         * skinny matmul (LG_SKINNY=1, itself slower than cuBLAS) it runs the three ops in
-         * model.c's own order (shrink, matmul, expand); LG_FUSE_LORA=2: matmul, shrink, expand */
+        /* the matmul_lora slot (matmul_lora.cu: prefill expands before the matmul); LG_FUSE_LORA=0:
+         * off, model.c runs shrink, matmul, expand; LG_FUSE_LORA=2: matmul, shrink, expand */
         e = getenv("LG_FUSE_LORA");
-        i->matmul_lora = e && (*e == '1' || *e == '2') ? cu_matmul_lora : NULL;
+        i->matmul_lora = e && *e == '0' ? NULL : cu_matmul_lora;
         e = getenv("LG_FUSE_NORM"); /* 0: add_rmsnorm, matmul (and silu_mul) as separate ops (comparisons) */
         i->norm_matmul = e && *e == '0' ? NULL : cu_norm_matmul;
     }

@@ -36,7 +36,14 @@
  * Multi-slot form (cu_lora_expand_multi): k outputs in one launch; grid.x
  * is the concatenation of each output's column blocks, and slot i reads
  * tmp columns from i * max_rank. The single-slot op is the k = 1 case.
+ * Store form (cu_lora_expand_store, matmul_lora's prefill order: the
+ * matmul adds x W^T into y afterwards): y[t, n] = round(w.scale * sum),
+ * zeros in the rows of segments without rank at the slot; only for launches
+ * the tile kernel would take (prefill-shaped, step ranks <= 64), on tensor
+ * cores (lora_expand_mma_kernel: tmp rounded to the activation dtype, as
+ * peft computes lora_A's output; not the accumulate form's bits).
  */
+#include "mma.cuh"
 #include "ops.cuh"
 
 #define EX_THREADS 256
@@ -325,6 +332,123 @@ static void launch_tile(cuda_ctx *c, const ex_outs<T> &o, lg_tensor tmp, const l
                     tmp.stride, lm->seg_indptr, lm->w, lm->n_slots, y_vec);
 }
 
+/* The store form (cu_lora_expand_store: y = the expand, for matmul_lora's prefill order) on
+ * tensor cores. Block = (EXM_WARPS warps x EXM_COLS output columns each, segment, EXM_TOK = 32
+ * tokens). The block stages the tile's tmp rows in shared memory as the activation dtype (tmp
+ * rounded, as peft computes lora_A's output; zeros past the segment's rank and tokens); a warp
+ * holds the B fragments of its 8 n8 column tiles (KS k16 steps: the step's rank rounded up to
+ * 16, zeros past the rank), loaded before pdl_wait, runs mma.sync m16n8k16 per column tile and
+ * puts scale x the f32 sums, rounded, into a shared output tile, which the block then stores
+ * 16 bytes per lane, whole rows of 512 bytes. Rows of a segment without rank at the slot get
+ * zeros. The flops are negligible; the kernel streams y's stores. */
+#define EXM_WARPS 4
+#define EXM_COLS 64
+#define EXM_TOK 32
+#define EXM_BC (EXM_WARPS * EXM_COLS) /* columns per block */
+template <typename T> __device__ __forceinline__ uint32_t exm_pack(float a, float b)
+{
+    const T h[2] = {from_f32<T>(a), from_f32<T>(b)};
+    return *(const uint32_t *)h;
+}
+template <typename T, typename TT_, int KS>
+__global__ void __launch_bounds__(EXM_WARPS * 32)
+    lora_expand_mma_kernel(ex_outs<T> o, const TT_ *tmp, int64_t ldt, const int32_t *seg_indptr, const lg_lora_w *w,
+                           int n_slots, bool y_vec)
+{
+    constexpr int RK = 16 * KS, TLD = RK + 8, OLD = EXM_BC + 8; /* padded rows: conflict-free fragments */
+    __shared__ __align__(16) T ts[EXM_TOK][TLD];
+    __shared__ __align__(16) T os[EXM_TOK][OLD];
+    pdl_trigger();
+    int si, cols, slot, b0;
+    int64_t ldy;
+    T *y = ex_output(o, &si, &ldy, &cols, &slot, &b0);
+    const int s = blockIdx.y;
+    const lg_lora_w lw = w[(size_t)s * n_slots + slot];
+    const int r = lw.rank; /* <= RK (the host's bound) */
+    int t0, nt;
+    if (!sgmv_tile(seg_indptr, s, blockIdx.z, EXM_TOK, &t0, &nt))
+        return;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c2 = (lane & 3) * 2;
+    const int c0 = (blockIdx.x - b0) * EXM_BC, n0 = c0 + warp * EXM_COLS;
+    const T *B = (const T *)lw.B;
+    const float scale = r > 0 ? lw.scale : 0.0f;
+    const bool b32 = r % 2 == 0 && ((uintptr_t)B & 3) == 0;
+    uint32_t bf[8][KS][2]; /* B[n][k], B[n][k + 1] for n = n0 + 8 j + g, k = 16 ks + c2 (+ 8) */
+#pragma unroll
+    for (int j = 0; j < 8; j++)
+#pragma unroll
+        for (int ks = 0; ks < KS; ks++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int n = n0 + 8 * j + g, k = 16 * ks + c2 + 8 * h;
+                const T *p = B + (size_t)n * r + k;
+                uint32_t v = 0;
+                if (n < cols && k < r)
+                    v = b32 ? *(const uint32_t *)p : exm_pack<T>(to_f32(p[0]), k + 1 < r ? to_f32(p[1]) : 0.0f);
+                bf[j][ks][h] = v;
+            }
+    pdl_wait();
+    const TT_ *tt = tmp + (int64_t)t0 * ldt + (int64_t)si * o.col_off; /* [nt, r], stride ldt */
+    for (int i = threadIdx.x; i < EXM_TOK * RK; i += EXM_WARPS * 32) {
+        const int row = i / RK, k = i % RK;
+        ts[row][k] = from_f32<T>(row < nt && k < r ? to_f32(tt[(int64_t)row * ldt + k]) : 0.0f);
+    }
+    __syncthreads();
+    uint32_t af[2][KS][4]; /* rows 16 m + g (+ 8), k = 16 ks + c2 (+ 8): the m16n8k16 A fragment */
+#pragma unroll
+    for (int m = 0; m < 2; m++)
+#pragma unroll
+        for (int ks = 0; ks < KS; ks++)
+#pragma unroll
+            for (int q = 0; q < 4; q++)
+                af[m][ks][q] = *(const uint32_t *)&ts[16 * m + g + 8 * (q & 1)][16 * ks + c2 + 8 * (q >> 1)];
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        float d[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+#pragma unroll
+        for (int m = 0; m < 2; m++)
+#pragma unroll
+            for (int ks = 0; ks < KS; ks++) cu_mma16816<T>(d[m], af[m][ks], bf[j][ks][0], bf[j][ks][1]);
+#pragma unroll
+        for (int m = 0; m < 2; m++)
+#pragma unroll
+            for (int h = 0; h < 2; h++)
+                *(uint32_t *)&os[16 * m + g + 8 * h][warp * EXM_COLS + 8 * j + c2] =
+                    exm_pack<T>(scale * d[m][2 * h], scale * d[m][2 * h + 1]);
+    }
+    __syncthreads();
+    /* the tile's rows, 8 columns (16 bytes) per lane and step */
+    for (int q = threadIdx.x; q < EXM_TOK * (EXM_BC / 8); q += EXM_WARPS * 32) {
+        const int row = q / (EXM_BC / 8), n = c0 + (q % (EXM_BC / 8)) * 8;
+        if (row >= nt || n >= cols)
+            continue;
+        T *p = y + (int64_t)(t0 + row) * ldy + n;
+        const T *v = &os[row][n - c0];
+        if (y_vec && n + 8 <= cols) {
+            *(uint4 *)p = *(const uint4 *)v;
+        } else {
+            for (int e = 0; e < 8 && n + e < cols; e++) p[e] = v[e];
+        }
+    }
+}
+
+template <typename T, typename TT_>
+static void launch_mma(cuda_ctx *c, const ex_outs<T> &o, lg_tensor tmp, const lg_lora_meta *lm, int max_seg, int ks,
+                       bool y_vec)
+{
+    const dim3 grid((unsigned)o.bstart[o.k], (unsigned)lm->n_segs, (unsigned)((max_seg + EXM_TOK - 1) / EXM_TOK));
+    const TT_ *td = (const TT_ *)tmp.data;
+    if (ks == 1)
+        (void)cu_launch(c, lora_expand_mma_kernel<T, TT_, 1>, grid, EXM_WARPS * 32, 0, o, td, tmp.stride,
+                        lm->seg_indptr, lm->w, lm->n_slots, y_vec);
+    else if (ks == 2)
+        (void)cu_launch(c, lora_expand_mma_kernel<T, TT_, 2>, grid, EXM_WARPS * 32, 0, o, td, tmp.stride,
+                        lm->seg_indptr, lm->w, lm->n_slots, y_vec);
+    else
+        (void)cu_launch(c, lora_expand_mma_kernel<T, TT_, 4>, grid, EXM_WARPS * 32, 0, o, td, tmp.stride,
+                        lm->seg_indptr, lm->w, lm->n_slots, y_vec);
+}
+
 template <typename T, typename TT_>
 static void launch(cuda_ctx *c, ex_outs<T> o, lg_tensor tmp, const lg_lora_meta *lm, int max_seg, int tt)
 {
@@ -342,22 +466,34 @@ static void launch(cuda_ctx *c, ex_outs<T> o, lg_tensor tmp, const lg_lora_meta 
                         lm->w, lm->n_slots);
 }
 
+/* The tile kernel's shape for this launch: *rm (the step's largest rank rounded up to 8, 16, 32
+ * or 64) and *cpt columns per thread; false when the launch takes the 8-token (or smaller) tiles. */
+static bool ex_tile_plan(const cuda_ctx *c, const lg_tensor *ys, int k, const lg_lora_meta *lm, int max_seg, int *rm,
+                         int *cpt)
+{
+    const int rank = cu_lora_step_rank(lm);
+    *rm = rank <= 8 ? 8 : rank <= 16 ? 16 : rank <= 32 ? 32 : rank <= 64 ? 64 : 0;
+    static int cpt16 = -1; /* LG_SGMV_CPT=2: two columns per thread at ranks <= 16 too (benchmarks) */
+    *cpt = *rm <= 16 ? (cu_switch(&cpt16, "LG_SGMV_CPT", 4) == 2 ? 2 : 4) : *rm <= 32 ? 2 : 1;
+    if (max_seg <= 4 || *rm == 0 || !cu_sgmv_prefill())
+        return false;
+    if (cu_sgmv_prefill() == 2) /* forced (op tests) */
+        return true;
+    /* at least 2 blocks per SM, else the 8-token tiles' 4x more blocks run faster (bench_sgmv) */
+    int64_t cb = 0;
+    for (int i = 0; i < k; i++) cb += (ys[i].cols + EX_THREADS * *cpt - 1) / (EX_THREADS * *cpt);
+    return cu_lora_tiles(lm, EXT_TM) * cb >= 2 * c->n_sm;
+}
+
+/* store: y = the expand (not y + it), rank-0 segments' rows zeroed, on tensor cores (the mma
+ * kernel); the caller checked ex_tile_plan (the launch is prefill-shaped, ranks <= 64). */
 template <typename T>
 static void launch_t(cuda_ctx *c, const lg_tensor *ys, const int *slots, int k, lg_tensor tmp,
-                     const lg_lora_meta *lm, int max_seg)
+                     const lg_lora_meta *lm, int max_seg, bool store)
 {
     const int tt = max_seg == 1 ? 1 : max_seg <= 4 ? 4 : 8, u = tt == 1 ? 8 : 4;
-    /* the tile kernel (multi-token segments) at the step's largest rank rounded up to RM <= 64 */
-    const int rank = cu_lora_step_rank(lm);
-    const int rm = rank <= 8 ? 8 : rank <= 16 ? 16 : rank <= 32 ? 32 : rank <= 64 ? 64 : 0;
-    static int cpt16 = -1; /* LG_SGMV_CPT=2: two columns per thread at ranks <= 16 too (benchmarks) */
-    const int cpt = rm <= 16 ? (cu_switch(&cpt16, "LG_SGMV_CPT", 4) == 2 ? 2 : 4) : rm <= 32 ? 2 : 1;
-    bool tile = tt == 8 && rm > 0 && cu_sgmv_prefill();
-    if (tile && cu_sgmv_prefill() != 2) { /* at least 2 blocks per SM, else the 8-token tiles' 4x more blocks run faster (bench_sgmv) */
-        int64_t cb = 0;
-        for (int i = 0; i < k; i++) cb += (ys[i].cols + EX_THREADS * cpt - 1) / (EX_THREADS * cpt);
-        tile = cu_lora_tiles(lm, EXT_TM) * cb >= 2 * c->n_sm;
-    }
+    int rm, cpt;
+    const bool tile = ex_tile_plan(c, ys, k, lm, max_seg, &rm, &cpt);
     /* columns per block: every warp one pass of U loads at max_rank */
     int lpr = 1;
     while (lpr * 8 < lm->max_rank) lpr *= 2;
@@ -365,7 +501,10 @@ static void launch_t(cuda_ctx *c, const lg_tensor *ys, const int *slots, int k, 
     memset(&o, 0, sizeof o);
     o.k = k;
     o.col_off = lm->max_rank;
-    o.cpb = tile ? EX_THREADS * cpt : tt == 8 ? EX_THREADS : EX_WARPS * (32 / lpr) * u; /* TT = 8: one column per thread */
+    o.cpb = store ? EXM_BC
+          : tile  ? EX_THREADS * cpt
+          : tt == 8 ? EX_THREADS /* TT = 8: one column per thread */
+                    : EX_WARPS * (32 / lpr) * u;
     o.bstart[0] = 0;
     for (int i = 0; i < k; i++) {
         o.y[i] = (T *)ys[i].data;
@@ -374,11 +513,18 @@ static void launch_t(cuda_ctx *c, const lg_tensor *ys, const int *slots, int k, 
         o.slot[i] = slots[i];
         o.bstart[i + 1] = o.bstart[i] + (int)((ys[i].cols + o.cpb - 1) / o.cpb);
     }
+    const bool f = tmp.dtype == LG_F32;
+    if (store) {
+        bool y_vec = true; /* 8 columns as one 16-byte store in every output */
+        for (int i = 0; i < k; i++) y_vec = y_vec && ys[i].stride % 8 == 0 && (uintptr_t)ys[i].data % 16 == 0;
+        const int ks = rm <= 16 ? 1 : rm <= 32 ? 2 : 4;
+        f ? launch_mma<T, float>(c, o, tmp, lm, max_seg, ks, y_vec) : launch_mma<T, T>(c, o, tmp, lm, max_seg, ks, y_vec);
+        return;
+    }
     if (tile) {
         bool y_vec = true; /* aligned groups of cpt columns in every output */
         for (int i = 0; i < k; i++)
             y_vec = y_vec && ys[i].stride % cpt == 0 && (uintptr_t)ys[i].data % (2 * cpt) == 0;
-        const bool f = tmp.dtype == LG_F32;
         if (rm == 8 && cpt == 4) f ? launch_tile<T, float, 8, 4>(c, o, tmp, lm, max_seg, y_vec) : launch_tile<T, T, 8, 4>(c, o, tmp, lm, max_seg, y_vec);
         else if (rm == 16 && cpt == 4) f ? launch_tile<T, float, 16, 4>(c, o, tmp, lm, max_seg, y_vec) : launch_tile<T, T, 16, 4>(c, o, tmp, lm, max_seg, y_vec);
         else if (rm <= 16) f ? launch_tile<T, float, 16, 2>(c, o, tmp, lm, max_seg, y_vec) : launch_tile<T, T, 16, 2>(c, o, tmp, lm, max_seg, y_vec);
@@ -386,12 +532,18 @@ static void launch_t(cuda_ctx *c, const lg_tensor *ys, const int *slots, int k, 
         else f ? launch_tile<T, float, 64, 1>(c, o, tmp, lm, max_seg, y_vec) : launch_tile<T, T, 64, 1>(c, o, tmp, lm, max_seg, y_vec);
         return;
     }
-    if (tmp.dtype == LG_F32) launch<T, float>(c, o, tmp, lm, max_seg, tt);
+    if (f) launch<T, float>(c, o, tmp, lm, max_seg, tt);
     else launch<T, T>(c, o, tmp, lm, max_seg, tt);
 }
 
-int cu_lora_expand_multi(lg_backend *be, const lg_tensor *ys, lg_tensor tmp, const lg_lora_meta *lm,
-                         const int *slots, int k)
+static unsigned long g_store_launches;
+/* store-form launches so far (op tests: which order matmul_lora took) */
+extern "C" unsigned long lg_cuda_lora_store_launches(void) { return g_store_launches; }
+
+/* The checks and the launch of both forms; store: 1 when the launch is not prefill-shaped (the
+ * tile kernel's plan does not take it; nothing run). */
+static int expand_multi(lg_backend *be, const lg_tensor *ys, lg_tensor tmp, const lg_lora_meta *lm, const int *slots,
+                        int k, bool store)
 {
     cuda_ctx *c = CU_CTX(be);
     CU_CHECK_VIEW(c, "lora_expand tmp", tmp);
@@ -413,18 +565,41 @@ int cu_lora_expand_multi(lg_backend *be, const lg_tensor *ys, lg_tensor tmp, con
         return CU_FAIL(c, "lora_expand: max_rank %d (limit %d) x %d slots vs tmp [%lld,%lld]", lm->max_rank, EX_RMAX, k,
                        (long long)tmp.rows, (long long)tmp.cols);
     if (lm->n_segs == 0)
-        return 0;
+        return store ? 1 : 0;
     int max_seg = cu_lora_max_seg(lm);
     int64_t min_rows = ys[0].rows;
     for (int i = 1; i < k; i++) min_rows = ys[i].rows < min_rows ? ys[i].rows : min_rows;
     if (max_seg < 0 || lm->seg_indptr_host[lm->n_segs] > min_rows)
         return CU_FAIL(c, "lora_expand: segments are malformed or cover more than y's %lld rows", (long long)min_rows);
     if (max_seg == 0)
-        return 0;
-    if (ys[0].dtype == LG_F16) launch_t<__half>(c, ys, slots, k, tmp, lm, max_seg);
-    else launch_t<__nv_bfloat16>(c, ys, slots, k, tmp, lm, max_seg);
+        return store ? 1 : 0;
+    int rm, cpt;
+    if (store && !ex_tile_plan(c, ys, k, lm, max_seg, &rm, &cpt))
+        return 1;
+    g_store_launches += store;
+    if (ys[0].dtype == LG_F16) launch_t<__half>(c, ys, slots, k, tmp, lm, max_seg, store);
+    else launch_t<__nv_bfloat16>(c, ys, slots, k, tmp, lm, max_seg, store);
     CU_LAUNCHED(c);
     return 0;
+}
+
+int cu_lora_expand_multi(lg_backend *be, const lg_tensor *ys, lg_tensor tmp, const lg_lora_meta *lm,
+                         const int *slots, int k)
+{
+    return expand_multi(be, ys, tmp, lm, slots, k, false);
+}
+
+int cu_lora_expand_store(lg_backend *be, const lg_tensor *ys, lg_tensor tmp, const lg_lora_meta *lm, const int *slots,
+                         int k)
+{
+    return expand_multi(be, ys, tmp, lm, slots, k, true);
+}
+
+/* The store form for benchmarks (tests/gpu/bench_sgmv.c; C linkage) */
+extern "C" int lg_cuda_lora_expand_store(lg_backend *be, const lg_tensor *ys, lg_tensor tmp, const lg_lora_meta *lm,
+                                         const int *slots, int k)
+{
+    return cu_lora_expand_store(be, ys, tmp, lm, slots, k);
 }
 
 int cu_lora_expand(lg_backend *be, lg_tensor y, lg_tensor tmp, const lg_lora_meta *lm, int slot)

@@ -8,11 +8,22 @@
  *   for i < k:  lora_expand(cols [col0[i], col0[i] + ncols[i]) of y,
  *                           cols [i * R, i * R + R) of tmp, lm, slots[i])
  *
- * The slot is opt-in (LG_FUSE_LORA=1; backend_cuda.cu): its point is the
- * fused expand below; otherwise it runs the three ops in the order model.c
- * uses without it (shrink, matmul, expand: measured fastest with the TMA
- * decode matmul, docs/benchmarks.md, issue 10). LG_FUSE_LORA=2: matmul,
- * shrink, expand (model.c's order before; comparisons only).
+ * The slot is on by default (LG_FUSE_LORA=0: off, model.c runs the three
+ * ops). Orders:
+ *  - Prefill (segments of many tokens, where lora_expand.cu takes its
+ *    32-token tile kernel): shrink, then the expand *stores* y (rows of
+ *    segments without rank at a slot get zeros, columns of y outside every
+ *    slot's range are zeroed by a memset), then the matmul adds x W^T into y
+ *    (cuBLAS beta = 1; its epilogue reads y while the GEMM is compute-bound).
+ *    The expand after the matmul read and wrote y (a read-modify-write of
+ *    the whole output, 200 MB per q,k,v launch of W1's prefill); this way it
+ *    only writes it. y is rounded as base + round(lora) instead of
+ *    round(base) + lora. Needs the segments to cover every row of y (model.c's
+ *    always do); LG_LORA_FIRST=0 turns it off (comparisons).
+ *  - Otherwise the order model.c uses without the slot (shrink, matmul,
+ *    expand: measured fastest with the TMA decode matmul,
+ *    docs/benchmarks.md, issue 10). LG_FUSE_LORA=2: matmul, shrink, expand
+ *    (model.c's order before; comparisons only).
  * With the tensor-core skinny matmul switched on (LG_SKINNY=1; off by
  * default, it loses to cuBLAS: docs/benchmarks.md) and 5..64 token rows, tmp
  * f32, max_rank <= 64, output ranges of whole tiles: the shrink first, then
@@ -22,6 +33,31 @@
  * (graph replay == eager).
  */
 #include "ops.cuh"
+
+/* Zeroes the columns of y outside every range [col0[i], col0[i] + ncols[i]) (k <= 3 disjoint
+ * ranges, checked by the caller), so that the store-form expand and the zeros cover y. */
+static int zero_gaps(cuda_ctx *c, lg_tensor y, const int *col0, const int *ncols, int k)
+{
+    int o[LG_LORA_MULTI_MAX];
+    for (int i = 0; i < k; i++) o[i] = i;
+    for (int i = 1; i < k; i++) /* by first column */
+        for (int j = i; j > 0 && col0[o[j]] < col0[o[j - 1]]; j--) {
+            const int t = o[j];
+            o[j] = o[j - 1], o[j - 1] = t;
+        }
+    const size_t es = lg_dtype_size(y.dtype);
+    int64_t at = 0;
+    for (int i = 0; i <= k; i++) {
+        const int64_t end = i < k ? col0[o[i]] : y.cols;
+        if (end > at && cudaMemset2DAsync((char *)y.data + at * es, (size_t)y.stride * es, 0, (size_t)(end - at) * es,
+                                          (size_t)y.rows, c->stream) != cudaSuccess)
+            return CU_FAIL(c, "matmul_lora: cudaMemset2DAsync of columns [%lld, %lld) failed", (long long)at,
+                           (long long)end);
+        if (i < k)
+            at = (int64_t)col0[o[i]] + ncols[o[i]];
+    }
+    return 0;
+}
 
 
 int cu_matmul_lora(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tensor bias, lg_tensor tmp,
@@ -42,6 +78,10 @@ int cu_matmul_lora(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_ten
                            col0[i] + ncols[i], (long long)y.cols);
         if (slots[i] < 0 || slots[i] >= lm->n_slots)
             return CU_FAIL(c, "matmul_lora: slot %d of %d", slots[i], lm->n_slots);
+        for (int j = 0; j < i; j++)
+            if (col0[i] < col0[j] + ncols[j] && col0[j] < col0[i] + ncols[i])
+                return CU_FAIL(c, "matmul_lora: column ranges [%d, %d) and [%d, %d) overlap", col0[j],
+                               col0[j] + ncols[j], col0[i], col0[i] + ncols[i]);
         ys[i] = lg_tensor_cols(y, col0[i], ncols[i]);
     }
     if (tmp.rows < y.rows || tmp.cols < (int64_t)k * lm->max_rank)
@@ -75,7 +115,19 @@ int cu_matmul_lora(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_ten
             return -1;
         return cu_lora_expand_multi(be, ys, tmp, lm, slots, k);
     }
-    if (cu_lora_shrink_multi(be, tmp, x, lm, slots, k) != 0 || cu_matmul(be, y, x, W, bias, false) != 0)
+    if (cu_lora_shrink_multi(be, tmp, x, lm, slots, k) != 0)
+        return -1;
+    static int first = -1; /* LG_LORA_FIRST=0: never the prefill order (comparisons) */
+    if (cu_switch(&first, "LG_LORA_FIRST", 1) != 0 && y.dtype == x.dtype && lm->seg_indptr_host[0] == 0 &&
+        lm->seg_indptr_host[lm->n_segs] == y.rows) {
+        const int rc = cu_lora_expand_store(be, ys, tmp, lm, slots, k);
+        if (rc < 0)
+            return -1;
+        if (rc == 0) /* y holds the expand: the gaps zeroed, then y += x W^T (+ bias) */
+            return zero_gaps(c, y, col0, ncols, k) != 0 ? -1 : cu_matmul(be, y, x, W, bias, true);
+        /* not taken (decode-sized segments): the matmul, then the expand */
+    }
+    if (cu_matmul(be, y, x, W, bias, false) != 0)
         return -1;
     return cu_lora_expand_multi(be, ys, tmp, lm, slots, k);
 }

@@ -30,6 +30,12 @@ int cu_lora_expand(lg_backend *be, lg_tensor y, lg_tensor tmp, const lg_lora_met
 int cu_lora_shrink_multi(lg_backend *be, lg_tensor tmp, lg_tensor x, const lg_lora_meta *lm, const int *slots, int k);
 int cu_lora_expand_multi(lg_backend *be, const lg_tensor *ys, lg_tensor tmp, const lg_lora_meta *lm,
                          const int *slots, int k);
+/* lora_expand.cu's store form, for matmul_lora's prefill order (expand, then the matmul adding
+ * into y): ys[i] = the expand alone, zeros in the rows of segments without rank at slots[i]
+ * (rows outside every segment untouched). 1 (nothing run) unless the launch takes the 32-token
+ * tile kernel (multi-token segments filling the GPU, ranks <= 64); 0 done, -1 error. */
+int cu_lora_expand_store(lg_backend *be, const lg_tensor *ys, lg_tensor tmp, const lg_lora_meta *lm, const int *slots,
+                         int k);
 /* The shrink of multi-token (prefill) segments on tensor cores (lora_shrink_mma.cu), called by
  * cu_lora_shrink_multi after its checks: true when launched, false when not taken (decode-sized
  * segments, x alignment, LG_SGMV_PREFILL=0). cu_sgmv_prefill: that switch, which also picks

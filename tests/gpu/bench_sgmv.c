@@ -26,6 +26,10 @@
  * none of them; x, y and tmp stay fixed (in the engine they were just
  * written by the previous op and are L2-resident too).
  *
+ * The "st us" column: the expand's store form (y = the expand, not y +
+ * it: matmul_lora's prefill order, where the matmul then adds into y),
+ * where the launch takes it (the tile kernel), counting y written once.
+ *
  * Usage: bench_sgmv   (built and run by tests/gpu/bench_sgmv.sh)
  */
 #include "backend.h"
@@ -36,6 +40,8 @@
 #include <string.h>
 
 cudaStream_t lg_cuda_compute_stream(lg_backend *be); /* kernels/lora_shrink.cu */
+int lg_cuda_lora_expand_store(lg_backend *be, const lg_tensor *ys, lg_tensor tmp, const lg_lora_meta *lm,
+                              const int *slots, int k); /* kernels/lora_expand.cu; 1: not taken */
 
 #define IN 4096
 #define OUT 4096
@@ -61,7 +67,8 @@ typedef struct {
     lg_tensor x, tmp, ys[N_SLOTS];
 } bset;
 
-/* Median time per launch (us) of op (0 shrink, 1 expand) over REPS launches in one graph. */
+/* Median time per launch (us) of op (0 shrink, 1 expand, 2 the expand's store form) over REPS
+ * launches in one graph; -1 when the store form does not take the launch. */
 static double time_op(bset *b, int op, int k, int case_id)
 {
     static const int slots[N_SLOTS] = {0, 1, 2};
@@ -72,14 +79,19 @@ static double time_op(bset *b, int op, int k, int case_id)
     char key[32];
     snprintf(key, sizeof key, "sgmv %d %d", case_id, op);
     float ms[NTRIAL];
+    if (op == 2 && lg_cuda_lora_expand_store(G, b->ys, b->tmp, &b->lm[0], slots, k) != 0) {
+        CK(G->i.sync(G) == 0);
+        return -1;
+    }
     for (int trial = -2; trial < NTRIAL; trial++) { /* two warm-up replays (the first records) */
         bool replayed = false;
         CKC(cudaEventRecord(e0, st));
         CK(G->i.graph_begin(G, key, strlen(key), &replayed) == 0);
         if (!replayed) {
             for (int r = 0; r < REPS; r++) {
-                int rc = op == 0 ? G->i.lora_shrink_multi(G, b->tmp, b->x, &b->lm[r], slots, k)
-                                 : G->i.lora_expand_multi(G, b->ys, b->tmp, &b->lm[r], slots, k);
+                int rc = op == 0   ? G->i.lora_shrink_multi(G, b->tmp, b->x, &b->lm[r], slots, k)
+                         : op == 1 ? G->i.lora_expand_multi(G, b->ys, b->tmp, &b->lm[r], slots, k)
+                                   : lg_cuda_lora_expand_store(G, b->ys, b->tmp, &b->lm[r], slots, k);
                 CK(rc == 0);
             }
         }
@@ -124,13 +136,18 @@ static void run_case(const bcase *c, int case_id, void *x, void *y, void *tmp)
     for (int m = 0; m < N_SLOTS; m++) /* q,k,v outputs: column slices of one fused [T, 3 * OUT] buffer */
         b.ys[m] = (lg_tensor){(char *)y + (size_t)m * OUT * 2, LG_F16, c->T, OUT, N_SLOTS * OUT};
 
-    double us_sh = time_op(&b, 0, k, case_id), us_ex = time_op(&b, 1, k, case_id);
+    double us_sh = time_op(&b, 0, k, case_id), us_ex = time_op(&b, 1, k, case_id), us_st = time_op(&b, 2, k, case_id);
     double by_sh = (double)k * ((double)S * a_bytes + (double)c->T * c->rank * 4) + (double)c->T * IN * 2;
     double by_ex = (double)k * ((double)S * b_bytes + (double)c->T * c->rank * 4 + (double)c->T * OUT * 2 * 2);
+    double by_st = by_ex - (double)k * c->T * OUT * 2; /* y written, not read */
     double bw_sh = by_sh / us_sh * 1e-6, bw_ex = by_ex / us_ex * 1e-6; /* TB/s */
-    printf("%-10s %4d %4d %5d %4d %3d | %7.2f %6.2f %6.2f %5.0f%% | %7.2f %6.2f %6.2f %5.0f%%\n", c->name, c->T, S,
+    printf("%-10s %4d %4d %5d %4d %3d | %7.2f %6.2f %6.2f %5.0f%% | %7.2f %6.2f %6.2f %5.0f%%", c->name, c->T, S,
            c->rank, per, k, us_sh, by_sh / (COPY_TBS * 1e6), bw_sh, 100 * bw_sh / COPY_TBS, us_ex,
            by_ex / (COPY_TBS * 1e6), bw_ex, 100 * bw_ex / COPY_TBS);
+    if (us_st > 0)
+        printf(" | %7.2f %6.2f %6.2f\n", us_st, by_st / (COPY_TBS * 1e6), by_st / us_st * 1e-6);
+    else
+        printf(" | %7s\n", "-");
     fflush(stdout);
 
     G->i.graph_reset(G); /* recordings name the w arrays freed below */
@@ -168,8 +185,8 @@ int main(void)
     printf("SGMV on %s: in = out = %d, f16, f32 tmp; %d launches per graph (adapters rotated over %zu MB), "
            "median of %d replays; floor = bytes / %.2f TB/s\n",
            G->i.name, IN, REPS, ARENA_BYTES >> 20, NTRIAL, COPY_TBS);
-    printf("%-10s %4s %4s %5s %4s %3s | %7s %6s %6s %6s | %7s %6s %6s %6s\n", "case", "T", "ads", "rank", "seg", "k",
-           "sh us", "floor", "TB/s", "peak", "ex us", "floor", "TB/s", "peak");
+    printf("%-10s %4s %4s %5s %4s %3s | %7s %6s %6s %6s | %7s %6s %6s %6s | %7s %6s %6s\n", "case", "T", "ads", "rank",
+           "seg", "k", "sh us", "floor", "TB/s", "peak", "ex us", "floor", "TB/s", "peak", "st us", "floor", "TB/s");
     for (int i = 0; i < nc; i++) run_case(&cases[i], i, x, y, tmp);
     CK(G->i.sync(G) == 0);
     G->i.dealloc(G, x), G->i.dealloc(G, y), G->i.dealloc(G, tmp), G->i.dealloc(G, arena);

@@ -26,6 +26,13 @@ if [ -n "${BASELINE:-}" ]; then
             >"$B/stream_hook.cu"
         nvcc -O3 -std=c++17 -arch=sm_90a -Iengine -I. -Ikernels -c "$B/stream_hook.cu" -o "$B/stream_hook.o"
     fi
+    if ! grep -q lg_cuda_lora_expand_store "$BASELINE/lora_expand.cu"; then  # no store form there: "-"
+        { echo '#include "ops.cuh"'
+          echo 'int cu_lora_expand_store(lg_backend *, const lg_tensor *, lg_tensor, const lg_lora_meta *, const int *, int) { return 1; }'
+          echo 'extern "C" int lg_cuda_lora_expand_store(lg_backend *, const lg_tensor *, lg_tensor, const lg_lora_meta *, const int *, int) { return 1; }'
+        } >"$B/store_hook.cu"
+        nvcc -O3 -std=c++17 -arch=sm_90a -Iengine -I. -Ikernels -c "$B/store_hook.cu" -o "$B/store_hook.o"
+    fi
     for f in lora_shrink lora_expand; do
         nvcc -O3 -std=c++17 -arch=sm_90a -Iengine -I. -Ikernels -c "$BASELINE/$f.cu" -o "$B/$f.o" &
     done

@@ -22,8 +22,8 @@
 # LG_SKINNY=0 LG_ATTN_FA2=0 LG_FUSE_ROPE_KV=0 LG_FUSE_LORA=0 LG_STREAMK=0 LG_FUSE_NORM=0, i.e. separate
 # LoRA shrink/expand and rope/kv launches in stream order, the wmma prefill
 # attention, cuBLAS for decode batches, no programmatic dependent launch), plus W1 and batch-1 with one
-# switch flipped at a time (LG_SKINNY=1 and LG_FUSE_LORA=1 turn on the opt-in
-# skinny matmul and matmul_lora op, together the expand in its epilogue).
+# switch flipped at a time (LG_LORA_FIRST=0: the prefill expand after its matmul; LG_SKINNY=1 turns
+# on the opt-in skinny matmul, with the matmul_lora op the expand in its epilogue).
 # EXTRA="label|env|case;..." adds runs of any case under any environment. profile: ncu per-kernel time of one W1 decode step
 # (tests/gpu/profile_decode.sh), new and old (PROF_OLD / PROF_OLD_LABEL set the
 # reference's environment, PROF_B1=0 skips batch 1). all = test + serving +
@@ -173,7 +173,7 @@ if want bench; then
     bench "$xl" "$xe" "$xc"
   done
   if [ "${ABLATE:-1}" != 0 ]; then   # one path switched at a time
-    for sw in LG_PDL=0 LG_FUSE_ROPE_KV=0 LG_FUSE_LORA=1 LG_SKINNY=1 LG_SKINNY=1,LG_FUSE_LORA=1; do
+    for sw in LG_PDL=0 LG_FUSE_ROPE_KV=0 LG_LORA_FIRST=0 LG_FUSE_LORA=0 LG_SKINNY=1; do
       bench "${sw//LG_/}" "${sw//,/ }" w1_lora
     done
     for sw in LG_PDL=0 LG_FUSE_ROPE_KV=0 LG_FUSE_NORM=0 LG_NORM_ROPE=0 LG_SKINNY=1; do bench "${sw#LG_}" "$sw" b1; done

@@ -38,6 +38,7 @@ unsigned long lg_cuda_tma_launches(void); /* kernels/gemm_tma.cu: launches so fa
 void lg_cuda_streamk_mode(int mode); /* kernels/gemm_streamk.cu: 0 = off, 1 = mma.sync auto, 10 + v = its variant v,
                                         2 = TMA auto (default), 20 + v = its variant v, -1 = as LG_STREAMK */
 void lg_cuda_blaslt(int on);        /* kernels/gemm_lt.cu: 1 on, 0 off, -1 as LG_BLASLT */
+unsigned long lg_cuda_lora_store_launches(void); /* kernels/lora_expand.cu: store-form expands so far */
 void lg_cuda_sgmv_prefill(int mode); /* kernels/lora_shrink_mma.cu: 0 = segments > 4 tokens on the CUDA-core kernels,
                                        2 = on the prefill kernels at any grid size, -1 as LG_SGMV_PREFILL */
 static int n_fail, n_pass;
@@ -863,9 +864,12 @@ static void test_lora_multi_prefill(lg_dtype dt, const char *name, int n_segs, c
  * ranges of y, from the GPU's own shrink (lora_shrink_multi, as model.c runs them), against the
  * CPU matmul plus an f64 expand of that tmp. T picks the path: <= 2 the GEMV then the expand
  * kernel, 3..64 the skinny matmul with the expand in its epilogue (when the ranges are whole
- * tiles), > 64 cuBLAS then the expand kernel. */
+ * tiles), > 64 cuBLAS then the expand kernel; segments the tile expand takes (prefill): the
+ * expand stores y first, then the matmul adds into it (store: 1 when that order must be taken,
+ * 0 when it must not, -1 either). gap: columns of y without a slot before each range and after
+ * the last (the store order zeroes them). */
 static void test_matmul_lora_case(lg_dtype dt, const char *name, int n_segs, const int *seg_len, const int *rank,
-                                  int K, int k, const int *ncols, int bias)
+                                  int K, int k, const int *ncols, int bias, int gap, int store)
 {
     const int n_slots = LG_LORA_N_MODULES;
     int T = 0, R = 1, N = 0, col0[3], slots[3];
@@ -876,7 +880,8 @@ static void test_matmul_lora_case(lg_dtype dt, const char *name, int n_segs, con
         if (rank[s2] > R) R = rank[s2];
     }
     indptr[n_segs] = T;
-    for (int i = 0; i < k; i++) col0[i] = N, N += ncols[i], slots[i] = i;
+    for (int i = 0; i < k; i++) N += gap, col0[i] = N, N += ncols[i], slots[i] = i;
+    N += gap;
     size_t es = esz(dt), pool_bytes = 4096;
     for (int s2 = 0; s2 < n_segs; s2++) pool_bytes += (size_t)k * rank[s2] * (K + N) * es + (size_t)k * 64;
     char *pool = G->i.alloc(G, pool_bytes);
@@ -925,8 +930,10 @@ static void test_matmul_lora_case(lg_dtype dt, const char *name, int n_segs, con
     /* the op computes tmp itself (its shrink); a separate lora_shrink_multi into tmp2 must match it bit for bit */
     gt tmp2 = gt_new(LG_F32, T, k * R, 0);
     gt_poison(&tmp2);
+    const unsigned long st0 = lg_cuda_lora_store_launches();
     int rc = G->i.matmul_lora ? G->i.matmul_lora(G, y.t, x.t, W.t, bias ? bt : none, tmp.t, &lm, slots, col0, ncols, k)
                               : -1;
+    const int stored = lg_cuda_lora_store_launches() != st0;
     rc |= G->i.lora_shrink_multi(G, tmp2.t, x.t, &lm, slots, k);
     size_t n = (size_t)T * N;
     float *gy = malloc(n * 4), *gtmp = malloc((size_t)T * k * R * 4), *gtmp2 = malloc((size_t)T * k * R * 4),
@@ -954,9 +961,10 @@ static void test_matmul_lora_case(lg_dtype dt, const char *name, int n_segs, con
                     ry[(size_t)t * N + col0[i] + c] += (float)(ws->scale * acc);
                 }
             }
-    char cas[48];
-    snprintf(cas, sizeof cas, "%s T%d K%d N%d k%d%s", name, T, K, N, k, bias ? " bias" : "");
-    record("matmul_lora", cas, dt, rel_l2(gy, ry, n), lim_for(dt), rc == 0 && g == 0 && g2 == 0);
+    char cas[64];
+    snprintf(cas, sizeof cas, "%s T%d K%d N%d k%d%s%s", name, T, K, N, k, bias ? " bias" : "", stored ? " store" : "");
+    record("matmul_lora", cas, dt, rel_l2(gy, ry, n), lim_for(dt),
+           rc == 0 && g == 0 && g2 == 0 && (store < 0 || store == stored));
     for (int i = 0; i < n_segs * k; i++) free(B[i]);
     free(B), free(w), free(indptr), free(hpool), free(b), free(gy), free(gtmp), free(gtmp2), free(ry);
     G->i.dealloc(G, pool), G->i.dealloc(G, dw), G->i.dealloc(G, dind), G->i.dealloc(G, db);
@@ -980,15 +988,32 @@ static void test_matmul_lora(lg_dtype dt)
         char nm[7][24];
         const char *base[7] = {"decode", "decode", "decode", "ragged", "unfused", "gemv", "cublas"};
         for (int i = 0; i < 7; i++) snprintf(nm[i], sizeof nm[i], "%s %s", sk ? "fused" : "side", base[i]);
-        test_matmul_lora_case(dt, nm[0], 32, one, r16, 1024, 3, qkv, 1); /* skinny: fused expand */
-        test_matmul_lora_case(dt, nm[1], 32, one, mixed, 512, 2, gu, 0); /* ranks 0..64 */
-        test_matmul_lora_case(dt, nm[2], 64, one, mixed, 2048, 1, o, 0); /* 64 rows, split-K */
-        test_matmul_lora_case(dt, nm[3], 5, len3, r3, 520, 3, qkv, 1);   /* segments of 1..7, rank 13 */
-        test_matmul_lora_case(dt, nm[4], 7, one, r16, 512, 1, odd, 0);   /* range not whole tiles */
-        test_matmul_lora_case(dt, nm[5], 2, one, r16, 1024, 3, qkv, 1);  /* T = 2: GEMV + expand */
-        test_matmul_lora_case(dt, nm[6], 2, l70, r70, 256, 3, qkv, 0);   /* T = 70: cuBLAS + expand */
+        test_matmul_lora_case(dt, nm[0], 32, one, r16, 1024, 3, qkv, 1, 0, 0); /* skinny: fused expand */
+        test_matmul_lora_case(dt, nm[1], 32, one, mixed, 512, 2, gu, 0, 0, 0); /* ranks 0..64 */
+        test_matmul_lora_case(dt, nm[2], 64, one, mixed, 2048, 1, o, 0, 0, 0); /* 64 rows, split-K */
+        test_matmul_lora_case(dt, nm[3], 5, len3, r3, 520, 3, qkv, 1, 0, 0);   /* segments of 1..7, rank 13 */
+        test_matmul_lora_case(dt, nm[4], 7, one, r16, 512, 1, odd, 0, 0, 0);   /* range not whole tiles */
+        test_matmul_lora_case(dt, nm[5], 2, one, r16, 1024, 3, qkv, 1, 0, 0);  /* T = 2: GEMV + expand */
+        test_matmul_lora_case(dt, nm[6], 2, l70, r70, 256, 3, qkv, 0, 0, 0);   /* T = 70: cuBLAS + expand */
     }
     lg_cuda_skinny_mode(0);
+    /* prefill: the expand stores y, then cuBLAS adds x W^T (beta = 1), unless switched off */
+    const char *lf = getenv("LG_LORA_FIRST");
+    const int on = !sgmv_forced_off() && !(lf && strcmp(lf, "0") == 0);
+    int l24[24], r24[24], l96[3] = {96, 40, 120}, r96[3] = {16, 0, 8};
+    for (int i = 0; i < 24; i++) l24[i] = 96, r24[i] = (int[]){16, 8, 0, 16, 13, 16}[i % 6];
+    const int pq[] = {2048, 512, 512}, pv[] = {2048, 512}, po[] = {4096};
+    test_matmul_lora_case(dt, "prefill qkv", 24, l24, r24, 256, 3, pq, 0, 0, on);  /* default thresholds */
+    test_matmul_lora_case(dt, "prefill q,v gaps", 24, l24, r24, 256, 2, pv, 1, 512, -1);
+    test_matmul_lora_case(dt, "prefill o", 24, l24, r24, 256, 1, po, 0, 0, on);
+    if (!sgmv_forced_off()) { /* the tile expand forced on (any grid): small and odd shapes in the store order */
+        lg_cuda_sgmv_prefill(2);
+        int r32[3] = {32, 0, 64};
+        test_matmul_lora_case(dt, "prefill gaps forced", 3, l96, r96, 256, 2, pv, 1, 512, on);
+        test_matmul_lora_case(dt, "prefill odd forced", 3, l96, r32, 520, 1, odd, 1, 3, on); /* ranks 32, 64 */
+        test_matmul_lora_case(dt, "ragged forced", 5, len3, r3, 520, 3, qkv, 1, 0, on);      /* T 17: decode matmul */
+        lg_cuda_sgmv_prefill(-1);
+    }
 }
 
 /* rope_kv_write (kernels/rope_kv.cu) against the GPU's own rope + kv_write (bit for bit: the
@@ -1116,7 +1141,10 @@ static void test_norm_matmul(lg_dtype dt, int T, int K, int N, int silu, int wit
             C->i.silu_mul(C, host_t(ra, T, F), host_t(ry, T, N));
         }
         snprintf(cas + strlen(cas), sizeof cas - strlen(cas), " ==ops %s", same ? "yes" : "NO");
-        record("norm_matmul", cas, dt, rel_l2(gy, silu ? ra : ry, ny), lim_for(dt), rc == 0 && rc2 == 0 && g == 0 && same);
+        /* a handful of outputs (N 22 with SwiGLU: 11): one value's roundings dominate their relative
+         * L2 (1.35e-3 in f16 on one draw, 2026-11-23, bit-equal to the ops); the contract is ==ops */
+        const double lim = lim_for(dt) * (ny < 64 ? 2 : 1);
+        record("norm_matmul", cas, dt, rel_l2(gy, silu ? ra : ry, ny), lim, rc == 0 && rc2 == 0 && g == 0 && same);
         free(rr), free(ro), free(ry), free(ra);
     }
     G->i.dealloc(G, dw), G->i.dealloc(G, db);
@@ -1711,7 +1739,6 @@ int main(int argc, char **argv)
     for (int di = 0; di < 2; di++) {
         lg_dtype dt = di ? LG_BF16 : LG_F16;
         o.act_dtype_hint = dt;
-        setenv("LG_FUSE_LORA", "1", 0); /* the opt-in matmul_lora slot is tested too (unless set to 0) */
         if (lg_backend_create("cuda", &o, &G, &err) != 0) {
             fprintf(stderr, "cuda backend: %s\n", err.msg);
             return 3;
