@@ -33,7 +33,8 @@
  *
  * LoRA: q,k,v share one shrink and one expand launch (lora_*_multi), and so
  * do gate,up; modules that no adapter of the step targets are skipped. With
- * the backend's matmul_lora (CUDA: opt-in), matmul, shrink and expand are
+ * the backend's matmul_lora (CUDA: for prefill-shaped launches the expand
+ * stores y before the matmul adds into it), matmul, shrink and expand are
  * one op (see linear()).
  */
 #include "model.h"
@@ -599,7 +600,9 @@ static int kv_bucket(int kv)
 typedef struct step_key {
     int32_t n_tokens, n_seqs, n_logits, max_kv_len;
     int32_t lora_segs, lora_max_seg, lora_mods;
-    int32_t lora_rank; /* the step's largest rank: picks launch shapes */
+    int32_t lora_rank;  /* the step's largest rank: picks launch shapes */
+    int32_t lora_tiles; /* 32-token tiles over the segments: the CUDA SGMV kernels and matmul_lora's order
+                           depend on it when a segment has more than 4 tokens */
     uint64_t kv_base, kv_page_bytes;
 } step_key;
 
@@ -856,6 +859,8 @@ int lg_model_step(lg_model *m, lg_page_pool *pool, const lg_step_seq *seqs, int 
         while (rank_bucket < lora_rank)
             rank_bucket = rank_bucket < 64 ? 2 * rank_bucket : rank_bucket + 64;
         key.lora_rank = !lora ? -1 : lora_max_seg <= 4 ? 0 : rank_bucket;
+        for (int i = 0; lora && lora_max_seg > 4 && i < lm.n_segs; i++)
+            key.lora_tiles += (m->lora_seg_host[i + 1] - m->lora_seg_host[i] + 31) / 32;
         key.kv_base = (uint64_t)(uintptr_t)kv.base;
         key.kv_page_bytes = (uint64_t)kv.page_bytes;
         bool replayed = false;

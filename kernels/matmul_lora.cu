@@ -94,7 +94,7 @@ int cu_matmul_lora(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_ten
         return 0;
     if (max_seg == 0) /* no token has an adapter this step */
         return cu_matmul(be, y, x, W, bias, false);
-    if (cu_skinny_enabled() && y.rows > 4 && y.rows <= 64) { /* the fused epilogue (opt-in, LG_FUSE_LORA=1) */
+    if (cu_skinny_enabled() && y.rows > 4 && y.rows <= 64) { /* the fused epilogue (opt-in, LG_SKINNY=1) */
         if (cu_lora_shrink_multi(be, tmp, x, lm, slots, k) != 0)
             return -1;
         cu_lora_epi e;
