@@ -1003,7 +1003,8 @@ static void test_matmul_lora(lg_dtype dt)
     int l24[24], r24[24], l96[3] = {96, 40, 120}, r96[3] = {16, 0, 8};
     for (int i = 0; i < 24; i++) l24[i] = 96, r24[i] = (int[]){16, 8, 0, 16, 13, 16}[i % 6];
     const int pq[] = {2048, 512, 512}, pv[] = {2048, 512}, po[] = {4096};
-    test_matmul_lora_case(dt, "prefill qkv", 24, l24, r24, 256, 3, pq, 0, 0, on);  /* default thresholds */
+    /* default thresholds: 72 tiles x 4 column blocks = 288 >= 2 blocks per SM up to 144 SMs (H100, H200: 132) */
+    test_matmul_lora_case(dt, "prefill qkv", 24, l24, r24, 256, 3, pq, 0, 0, on);
     test_matmul_lora_case(dt, "prefill q,v gaps", 24, l24, r24, 256, 2, pv, 1, 512, -1);
     test_matmul_lora_case(dt, "prefill o", 24, l24, r24, 256, 1, po, 0, 0, on);
     if (!sgmv_forced_off()) { /* the tile expand forced on (any grid): small and odd shapes in the store order */
