@@ -769,7 +769,7 @@ int lg_model_step(lg_model *m, lg_page_pool *pool, const lg_step_seq *seqs, int 
     lg_lora_meta lm = {0};
     const lg_lora_meta *lora = NULL;
     unsigned lora_mods = 0; /* bit m: some segment has rank > 0 at module m in some layer */
-    int lora_max_seg = 0, lora_rank = 0;
+    int lora_max_seg = 0, lora_rank = 0, lora_tiles = 0; /* lora_tiles: 32-token tiles over the segments */
     for (int s = 0; s < n_seqs; s++)
         if (seqs[s].lora)
             lora = &lm;
@@ -820,9 +820,12 @@ int lg_model_step(lg_model *m, lg_page_pool *pool, const lg_step_seq *seqs, int 
             tt += seqs[s].n_tokens;
         }
         m->lora_seg_host[ns] = tt;
-        for (int i = 0; i < ns; i++)
-            if (m->lora_seg_host[i + 1] - m->lora_seg_host[i] > lora_max_seg)
-                lora_max_seg = m->lora_seg_host[i + 1] - m->lora_seg_host[i];
+        for (int i = 0; i < ns; i++) {
+            const int len = m->lora_seg_host[i + 1] - m->lora_seg_host[i];
+            if (len > lora_max_seg)
+                lora_max_seg = len;
+            lora_tiles += (len + 31) / 32;
+        }
         if (lo >= 0) {
             TRY(be->i.upload(be, m->lora_w_dev + (size_t)lo * n_slots, m->lora_w_host + (size_t)lo * n_slots,
                              (size_t)(hi - lo + 1) * seg_bytes));
@@ -859,8 +862,7 @@ int lg_model_step(lg_model *m, lg_page_pool *pool, const lg_step_seq *seqs, int 
         while (rank_bucket < lora_rank)
             rank_bucket = rank_bucket < 64 ? 2 * rank_bucket : rank_bucket + 64;
         key.lora_rank = !lora ? -1 : lora_max_seg <= 4 ? 0 : rank_bucket;
-        for (int i = 0; lora && lora_max_seg > 4 && i < lm.n_segs; i++)
-            key.lora_tiles += (m->lora_seg_host[i + 1] - m->lora_seg_host[i] + 31) / 32;
+        key.lora_tiles = lora && lora_max_seg > 4 ? lora_tiles : 0;
         key.kv_base = (uint64_t)(uintptr_t)kv.base;
         key.kv_page_bytes = (uint64_t)kv.page_bytes;
         bool replayed = false;

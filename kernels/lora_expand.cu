@@ -62,21 +62,25 @@ template <typename T> struct ex_outs {
     int cpb;     /* output columns per block */
 };
 
-/* The output block blockIdx.x serves (its index si, row stride, columns, slot, first column
- * block); plain selects keep o in parameter space (no dynamic index: local memory). */
+/* The output block blockIdx.x serves (its index si, row stride, columns, first column block)
+ * and the weights of segment blockIdx.y at that output's slot; plain selects keep o in parameter
+ * space (no dynamic index: local memory). */
 template <typename T>
-__device__ __forceinline__ T *ex_output(const ex_outs<T> &o, int *si_, int64_t *ldy, int *cols, int *slot, int *b0)
+__device__ __forceinline__ T *ex_block(const ex_outs<T> &o, const lg_lora_w *w, int n_slots, int *si_, int64_t *ldy,
+                                       int *cols, int *b0, lg_lora_w *lw)
 {
     int si = 0;
 #pragma unroll
     for (int i = 1; i < LG_LORA_MULTI_MAX; i++)
         if (i < o.k && (int)blockIdx.x >= o.bstart[i]) si = i;
     T *y = o.y[0];
-    *ldy = o.ldy[0], *cols = o.cols[0], *slot = o.slot[0], *b0 = o.bstart[0];
+    int slot = o.slot[0];
+    *ldy = o.ldy[0], *cols = o.cols[0], *b0 = o.bstart[0];
 #pragma unroll
     for (int i = 1; i < LG_LORA_MULTI_MAX; i++)
-        if (si == i) y = o.y[i], *ldy = o.ldy[i], *cols = o.cols[i], *slot = o.slot[i], *b0 = o.bstart[i];
+        if (si == i) y = o.y[i], *ldy = o.ldy[i], *cols = o.cols[i], slot = o.slot[i], *b0 = o.bstart[i];
     *si_ = si;
+    *lw = w[(size_t)(int)blockIdx.y * n_slots + slot];
     return y;
 }
 
@@ -86,11 +90,11 @@ __global__ void __launch_bounds__(EX_THREADS)
                        int n_slots)
 {
     pdl_trigger();
-    int si, cols, slot, b0;
+    int si, cols, b0;
     int64_t ldy;
-    T *y = ex_output(o, &si, &ldy, &cols, &slot, &b0);
+    lg_lora_w lw;
+    T *y = ex_block(o, w, n_slots, &si, &ldy, &cols, &b0, &lw);
     const int s = blockIdx.y;
-    const lg_lora_w lw = w[(size_t)s * n_slots + slot];
     const int r = lw.rank;
     int t0, nt;
     if (r <= 0 || !sgmv_tile(seg_indptr, s, blockIdx.z, TT, &t0, &nt))
@@ -235,11 +239,11 @@ __global__ void __launch_bounds__(EX_THREADS, 2) /* two blocks per SM: <= 128 re
 {
     __shared__ __align__(16) float ts[EXT_TM][RM];
     pdl_trigger();
-    int si, cols, slot, b0;
+    int si, cols, b0;
     int64_t ldy;
-    T *y = ex_output(o, &si, &ldy, &cols, &slot, &b0);
+    lg_lora_w lw;
+    T *y = ex_block(o, w, n_slots, &si, &ldy, &cols, &b0, &lw);
     const int s = blockIdx.y;
-    const lg_lora_w lw = w[(size_t)s * n_slots + slot];
     const int r = lw.rank; /* <= RM (the host's bound) */
     int t0, nt;
     if (r <= 0 || !sgmv_tile(seg_indptr, s, blockIdx.z, EXT_TM, &t0, &nt))
@@ -359,11 +363,11 @@ __global__ void __launch_bounds__(EXM_WARPS * 32)
     __shared__ __align__(16) T ts[EXM_TOK][TLD];
     __shared__ __align__(16) T os[EXM_TOK][OLD];
     pdl_trigger();
-    int si, cols, slot, b0;
+    int si, cols, b0;
     int64_t ldy;
-    T *y = ex_output(o, &si, &ldy, &cols, &slot, &b0);
+    lg_lora_w lw;
+    T *y = ex_block(o, w, n_slots, &si, &ldy, &cols, &b0, &lw);
     const int s = blockIdx.y;
-    const lg_lora_w lw = w[(size_t)s * n_slots + slot];
     const int r = lw.rank; /* <= RK (the host's bound) */
     int t0, nt;
     if (!sgmv_tile(seg_indptr, s, blockIdx.z, EXM_TOK, &t0, &nt))
@@ -485,15 +489,13 @@ static bool ex_tile_plan(const cuda_ctx *c, const lg_tensor *ys, int k, const lg
     return cu_lora_tiles(lm, EXT_TM) * cb >= 2 * c->n_sm;
 }
 
-/* store: y = the expand (not y + it), rank-0 segments' rows zeroed, on tensor cores (the mma
- * kernel); the caller checked ex_tile_plan (the launch is prefill-shaped, ranks <= 64). */
+/* tile, rm, cpt: ex_tile_plan's answer. store: y = the expand (not y + it), rank-0 segments' rows
+ * zeroed, on tensor cores (the mma kernel); only where tile is true (prefill-shaped, ranks <= 64). */
 template <typename T>
 static void launch_t(cuda_ctx *c, const lg_tensor *ys, const int *slots, int k, lg_tensor tmp,
-                     const lg_lora_meta *lm, int max_seg, bool store)
+                     const lg_lora_meta *lm, int max_seg, bool store, bool tile, int rm, int cpt)
 {
     const int tt = max_seg == 1 ? 1 : max_seg <= 4 ? 4 : 8, u = tt == 1 ? 8 : 4;
-    int rm, cpt;
-    const bool tile = ex_tile_plan(c, ys, k, lm, max_seg, &rm, &cpt);
     /* columns per block: every warp one pass of U loads at max_rank */
     int lpr = 1;
     while (lpr * 8 < lm->max_rank) lpr *= 2;
@@ -574,11 +576,12 @@ static int expand_multi(lg_backend *be, const lg_tensor *ys, lg_tensor tmp, cons
     if (max_seg == 0)
         return store ? 1 : 0;
     int rm, cpt;
-    if (store && !ex_tile_plan(c, ys, k, lm, max_seg, &rm, &cpt))
+    const bool tile = ex_tile_plan(c, ys, k, lm, max_seg, &rm, &cpt);
+    if (store && !tile)
         return 1;
     g_store_launches += store;
-    if (ys[0].dtype == LG_F16) launch_t<__half>(c, ys, slots, k, tmp, lm, max_seg, store);
-    else launch_t<__nv_bfloat16>(c, ys, slots, k, tmp, lm, max_seg, store);
+    if (ys[0].dtype == LG_F16) launch_t<__half>(c, ys, slots, k, tmp, lm, max_seg, store, tile, rm, cpt);
+    else launch_t<__nv_bfloat16>(c, ys, slots, k, tmp, lm, max_seg, store, tile, rm, cpt);
     CU_LAUNCHED(c);
     return 0;
 }

@@ -36,15 +36,15 @@ int cu_lora_expand_multi(lg_backend *be, const lg_tensor *ys, lg_tensor tmp, con
  * tile kernel (multi-token segments filling the GPU, ranks <= 64); 0 done, -1 error. */
 int cu_lora_expand_store(lg_backend *be, const lg_tensor *ys, lg_tensor tmp, const lg_lora_meta *lm, const int *slots,
                          int k);
-/* The shrink of multi-token (prefill) segments on tensor cores (lora_shrink_mma.cu), called by
- * cu_lora_shrink_multi after its checks: true when launched, false when not taken (decode-sized
- * segments, x alignment, LG_SGMV_PREFILL=0). cu_sgmv_prefill: that switch, which also picks
- * lora_expand.cu's path for such segments. */
 /* Host helpers over lg_lora_meta (lora_shrink.cu): the longest segment (-1 when malformed), the
  * step's largest rank (step_max_rank, else max_rank), the number of tm-token tiles of all segments. */
 int cu_lora_max_seg(const lg_lora_meta *lm);
 int cu_lora_step_rank(const lg_lora_meta *lm);
 int64_t cu_lora_tiles(const lg_lora_meta *lm, int tm);
+/* The shrink of multi-token (prefill) segments on tensor cores (lora_shrink_mma.cu), called by
+ * cu_lora_shrink_multi after its checks: true when launched, false when not taken (decode-sized
+ * segments, x alignment, LG_SGMV_PREFILL=0). cu_sgmv_prefill: that switch, which also picks
+ * lora_expand.cu's path for such segments. */
 bool cu_lora_shrink_mma(cuda_ctx *c, lg_tensor tmp, lg_tensor x, const lg_lora_meta *lm, const int *slots, int k,
                         int max_seg);
 int cu_sgmv_prefill(void);
