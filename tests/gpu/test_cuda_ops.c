@@ -868,6 +868,7 @@ static void test_lora_multi_prefill(lg_dtype dt, const char *name, int n_segs, c
  * expand stores y first, then the matmul adds into it (store: 1 when that order must be taken,
  * 0 when it must not, -1 either). gap: columns of y without a slot before each range and after
  * the last (the store order zeroes them). */
+static int mlora_graph; /* also record the launch in a step graph and compare replays with eager runs */
 static void test_matmul_lora_case(lg_dtype dt, const char *name, int n_segs, const int *seg_len, const int *rank,
                                   int K, int k, const int *ncols, int bias, int gap, int store)
 {
@@ -965,6 +966,38 @@ static void test_matmul_lora_case(lg_dtype dt, const char *name, int n_segs, con
     snprintf(cas, sizeof cas, "%s T%d K%d N%d k%d%s%s", name, T, K, N, k, bias ? " bias" : "", stored ? " store" : "");
     record("matmul_lora", cas, dt, rel_l2(gy, ry, n), lim_for(dt),
            rc == 0 && g == 0 && g2 == 0 && (store < 0 || store == stored));
+    if (mlora_graph && G->i.graph_begin) {
+        /* the same launch recorded in a step graph, then replayed with new x and new adapter
+         * scales (device inputs the graph reads): bit for bit the eager op on the same inputs */
+        float *ye = malloc(n * 4), *yg = malloc(n * 4);
+        int grc = 0, same = 0, reps = 0;
+        const char key[] = "matmul_lora graph";
+        for (int it = 0; it < 3; it++) {
+            if (it) {
+                gt_set(&x, NULL, 1.0f);
+                for (int s2 = 0; s2 < n_segs * n_slots; s2++) w[s2].scale *= 0.75f;
+                grc |= G->i.upload(G, dw, w, (size_t)n_segs * n_slots * sizeof(lg_lora_w));
+            }
+            gt_poison(&y);
+            grc |= G->i.matmul_lora(G, y.t, x.t, W.t, bias ? bt : none, tmp.t, &lm, slots, col0, ncols, k);
+            grc |= gt_get(&y, ye, NULL);
+            gt_poison(&y);
+            bool rep = false;
+            grc |= G->i.graph_begin(G, key, sizeof key, &rep);
+            if (!rep)
+                grc |= G->i.graph_end(
+                    G, G->i.matmul_lora(G, y.t, x.t, W.t, bias ? bt : none, tmp.t, &lm, slots, col0, ncols, k) == 0);
+            else
+                grc |= G->i.graph_end(G, true);
+            grc |= gt_get(&y, yg, NULL);
+            reps += rep;
+            same += memcmp(ye, yg, n * 4) == 0;
+        }
+        G->i.graph_reset(G);
+        snprintf(cas, sizeof cas, "%s T%d%s replay==eager %d/3", name, T, stored ? " store" : "", same);
+        record("graph", cas, dt, 3 - same, 0, grc == 0 && reps == 2);
+        free(ye), free(yg);
+    }
     for (int i = 0; i < n_segs * k; i++) free(B[i]);
     free(B), free(w), free(indptr), free(hpool), free(b), free(gy), free(gtmp), free(gtmp2), free(ry);
     G->i.dealloc(G, pool), G->i.dealloc(G, dw), G->i.dealloc(G, dind), G->i.dealloc(G, db);
@@ -1013,6 +1046,10 @@ static void test_matmul_lora(lg_dtype dt)
         test_matmul_lora_case(dt, "prefill gaps forced", 3, l96, r96, 256, 2, pv, 1, 512, on);
         test_matmul_lora_case(dt, "prefill odd forced", 3, l96, r32, 520, 1, odd, 1, 3, on); /* ranks 32, 64 */
         test_matmul_lora_case(dt, "ragged forced", 5, len3, r3, 520, 3, qkv, 1, 0, on);      /* T 17: decode matmul */
+        mlora_graph = 1; /* step graphs: the store order (prefill chunks of a recorded step) and decode */
+        test_matmul_lora_case(dt, "graph prefill", 3, l96, r96, 256, 3, pq, 1, 0, on);
+        test_matmul_lora_case(dt, "graph decode", 32, one, r16, 1024, 3, qkv, 1, 0, 0);
+        mlora_graph = 0;
         lg_cuda_sgmv_prefill(-1);
     }
 }
