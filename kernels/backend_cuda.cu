@@ -27,6 +27,13 @@
 #define BLAS_WS_BYTES ((size_t)32 << 20)
 #define DOWN_CHUNK ((size_t)512 << 10) /* pageable downloads at least this large go through staging */
 
+/* LG_L2_HINT (cuda_common.cuh): which weight streams are read with L2 evict_first */
+int cu_l2_hint(void)
+{
+    static int mode = -1;
+    return cu_switch(&mode, "LG_L2_HINT", 3);
+}
+
 int cu_fail_at(cuda_ctx *c, const char *file, int line, const char *fmt, ...)
 {
     char buf[512];

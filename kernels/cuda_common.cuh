@@ -295,6 +295,37 @@ __device__ __forceinline__ void pdl_wait()
 #endif
 }
 
+/* ---- L2 eviction priority of streamed weights ------------------------------
+ * A decode step streams ~13 GB of weights through the 50 MB L2, each byte used once. Read with
+ * the default policy they push out what the step does reuse (x tiles every block of a matmul
+ * reads, split-K partials, the step's activations); marked evict_first they go first. The TMA
+ * decode matmul reads W (bit 1) and the decode SGMV kernels read the adapters' A and B (bit 2)
+ * this way; LG_L2_HINT (default 3) picks, 0 = plain loads. On the H100 (docs/benchmarks.md,
+ * sixteenth session) W1 without adapters went from 6.50-6.53 to 6.22 ms a step. A hint: results
+ * never change. */
+int cu_l2_hint(void);
+__device__ __forceinline__ uint64_t l2_policy_first()
+{
+    uint64_t p = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
+#endif
+    return p;
+}
+/* 16 bytes, past L1, with L2 policy pol */
+__device__ __forceinline__ uint4 ldg_hint(const void *p, uint64_t pol)
+{
+    uint4 r;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+                 : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+                 : "l"(p), "l"(pol));
+#else
+    r = *(const uint4 *)p;
+#endif
+    return r;
+}
+
 /* Launches kernel<<<grid, block, smem, c->stream>>>(args...), with the PDL
  * attribute when c->pdl (see above: the kernel must use pdl_wait). Returns
  * the launch status (also left for cudaGetLastError / CU_LAUNCHED). cu_launch_on: the same on stream st,

@@ -16,7 +16,9 @@
  *    [BM][64] and the x tile [NTOK][64] per 64 columns, 128-byte swizzled, into two rings of shared
  *    memory: W into SW stages (as many as fit: HBM needs ~100+ KB in flight per SM), x into SX = 2-4
  *    (from L2). Each stage completes on an mbarrier by transaction bytes and is released by the
- *    consumers on a second one; rows past N or T and columns past K arrive as zeros.
+ *    consumers on a second one; rows past N or T and columns past K arrive as zeros. W's copies carry
+ *    an L2 evict_first policy (LG_L2_HINT bit 1, cuda_common.cuh): each weight byte is read once, and
+ *    read with the default policy the stream pushes x and the split-K partials out of L2.
  *  - Math: a consumer warpgroup runs wgmma m64nNTOKk16 with A = W rows (the output features:
  *    "swap AB", so the 64-row instruction shape is filled by weights, not by tokens) and B = x rows,
  *    both K-major straight from shared memory, f32 accumulators in registers; warp w of the group
@@ -45,6 +47,7 @@ struct tma_args {
     CUtensorMap w; /* W [N][K]: box 64 columns x BM rows, 128-byte swizzle */
     CUtensorMap x; /* x [T][K]: box 64 columns x NTOK rows, 128-byte swizzle */
     skm_args s;
+    int l2first; /* W read with L2 evict_first (LG_L2_HINT bit 1, cuda_common.cuh) */
 };
 
 #if !defined(__CUDA_ARCH__) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -76,6 +79,15 @@ __device__ __forceinline__ void tma_load_2d(void *dst, const CUtensorMap *m, int
 {
     asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
                  ::"r"(cu_smem_addr(dst)), "l"((uint64_t)m), "r"(c0), "r"(c1), "r"(cu_smem_addr(bar))
+                 : "memory");
+}
+/* the same with an L2 cache policy */
+__device__ __forceinline__ void tma_load_2d_hint(void *dst, const CUtensorMap *m, int c0, int c1, uint64_t *bar,
+                                                 uint64_t pol)
+{
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
+                 " [%0], [%1, {%2, %3}], [%4], %5;"
+                 ::"r"(cu_smem_addr(dst)), "l"((uint64_t)m), "r"(c0), "r"(c1), "r"(cu_smem_addr(bar)), "l"(pol)
                  : "memory");
 }
 /* wgmma shared-memory descriptor: K-major, 128-byte swizzle, 8-row groups 1024 bytes apart */
@@ -186,13 +198,19 @@ __global__ void __launch_bounds__(128 * CWG + 32, 1) gemm_tma_kernel(const __gri
     if (warp == 4 * CWG) { /* producer: one thread */
         if (lane != 0)
             return;
+        const uint64_t pol = ta.l2first ? l2_policy_first() : 0;
         auto load = [&](int j, bool w) { /* W or x of unit j into its slot */
             const int u = u_begin + j, tile = u / a.nc, k0 = (u - tile * a.nc) * KC;
             if (w) {
                 const int s = j % SW;
                 mbar_expect_tx(&wfull[s], WST);
 #pragma unroll
-                for (int kb = 0; kb < KB; kb++) tma_load_2d(wsm + s * WST + kb * WB, &ta.w, k0 + kb * 64, tile * BM, &wfull[s]);
+                for (int kb = 0; kb < KB; kb++) {
+                    if (ta.l2first)
+                        tma_load_2d_hint(wsm + s * WST + kb * WB, &ta.w, k0 + kb * 64, tile * BM, &wfull[s], pol);
+                    else
+                        tma_load_2d(wsm + s * WST + kb * WB, &ta.w, k0 + kb * 64, tile * BM, &wfull[s]);
+                }
             } else {
                 const int s = j % SX;
                 mbar_expect_tx(&xfull[s], XST);
@@ -381,6 +399,7 @@ int cu_tma_try(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tensor 
     if (per_sm < 1)
         return 1;
     tma_args ta;
+    ta.l2first = (cu_l2_hint() & 1) != 0;
     skm_args &a = ta.s;
     skm_set_call(&a, y, x, W, bias, accumulate);
     if (make_map(c, &ta.w, W.data, W.dtype, W.rows, W.cols, W.stride, k.bm) != 0 ||

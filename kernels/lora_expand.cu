@@ -32,7 +32,8 @@
  * Both sum each column's rank terms in order, so they give the same bits.
  * Programmatic dependent launch (cuda_common.cuh): the weight table, the
  * segment bounds and the warp's first U rows of B are read before
- * pdl_wait, tmp and y after.
+ * pdl_wait, tmp and y after; the decode kernel reads B with an L2
+ * evict_first policy (LG_L2_HINT bit 2, cuda_common.cuh).
  * Multi-slot form (cu_lora_expand_multi): k outputs in one launch; grid.x
  * is the concatenation of each output's column blocks, and slot i reads
  * tmp columns from i * max_rank. The single-slot op is the k = 1 case.
@@ -60,6 +61,7 @@ template <typename T> struct ex_outs {
     int k;
     int col_off; /* tmp column offset between slots (max_rank) */
     int cpb;     /* output columns per block */
+    int hint;    /* the decode kernel reads B with L2 evict_first (LG_L2_HINT bit 2, cuda_common.cuh) */
 };
 
 /* The output block blockIdx.x serves (its index si, row stride, columns, first column block)
@@ -116,11 +118,14 @@ __global__ void __launch_bounds__(EX_THREADS)
         /* the warp's first U rows of B (adapter weights: no kernel writes
          * them) are loaded before pdl_wait; tmp and y after */
         int n0 = c0 + warp * rpi * U;
+        const uint64_t pol = o.hint ? l2_policy_first() : 0;
         uint4 bu[U];
 #pragma unroll
         for (int u = 0; u < U; u++) {
             const int n = n0 + u * rpi + rowl;
-            bu[u] = active && n < c1 ? *(const uint4 *)(B + (size_t)n * r + part * 8) : make_uint4(0, 0, 0, 0);
+            bu[u] = active && n < c1 ? (o.hint ? ldg_hint(B + (size_t)n * r + part * 8, pol)
+                                               : *(const uint4 *)(B + (size_t)n * r + part * 8))
+                                     : make_uint4(0, 0, 0, 0);
         }
         pdl_wait();
         float tv[TT][8];
@@ -135,7 +140,9 @@ __global__ void __launch_bounds__(EX_THREADS)
 #pragma unroll
                 for (int u = 0; u < U; u++) {
                     const int n = n0 + u * rpi + rowl;
-                    bu[u] = active && n < c1 ? *(const uint4 *)(B + (size_t)n * r + part * 8) : make_uint4(0, 0, 0, 0);
+                    bu[u] = active && n < c1 ? (o.hint ? ldg_hint(B + (size_t)n * r + part * 8, pol)
+                                                       : *(const uint4 *)(B + (size_t)n * r + part * 8))
+                                             : make_uint4(0, 0, 0, 0);
                 }
             }
 #pragma unroll
@@ -515,6 +522,7 @@ static void launch_t(cuda_ctx *c, const lg_tensor *ys, const int *slots, int k, 
         o.slot[i] = slots[i];
         o.bstart[i + 1] = o.bstart[i] + (int)((ys[i].cols + o.cpb - 1) / o.cpb);
     }
+    o.hint = (cu_l2_hint() & 2) != 0;
     const bool f = tmp.dtype == LG_F32;
     if (store) {
         bool y_vec = true; /* 8 columns as one 16-byte store in every output */

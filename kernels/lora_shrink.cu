@@ -32,7 +32,8 @@
  * Programmatic dependent launch (cuda_common.cuh): the weight table, the
  * segment bounds and the first SH_PRE chunks of A per thread are read
  * before pdl_wait (none is written by a kernel), x after; the A bytes are
- * in flight while the kernel before finishes.
+ * in flight while the kernel before finishes. A is read with an L2
+ * evict_first policy (used once a step; LG_L2_HINT bit 2, cuda_common.cuh).
  */
 #include "ops.cuh"
 
@@ -45,6 +46,7 @@ struct sh_slots {
     int slot[LG_LORA_MULTI_MAX];
     int ng;      /* rank groups per slot (grid.y = k * ng) */
     int col_off; /* tmp column offset between slots (max_rank) */
+    int hint;    /* the decode kernel reads A with L2 evict_first (LG_L2_HINT bit 2, cuda_common.cuh) */
 };
 
 /* acc[i][r] += x[t0 + i, 8 ch .. 8 ch + 8) . A[r, same] for one 16-byte chunk of A rows (au). */
@@ -96,13 +98,16 @@ __global__ void __launch_bounds__(SH_THREADS)
         /* the first SH_PRE chunks of A (adapter weights: no kernel writes
          * them) are loaded before pdl_wait, so they are in flight while the
          * kernel before still runs; x only after */
+        const uint64_t pol = sl.hint ? l2_policy_first() : 0;
         uint4 apre[SH_PRE][SH_RG];
 #pragma unroll
         for (int p = 0; p < SH_PRE; p++) {
             const int ch = threadIdx.x + p * SH_THREADS;
 #pragma unroll
             for (int r = 0; r < SH_RG; r++)
-                apre[p][r] = r < nr && ch < nch ? ((const uint4 *)(A + (size_t)r * in))[ch] : make_uint4(0, 0, 0, 0);
+                apre[p][r] = r < nr && ch < nch ? (sl.hint ? ldg_hint((const uint4 *)(A + (size_t)r * in) + ch, pol)
+                                                           : ((const uint4 *)(A + (size_t)r * in))[ch])
+                                                : make_uint4(0, 0, 0, 0);
         }
         pdl_wait();
 #pragma unroll
@@ -116,7 +121,9 @@ __global__ void __launch_bounds__(SH_THREADS)
             uint4 au[SH_RG];
 #pragma unroll
             for (int r = 0; r < SH_RG; r++)
-                au[r] = r < nr ? ((const uint4 *)(A + (size_t)r * in))[ch] : make_uint4(0, 0, 0, 0);
+                au[r] = r < nr ? (sl.hint ? ldg_hint((const uint4 *)(A + (size_t)r * in) + ch, pol)
+                                          : ((const uint4 *)(A + (size_t)r * in))[ch])
+                               : make_uint4(0, 0, 0, 0);
             shrink_chunk<T, TT>(acc, au, xt, ldx, nt, ch);
         }
     } else {
@@ -243,6 +250,7 @@ int cu_lora_shrink_multi(lg_backend *be, lg_tensor tmp, lg_tensor x, const lg_lo
     }
     sl.ng = (lm->max_rank + SH_RG - 1) / SH_RG;
     sl.col_off = lm->max_rank;
+    sl.hint = (cu_l2_hint() & 2) != 0;
     if (x.dtype == LG_F16) launch_t<__half>(c, tmp, x, lm, sl, k, max_seg);
     else launch_t<__nv_bfloat16>(c, tmp, x, lm, sl, k, max_seg);
     CU_LAUNCHED(c);

@@ -19,10 +19,10 @@
 # bench: the ceilings and kernel tables (tests/gpu/bench_kernels.c), then the
 # engine workloads, each run twice in a row: with this tree's defaults
 # ("new") and with every issue-10 path switched off ("old": LG_PDL=0
-# LG_SKINNY=0 LG_ATTN_FA2=0 LG_FUSE_ROPE_KV=0 LG_FUSE_LORA=0 LG_STREAMK=0 LG_FUSE_NORM=0, i.e. separate
+# LG_SKINNY=0 LG_ATTN_FA2=0 LG_FUSE_ROPE_KV=0 LG_FUSE_LORA=0 LG_STREAMK=0 LG_FUSE_NORM=0 LG_L2_HINT=0, i.e. separate
 # LoRA shrink/expand and rope/kv launches in stream order, the wmma prefill
 # attention, cuBLAS for decode batches, no programmatic dependent launch), plus W1 and batch-1 with one
-# switch flipped at a time (LG_LORA_FIRST=0: the prefill expand after its matmul; LG_SKINNY=1 turns
+# switch flipped at a time (LG_LORA_FIRST=0: the prefill expand after its matmul; LG_L2_HINT=0: weights read with the default L2 policy; LG_SKINNY=1 turns
 # on the opt-in skinny matmul, with the matmul_lora op the expand in its epilogue).
 # EXTRA="label|env|case;..." adds runs of any case under any environment. profile: ncu per-kernel time of one W1 decode step
 # (tests/gpu/profile_decode.sh), new and old (PROF_OLD / PROF_OLD_LABEL set the
@@ -73,7 +73,7 @@ fi
 note "device: $(nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem --format=csv,noheader)"
 
 # OLD / OLD_LABEL: the reference configuration of the "old" runs (default: the issue-10 paths off)
-OLD=${OLD:-"LG_PDL=0 LG_SKINNY=0 LG_ATTN_FA2=0 LG_FUSE_ROPE_KV=0 LG_FUSE_LORA=0 LG_STREAMK=0 LG_FUSE_NORM=0"}
+OLD=${OLD:-"LG_PDL=0 LG_SKINNY=0 LG_ATTN_FA2=0 LG_FUSE_ROPE_KV=0 LG_FUSE_LORA=0 LG_STREAMK=0 LG_FUSE_NORM=0 LG_L2_HINT=0"}
 OLD_LABEL=${OLD_LABEL:-old}
 
 if [ "$WHAT" = kernels ]; then
@@ -173,7 +173,7 @@ if want bench; then
     bench "$xl" "$xe" "$xc"
   done
   if [ "${ABLATE:-1}" != 0 ]; then   # one path switched at a time
-    for sw in LG_PDL=0 LG_FUSE_ROPE_KV=0 LG_LORA_FIRST=0 LG_FUSE_LORA=0 LG_SKINNY=1; do
+    for sw in LG_PDL=0 LG_FUSE_ROPE_KV=0 LG_LORA_FIRST=0 LG_FUSE_LORA=0 LG_L2_HINT=0 LG_SKINNY=1; do
       bench "${sw//LG_/}" "${sw//,/ }" w1_lora
     done
     for sw in LG_PDL=0 LG_FUSE_ROPE_KV=0 LG_FUSE_NORM=0 LG_NORM_ROPE=0 LG_SKINNY=1; do bench "${sw#LG_}" "$sw" b1; done
