@@ -296,13 +296,13 @@ __device__ __forceinline__ void pdl_wait()
 }
 
 /* ---- L2 eviction priority of streamed weights ------------------------------
- * A decode step streams ~13 GB of weights through the 50 MB L2, each byte used once. Read with
- * the default policy they push out what the step does reuse (x tiles every block of a matmul
- * reads, split-K partials, the step's activations); marked evict_first they go first. The TMA
+ * A decode step streams ~13 GB of weights through the 50 MB L2, each byte used once; marked
+ * evict_first they leave L2 before what the step does reuse (likely what gains: the x tiles every
+ * block of a matmul reads, split-K partials, the step's activations; not measured apart). The TMA
  * decode matmul reads W (bit 1) and the decode SGMV kernels read the adapters' A and B (bit 2)
  * this way; LG_L2_HINT (default 3) picks, 0 = plain loads. On the H100 (docs/benchmarks.md,
- * sixteenth session) W1 without adapters went from 6.50-6.53 to 6.22 ms a step. A hint: results
- * never change. */
+ * sixteenth session) W1 without adapters went from 6.43 to 6.12-6.15 ms a step, with its 32
+ * adapters from 7.02 to 6.74-6.76. A hint: results never change. */
 int cu_l2_hint(void);
 __device__ __forceinline__ uint64_t l2_policy_first()
 {

@@ -17,8 +17,8 @@
  *    memory: W into SW stages (as many as fit: HBM needs ~100+ KB in flight per SM), x into SX = 2-4
  *    (from L2). Each stage completes on an mbarrier by transaction bytes and is released by the
  *    consumers on a second one; rows past N or T and columns past K arrive as zeros. W's copies carry
- *    an L2 evict_first policy (LG_L2_HINT bit 1, cuda_common.cuh): each weight byte is read once, and
- *    read with the default policy the stream pushes x and the split-K partials out of L2.
+ *    an L2 evict_first policy (LG_L2_HINT bit 1, cuda_common.cuh): each weight byte is read once, so
+ *    it should leave L2 before x and the split-K partials do (0.3 ms a W1 step on the H100).
  *  - Math: a consumer warpgroup runs wgmma m64nNTOKk16 with A = W rows (the output features:
  *    "swap AB", so the 64-row instruction shape is filled by weights, not by tokens) and B = x rows,
  *    both K-major straight from shared memory, f32 accumulators in registers; warp w of the group
