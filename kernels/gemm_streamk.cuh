@@ -7,7 +7,8 @@
  *   skm_shape_ok   host: alignment and size rules of both kernels;
  *   skm_set_call   host: the call's fields;
  *   skm_plan       host: units, one-wave grid, workspace slots, counters;
- *   skm_unit_range the contiguous units [u_begin, u_end) of block b;
+ *   skm_unit_range the contiguous split units [u_begin, u_end) of block b;
+ *   skm_walk       device: block b's units in order (split ones, then whole tiles);
  *   skm_tile_end   device: a block's part of a tile is done: store it
  *                  (whole tile) or add it to the tile's workspace slot and,
  *                  in the block that completes the tile, sum the slots in
@@ -17,6 +18,13 @@
  * tile-major (a tile's chunks consecutive); block b of G takes units
  * [b U / G, (b + 1) U / G): every block streams the same number of weight
  * bytes (+-1 unit), one wave, no idle SM (stream-K, Osama et al., PPoPP'23).
+ * The hybrid plan (skm_plan's `hybrid`, the TMA kernel's default): with at
+ * least G tiles, the last dp x G tiles are whole tiles, dp per block, and
+ * only the units of the first tiles are split as above (U = sk_units); a
+ * block takes its split units first and its whole tiles last (skm_walk), so
+ * the split tiles' partial sums and the last block's ordered sum run while
+ * the whole tiles still stream instead of at the kernel's end, and every
+ * block ends on a plain store (the paper's "stream-K + data-parallel").
  *
  * Accumulators are in mma fragment order: a warp holds F fragments, each a
  * 16-row x 8-token tile with four floats per lane (rows g and g + 8,
@@ -45,8 +53,10 @@ struct skm_call {
 struct skm_args : skm_call {
     int nc;         /* chunks per tile: ceil(K / KC) */
     int units;      /* tiles * nc (< 2^31 / 1024: checked) */
+    int sk_units;   /* units of the stream-K region, tiles [0, sk_units / nc): split evenly between the blocks */
+    int dp;         /* whole tiles per block after its stream-K units (the hybrid plan; 0: stream-K only) */
     int slots;      /* workspace slots per tile */
-    float *part;    /* [tiles][slots][BM * NTOK] partial tiles (fragment order) */
+    float *part;    /* [sk_units / nc][slots][BM * NTOK] partial sums of the split tiles (fragment order) */
     int *sem;       /* [tiles] chunk counters, zero between launches */
 };
 
@@ -76,8 +86,11 @@ static inline void skm_set_call(skm_call *a, lg_tensor y, lg_tensor x, lg_tensor
 
 /* Fills a's plan for tiles of BM rows, chunks of KC columns, NTOK token columns per tile (accumulator width) and
  * per_sm resident blocks; returns the grid size, 0 when the shape does not fit the counters (use another path), or
- * -1 with the error reported (workspace). The call fields (y .. accumulate) must be set. */
-static inline int skm_plan(cuda_ctx *c, skm_args *a, int BM, int KC, int NTOK, int per_sm)
+ * -1 with the error reported (workspace). The call fields (y .. accumulate) must be set.
+ * hybrid: with at least as many tiles as blocks, each block takes dp = tiles / G whole tiles (data-parallel, stored
+ * straight from registers) *after* its share of the other tiles' units (stream-K), so that the split tiles'
+ * partial sums and the last block's sum run while the whole tiles still stream, not at the kernel's end. */
+static inline int skm_plan(cuda_ctx *c, skm_args *a, int BM, int KC, int NTOK, int per_sm, bool hybrid = false)
 {
     const int tiles = (a->N + BM - 1) / BM, nc = (a->K + KC - 1) / KC;
     if (tiles > CU_SEM_COUNT || (int64_t)tiles * nc > INT32_MAX / 1024)
@@ -86,20 +99,49 @@ static inline int skm_plan(cuda_ctx *c, skm_args *a, int BM, int KC, int NTOK, i
     const int G = units < per_sm * c->n_sm ? units : per_sm * c->n_sm;
     a->nc = nc;
     a->units = units;
-    /* blocks meeting one tile: each holds >= floor(units / G) units of it */
-    a->slots = nc / (units / G) + 2;
+    int dp = hybrid && tiles >= G ? tiles / G : 0;
+    if (dp > 0 && tiles > dp * G && (tiles - dp * G) * nc < G)
+        dp--; /* a stream-K region of at least one unit per block */
+    a->dp = dp;
+    a->sk_units = (tiles - dp * G) * nc;
+    /* blocks meeting one split tile: each holds >= floor(sk_units / G) >= 1 units of it (none split: no slots) */
+    const int per = a->sk_units / G, sk_tiles = a->sk_units / nc;
+    a->slots = per > 0 ? nc / per + 2 : 1;
     a->sem = c->sem;
-    const size_t ws = (size_t)tiles * a->slots * BM * NTOK * sizeof(float);
+    const size_t ws = (size_t)(sk_tiles > 0 ? sk_tiles : 1) * a->slots * BM * NTOK * sizeof(float);
     a->part = (float *)cu_workspace(c, ws);
     if (!a->part)
         return CU_FAIL(c, "matmul: cannot allocate %zu bytes of stream-K workspace", ws);
     return G;
 }
 
+/* The stream-K units [u_begin, u_end) of block b (all of its units when a.dp == 0). */
 __device__ __forceinline__ void skm_unit_range(const skm_args &a, int b, int G, int *u_begin, int *u_end)
 {
-    *u_begin = (int)((int64_t)b * a.units / G);
-    *u_end = (int)((int64_t)(b + 1) * a.units / G);
+    *u_begin = (int)((int64_t)b * a.sk_units / G);
+    *u_end = (int)((int64_t)(b + 1) * a.sk_units / G);
+}
+
+/* Block b's units in the order it takes them: its stream-K units, then its a.dp whole tiles. */
+struct skm_walk {
+    int s0, nsk, d0, n; /* unit i is s0 + i for i < nsk, else d0 + (i - nsk); n units in all */
+    __device__ __forceinline__ int unit(int i) const { return i < nsk ? s0 + i : d0 + (i - nsk); }
+    /* unit i is the last of its tile's segment in this block */
+    __device__ __forceinline__ bool seg_end(int i, int nc) const
+    {
+        return i + 1 == n || i + 1 == nsk || unit(i) % nc == nc - 1;
+    }
+};
+__device__ __forceinline__ skm_walk skm_block_walk(const skm_args &a, int b, int G)
+{
+    int s0, s1;
+    skm_unit_range(a, b, G, &s0, &s1);
+    skm_walk w;
+    w.s0 = s0;
+    w.nsk = s1 - s0;
+    w.d0 = a.sk_units + b * a.dp * a.nc;
+    w.n = w.nsk + a.dp * a.nc;
+    return w;
 }
 
 /* First block whose unit range holds unit u: the largest b with floor(b U / G) <= u. */
@@ -130,7 +172,7 @@ __device__ __forceinline__ void skm_tile_end(const skm_args &a, float (&acc)[F][
     const int t0 = tile * a.nc, t1 = t0 + a.nc;
     bool store = seg_begin == t0 && u + 1 == t1; /* the whole tile in this block */
     if (!store) {
-        const int first = skm_block_of(t0, a.units, G), last = skm_block_of(t1 - 1, a.units, G);
+        const int first = skm_block_of(t0, a.sk_units, G), last = skm_block_of(t1 - 1, a.sk_units, G);
         float *mine = a.part + ((size_t)tile * a.slots + (b - first)) * EL;
 #pragma unroll
         for (int f = 0; f < F; f++)

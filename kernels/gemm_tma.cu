@@ -11,7 +11,10 @@
  * cuBLAS from T = 16 up; here the copies and the math are both asynchronous:
  *
  *  - Work split: stream-K over (tile of BM rows of W, chunk of KC = 64 KB columns) units, one wave
- *    of blocks, split tiles summed in-kernel by the last block (gemm_streamk.cuh).
+ *    of blocks, split tiles summed in-kernel by the last block (gemm_streamk.cuh); with at least as
+ *    many tiles as blocks, the hybrid plan: each block's split units first, then its whole tiles, so
+ *    no block ends on a split tile's sum (LG_SK_DP=0 splits every tile: comparisons; docs/benchmarks.md,
+ *    eighteenth session).
  *  - Loads: one producer thread (the last warp) issues TMA copies (cp.async.bulk.tensor) of the W tile
  *    [BM][64] and the x tile [NTOK][64] per 64 columns, 128-byte swizzled, into two rings of shared
  *    memory: W into SW stages (as many as fit: HBM needs ~100+ KB in flight per SM), x into SX = 2-4
@@ -179,9 +182,8 @@ __global__ void __launch_bounds__(128 * CWG + 32, 1) gemm_tma_kernel(const __gri
     unsigned char *wsm = tma_sm_raw + ((1024 - (cu_smem_addr(tma_sm_raw) & 1023)) & 1023), *xsm = wsm + SW * WST;
     pdl_trigger();
 
-    int u_begin, u_end;
-    skm_unit_range(a, blockIdx.x, gridDim.x, &u_begin, &u_end);
-    const int n = u_end - u_begin, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const skm_walk wk = skm_block_walk(a, blockIdx.x, gridDim.x); /* stream-K units, then whole tiles */
+    const int n = wk.n, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     if (threadIdx.x == 0) {
         for (int s = 0; s < SW; s++) {
             mbar_init(&wfull[s], 1);
@@ -200,7 +202,7 @@ __global__ void __launch_bounds__(128 * CWG + 32, 1) gemm_tma_kernel(const __gri
             return;
         const uint64_t pol = ta.l2first ? l2_policy_first() : 0;
         auto load = [&](int j, bool w) { /* W or x of unit j into its slot */
-            const int u = u_begin + j, tile = u / a.nc, k0 = (u - tile * a.nc) * KC;
+            const int u = wk.unit(j), tile = u / a.nc, k0 = (u - tile * a.nc) * KC;
             if (w) {
                 const int s = j % SW;
                 mbar_expect_tx(&wfull[s], WST);
@@ -244,14 +246,14 @@ __global__ void __launch_bounds__(128 * CWG + 32, 1) gemm_tma_kernel(const __gri
     for (int f = 0; f < F; f++)
 #pragma unroll
         for (int e = 0; e < 4; e++) acc[f][e] = 0.0f;
-    int seg_begin = u_begin, tile = u_begin / a.nc, kc_i = u_begin - tile * a.nc, k = 0; /* k: tile of the block */
+    int seg_begin = wk.unit(0), k = 0; /* k: tile of the block */
     bool started = false;
     for (int i = 0; i < n; i++) {
-        const int u = u_begin + i;
-        const bool tile_end = ++kc_i == a.nc || u + 1 == u_end;
+        const int u = wk.unit(i);
+        const bool tile_end = wk.seg_end(i, a.nc);
         if (k % CWG != wg) { /* another warpgroup's tile */
             if (tile_end)
-                seg_begin = u + 1, tile++, kc_i = 0, k++;
+                seg_begin = wk.unit(i + 1), k++;
             continue;
         }
         if (CWG > 1 && !started && k > 0) /* tile k - 1 fully consumed by the other warpgroup */
@@ -288,12 +290,12 @@ __global__ void __launch_bounds__(128 * CWG + 32, 1) gemm_tma_kernel(const __gri
         }
         if (!tile_end)
             continue; /* the tile goes on in this block */
-        if (CWG > 1 && u + 1 != u_end) /* hand the ring to the other warpgroup */
+        if (CWG > 1 && i + 1 != n) /* hand the ring to the other warpgroup */
             asm volatile("bar.arrive %0, %1;" ::"r"(2 + (k & 1)), "n"(256) : "memory");
         started = false;
-        skm_tile_end<TY, 128, F, NT, BM>(a, acc, tile, seg_begin, u, wtid, 4 + wg, &is_last[wg],
+        skm_tile_end<TY, 128, F, NT, BM>(a, acc, u / a.nc, seg_begin, u, wtid, 4 + wg, &is_last[wg],
                                           [&](int f) { return (f / NT) * 4 + wwarp; });
-        seg_begin = u + 1, tile++, kc_i = 0, k++;
+        seg_begin = wk.unit(i + 1), k++;
     }
 #endif
 }
@@ -405,7 +407,9 @@ int cu_tma_try(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tensor 
     if (make_map(c, &ta.w, W.data, W.dtype, W.rows, W.cols, W.stride, k.bm) != 0 ||
         make_map(c, &ta.x, x.data, x.dtype, x.rows, x.cols, x.stride, k.ntok) != 0)
         return -1;
-    const int G = skm_plan(c, &a, k.bm, k.kc, k.ntok, per_sm < k.bps ? per_sm : k.bps);
+    static int hybrid = -1; /* LG_SK_DP=0: stream-K over every tile (measurements) */
+    const int G = skm_plan(c, &a, k.bm, k.kc, k.ntok, per_sm < k.bps ? per_sm : k.bps,
+                           cu_switch(&hybrid, "LG_SK_DP", 1) != 0);
     if (G <= 0)
         return G < 0 ? -1 : 1;
     cudaError_t e = cu_launch(c, k.f, dim3((unsigned)G), dim3((unsigned)k.threads), k.smem, ta);

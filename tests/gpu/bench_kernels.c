@@ -305,6 +305,16 @@ int main(int argc, char **argv)
                            "sk v1 8w128", "sk v2 4w256", "sk v3 4x2w64",   "tma v0",      "tma v1",
                            "tma v2",      "tma v3",      "tma v4",         "tma v5"};
 #define MI(mode) ((mode) < 10 ? (mode) : (mode) < 20 ? (mode) - 6 : (mode) - 12)
+    if (getenv("BENCH_MODES")) { /* e.g. "0 10": those matmul paths only (before the header names them) */
+        nm = 0;
+        for (char *p = getenv("BENCH_MODES"), *end; nm < 14 && *p; p = end) {
+            const long m = strtol(p, &end, 10);
+            if (end == p)
+                break;
+            if (m >= 0 && m < 26 && MI(m) < 14) /* a named path */
+                modes[nm++] = (int)m;
+        }
+    }
     printf("== decode matmul, f16: us per launch and TB/s of weights (median of %d graph replays of %d launches, "
            "W rotated over >= %zu MB)\n",
            NTRIAL, REPS, ROT_BYTES >> 20);
@@ -313,15 +323,6 @@ int main(int argc, char **argv)
     printf("\n");
     double tot_ms[14][4] = {{0}};
     const char *pick = getenv("BENCH_MM"); /* "shape:T" (e.g. qkv:32): that case only, for profilers */
-    if (getenv("BENCH_MODES")) { /* e.g. "0 10": those matmul paths only */
-        nm = 0;
-        for (char *p = getenv("BENCH_MODES"), *end; nm < 14 && *p; p = end) {
-            const long m = strtol(p, &end, 10);
-            if (end == p)
-                break;
-            modes[nm++] = (int)m;
-        }
-    }
     for (int s = 0; s < 5; s++)
         for (int ti = 0; ti < 4; ti++) {
             const int T = Ts[ti], N = shapes[s].N, K = shapes[s].K;

@@ -1724,11 +1724,12 @@ static void test_streamk_all(lg_dtype dt)
         test_gemv(dt, 64, 2048, 2056, 0, 1, 0, 16, 2100, 0);
         test_gemv(dt, 64, 32000, 256, 1, 0, 0, 0, 32000, 0);  /* many tiles, f32 logits */
         test_gemv(dt, 17, 64, 8, 0, 0, 0, 0, 64, 0);          /* K = 8: one vector per row */
-        test_gemv(dt, 24, 12288, 4096, 0, 0, 0, 0, 12288, 0); /* qkv of a 7B decode step */
+        test_gemv(dt, 24, 12288, 4096, 0, 0, 0, 0, 12288, 0); /* qkv of a 7B decode step (TMA: hybrid plan) */
+        test_gemv(dt, 16, 8448, 1032, 0, 1, 0, 0, 8448, 0);   /* 132 tiles: whole tiles only on 132 SMs */
         if (modes[mi] == 2 || modes[mi] >= 20) { /* the TMA kernel really ran (not the cuBLAS fallback): */
             const unsigned long got = lg_cuda_tma_launches() - tma0; /* 5..32 rows by default, forced 5..64 */
-            record(names[mi], modes[mi] == 2 ? "took the 7 cases T <= 32" : "took all 11 cases", dt,
-                   got == (modes[mi] == 2 ? 7u : 11u) ? 0.0 : 1.0, 0.0, 1);
+            record(names[mi], modes[mi] == 2 ? "took the 8 cases T <= 32" : "took all 12 cases", dt,
+                   got == (modes[mi] == 2 ? 8u : 12u) ? 0.0 : 1.0, 0.0, 1);
         }
     }
     for (int mi = 0; mi < 2; mi++) {
