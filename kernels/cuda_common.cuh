@@ -312,17 +312,20 @@ __device__ __forceinline__ uint64_t l2_policy_first()
 #endif
     return p;
 }
-/* 16 bytes, past L1, with L2 policy pol */
-__device__ __forceinline__ uint4 ldg_hint(const void *p, uint64_t pol)
+/* 16 bytes of a once-a-step weight stream: when hint, past L1 with L2 policy pol; else a plain load
+ * (a policy of evict_normal is not the same: it measured slower, sixteenth session) */
+__device__ __forceinline__ uint4 ld_weight16(const void *p, bool hint, uint64_t pol)
 {
     uint4 r;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
-                 : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-                 : "l"(p), "l"(pol));
-#else
-    r = *(const uint4 *)p;
+    if (hint) {
+        asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+                     : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+                     : "l"(p), "l"(pol));
+        return r;
+    }
 #endif
+    r = *(const uint4 *)p;
     return r;
 }
 

@@ -123,9 +123,7 @@ __global__ void __launch_bounds__(EX_THREADS)
 #pragma unroll
         for (int u = 0; u < U; u++) {
             const int n = n0 + u * rpi + rowl;
-            bu[u] = active && n < c1 ? (o.hint ? ldg_hint(B + (size_t)n * r + part * 8, pol)
-                                               : *(const uint4 *)(B + (size_t)n * r + part * 8))
-                                     : make_uint4(0, 0, 0, 0);
+            bu[u] = active && n < c1 ? ld_weight16(B + (size_t)n * r + part * 8, o.hint, pol) : make_uint4(0, 0, 0, 0);
         }
         pdl_wait();
         float tv[TT][8];
@@ -140,9 +138,7 @@ __global__ void __launch_bounds__(EX_THREADS)
 #pragma unroll
                 for (int u = 0; u < U; u++) {
                     const int n = n0 + u * rpi + rowl;
-                    bu[u] = active && n < c1 ? (o.hint ? ldg_hint(B + (size_t)n * r + part * 8, pol)
-                                                       : *(const uint4 *)(B + (size_t)n * r + part * 8))
-                                             : make_uint4(0, 0, 0, 0);
+                    bu[u] = active && n < c1 ? ld_weight16(B + (size_t)n * r + part * 8, o.hint, pol) : make_uint4(0, 0, 0, 0);
                 }
             }
 #pragma unroll

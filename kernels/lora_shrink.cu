@@ -105,8 +105,7 @@ __global__ void __launch_bounds__(SH_THREADS)
             const int ch = threadIdx.x + p * SH_THREADS;
 #pragma unroll
             for (int r = 0; r < SH_RG; r++)
-                apre[p][r] = r < nr && ch < nch ? (sl.hint ? ldg_hint((const uint4 *)(A + (size_t)r * in) + ch, pol)
-                                                           : ((const uint4 *)(A + (size_t)r * in))[ch])
+                apre[p][r] = r < nr && ch < nch ? ld_weight16((const uint4 *)(A + (size_t)r * in) + ch, sl.hint, pol)
                                                 : make_uint4(0, 0, 0, 0);
         }
         pdl_wait();
@@ -121,9 +120,7 @@ __global__ void __launch_bounds__(SH_THREADS)
             uint4 au[SH_RG];
 #pragma unroll
             for (int r = 0; r < SH_RG; r++)
-                au[r] = r < nr ? (sl.hint ? ldg_hint((const uint4 *)(A + (size_t)r * in) + ch, pol)
-                                          : ((const uint4 *)(A + (size_t)r * in))[ch])
-                               : make_uint4(0, 0, 0, 0);
+                au[r] = r < nr ? ld_weight16((const uint4 *)(A + (size_t)r * in) + ch, sl.hint, pol) : make_uint4(0, 0, 0, 0);
             shrink_chunk<T, TT>(acc, au, xt, ldx, nt, ch);
         }
     } else {

@@ -311,7 +311,7 @@ int main(int argc, char **argv)
             const long m = strtol(p, &end, 10);
             if (end == p)
                 break;
-            if (m >= 0 && m < 26 && MI(m) < 14) /* a named path */
+            if (m >= 0 && m < 26) /* a named path (MI(m) < 14) */
                 modes[nm++] = (int)m;
         }
     }
