@@ -11,9 +11,9 @@
  * The bias (f32/f16/bf16, added in f32) is a second small kernel; only
  * models with qkv biases pay for it. With accumulate, the product is added
  * to y through beta = 1 and the bias, if any, after.
- * Decode shapes go elsewhere first: T <= 4 to the GEMV (gemv.cu), then, on
- * Hopper, 5 <= T <= 32 to the TMA + wgmma stream-K matmul (gemm_tma.cu;
- * LG_STREAMK=0 turns it off), then, when switched on, the mma.sync stream-K
+ * Decode shapes go elsewhere first: on Hopper, 2 <= T <= 64 to the TMA + wgmma
+ * stream-K matmul (gemm_tma.cu; LG_STREAMK=0 turns it off), T <= 4 that it does
+ * not take (one row, other GPUs) to the GEMV (gemv.cu), then, when switched on, the mma.sync stream-K
  * (LG_STREAMK=1) or skinny (LG_SKINNY=1) matmuls (both measured slower than
  * cuBLAS), T <= 64 (gemm_streamk.cu, gemm_skinny.cu); cuBLAS
  * takes the rest (prefill) and anything their alignment rules refuse, on
@@ -70,15 +70,18 @@ int cu_matmul(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tensor b
     const int T = (int)x.rows, N = (int)W.rows, K = (int)x.cols;
     if (T == 0)
         return 0;
-    /* decode (T <= 4): the weight-streaming GEMV of gemv.cu, where its alignment allows */
-    const int g = cu_gemv_try(be, y, x, W, bias, accumulate);
-    if (g <= 0)
-        return g;
-    /* decode batches: the stream-K weight streams of gemm_tma.cu (TMA + wgmma; default for 5..32 rows)
-     * and gemm_streamk.cu (cp.async + mma.sync; opt-in), as LG_STREAMK says */
-    const int tma = cu_tma_try(be, y, x, W, bias, accumulate);
-    if (tma <= 0)
-        return tma;
+    /* decode batches: the TMA + wgmma stream-K weight stream of gemm_tma.cu (default on Hopper for 2..64
+     * rows); one row, or 2..4 rows it declines (or with the GEMV forced, LG_GEMV=10 + v), the
+     * weight-streaming GEMV of gemv.cu, where its alignment allows */
+    const bool gemv_first = !cu_tma_rows_ok(T) || cu_gemv_mode() >= 10;
+    int r;
+    if (!gemv_first && (r = cu_tma_try(be, y, x, W, bias, accumulate)) <= 0)
+        return r;
+    if ((r = cu_gemv_try(be, y, x, W, bias, accumulate)) <= 0)
+        return r;
+    if (gemv_first && (r = cu_tma_try(be, y, x, W, bias, accumulate)) <= 0)
+        return r;
+    /* then the mma.sync stream-K of gemm_streamk.cu (opt-in, LG_STREAMK=1) */
     const int skm = cu_streamk_try(be, y, x, W, bias, accumulate);
     if (skm <= 0)
         return skm;

@@ -1,10 +1,11 @@
 /*
- * gemm_tma.cu — stream-K decode matmul on Hopper's TMA and wgmma, for 5..64 token rows:
+ * gemm_tma.cu — stream-K decode matmul on Hopper's TMA and wgmma, for 1..64 token rows:
  *   for t < T, n < N:
  *     y[t, n] = (accumulate ? y[t, n] : 0) + sum_k x[t, k] * W[n, k] (+ bias[n])
  * f32 accumulation; x and W f16 or bf16 (one type), y that type or f32. The same function as the
- * cuBLAS path of gemm.cu, which dispatches here (cu_tma_try) by default for 5..32 rows on Hopper
- * when x and W are 16-byte aligned with K % 8 == 0.
+ * cuBLAS path of gemm.cu, which dispatches here (cu_tma_try) by default for 2..64 rows on Hopper
+ * when x and W are 16-byte aligned with K % 8 == 0 (rows past T arrive as zeros: 2..8 rows take the 8-row
+ * form).
  *
  * A decode matmul is a stream of weights (32-260 MB) against a few KB of x. The mma.sync stream-K
  * kernel (gemm_streamk.cu) spends its issue slots on cp.async and ldmatrix and measured slower than
@@ -35,7 +36,9 @@
  * Variants v: see pick() (rows per tile, columns per unit, stages, shared memory, blocks per SM).
  * NTOK = 8, 16, 32, 64 by T.
  * Switch: the stream-K mode (LG_STREAMK, lg_cuda_streamk_mode): 2 (default) = this kernel, variant 0,
- * for 5..32 rows; 20 + v = variant v for every call of 5..64 rows it can take; 0 = cuBLAS.
+ * for 2..64 rows (LG_TMA_MIN_T and LG_TMA_MAX_T move the bounds); 20 + v = variant v for every call of 1..64
+ * rows it can take;
+ * 0 = cuBLAS (and the GEMV for up to 4 rows).
  */
 #include "gemm_streamk.cuh"
 #include "mma.cuh"
@@ -43,8 +46,13 @@
 #include <cuda.h>
 #include <cudaTypedefs.h>
 
-#define TMA_MAX_T 64      /* forced variants (20 + v) */
-#define TMA_AUTO_MAX_T 32 /* the default (mode 2): at 64 rows cuBLAS measured faster (docs/benchmarks.md) */
+#define TMA_MAX_T 64 /* the most rows of any form (NTOK = 64) */
+/* The default's rows (mode 2), LG_TMA_MIN_T .. LG_TMA_MAX_T: from 2 rows this kernel beats the GEMV and
+ * cuBLAS (batch 2 and 4 decode -0.3 / -0.5 ms a step on the H100), and since the hybrid plan it beats cuBLAS
+ * at 33..64 rows too (48 and 64 sequences -0.15 / -0.1 ms); one row stays on the GEMV, whose fused norm, rope
+ * and SwiGLU forms this kernel lacks (nineteenth session, docs/benchmarks.md) */
+#define TMA_AUTO_MIN_T 2
+#define TMA_AUTO_MAX_T 64
 
 struct tma_args {
     CUtensorMap w; /* W [N][K]: box 64 columns x BM rows, 128-byte swizzle */
@@ -383,14 +391,29 @@ static int make_map(cuda_ctx *c, CUtensorMap *m, const void *p, lg_dtype dt, int
     return 0;
 }
 
+int cu_tma_min_t(void)
+{
+    static int min_t = -1;
+    const int m = cu_switch(&min_t, "LG_TMA_MIN_T", TMA_AUTO_MIN_T);
+    return m < 1 ? 1 : m;
+}
+
+bool cu_tma_rows_ok(int T)
+{
+    static int max_t = -1;
+    const int mode = cu_streamk_mode();
+    if (mode == 2)
+        return T >= cu_tma_min_t() && T <= cu_switch(&max_t, "LG_TMA_MAX_T", TMA_AUTO_MAX_T) && T <= TMA_MAX_T;
+    return mode >= 20 && mode < 30 && T >= 1 && T <= TMA_MAX_T;
+}
+
 int cu_tma_try(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tensor bias, bool accumulate)
 {
     cuda_ctx *c = CU_CTX(be);
     const int mode = cu_streamk_mode();
     const int T = (int)x.rows;
     /* wgmma and this SASS are sm_90a only: Hopper, not later GPUs */
-    if ((mode != 2 && (mode < 20 || mode >= 30)) || T < 5 || T > (mode == 2 ? TMA_AUTO_MAX_T : TMA_MAX_T) ||
-        !skm_shape_ok(x, W) || c->cc_major != 9)
+    if (!cu_tma_rows_ok(T) || !skm_shape_ok(x, W) || c->cc_major != 9)
         return 1;
     const int v = mode >= 20 ? (mode - 20) % TMA_VARIANTS : 0;
     const tma_kernel k =

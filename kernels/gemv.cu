@@ -1,9 +1,10 @@
 /*
- * gemv.cu — the skinny matmul for decode (T <= 4 token rows):
+ * gemv.cu — the skinny matmul for decode (T <= 4 token rows; on Hopper one row, the TMA matmul taking 2..64):
  *   y[t, n] = (accumulate ? y[t, n] : 0) + sum_k x[t, k] * W[n, k] (+ bias[n])
  * with f32 accumulation, x/W f16 or bf16, y in that type or f32 — the same
  * function as the cuBLAS path of gemm.cu, which dispatches here when
- * T <= 4, K % 8 == 0 and x and W rows are 16-byte aligned.
+ * T <= 4, K % 8 == 0 and x and W rows are 16-byte aligned, and the TMA matmul
+ * (gemm_tma.cu) did not take the call.
  *
  * Batch-1 decode is a pure weight stream (x is 8-22 KB, W 32-260 MB), so the
  * kernel is built to keep HBM busy and to do nothing else:

@@ -107,9 +107,14 @@ int cu_streamk_try(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_ten
  * kernel, 20 + v = its variant v (gemm_tma.cu). Also LG_STREAMK. */
 extern "C" void lg_cuda_streamk_mode(int mode);
 int cu_streamk_mode(void);
-/* The TMA + wgmma stream-K matmul for 5..64 token rows (gemm_tma.cu), same contract as cu_streamk_try; taken
- * when the stream-K mode is 2 or 20 + v. */
+/* The TMA + wgmma stream-K matmul for 2..64 token rows (forced variants: 1..64; gemm_tma.cu), same contract as
+ * cu_streamk_try; taken when the stream-K mode is 2 or 20 + v. */
 int cu_tma_try(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tensor bias, bool accumulate);
+/* The fewest rows the TMA matmul takes by default: 2 (LG_TMA_MIN_T; 1 also sends one-row steps to it and
+ * makes norm_matmul decline them, for measurements; LG_TMA_MAX_T, default 64, the most). cu_tma_rows_ok: T is within the rows the stream-K mode
+ * gives the TMA matmul (the shape and the GPU aside). */
+int cu_tma_min_t(void);
+bool cu_tma_rows_ok(int T);
 /* The matmul on cuBLASLt with its algorithm timed per shape (gemm_lt.cu; LG_BLASLT=1): 0 done, -1 error,
  * 1 not taken: use cublasGemmEx. cu_lt_free releases its state (cuda_free). */
 int cu_lt_try(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, bool accumulate);

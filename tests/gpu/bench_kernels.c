@@ -294,7 +294,7 @@ int main(int argc, char **argv)
     int modes[14], nm = 0;
     const char *lt_env = getenv("LG_BLASLT"); /* the cuBLASLt column: opt-in, like the path */
     modes[nm++] = 0;
-    modes[nm++] = 20; /* the default decode path for 5..32 rows (gemm_tma.cu) */
+    modes[nm++] = 20; /* the default decode path for 2..64 rows (gemm_tma.cu) */
     if (lt_env && *lt_env == '1')
         modes[nm++] = 2;
     if (!quick)

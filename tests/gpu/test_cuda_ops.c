@@ -1113,6 +1113,17 @@ static void round_dt(float *v, size_t n, lg_dtype dt)
     free(h);
 }
 
+
+void lg_cuda_gemv_mode(int mode); /* kernels/gemv.cu */
+/* The separate ops' matmul as the GEMV runs it, the kernel norm_matmul fuses (the ==ops contract): on
+ * Hopper 2-row matmuls otherwise go to the TMA matmul, whose sums differ in the last bits. */
+static int gemv_matmul(lg_tensor y, lg_tensor x, lg_tensor W, lg_tensor b)
+{
+    lg_cuda_gemv_mode(11); /* the GEMV forced, variant 1 (norm_matmul's) */
+    const int rc = G->i.matmul(G, y, x, W, b, false);
+    lg_cuda_gemv_mode(1);
+    return rc;
+}
 /* norm_matmul (kernels/norm_matmul.cu) against the GPU's own add_rmsnorm + matmul (+ silu_mul), bit
  * for bit (the contract), and the CPU's; rout must hold resid + delta and resid stay as it was. A
  * shape the op does not take must return 1 and write nothing. */
@@ -1159,7 +1170,7 @@ static void test_norm_matmul(lg_dtype dt, int T, int K, int N, int silu, int wit
         record("norm_matmul", cas, dt, 0, 0, rc == 1 && gt_get(&y, gy, NULL) != 0 && gt_get(&rout, gro, NULL) != 0);
     } else {
         int rc2 = G->i.add_rmsnorm(G, r2.t, dl, wt, xn.t, 1e-5f);
-        rc2 |= G->i.matmul(G, y2.t, xn.t, W.t, bt, false);
+        rc2 |= gemv_matmul(y2.t, xn.t, W.t, bt);
         if (silu)
             rc2 |= G->i.silu_mul(G, a2.t, y2.t);
         int g = gt_get(&y, gy, NULL) | gt_get(&resid, gr, NULL) | gt_get(&r2, gr2, NULL) |
@@ -1231,7 +1242,7 @@ static void test_norm_matmul_rope(lg_dtype dt, int T, int nh, int nkv, int hd, i
     const lg_rope_kv rk = {dpos, dinv, nh, nkv, hd, kv1, dslot};
     const int rc = G->i.norm_matmul(G, y.t, resid.t, dl, wt, 1e-5f, rout.t, W.t, bt, false, &rk);
     int rc2 = G->i.add_rmsnorm(G, r2.t, dl, wt, xn.t, 1e-5f);
-    rc2 |= G->i.matmul(G, y2.t, xn.t, W.t, bt, false);
+    rc2 |= gemv_matmul(y2.t, xn.t, W.t, bt);
     rc2 |= G->i.rope_kv_write(G, lg_tensor_cols(y2.t, 0, qd), lg_tensor_cols(y2.t, qd, kvd),
                               lg_tensor_cols(y2.t, qd + kvd, kvd), dpos, dinv, nh, nkv, hd, kv2, dslot);
     const size_t ny = (size_t)T * N, nk = (size_t)T * K;
@@ -1539,7 +1550,8 @@ static void bench_matmul(lg_dtype dt, int T, int N, int K)
 }
 
 /* ---- skinny matmul (T <= 4: kernels/gemv.cu) ----------------------------------------------
- * Each case runs twice: as the engine dispatches (gemv.cu or cuBLAS by T and N) and with the
+ * Each case runs twice: as the engine dispatches (on Hopper the TMA matmul for 2..4 rows, else gemv.cu
+ * or cuBLAS by T and N) and with the
  * GEMV forced for every T <= 4 (lg_cuda_gemv_mode(11)), so T = 3, 4 cover the kernel too.
  * y is a column slice [T, N] at column c0 of a [T, ytot] buffer (ytot > N: strided, unaligned
  * start when c0 is odd); columns outside the slice must come back bit for bit. xpad % 8 != 0
@@ -1698,7 +1710,7 @@ static void test_skinny_all(lg_dtype dt)
     lg_cuda_blaslt(-1); /* as LG_BLASLT */
 }
 
-/* The stream-K matmuls for 5..64 rows (kernels/gemm_streamk.cu, kernels/gemm_tma.cu) through the
+/* The stream-K matmuls for 1..64 rows (kernels/gemm_streamk.cu, kernels/gemm_tma.cu) through the
  * same checks: as dispatched and each variant forced. Cases cover T not a multiple of 8, N not a multiple of
  * the tile, K not a multiple of the chunk, tiles split between blocks (few tiles, long K: the
  * workspace and the last block's sum), strided and unaligned y slices, bias and accumulate, and
@@ -1726,10 +1738,13 @@ static void test_streamk_all(lg_dtype dt)
         test_gemv(dt, 17, 64, 8, 0, 0, 0, 0, 64, 0);          /* K = 8: one vector per row */
         test_gemv(dt, 24, 12288, 4096, 0, 0, 0, 0, 12288, 0); /* qkv of a 7B decode step (TMA: hybrid plan) */
         test_gemv(dt, 16, 8448, 1032, 0, 1, 0, 0, 8448, 0);   /* 132 tiles: whole tiles only on 132 SMs */
+        test_gemv(dt, 2, 777, 4104, 0, 1, 1, 3, 800, 8);      /* 2..4 rows: the 8-row form, rows past T zero */
+        test_gemv(dt, 4, 1001, 2056, 0, 2, 1, 1, 1010, 8);
+        test_gemv(dt, 1, 4096, 4096, 0, 1, 0, 0, 4096, 0);    /* one row: the GEMV's unless forced */
         if (modes[mi] == 2 || modes[mi] >= 20) { /* the TMA kernel really ran (not the cuBLAS fallback): */
-            const unsigned long got = lg_cuda_tma_launches() - tma0; /* 5..32 rows by default, forced 5..64 */
-            record(names[mi], modes[mi] == 2 ? "took the 8 cases T <= 32" : "took all 12 cases", dt,
-                   got == (modes[mi] == 2 ? 8u : 12u) ? 0.0 : 1.0, 0.0, 1);
+            const unsigned long got = lg_cuda_tma_launches() - tma0; /* 2..64 rows by default, forced 1..64 */
+            record(names[mi], modes[mi] == 2 ? "took the 14 cases T >= 2" : "took all 15 cases", dt,
+                   got == (modes[mi] == 2 ? 14u : 15u) ? 0.0 : 1.0, 0.0, 1);
         }
     }
     for (int mi = 0; mi < 2; mi++) {
@@ -1738,6 +1753,7 @@ static void test_streamk_all(lg_dtype dt)
         test_gemv_chain(dt, 32);
         test_gemv_chain(dt, 64);
         test_gemv_chain(dt, 8);
+        test_gemv_chain(dt, 2);
     }
     lg_cuda_streamk_mode(-1); /* as LG_STREAMK */
 }
