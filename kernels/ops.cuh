@@ -111,8 +111,8 @@ int cu_streamk_mode(void);
  * cu_streamk_try; taken when the stream-K mode is 2 or 20 + v. */
 int cu_tma_try(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tensor bias, bool accumulate);
 /* The fewest rows the TMA matmul takes by default: 2 (LG_TMA_MIN_T; 1 also sends one-row steps to it and
- * makes norm_matmul decline them, for measurements; LG_TMA_MAX_T, default 64, the most). cu_tma_rows_ok: T is within the rows the stream-K mode
- * gives the TMA matmul (the shape and the GPU aside). */
+ * makes norm_matmul decline them, for measurements; LG_TMA_MAX_T, default 64, the most). cu_tma_rows_ok: T is
+ * within the rows the stream-K mode gives the TMA matmul (the shape and the GPU aside). */
 int cu_tma_min_t(void);
 bool cu_tma_rows_ok(int T);
 /* The matmul on cuBLASLt with its algorithm timed per shape (gemm_lt.cu; LG_BLASLT=1): 0 done, -1 error,
@@ -124,8 +124,9 @@ extern "C" void lg_cuda_blaslt(int on);
 extern "C" void lg_cuda_skinny_mode(int mode);
 /* 1 when the skinny matmul may take shapes (mode != 0). */
 int cu_skinny_enabled(void);
-/* Benchmarks: 0 = matmul always on cuBLAS, 1 = auto (default), 2 = auto with programmatic
- * dependent launch, 10 + v = GEMV variant v for every T <= 4 (gemv.cu). Also LG_GEMV in the environment. */
+/* Benchmarks: 0 = the GEMV off (cuBLAS, or the TMA matmul for the rows it takes), 1 = auto (default), 2 = auto
+ * with programmatic dependent launch, 10 + v = GEMV variant v for every T <= 4 (gemv.cu). Also LG_GEMV in the
+ * environment. */
 extern "C" void lg_cuda_gemv_mode(int mode);
 
 #endif
