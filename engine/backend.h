@@ -317,7 +317,9 @@ typedef struct lg_backend_i {
      *   silu ? y = silu_mul(xn W^T (+ bias))    W [2F, K], y [T, F]
      *        : y = xn W^T (+ bias)
      * resid is not written (rout must not overlap resid or delta) and xn is
-     * not stored. Results equal add_rmsnorm + matmul (+ silu_mul) bit for bit.
+     * not stored. Results equal add_rmsnorm + matmul (+ silu_mul) bit for bit
+     * where the backend's matmul of those rows is the same kernel (CUDA: the
+     * engine's one-row steps; see kernels/norm_matmul.cu).
      * With rope (not with silu; y = the q|k|v columns [T, (n_heads + 2 n_kv_heads) head_dim]):
      * then also rope_kv_write(q, k, v of y, rope->...), as one op (CUDA: in the GEMV's
      * epilogue) or as the two.

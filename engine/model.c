@@ -555,7 +555,8 @@ static int linear(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tens
  * reads xn): it stores x + delta to the other buffer, which becomes the
  * residual (the op's blocks all read x, so none may write it in place).
  * With rope (the q,k,v form), the op also does rope_kv_write and *roped is
- * set. Else add_rmsnorm in place, linear(), silu_mul. Results are the same. */
+ * set. Else add_rmsnorm in place, linear(), silu_mul. Results are the same
+ * for the one-row steps offered by default (CUDA: kernels/norm_matmul.cu). */
 static int norm_linear(lg_backend *be, lg_tensor *xs, int *cur, lg_tensor delta, lg_tensor g, float eps, lg_tensor xn,
                        lg_tensor y, lg_tensor W, lg_tensor bias, lg_tensor act, lg_tensor tmp, const lg_lora_meta *lm,
                        const lg_tensor *ys, int m0, int count, int sl, unsigned mods, const lg_rope_kv *rope,

@@ -45,7 +45,8 @@
  * blocks' demand loads. A cache hint only: no value read before the wait.
  *
  * Tuning switch (benchmarks): lg_cuda_gemv_mode() or the environment
- * variable LG_GEMV at first use: 0 = always cuBLAS; 1 = auto (default);
+ * variable LG_GEMV at first use: 0 = the GEMV off (cuBLAS; on Hopper the TMA
+ * matmul still takes 2..64 rows); 1 = auto (default);
  * 2 = auto with programmatic dependent launch; 10 + v = variant v for every
  * T <= 4 call it can take (v = 0..3: R x U = 1x8, 2x4, 2x8, 4x4).
  */

@@ -31,13 +31,16 @@
  * from 5.11 to 5.04 ms/step (docs/benchmarks.md, ninth session).
  * LG_NORM_ROPE=0: the GEMV without rope, then rope_kv_write (comparisons).
  *
- * Taken when the GEMV itself would serve the matmul (LG_GEMV != 0, T <= 2,
- * 16-byte aligned half rows) and the row is at most 4096 wide (the
+ * Taken for the shapes the GEMV form serves (LG_GEMV != 0, T <= 2,
+ * 16-byte aligned half rows) when the row is at most 4096 wide (the
  * prologue's four emulated warps per warp); LG_FUSE_NORM=0 clears the slot.
  * The engine offers it one row (LG_NORM_MATMUL_MAX_T; LG_NORM_MATMUL_T=2
  * offers two): at batch 2 two rows gave 5.44-5.48 against 5.45-5.49 ms/step,
  * within the spread (the prologue's work doubles). Bit-identity holds against add_rmsnorm's
- * vector kernel, the one it takes for 16-byte aligned rows and output.
+ * vector kernel, the one it takes for 16-byte aligned rows and output, and against the separate
+ * ops where their matmul also runs on the GEMV: always for the engine's one-row steps (by default);
+ * on Hopper a separate 2-row matmul (what LG_NORM_MATMUL_T=2 compares with) and every matmul under a
+ * forced TMA variant (LG_STREAMK=20 + v) run on the TMA matmul, whose sums differ in the last bits.
  */
 #include "gemv.cuh"
 

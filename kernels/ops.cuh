@@ -80,7 +80,7 @@ int cu_check_view(cuda_ctx *c, const char *what, lg_tensor t, const char *file, 
 /* The skinny matmul for T <= 4 (gemv.cu), same contract as cu_matmul on already-checked
  * views: 0 done, -1 error, 1 not taken (T > 2 with N < 16384, T > 4, K % 8, alignment): use cuBLAS. */
 int cu_gemv_try(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tensor bias, bool accumulate);
-/* gemv.cu's switches, for the fused norm + GEMV (norm_matmul.cu): the mode (LG_GEMV; 0 = cuBLAS only), and
+/* gemv.cu's switches, for the fused norm + GEMV (norm_matmul.cu): the mode (LG_GEMV; 0 = the GEMV off), and
  * how many of `blocks` blocks of rows_per_block rows issue the L2 prefetch (LG_GEMV_PF_MB) */
 int cu_gemv_mode(void);
 int cu_gemv_pf_blocks(bool pdl, int blocks, int rows_per_block, int K8);

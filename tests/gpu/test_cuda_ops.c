@@ -1121,7 +1121,7 @@ static int gemv_matmul(lg_tensor y, lg_tensor x, lg_tensor W, lg_tensor b)
 {
     lg_cuda_gemv_mode(11); /* the GEMV forced, variant 1 (norm_matmul's) */
     const int rc = G->i.matmul(G, y, x, W, b, false);
-    lg_cuda_gemv_mode(1);
+    lg_cuda_gemv_mode(-1); /* as LG_GEMV */
     return rc;
 }
 /* norm_matmul (kernels/norm_matmul.cu) against the GPU's own add_rmsnorm + matmul (+ silu_mul), bit
@@ -1710,7 +1710,8 @@ static void test_skinny_all(lg_dtype dt)
     lg_cuda_blaslt(-1); /* as LG_BLASLT */
 }
 
-/* The stream-K matmuls for 1..64 rows (kernels/gemm_streamk.cu, kernels/gemm_tma.cu) through the
+/* The stream-K matmuls (kernels/gemm_streamk.cu: 5..64 rows; kernels/gemm_tma.cu: 2..64 by default,
+ * 1..64 forced) through the
  * same checks: as dispatched and each variant forced. Cases cover T not a multiple of 8, N not a multiple of
  * the tile, K not a multiple of the chunk, tiles split between blocks (few tiles, long K: the
  * workspace and the last block's sum), strided and unaligned y slices, bias and accumulate, and
