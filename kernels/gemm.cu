@@ -73,7 +73,7 @@ int cu_matmul(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tensor b
     /* decode batches: the TMA + wgmma stream-K weight stream of gemm_tma.cu (default on Hopper for 2..64
      * rows); one row, or 2..4 rows it declines (or with the GEMV forced, LG_GEMV=10 + v), the
      * weight-streaming GEMV of gemv.cu, where its alignment allows */
-    const bool gemv_first = !cu_tma_rows_ok(T) || cu_gemv_mode() >= 10;
+    const bool gemv_first = !cu_tma_takes(c, T) || cu_gemv_mode() >= 10;
     int r;
     if (!gemv_first && (r = cu_tma_try(be, y, x, W, bias, accumulate)) <= 0)
         return r;

@@ -37,8 +37,7 @@
  * NTOK = 8, 16, 32, 64 by T.
  * Switch: the stream-K mode (LG_STREAMK, lg_cuda_streamk_mode): 2 (default) = this kernel, variant 0,
  * for 2..64 rows (LG_TMA_MIN_T and LG_TMA_MAX_T move the bounds); 20 + v = variant v for every call of 1..64
- * rows it can take;
- * 0 = cuBLAS (and the GEMV for up to 4 rows).
+ * rows it can take; 0 = cuBLAS (and the GEMV for up to 4 rows).
  */
 #include "gemm_streamk.cuh"
 #include "mma.cuh"
@@ -398,10 +397,12 @@ int cu_tma_min_t(void)
     return m < 1 ? 1 : m;
 }
 
-bool cu_tma_rows_ok(int T)
+bool cu_tma_takes(const cuda_ctx *c, int T)
 {
     static int max_t = -1;
     const int mode = cu_streamk_mode();
+    if (c->cc_major != 9) /* wgmma and this SASS are sm_90a only: Hopper, not later GPUs */
+        return false;
     if (mode == 2)
         return T >= cu_tma_min_t() && T <= cu_switch(&max_t, "LG_TMA_MAX_T", TMA_AUTO_MAX_T) && T <= TMA_MAX_T;
     return mode >= 20 && mode < 30 && T >= 1 && T <= TMA_MAX_T;
@@ -412,8 +413,7 @@ int cu_tma_try(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tensor 
     cuda_ctx *c = CU_CTX(be);
     const int mode = cu_streamk_mode();
     const int T = (int)x.rows;
-    /* wgmma and this SASS are sm_90a only: Hopper, not later GPUs */
-    if (!cu_tma_rows_ok(T) || !skm_shape_ok(x, W) || c->cc_major != 9)
+    if (!cu_tma_takes(c, T) || !skm_shape_ok(x, W))
         return 1;
     const int v = mode >= 20 ? (mode - 20) % TMA_VARIANTS : 0;
     const tma_kernel k =

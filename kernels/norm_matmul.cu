@@ -129,7 +129,7 @@ int cu_norm_matmul(lg_backend *be, lg_tensor y, lg_tensor resid, lg_tensor delta
         y.rows != T || y.cols != F || (silu && W.rows % 2 != 0) || (bias.data && bias.rows * bias.cols < W.rows))
         return 1;
     /* LG_TMA_MIN_T=1 (measurements): one-row steps go to the TMA matmul and the separate ops */
-    if (cu_gemv_mode() == 0 || T < 1 || T > NM_MAX_T || (cu_tma_min_t() == 1 && cu_tma_rows_ok(T) && c->cc_major == 9) ||
+    if (cu_gemv_mode() == 0 || T < 1 || T > NM_MAX_T || (cu_tma_min_t() == 1 && cu_tma_takes(c, T)) ||
         K % 8 != 0 || K / 8 > 32 * GEMV_WARPS * GEMV_NORM_J || W.rows > INT32_MAX / 2 || !rows_ok(resid) || !rows_ok(W) ||
         (delta.data && (!rows_ok(delta) || !rows_ok(rout))))
         return 1;

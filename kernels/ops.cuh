@@ -111,10 +111,10 @@ int cu_streamk_mode(void);
  * cu_streamk_try; taken when the stream-K mode is 2 or 20 + v. */
 int cu_tma_try(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tensor bias, bool accumulate);
 /* The fewest rows the TMA matmul takes by default: 2 (LG_TMA_MIN_T; 1 also sends one-row steps to it and
- * makes norm_matmul decline them, for measurements; LG_TMA_MAX_T, default 64, the most). cu_tma_rows_ok: T is
- * within the rows the stream-K mode gives the TMA matmul (the shape and the GPU aside). */
+ * makes norm_matmul decline them, for measurements; LG_TMA_MAX_T, default 64, the most). cu_tma_takes: on this
+ * GPU (Hopper: wgmma), T is within the rows the stream-K mode gives the TMA matmul (the shape aside). */
 int cu_tma_min_t(void);
-bool cu_tma_rows_ok(int T);
+bool cu_tma_takes(const cuda_ctx *c, int T);
 /* The matmul on cuBLASLt with its algorithm timed per shape (gemm_lt.cu; LG_BLASLT=1): 0 done, -1 error,
  * 1 not taken: use cublasGemmEx. cu_lt_free releases its state (cuda_free). */
 int cu_lt_try(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, bool accumulate);

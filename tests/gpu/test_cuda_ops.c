@@ -1113,7 +1113,6 @@ static void round_dt(float *v, size_t n, lg_dtype dt)
     free(h);
 }
 
-
 void lg_cuda_gemv_mode(int mode); /* kernels/gemv.cu */
 /* The separate ops' matmul as the GEMV runs it, the kernel norm_matmul fuses (the ==ops contract): on
  * Hopper 2-row matmuls otherwise go to the TMA matmul, whose sums differ in the last bits. */
@@ -1556,7 +1555,6 @@ static void bench_matmul(lg_dtype dt, int T, int N, int K)
  * y is a column slice [T, N] at column c0 of a [T, ytot] buffer (ytot > N: strided, unaligned
  * start when c0 is odd); columns outside the slice must come back bit for bit. xpad % 8 != 0
  * sends the call to cuBLAS (the fallback). bias: 0 none, 1 f32, 2 in the act dtype. */
-void lg_cuda_gemv_mode(int mode); /* kernels/gemv.cu */
 static const char *gemv_op = "gemv";
 
 static void test_gemv(lg_dtype dt, int T, int N, int K, int f32_out, int bias, int accumulate, int c0, int ytot,
