@@ -82,7 +82,10 @@ typedef struct lg_rope_kv {
  * Token t belongs to the sequence s with q_indptr[s] <= t < q_indptr[s+1];
  * its position is pos[t]; positions of one sequence's new tokens are
  * consecutive and end at kv_len[s] - 1 (its KV for this step is written
- * before attention runs). */
+ * before attention runs). The KV rows before a sequence's first new token
+ * were written by earlier steps and nothing of this step writes them, so a
+ * kernel may read them before the kernels ahead of it in the step complete
+ * (the CUDA decode attention does: kernels/attention_decode.cu). */
 typedef struct lg_step_meta {
     int n_tokens, n_seqs;
     int max_q_len;               /* host-side maximum of the query runs, for launch shapes */

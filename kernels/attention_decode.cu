@@ -54,6 +54,17 @@
  * loads first, so their DRAM latency overlaps the kernel before (W1 shape:
  * 36.7 -> 34.1 us); LG_DEC_PREFETCH=0 turns them off. q, K/V, workspace and
  * counters are read after pdl_wait.
+ * The resident form (one query head per kv head, every (token, head) block in
+ * one wave: T x n_kv <= SMs, the whole context's K and V rows of a head within
+ * LG_DEC_RESIDENT_KB, default 200 KB, and the shared-memory opt-in): one chunk,
+ * 256 threads; before pdl_wait the block copies (cp.async) the K and V rows of
+ * every key written by earlier steps (positions before its sequence's first
+ * new token: backend.h) into shared memory, after it only q and this step's
+ * rows, so no split merge and no K/V load sits behind the wait. The chain of
+ * a batch-1 Llama-2-7B step's attention: 7.6 -> 5.0 us (docs/benchmarks.md,
+ * twenty-first session). It costs the GEMV after it about 2 us: its large
+ * shared-memory carveout leaves those SMs' L1 smaller, and the GEMV's loads in
+ * flight need L1. LG_DEC_RESIDENT_KB=0 turns it off.
  * Works for any query length (it is also the prefill fallback for head_dim
  * % 16 != 0) and any head_dim % 8 == 0 up to 256.
  */
@@ -62,6 +73,7 @@
 #include <stdlib.h>
 
 #define DEC_THREADS 128
+#define DEC_RES_THREADS 256 /* the resident form's block */
 #define DEC_PIDCAP 256     /* page ids staged at a time: a tile of (DEC_PIDCAP - 2) pages of keys */
 #define DEC_MIN_CHUNK 32
 #define DEC_MAX_CHUNKS 256 /* the merge keeps [GMAX][chunks] weights where the group states were, 8 per lane */
@@ -122,10 +134,10 @@ __device__ __forceinline__ void dec_cp_commit() { asm volatile("cp.async.commit_
 template <int N> __device__ __forceinline__ void dec_cp_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
 
 /* page ids of keys [j0, j1) of the sequence into pid_s[0 ..] */
-__device__ __forceinline__ void dec_stage(int *pid_s, const int32_t *pages, int j0, int j1, int pt)
+template <int NT> __device__ __forceinline__ void dec_stage(int *pid_s, const int32_t *pages, int j0, int j1, int pt)
 {
     const int pg0 = j0 / pt, n_pg = (j1 - 1) / pt - pg0 + 1;
-    for (int i = threadIdx.x; i < n_pg; i += DEC_THREADS) pid_s[i] = pages[pg0 + i];
+    for (int i = threadIdx.x; i < n_pg; i += NT) pid_s[i] = pages[pg0 + i];
 }
 
 /* U rows of one lane group: scores (reduced over the group's lpr lanes; every lane gets the sum), then the
@@ -180,20 +192,61 @@ __device__ __forceinline__ void dec_rows(const uint4 (&ku)[U], const uint4 (&vu)
     }
 }
 
-/* shared memory: [region0: ring | group accumulators | merge weights][ml: NG][GMAX][2][flag: 4 ints][pid_s] */
-__host__ __device__ static inline size_t dec_region0(int ng, int gmax, int hd, int U, int S)
+/* One pass over rows [0, n) of a tile in register loads, U rows per lane group at a time (n is uniform per block:
+ * the shuffles take whole warps); fetch(jr, k, v) loads this lane's K and V words of row jr. */
+template <typename T, int GMAX, int U, typename F>
+__device__ __forceinline__ void dec_pass(int n, int g, bool active, int ng, int lpr, F fetch, const float (&q)[GMAX][8],
+                                         float (&m)[GMAX], float (&l)[GMAX], float (&acc)[GMAX][8])
 {
-    const size_t acc = (size_t)ng * gmax * hd * sizeof(float), ring = (size_t)S * U * 2 * DEC_THREADS * 16;
-    return acc > ring ? acc : ring;
+    for (int rb = 0; rb < n; rb += ng * U) {
+        uint4 ku[U], vu[U];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int jr = rb + u * ng + g;
+            ku[u] = vu[u] = make_uint4(0, 0, 0, 0);
+            if (active && jr < n)
+                fetch(jr, ku[u], vu[u]);
+        }
+        dec_rows<T, GMAX, U>(ku, vu, n - rb - g, ng, lpr, q, m, l, acc);
+    }
 }
 
-template <typename T, int GMAX, int U, int S, int MINB>
-__global__ void __launch_bounds__(DEC_THREADS, MINB) attn_decode_kernel(dec_args a)
+/* shared memory: [region0: ring | resident rows | group accumulators | merge weights][ml: NG][GMAX][2]
+ * [flag: 4 ints][pid_s]; res_keys: the resident form's keys (16-bit K and V rows of one kv head) */
+__host__ __device__ static inline size_t dec_region0(int ng, int gmax, int hd, int U, int S, int res_keys)
 {
+    const size_t acc = (size_t)ng * gmax * hd * sizeof(float), ring = (size_t)S * U * 2 * DEC_THREADS * 16;
+    const size_t rows = (size_t)res_keys * 2 * hd * 2, r = acc > ring ? acc : ring;
+    return r > rows ? r : rows;
+}
+
+/* The resident form: K and V rows [j0, j1) of kv head kh (the sequence's page ids from key 0 on in pid_s)
+ * into res[j][K, V][hd / 8], 16 bytes per cp.async, spread over the block's threads. */
+template <typename T, int NT>
+__device__ __forceinline__ void dec_res_load(uint4 *res, const dec_args &a, const int *pid_s, int kh, int j0, int j1)
+{
+    const int W8 = a.hd >> 3, pt = a.page_tokens;
+    const size_t row_bytes = (size_t)a.nkv * a.hd * sizeof(T);
+    const char *kb = a.kv_base + a.k_off + (size_t)kh * a.hd * sizeof(T);
+    const int64_t dv = (int64_t)a.v_off - (int64_t)a.k_off;
+    for (int i = threadIdx.x, n = (j1 - j0) * 2 * W8; i < n; i += NT) {
+        const int jj = i / (2 * W8), r = i - jj * 2 * W8, j = j0 + jj, kv = r >= W8;
+        const char *src = kb + (size_t)pid_s[j / pt] * a.page_bytes + (size_t)(j % pt) * row_bytes +
+                          (size_t)(r - kv * W8) * 16 + (kv ? dv : 0);
+        dec_cp16(res + (size_t)j * 2 * W8 + r, src, 16);
+    }
+}
+
+template <typename T, int GMAX, int U, int S, int MINB, bool RES, int NT>
+__global__ void __launch_bounds__(NT, MINB) attn_decode_kernel(dec_args a)
+{
+    static_assert(!RES || S == 0, "the resident form reads its rows from shared memory into registers");
+    static_assert(RES || NT == DEC_THREADS, "the split form's ring is laid out for DEC_THREADS");
     extern __shared__ uint4 dec_sm[];
-    const int hd = a.hd, lpr = a.lpr, NG = DEC_THREADS / lpr;
-    const size_t r0 = dec_region0(NG, GMAX, hd, U, S);
+    const int hd = a.hd, lpr = a.lpr, NG = NT / lpr;
+    const size_t r0 = dec_region0(NG, GMAX, hd, U, S, RES ? a.chunk : 0);
     uint4 *ring = dec_sm;                               /* [S][U][2][DEC_THREADS] (S > 0) */
+    uint4 *res = dec_sm;                                /* RES: [keys][K, V][hd / 8] */
     float *o_s = (float *)dec_sm;                       /* [NG][GMAX][hd] group accumulators, after the loop */
     float *ml_s = (float *)((char *)dec_sm + r0);       /* [NG][GMAX][2] group (m, l) */
     int *flag_s = (int *)(ml_s + 2 * NG * GMAX);
@@ -210,7 +263,7 @@ __global__ void __launch_bounds__(DEC_THREADS, MINB) attn_decode_kernel(dec_args
     const int32_t *pages = a.page_ids + a.page_indptr[s];
     const int pt = a.page_tokens;
     int tj0 = j0, tj1 = min(j0 + a.tile, j1);
-    dec_stage(pid_s, pages, tj0, tj1, pt);
+    dec_stage<NT>(pid_s, pages, tj0, tj1, pt);
 
     const int sub = threadIdx.x & (lpr - 1), g = threadIdx.x / lpr;
     const bool active = sub < (hd >> 3);
@@ -222,7 +275,15 @@ __global__ void __launch_bounds__(DEC_THREADS, MINB) attn_decode_kernel(dec_args
 #define DEC_ROW(jr) \
     (kb + (size_t)pid_s[(tj0 + (jr)) / pt - pg0] * a.page_bytes + (size_t)((tj0 + (jr)) % pt) * row_bytes)
     __syncthreads(); /* pid_s */
-    if (a.prefetch && active && (sub & 7) == 0) { /* one prefetch per 128 bytes of the rows loaded first */
+    int n_old = 0; /* RES: keys written by earlier steps, loaded before pdl_wait */
+    if constexpr (RES) {
+        /* the sequence's new tokens of this step sit at its last positions (backend.h, lg_step_meta); the rows
+         * before its first one were written by earlier steps, which every kernel of this step follows in full
+         * (the step's metadata upload is a stream copy, which programmatic launch does not relax) */
+        n_old = min(a.pos[a.q_indptr[s]], n_ctx);
+        dec_res_load<T, NT>(res, a, pid_s, kh, 0, n_old);
+        dec_cp_commit();
+    } else if (a.prefetch && active && (sub & 7) == 0) { /* one prefetch per 128 bytes of the rows loaded first */
         const int pg0 = tj0 / pt;
         constexpr int PF = S > 2 ? (S - 1) * U : U;
 #pragma unroll
@@ -254,23 +315,31 @@ __global__ void __launch_bounds__(DEC_THREADS, MINB) attn_decode_kernel(dec_args
         for (int e = 0; e < 8; e++) acc[r][e] = 0.0f;
     }
 
-    for (;;) {
+    if constexpr (RES) {
+        dec_res_load<T, NT>(res, a, pid_s, kh, n_old, n_ctx); /* this step's rows, from the kernels before */
+        dec_cp_commit();
+        dec_cp_wait<0>();
+        __syncthreads();
+        const int W8 = hd >> 3;
+        dec_pass<T, GMAX, U>(
+            n_ctx, g, active, NG, lpr,
+            [&](int jr, uint4 &k, uint4 &v) {
+                k = res[(size_t)jr * 2 * W8 + sub];
+                v = res[(size_t)jr * 2 * W8 + W8 + sub];
+            },
+            q, m, l, acc);
+    }
+    for (; !RES;) {
         const int tlen = tj1 - tj0, pg0 = tj0 / pt;
         if constexpr (S == 0) {
-            for (int rb = 0; rb < tlen; rb += NG * U) { /* uniform per block: the shuffles take whole warps */
-                uint4 ku[U], vu[U];
-#pragma unroll
-                for (int u = 0; u < U; u++) {
-                    const int jr = rb + u * NG + g;
-                    ku[u] = vu[u] = make_uint4(0, 0, 0, 0);
-                    if (active && jr < tlen) {
-                        const char *row = DEC_ROW(jr);
-                        ku[u] = dec_ld(row);
-                        vu[u] = dec_ld(row + dv);
-                    }
-                }
-                dec_rows<T, GMAX, U>(ku, vu, tlen - rb - g, NG, lpr, q, m, l, acc);
-            }
+            dec_pass<T, GMAX, U>(
+                tlen, g, active, NG, lpr,
+                [&](int jr, uint4 &k, uint4 &v) {
+                    const char *row = DEC_ROW(jr);
+                    k = dec_ld(row);
+                    v = dec_ld(row + dv);
+                },
+                q, m, l, acc);
         } else {
             const int n_it = (tlen + NG * U - 1) / (NG * U);
             /* stage `it` of the ring: U rows per thread, zeros past the tile (and in idle lanes) */
@@ -309,14 +378,14 @@ __global__ void __launch_bounds__(DEC_THREADS, MINB) attn_decode_kernel(dec_args
         __syncthreads(); /* pid_s read by everyone */
         tj0 = tj1;
         tj1 = min(tj0 + a.tile, j1);
-        dec_stage(pid_s, pages, tj0, tj1, pt);
+        dec_stage<NT>(pid_s, pages, tj0, tj1, pt);
         __syncthreads();
     }
 #undef DEC_ROW
 
     /* merge the NG group states in group order */
-    if (S > 0)
-        __syncthreads(); /* the accumulators overwrite the ring */
+    if (S > 0 || RES)
+        __syncthreads(); /* the accumulators overwrite the ring or the resident rows */
     if (active) {
 #pragma unroll
         for (int r = 0; r < GMAX; r++) {
@@ -332,7 +401,7 @@ __global__ void __launch_bounds__(DEC_THREADS, MINB) attn_decode_kernel(dec_args
     __syncthreads();
     const bool split = n_ch > 1;
     T *obase = (T *)a.out + (int64_t)t * a.ldo + (int64_t)h0 * hd;
-    for (int i = threadIdx.x; i < gc * hd; i += DEC_THREADS) {
+    for (int i = threadIdx.x; i < gc * hd; i += NT) {
         const int r = i / hd, d = i - r * hd;
         float M = -INFINITY; /* finite: group 0 has the chunk's first row */
         for (int gg = 0; gg < NG; gg++) M = fmaxf(M, ml_s[2 * (gg * GMAX + r)]);
@@ -380,7 +449,7 @@ __global__ void __launch_bounds__(DEC_THREADS, MINB) attn_decode_kernel(dec_args
     float *w_s = o_s;  /* [gc][n_ch] (n_ch <= DEC_MAX_CHUNKS) */
     float *L_s = ml_s; /* [gc] */
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    for (int r = warp; r < gc; r += DEC_THREADS / 32) {
+    for (int r = warp; r < gc; r += NT / 32) {
         const float2 *ml = (const float2 *)a.part_ml + ((size_t)t * a.nh + h0 + r) * a.max_chunks;
         float2 v[DEC_MAX_CHUNKS / 32];
         float M = -INFINITY;
@@ -406,7 +475,7 @@ __global__ void __launch_bounds__(DEC_THREADS, MINB) attn_decode_kernel(dec_args
     }
     __syncthreads();
     /* outputs, chunk order */
-    for (int i = threadIdx.x; i < n_out; i += DEC_THREADS) {
+    for (int i = threadIdx.x; i < n_out; i += NT) {
         const int r = i / hd4, d4 = i - r * hd4;
         const float4 *po = (const float4 *)(a.part_o + ((size_t)t * a.nh + h0 + r) * a.max_chunks * hd) + d4;
         const float *w = w_s + r * n_ch;
@@ -448,25 +517,29 @@ typedef void (*dec_fn)(dec_args);
  * budget for MINB blocks per SM (GMAX 1: 64 registers) */
 struct dec_cfg {
     dec_fn f;
-    int U, S;
+    int U, S, nt;
 };
-template <typename T, int GMAX, int U, int S, int MINB> static dec_cfg dec_make()
+template <typename T, int GMAX, int U, int S, int MINB, bool RES, int NT = DEC_THREADS> static dec_cfg dec_make()
 {
-    return {attn_decode_kernel<T, GMAX, U, S, MINB>, U, S};
+    return {attn_decode_kernel<T, GMAX, U, S, MINB, RES, NT>, U, S, NT};
 }
-template <typename T> static dec_cfg dec_pick(int gmax)
+/* res: the resident form (one query head per block: whole context in shared memory, one chunk, 256 threads of
+ * 64 registers); else the split form */
+template <typename T> static dec_cfg dec_pick(int gmax, bool res)
 {
+    if (res)
+        return dec_make<T, 1, 4, 0, 4, true, DEC_RES_THREADS>();
     switch (gmax) {
-    case 1: return dec_make<T, 1, 4, 0, 8>();
-    case 2: return dec_make<T, 2, 4, 3, 4>();
-    case 4: return dec_make<T, 4, 4, 3, 4>();
-    default: return dec_make<T, 8, 2, 3, 2>();
+    case 1: return dec_make<T, 1, 4, 0, 8, false>();
+    case 2: return dec_make<T, 2, 4, 3, 4, false>();
+    case 4: return dec_make<T, 4, 4, 3, 4, false>();
+    default: return dec_make<T, 8, 2, 3, 2, false>();
     }
 }
 
 /* Resident blocks per SM of (kernel, dynamic shared memory), cached; a kernel not seen yet first gets the
  * shared-memory opt-in. -1: the opt-in failed. */
-static int dec_resident(cuda_ctx *c, dec_fn f, size_t smem)
+static int dec_resident(cuda_ctx *c, dec_fn f, int nt, size_t smem)
 {
     static struct {
         dec_fn f;
@@ -482,7 +555,7 @@ static int dec_resident(cuda_ctx *c, dec_fn f, size_t smem)
         return -1;
     }
     int n = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, f, DEC_THREADS, smem) != cudaSuccess || n < 1) {
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, f, nt, smem) != cudaSuccess || n < 1) {
         cudaGetLastError();
         n = 1;
     }
@@ -490,6 +563,13 @@ static int dec_resident(cuda_ctx *c, dec_fn f, size_t smem)
         cache[n_cache].f = f, cache[n_cache].smem = smem, cache[n_cache].n = n, n_cache++;
     return n;
 }
+
+/* the resident form's budget, KB of K/V rows per block (LG_DEC_RESIDENT_KB; 0 or lg_cuda_dec_resident(0): off) */
+#define DEC_RES_KB 200
+static int g_res_kb = -1;
+static long g_res_launches; /* launches of the resident form (tests) */
+extern "C" void lg_cuda_dec_resident(int kb) { g_res_kb = kb < 0 ? -1 : kb; } /* -1: LG_DEC_RESIDENT_KB again */
+extern "C" long lg_cuda_dec_resident_launches(void) { return g_res_launches; }
 
 int cu_attention_decode(lg_backend *be, lg_tensor out, lg_tensor q, lg_kv_view kv, const lg_step_meta *m,
                         int n_heads, float scale)
@@ -507,18 +587,29 @@ int cu_attention_decode(lg_backend *be, lg_tensor out, lg_tensor q, lg_kv_view k
     int lpr = 1;
     while (lpr < hd / 8) lpr <<= 1;
     const int NG = DEC_THREADS / lpr;
-    const dec_cfg k = kv.dtype == LG_F16 ? dec_pick<__half>(gmax) : dec_pick<__nv_bfloat16>(gmax);
-    const size_t smem = dec_region0(NG, gmax, hd, k.U, k.S) + (2 * (size_t)NG * gmax + 4 + DEC_PIDCAP) * 4;
+    const int64_t base_blocks = (int64_t)T_ * nkv * n_hsub;
+    const int64_t tile = (int64_t)(DEC_PIDCAP - 2) * kv.page_tokens; /* keys whose page ids fit pid_s */
+    /* the resident form (one query head per block): every block in one wave, its whole context in shared
+     * memory; its rows (K and V) within LG_DEC_RESIDENT_KB and the opt-in limit */
+    const int res_kb = cu_switch(&g_res_kb, "LG_DEC_RESIDENT_KB", DEC_RES_KB);
+    const size_t smem_tail = (2 * (size_t)NG * gmax + 4 + DEC_PIDCAP) * 4, res_ng = DEC_RES_THREADS / lpr;
+    const bool res = res_kb > 0 && gmax == 1 && base_blocks <= c->n_sm && max_kv <= tile &&
+                     (size_t)max_kv * 2 * hd * 2 <= (size_t)res_kb << 10 &&
+                     dec_region0((int)res_ng, 1, hd, 4, 0, max_kv) + (2 * res_ng + 4 + DEC_PIDCAP) * 4 <=
+                         c->max_smem_optin;
+    const dec_cfg k = kv.dtype == LG_F16 ? dec_pick<__half>(gmax, res) : dec_pick<__nv_bfloat16>(gmax, res);
+    const size_t smem = res ? dec_region0((int)res_ng, 1, hd, k.U, k.S, max_kv) + (2 * res_ng + 4 + DEC_PIDCAP) * 4
+                            : dec_region0(NG, gmax, hd, k.U, k.S, 0) + smem_tail;
     if (smem > c->max_smem_optin)
         return CU_FAIL(c, "attention decode: %zu bytes of shared memory needed, %zu available", smem,
                        c->max_smem_optin);
-    const int per_sm = dec_resident(c, k.f, smem);
+    const int per_sm = dec_resident(c, k.f, k.nt, smem);
     if (per_sm < 0)
         return CU_FAIL(c, "attention decode: cannot set the kernel's shared memory opt-in");
     /* chunks: as many as one full wave of resident blocks holds, each at least DEC_MIN_CHUNK keys;
      * one chunk when the counters cannot cover the blocks */
-    const int64_t base_blocks = (int64_t)T_ * nkv * n_hsub, resident = (int64_t)per_sm * c->n_sm;
-    int64_t nc = base_blocks >= resident || base_blocks > CU_SEM_COUNT ? 1 : resident / base_blocks;
+    const int64_t resident = (int64_t)per_sm * c->n_sm;
+    int64_t nc = res || base_blocks >= resident || base_blocks > CU_SEM_COUNT ? 1 : resident / base_blocks;
     if (nc > DEC_MAX_CHUNKS)
         nc = DEC_MAX_CHUNKS;
     int64_t C = (max_kv + nc - 1) / nc;
@@ -530,7 +621,6 @@ int cu_attention_decode(lg_backend *be, lg_tensor out, lg_tensor q, lg_kv_view k
     const int max_chunks = (int)((max_kv + C - 1) / C);
     if (base_blocks > INT32_MAX || max_chunks > DEC_MAX_CHUNKS)
         return CU_FAIL(c, "attention decode: grid %lld x %d too large", (long long)base_blocks, max_chunks);
-    const int64_t tile = (int64_t)(DEC_PIDCAP - 2) * kv.page_tokens; /* keys whose page ids fit pid_s */
     dec_args a;
     a.q = q.data;
     a.ldq = q.stride;
@@ -569,7 +659,8 @@ int cu_attention_decode(lg_backend *be, lg_tensor out, lg_tensor q, lg_kv_view k
         a.part_ml = a.part_o + n * hd;
     }
     dim3 grid((unsigned)base_blocks, (unsigned)max_chunks);
-    (void)cu_launch(c, k.f, grid, DEC_THREADS, smem, a);
+    (void)cu_launch(c, k.f, grid, k.nt, smem, a);
+    g_res_launches += res;
     CU_LAUNCHED(c);
     return 0;
 }

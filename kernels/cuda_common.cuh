@@ -276,7 +276,9 @@ template <int N> __device__ __forceinline__ int sgmv_pick(const int (&slot)[N], 
  *     write (activations, KV cache, LoRA scratch, workspaces, counters) and
  *     before its first global store.
  * Before pdl_wait it may read only what no kernel writes: weights, adapter
- * weights in pool pages, the step metadata uploaded before the step.
+ * weights in pool pages, the step metadata uploaded before the step, and the
+ * KV rows earlier steps wrote (every step begins with its metadata upload, a
+ * stream copy, which waits for every kernel before it; backend.h).
  * pdl_wait returns once the predecessor grid has completed and its memory is
  * visible (so, transitively, every earlier kernel too); in a kernel launched
  * without the attribute both instructions are no-ops. Kernels launched with

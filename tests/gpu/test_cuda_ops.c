@@ -33,6 +33,8 @@
 
 static lg_backend *G, *C; /* GPU under test, CPU oracle */
 void lg_cuda_attn_fa2(int on);    /* kernels/attention.cu: 0 = prefill on the wmma kernel */
+void lg_cuda_dec_resident(int kb); /* kernels/attention_decode.cu: 0 = no resident form, -1 = LG_DEC_RESIDENT_KB */
+long lg_cuda_dec_resident_launches(void); /* launches of the resident form so far */
 void lg_cuda_skinny_mode(int mode); /* kernels/gemm_skinny.cu: 0 = off (default), 1 = auto, 10 + v = variant v */
 unsigned long lg_cuda_tma_launches(void); /* kernels/gemm_tma.cu: launches so far */
 void lg_cuda_streamk_mode(int mode); /* kernels/gemm_streamk.cu: 0 = off, 1 = mma.sync auto, 10 + v = its variant v,
@@ -1835,6 +1837,34 @@ int main(int argc, char **argv)
             test_attention(dt, "decode", &dec, 16, 1, 128, 0);
             test_attention(dt, "decode", &dec, 12, 4, 80, 0);
             test_attention(dt, "decode", &dec, 8, 8, 64, 0);
+            /* short contexts, few tokens, one query head per kv head: the resident form (whole context in shared
+             * memory, the rows of earlier steps loaded before pdl_wait, this step's after it: kv_write runs just
+             * before); then the same cases on the split form; grouped heads keep the split form */
+            int q5[] = {1, 1, 1}, k5[] = {1, 40, 256}, q6[] = {5, 1, 3}, k6[] = {20, 9, 3};
+            attn_case dres = {3, q5, k5}, dres_run = {3, q6, k6};
+            for (int r = 0; r < 2; r++) {
+                lg_cuda_dec_resident(r ? 0 : 200);
+                const char *nm = r ? "decode split" : "decode resident";
+                const long n0 = lg_cuda_dec_resident_launches();
+                test_attention(dt, nm, &dres, 32, 32, 128, 0);
+                test_attention(dt, nm, &dres, 8, 8, 64, 0);
+                test_attention(dt, nm, &dres_run, 4, 4, 40, 0); /* head_dim % 16 != 0: query runs too */
+                attn_pt = 12;
+                test_attention(dt, nm, &dres_run, 8, 8, 24, 0);
+                attn_pt = 16;
+                const long n_res = lg_cuda_dec_resident_launches() - n0;
+                record("attention", r ? "split form taken (4 of 4)" : "resident form taken (4 of 4)", dt, 0, 0,
+                       n_res == (r ? 0 : 4));
+            }
+            lg_cuda_dec_resident(200);
+            {
+                const long n0 = lg_cuda_dec_resident_launches();
+                test_attention(dt, "decode gqa", &dres, 32, 8, 128, 0);
+                test_attention(dt, "decode gqa", &dres, 9, 3, 64, 0);
+                const long n = lg_cuda_dec_resident_launches() - n0;
+                record("attention", "grouped heads: split form taken", dt, 0, 0, n == 0);
+            }
+            lg_cuda_dec_resident(-1);
             int q3[] = {1, 200, 1, 33}, k3[] = {3000, 200, 70, 1500};
             attn_case mixed = {4, q3, k3};
             test_attention(dt, "mixed", &mixed, 32, 8, 128, 0);
