@@ -220,6 +220,12 @@ __host__ __device__ static inline size_t dec_region0(int ng, int gmax, int hd, i
     return r > rows ? r : rows;
 }
 
+/* A launch's whole dynamic shared memory: region0, then ml, flag and pid_s (the layout above). */
+static inline size_t dec_smem(int ng, int gmax, int hd, int U, int S, int res_keys)
+{
+    return dec_region0(ng, gmax, hd, U, S, res_keys) + (2 * (size_t)ng * gmax + 4 + DEC_PIDCAP) * 4;
+}
+
 /* The resident form: K and V rows [j0, j1) of kv head kh (the sequence's page ids from key 0 on in pid_s)
  * into res[j][K, V][hd / 8], 16 bytes per cp.async, spread over the block's threads. */
 template <typename T, int NT>
@@ -329,7 +335,7 @@ __global__ void __launch_bounds__(NT, MINB) attn_decode_kernel(dec_args a)
             },
             q, m, l, acc);
     }
-    for (; !RES;) {
+    for (; !RES;) { /* the split form's tiles (compiled out of the resident form) */
         const int tlen = tj1 - tj0, pg0 = tj0 / pt;
         if constexpr (S == 0) {
             dec_pass<T, GMAX, U>(
@@ -586,20 +592,16 @@ int cu_attention_decode(lg_backend *be, lg_tensor out, lg_tensor q, lg_kv_view k
     const int max_kv = m->max_kv_len > 0 ? m->max_kv_len : 1;
     int lpr = 1;
     while (lpr < hd / 8) lpr <<= 1;
-    const int NG = DEC_THREADS / lpr;
     const int64_t base_blocks = (int64_t)T_ * nkv * n_hsub;
     const int64_t tile = (int64_t)(DEC_PIDCAP - 2) * kv.page_tokens; /* keys whose page ids fit pid_s */
     /* the resident form (one query head per block): every block in one wave, its whole context in shared
      * memory; its rows (K and V) within LG_DEC_RESIDENT_KB and the opt-in limit */
     const int res_kb = cu_switch(&g_res_kb, "LG_DEC_RESIDENT_KB", DEC_RES_KB);
-    const size_t smem_tail = (2 * (size_t)NG * gmax + 4 + DEC_PIDCAP) * 4, res_ng = DEC_RES_THREADS / lpr;
+    const size_t res_smem = dec_smem(DEC_RES_THREADS / lpr, 1, hd, 4, 0, max_kv);
     const bool res = res_kb > 0 && gmax == 1 && base_blocks <= c->n_sm && max_kv <= tile &&
-                     (size_t)max_kv * 2 * hd * 2 <= (size_t)res_kb << 10 &&
-                     dec_region0((int)res_ng, 1, hd, 4, 0, max_kv) + (2 * res_ng + 4 + DEC_PIDCAP) * 4 <=
-                         c->max_smem_optin;
+                     (size_t)max_kv * 2 * hd * 2 <= (size_t)res_kb << 10 && res_smem <= c->max_smem_optin;
     const dec_cfg k = kv.dtype == LG_F16 ? dec_pick<__half>(gmax, res) : dec_pick<__nv_bfloat16>(gmax, res);
-    const size_t smem = res ? dec_region0((int)res_ng, 1, hd, k.U, k.S, max_kv) + (2 * res_ng + 4 + DEC_PIDCAP) * 4
-                            : dec_region0(NG, gmax, hd, k.U, k.S, 0) + smem_tail;
+    const size_t smem = res ? res_smem : dec_smem(DEC_THREADS / lpr, gmax, hd, k.U, k.S, 0);
     if (smem > c->max_smem_optin)
         return CU_FAIL(c, "attention decode: %zu bytes of shared memory needed, %zu available", smem,
                        c->max_smem_optin);
