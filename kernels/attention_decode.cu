@@ -62,9 +62,11 @@
  * new token: backend.h) into shared memory, after it only q and this step's
  * rows, so no split merge and no K/V load sits behind the wait. The chain of
  * a batch-1 Llama-2-7B step's attention: 7.6 -> 5.0 us (docs/benchmarks.md,
- * twenty-first session). It costs the GEMV after it about 2 us: its large
- * shared-memory carveout leaves those SMs' L1 smaller, and the GEMV's loads in
- * flight need L1. LG_DEC_RESIDENT_KB=0 turns it off.
+ * twenty-first session). It launches with the fewest shared-memory carveout
+ * that holds its block (58% at 130 KB): with the driver's choice the GEMV
+ * blocks that start beside it on those SMs got less L1 and the o GEMV after
+ * it lost ~1.7 us a layer (cuda_common.cuh, twenty-second session).
+ * LG_DEC_RESIDENT_KB=0 turns it off.
  * Works for any query length (it is also the prefill fallback for head_dim
  * % 16 != 0) and any head_dim % 8 == 0 up to 256.
  */
@@ -661,7 +663,11 @@ int cu_attention_decode(lg_backend *be, lg_tensor out, lg_tensor q, lg_kv_view k
         a.part_ml = a.part_o + n * hd;
     }
     dim3 grid((unsigned)base_blocks, (unsigned)max_chunks);
-    (void)cu_launch(c, k.f, grid, k.nt, smem, a);
+    /* the resident form: the fewest carveout that holds its one block per SM (cuda_common.cuh; LG_DEC_CARVE=0:
+     * the driver's) */
+    static int carve = -1;
+    const int cv = res && cu_switch(&carve, "LG_DEC_CARVE", 1) != 0 ? cu_carve_for(c, smem, 1) : -1;
+    (void)cu_launch_carve(c->stream, c->pdl != 0, cv, k.f, grid, dim3(k.nt), smem, a);
     g_res_launches += res;
     CU_LAUNCHED(c);
     return 0;

@@ -63,6 +63,14 @@ int cu_check_view(cuda_ctx *c, const char *what, lg_tensor t, const char *file, 
     return 0;
 }
 
+int cu_carve_for(const cuda_ctx *c, size_t smem, int blocks)
+{
+    const size_t need = (smem + c->smem_reserved) * (size_t)(blocks > 0 ? blocks : 1);
+    if (c->smem_per_sm == 0 || need >= c->smem_per_sm)
+        return 100;
+    return (int)((need * 100 + c->smem_per_sm - 1) / c->smem_per_sm);
+}
+
 int cu_resident_blocks(const void *f, int threads, size_t smem)
 {
     static const void *keys[128];
@@ -304,6 +312,8 @@ extern "C" int lg_backend_cuda_create(const lg_backend_opts *opts, lg_backend **
     c->n_sm = prop.multiProcessorCount;
     c->cc_major = prop.major;
     c->max_smem_optin = prop.sharedMemPerBlockOptin;
+    c->smem_per_sm = prop.sharedMemPerMultiprocessor;
+    c->smem_reserved = prop.reservedSharedMemPerBlock;
     CREATE_TRY(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
     CREATE_TRY(cudaStreamCreateWithFlags(&c->upload_stream, cudaStreamNonBlocking));
     c->stage_size = STAGE_BYTES;

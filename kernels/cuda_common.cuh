@@ -34,6 +34,8 @@ typedef struct cuda_ctx {
     int n_sm;
     int cc_major;             /* compute capability (9 = Hopper: TMA, wgmma) */
     size_t max_smem_optin;    /* bytes of shared memory a block may opt into */
+    size_t smem_per_sm;       /* bytes of shared memory of an SM at its largest carveout */
+    size_t smem_reserved;     /* bytes of it the system takes per resident block */
     cudaStream_t stream;      /* compute stream: every op and upload/download */
     cudaStream_t upload_stream; /* reserved for adapter prefetch (not used by the backend.h ops) */
     int pdl;                  /* 1: step kernels launch with programmatic dependent launch (cu_launch) */
@@ -109,6 +111,10 @@ static inline int cu_switch(int *cache, const char *name, int def)
     }
     return *cache;
 }
+/* The preferred carveout, percent, that holds `blocks` blocks of `smem` bytes of shared memory (static and
+ * dynamic) each with their reserve: the fewest, rounded up; 100 when they need more than the SM has. */
+int cu_carve_for(const cuda_ctx *c, size_t smem, int blocks);
+
 /* Resident blocks per SM of kernel f at `threads` threads and `smem` dynamic shared memory
  * (raising its dynamic shared memory limit first), cached per kernel; 0 when it cannot run. */
 int cu_resident_blocks(const void *f, int threads, size_t smem);
@@ -334,22 +340,46 @@ __device__ __forceinline__ uint4 ld_weight16(const void *p, bool hint, uint64_t 
 /* Launches kernel<<<grid, block, smem, c->stream>>>(args...), with the PDL
  * attribute when c->pdl (see above: the kernel must use pdl_wait). Returns
  * the launch status (also left for cudaGetLastError / CU_LAUNCHED). cu_launch_on: the same on stream st,
- * with the attribute when pdl (a caller that forces PDL on or off). */
+ * with the attribute when pdl (a caller that forces PDL on or off). cu_launch_carve: cu_launch_on with the
+ * preferred shared-memory carveout `carve` (percent, cu_carve_for; < 0: the driver's choice).
+ *
+ * The carveout. An SM splits its 256 KB between L1 and shared memory in a few fixed ways (on the H100 0, 8,
+ * 16, 32, 64, 100, 132, 164, 196 or 228 KB shared); it changes the split only while idle, so blocks that
+ * start beside a running kernel (programmatic launch) get that kernel's split. Left to the driver, a kernel
+ * of one large block per SM (the resident decode attention, 130 KB) got more shared memory than the block
+ * needs, and the GEMV blocks that start beside it lost the L1 their loads in flight use (batch 1, H100: o
+ * GEMV 13.7 -> 12.0 us a layer with the fewest that holds the block). The GEMV (no shared memory) asks for
+ * none: batch 1 4.97 -> 4.93 ms a step (docs/benchmarks.md, twenty-second session). Asking the fewest of
+ * the fused norm + GEMV (8 KB a block) measured slower (5.01 ms), as did the eighteenth session's largest
+ * carveout on every launch (batch 1 +0.27 ms): only those two launches ask. */
 template <typename... KArgs, typename... Args>
-static inline cudaError_t cu_launch_on(cudaStream_t st, bool pdl, void (*kernel)(KArgs...), dim3 grid, dim3 block,
-                                       size_t smem, Args... args)
+static inline cudaError_t cu_launch_carve(cudaStream_t st, bool pdl, int carve, void (*kernel)(KArgs...), dim3 grid,
+                                          dim3 block, size_t smem, Args... args)
 {
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;
     cfg.blockDim = block;
     cfg.dynamicSmemBytes = smem;
     cfg.stream = st;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchAttribute attr[2];
+    unsigned n = 0;
+    if (pdl) {
+        attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attr[n++].val.programmaticStreamSerializationAllowed = 1;
+    }
+    if (carve >= 0) {
+        attr[n].id = cudaLaunchAttributePreferredSharedMemoryCarveout;
+        attr[n++].val.sharedMemCarveout = (unsigned)carve;
+    }
     cfg.attrs = attr;
-    cfg.numAttrs = pdl ? 1 : 0;
+    cfg.numAttrs = n;
     return cudaLaunchKernelEx(&cfg, kernel, ((KArgs)args)...);
+}
+template <typename... KArgs, typename... Args>
+static inline cudaError_t cu_launch_on(cudaStream_t st, bool pdl, void (*kernel)(KArgs...), dim3 grid, dim3 block,
+                                       size_t smem, Args... args)
+{
+    return cu_launch_carve(st, pdl, -1, kernel, grid, block, smem, args...);
 }
 template <typename... KArgs, typename... Args>
 static inline cudaError_t cu_launch(const cuda_ctx *c, void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem,

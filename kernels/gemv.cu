@@ -44,6 +44,8 @@
  * 32 MB 5.492; more than the gap can absorb only queues ahead of the other
  * blocks' demand loads. A cache hint only: no value read before the wait.
  *
+ * Shared-memory carveout: launched with the least (cu_gemv_carve): all L1, which its loads in flight use
+ * (the driver's own choice measured 0.03 ms a step slower at batch 1).
  * Tuning switch (benchmarks): lg_cuda_gemv_mode() or the environment
  * variable LG_GEMV at first use: 0 = the GEMV off (cuBLAS; on Hopper the TMA
  * matmul still takes 2..64 rows); 1 = auto (default);
@@ -79,14 +81,29 @@ int cu_gemv_pf_blocks(bool pdl, int blocks, int rows_per_block, int K8)
     return pdl ? (int)(pf / block_bytes < (size_t)blocks ? pf / block_bytes : blocks) : 0;
 }
 
+/* The preferred shared-memory carveout of a launch, percent (cuda_common.cuh): 0, all the L1 an SM can have (the
+ * kernel has no shared memory; the driver keeps what the blocks' reserve needs). LG_GEMV_CARVE sets it; < 0: the
+ * driver's choice. Batch 1 on the H100: 4.966 -> 4.933 ms a step (docs/benchmarks.md, twenty-second session). */
+static int cu_gemv_carve(void)
+{
+    static int carve = -2; /* -2: not read yet */
+    if (carve == -2) {
+        const char *e = getenv("LG_GEMV_CARVE");
+        carve = e && *e ? atoi(e) : 0;
+        if (carve < 0 || carve > 100)
+            carve = -1;
+    }
+    return carve;
+}
+
 template <typename TX, typename TY, int T, int R, int U>
 static cudaError_t launch_one(cudaStream_t st, bool pdl, gemv_args a)
 {
     const int rows_per_block = GEMV_WARPS * R;
     const int blocks = (a.N + rows_per_block - 1) / rows_per_block;
     a.pf_blocks = cu_gemv_pf_blocks(pdl, blocks, rows_per_block, a.K / 8);
-    return cu_launch_on(st, pdl, gemv_kernel<TX, TY, T, R, U, 0, 0>, dim3((unsigned)blocks), dim3(GEMV_WARPS * 32), 0,
-                        a);
+    return cu_launch_carve(st, pdl, cu_gemv_carve(), gemv_kernel<TX, TY, T, R, U, 0, 0>, dim3((unsigned)blocks),
+                           dim3(GEMV_WARPS * 32), 0, a);
 }
 
 template <typename TX, typename TY, int T> static cudaError_t launch_t(int v, cudaStream_t st, bool pdl, gemv_args a)
