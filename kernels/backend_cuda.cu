@@ -71,6 +71,9 @@ int cu_carve_for(const cuda_ctx *c, size_t smem, int blocks)
     return (int)((need * 100 + c->smem_per_sm - 1) / c->smem_per_sm);
 }
 
+/* the op tests' view of cu_carve_for on this backend's device */
+extern "C" int lg_cuda_carve_for(lg_backend *be, size_t smem, int blocks) { return cu_carve_for(CU_CTX(be), smem, blocks); }
+
 int cu_resident_blocks(const void *f, int threads, size_t smem)
 {
     static const void *keys[128];

@@ -23,6 +23,7 @@
  */
 #include "backend.h"
 
+#include <cuda_runtime_api.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,6 +38,7 @@ void lg_cuda_dec_resident(int kb); /* kernels/attention_decode.cu: 0 = no reside
 long lg_cuda_dec_resident_launches(void); /* launches of the resident form so far */
 void lg_cuda_skinny_mode(int mode); /* kernels/gemm_skinny.cu: 0 = off (default), 1 = auto, 10 + v = variant v */
 unsigned long lg_cuda_tma_launches(void); /* kernels/gemm_tma.cu: launches so far */
+int lg_cuda_carve_for(lg_backend *be, size_t smem, int blocks); /* kernels/backend_cuda.cu: cu_carve_for */
 void lg_cuda_streamk_mode(int mode); /* kernels/gemm_streamk.cu: 0 = off, 1 = mma.sync auto, 10 + v = its variant v,
                                         2 = TMA auto (default), 20 + v = its variant v, -1 = as LG_STREAMK */
 void lg_cuda_blaslt(int on);        /* kernels/gemm_lt.cu: 1 on, 0 off, -1 as LG_BLASLT */
@@ -1783,6 +1785,25 @@ static void test_gemv_all(lg_dtype dt)
     lg_cuda_gemv_mode(1);
 }
 
+/* cu_carve_for, the preferred carveout the resident decode attention launches with (one block of 130 KB at the
+ * Llama-2-7B shape; other sizes and block counts too): the fewest percent of the SM's shared memory (the CUDA
+ * runtime's figures) that holds the blocks with their reserve; 100 when they need all of it or more. */
+static void test_carve_for(lg_dtype dt)
+{
+    int per = 0, rsv = 0;
+    int ok = cudaDeviceGetAttribute(&per, cudaDevAttrMaxSharedMemoryPerMultiprocessor, 0) == cudaSuccess &&
+             cudaDeviceGetAttribute(&rsv, cudaDevAttrReservedSharedMemoryPerBlock, 0) == cudaSuccess && per > 0;
+    const size_t cases[][2] = {{132240, 1}, {0, 5}, {8192 + 144, 5}, {67224, 3}, {(size_t)per, 1}, {(size_t)per / 2, 2}};
+    for (size_t i = 0; ok && i < sizeof cases / sizeof cases[0]; i++) {
+        const double need = ((double)cases[i][0] + rsv) * (double)cases[i][1];
+        const int p = lg_cuda_carve_for(G, cases[i][0], (int)cases[i][1]);
+        ok = need >= per ? p == 100 : p >= 0 && p <= 100 && p * (double)per >= need * 100 && (p - 1) * (double)per < need * 100;
+        if (!ok)
+            fprintf(stderr, "carve_for(%zu, %zu) = %d (SM %d bytes, reserve %d)\n", cases[i][0], cases[i][1], p, per, rsv);
+    }
+    record("misc", "carveout: the fewest percent that holds the blocks", dt, 0, 0, ok);
+}
+
 int main(int argc, char **argv)
 {
     int bench = !(argc > 1 && !strcmp(argv[1], "--no-bench"));
@@ -1821,6 +1842,7 @@ int main(int argc, char **argv)
             test_convert(LG_F32, dt, 17, 333);
             test_convert(dt, LG_F32, 17, 333);
             test_convert(dt, dt == LG_F16 ? LG_BF16 : LG_F16, 5, 64);
+            test_carve_for(dt);
         }
 
         if (only("attention")) {   /* attention */
