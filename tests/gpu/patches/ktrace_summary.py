@@ -11,7 +11,10 @@ kernel, i.e. the down GEMV after gate,up), and the SM hand-off: the median over 
 on the SM minus the last end there of the kernel before (where that kernel records ends): about 0.5-1 us when the
 block could only become resident once its predecessor's blocks left the SM (shared memory, registers),
 negative when it was resident beside them.
-Usage: ktrace_summary.py ktrace.txt [--bytes=1536:100.66,512:33.55,512d:90.18,2752:180.35]
+--layer=N: the step is kernel 0 (embed), then layers of N kernels each; also prints, per position in the layer,
+the median chain time over the layers (e.g. N = 9 for W1 without adapters: q,k,v, rope + KV write, attention, o,
+add_rmsnorm, gate,up, silu_mul, down, add_rmsnorm; twenty-third session, docs/benchmarks.md).
+Usage: ktrace_summary.py ktrace.txt [--bytes=1536:100.66,512:33.55,512d:90.18,2752:180.35] [--layer=N]
 """
 import sys, collections, statistics
 
@@ -24,7 +27,10 @@ def us(a, b):
 def main():
     fn = sys.argv[1]
     bytes_by_nb = {}
+    per = 0
     for a in sys.argv[2:]:
+        if a.startswith('--layer='):
+            per = int(a.split('=', 1)[1])
         if a.startswith('--bytes='):
             for kv in a.split('=', 1)[1].split(','):
                 k, v = kv.split(':')
@@ -64,9 +70,11 @@ def main():
         print(f"== step {step}: {len(rows)} kernels, {len(recs)} records, span {span/1000:.1f} us")
         print(" i    blocks  start0  start1   release     end    chain  E-R  next-E  (us from the step's first block)")
         cls = collections.defaultdict(list)
+        chains = []
         for i, r in enumerate(rows):
             nxt = rows[i + 1]['R'] if i + 1 < len(rows) else None
             chain, er, ne = us(nxt, r['R']), us(r['E'], r['R']), us(nxt, r['E'])
+            chains.append(chain)
             cls[f"{r['nb']}<-{rows[i-1]['nb'] if i else 0}"].append((chain, er, ne, us(r['R'], r['s0']),
                                                                    None if r['ho'] is None else r['ho'] / 1000))
             if i < 12 or i >= len(rows) - 8:
@@ -80,5 +88,13 @@ def main():
             bw = f"{mb / med(0):.2f} TB/s" if mb and med(0) == med(0) else ''
             tot = sum(x[0] for x in v if x[0] is not None)
             print(f"  {nb:>12s}: {len(v):3d}  chain {med(0):7.2f}  E-R {med(1):7.2f}  next-E {med(2):6.2f}  early {med(3):6.2f}  hand-off {med(4):6.2f}  sum {tot:8.1f}  {bw}")
+        if per > 0:
+            layers = (len(rows) - 1) // per
+            pos = []
+            for j in range(per):
+                v = [chains[1 + l * per + j] for l in range(layers) if chains[1 + l * per + j] is not None]
+                pos.append((rows[1 + j]['nb'], statistics.median(v) if v else float('nan')))
+            print(f" per layer ({layers} layers of {per} kernels), median chain us by position (blocks):")
+            print("  " + "  ".join(f"{c:.2f} ({nb})" for nb, c in pos) + f"  = {sum(c for _, c in pos):.1f}")
 
 main()
