@@ -24,6 +24,12 @@ def us(a, b):
     return None if a is None or b is None else (a - b) / 1000
 
 
+def median(xs):
+    """median of the values that are not None; nan when none is"""
+    v = [x for x in xs if x is not None]
+    return statistics.median(v) if v else float('nan')
+
+
 def main():
     fn = sys.argv[1]
     bytes_by_nb = {}
@@ -83,7 +89,7 @@ def main():
                 print(f"{i:3d} {r['nb']:8d} {f(r['s0'])} {f(r['s1'])} {f(r['R'])} {f(r['E'])} {h(chain)} {h(er)} {h(ne)}")
         print(" class (blocks): n, median chain us, median E-R, median next-E, median early start (R - first start), SM hand-off, TB/s over chain")
         for nb, v in sorted(cls.items(), key=lambda kv: -len(kv[1])):
-            med = lambda j: statistics.median([x[j] for x in v if x[j] is not None]) if any(x[j] is not None for x in v) else float('nan')
+            med = lambda j: median(x[j] for x in v)
             mb = bytes_by_nb.get(nb.split('<-')[0] + ('d' if nb.endswith('<-2752') else ''))
             bw = f"{mb / med(0):.2f} TB/s" if mb and med(0) == med(0) else ''
             tot = sum(x[0] for x in v if x[0] is not None)
@@ -92,8 +98,7 @@ def main():
             layers = (len(rows) - 1) // per
             pos = []
             for j in range(per):
-                v = [chains[1 + l * per + j] for l in range(layers) if chains[1 + l * per + j] is not None]
-                pos.append((rows[1 + j]['nb'], statistics.median(v) if v else float('nan')))
+                pos.append((rows[1 + j]['nb'], median(chains[1 + l * per + j] for l in range(layers))))
             print(f" per layer ({layers} layers of {per} kernels), median chain us by position (blocks):")
             print("  " + "  ".join(f"{c:.2f} ({nb})" for nb, c in pos) + f"  = {sum(c for _, c in pos):.1f}")
 
