@@ -2,7 +2,7 @@
 """ktrace_summary.py — summarise a ktrace.patch timeline (LG_KTRACE) of one replayed decode step.
 
 Input lines: step gridid kind block sm t_ns (kind 0 = block start (pdl_trigger), 1 = after
-pdl_wait, 2 = block end (GEMV, attention only)). Per kernel (one gridid): blocks, first/last block
+pdl_wait, 2 = block end (GEMV, attention, TMA matmul)). Per kernel (one gridid): blocks, first/last block
 start, release R (first pdl_wait return: the predecessor's completion), last end E. Then per
 kernel class (by block count and position in the layer): the chain time R(next) - R (what the
 kernel costs the step), E - R, the boundary R(next) - E, and the weight stream's TB/s over the
@@ -14,7 +14,12 @@ negative when it was resident beside them.
 --layer=N: the step is kernel 0 (embed), then layers of N kernels each; also prints, per position in the layer,
 the median chain time over the layers (e.g. N = 9 for W1 without adapters: q,k,v, rope + KV write, attention, o,
 add_rmsnorm, gate,up, silu_mul, down, add_rmsnorm; twenty-third session, docs/benchmarks.md).
-Usage: ktrace_summary.py ktrace.txt [--bytes=1536:100.66,512:33.55,512d:90.18,2752:180.35] [--layer=N]
+With --layer, kernels that record block ends also get, per position: the last start - release, the last end -
+the mean end (imbalance: what a perfectly balanced split could take back at most), the last end - the 10th
+percentile; --sm adds, per such position, each SM's mean over the layers of (its block's end - the kernel's mean
+end), the SMs more than 1.5 us early or late, and the correlation of those means between even and odd layers (near
+1: a property of the SM, not of the layer; twenty-fourth session, docs/benchmarks.md).
+Usage: ktrace_summary.py ktrace.txt [--bytes=1536:100.66,512:33.55,512d:90.18,2752:180.35] [--layer=N [--sm]]
 """
 import sys, collections, statistics
 
@@ -34,6 +39,7 @@ def main():
     fn = sys.argv[1]
     bytes_by_nb = {}
     per = 0
+    by_sm = '--sm' in sys.argv[2:]
     for a in sys.argv[2:]:
         if a.startswith('--layer='):
             per = int(a.split('=', 1)[1])
@@ -69,9 +75,11 @@ def main():
             for sm, t in d['ssm']:
                 first[sm] = min(first.get(sm, t), t)
             ho = [t - prev[sm] for sm, t in first.items() if sm in prev]
-            rows.append(dict(gid=k, ho=statistics.median(ho) if ho else None, nb=len(d['b']), s0=min(d['s']) - t0 if d['s'] else None,
+            rows.append(dict(gid=k, esm=d['esm'], ho=statistics.median(ho) if ho else None, nb=len(d['b']), s0=min(d['s']) - t0 if d['s'] else None,
                              s1=max(d['s']) - t0 if d['s'] else None, R=R - t0 if R is not None else None,
-                             E=max(d['e']) - t0 if d['e'] else None))
+                             E=max(d['e']) - t0 if d['e'] else None,
+                             Em=statistics.mean(d['e']) - t0 if d['e'] else None,
+                             E10=sorted(d['e'])[len(d['e']) // 10] - t0 if d['e'] else None))
         span = max(max(x for x in (r['E'], r['R'], r['s1']) if x is not None) for r in rows)
         print(f"== step {step}: {len(rows)} kernels, {len(recs)} records, span {span/1000:.1f} us")
         print(" i    blocks  start0  start1   release     end    chain  E-R  next-E  (us from the step's first block)")
@@ -101,5 +109,29 @@ def main():
                 pos.append((rows[1 + j]['nb'], median(chains[1 + l * per + j] for l in range(layers))))
             print(f" per layer ({layers} layers of {per} kernels), median chain us by position (blocks):")
             print("  " + "  ".join(f"{c:.2f} ({nb})" for nb, c in pos) + f"  = {sum(c for _, c in pos):.1f}")
+            # where blocks record their end: how unevenly they finish (what a balanced split could take back)
+            print(" per layer, kernels that record block ends: median us over the layers of: last start - release,")
+            print("   last end - mean end (imbalance), last end - 10th-percentile end, mean end - release, last end - release")
+            for j in range(per):
+                rs = [rows[1 + l * per + j] for l in range(layers)]
+                if rs[0]['E'] is None or rs[0]['R'] is None:
+                    continue
+                m = lambda f: median(f(r) for r in rs)
+                print(f"  pos {j} ({rs[0]['nb']} blocks): late start {m(lambda r: us(r['s1'], r['R'])):6.2f}  imbalance "
+                      f"{m(lambda r: us(r['E'], r['Em'])):6.2f}  tail {m(lambda r: us(r['E'], r['E10'])):6.2f}  "
+                      f"mean end {m(lambda r: us(r['Em'], r['R'])):6.2f}  last end {m(lambda r: us(r['E'], r['R'])):6.2f}")
+                if by_sm:
+                    rel = collections.defaultdict(list)  # sm -> per layer (its end - the kernel's mean end), us
+                    for r in rs:
+                        mean_end = statistics.mean(r['esm'].values())
+                        for sm, t in r['esm'].items():
+                            rel[sm].append((t - mean_end) / 1000)
+                    sms = sorted(x for x in rel if len(rel[x]) == len(rs))
+                    mean = {x: statistics.mean(rel[x]) for x in sms}
+                    ev = [statistics.mean(rel[x][0::2]) for x in sms]
+                    od = [statistics.mean(rel[x][1::2]) for x in sms]
+                    corr = statistics.correlation(ev, od) if len(sms) > 2 and len(rs) > 1 else float('nan')
+                    out = ' '.join(f"{x}:{mean[x]:+.1f}" for x in sms if abs(mean[x]) > 1.5)
+                    print(f"    by SM: even/odd layer correlation {corr:.2f}; more than 1.5 us off the mean: {out or 'none'}")
 
 main()
