@@ -23,6 +23,14 @@
  * rank 16, U = 8 that is 1024 columns, 32 KB of B per block: a q,k,v
  * decode launch over 32 adapters is 384 blocks, all resident at once.
  * TT = 1 for decode (U = 8), TT = 4 (U = 4) for segments of 2-4 tokens.
+ * The decode form is built for three blocks an SM (__launch_bounds__ min
+ * blocks 3: 80 registers, no spills; 117 without), so that a W1 q,k,v
+ * launch's 384 blocks (W3's gate,up: 352) are all resident in one wave and
+ * all of them load their B rows before pdl_wait; at two an SM the last 120
+ * formed a second wave that read B only after the matmul before had ended.
+ * H100: W1 6.761 -> 6.738 ms a step, W3 7.066 -> 6.941, W2 11.85 -> 11.65
+ * (four blocks an SM, 64 registers with spills: W1 +0.4 ms; twenty-fourth
+ * session, docs/benchmarks.md). LG_EXPAND_RES=1 launches the old build.
  * Longer segments (prefill) take the tile kernel (lora_expand_tile_kernel,
  * below): 32-token tiles, B rows in registers, two columns per thread, for
  * step ranks up to 64; beyond that, or with LG_SGMV_PREFILL=0 (benchmarks),
@@ -86,8 +94,8 @@ __device__ __forceinline__ T *ex_block(const ex_outs<T> &o, const lg_lora_w *w, 
     return y;
 }
 
-template <typename T, typename TT_, int TT, int U>
-__global__ void __launch_bounds__(EX_THREADS)
+template <typename T, typename TT_, int TT, int U, int MINB = 1>
+__global__ void __launch_bounds__(EX_THREADS, MINB)
     lora_expand_kernel(ex_outs<T> o, const TT_ *tmp, int64_t ldt, const int32_t *seg_indptr, const lg_lora_w *w,
                        int n_slots)
 {
@@ -462,9 +470,11 @@ static void launch(cuda_ctx *c, ex_outs<T> o, lg_tensor tmp, const lg_lora_meta 
     const unsigned nx = (unsigned)o.bstart[o.k];
     const dim3 grid(nx, (unsigned)lm->n_segs, (unsigned)((max_seg + tt - 1) / tt));
     const TT_ *td = (const TT_ *)tmp.data;
+    static int res = -1; /* LG_EXPAND_RES (measurements): 3 (default) the decode form built for three blocks an SM, 1 not */
+    const int mb = cu_switch(&res, "LG_EXPAND_RES", 3);
     if (tt == 1)
-        (void)cu_launch(c, lora_expand_kernel<T, TT_, 1, 8>, grid, EX_THREADS, 0, o, td, tmp.stride, lm->seg_indptr,
-                        lm->w, lm->n_slots);
+        (void)cu_launch(c, mb == 3 ? lora_expand_kernel<T, TT_, 1, 8, 3> : lora_expand_kernel<T, TT_, 1, 8>, grid,
+                        EX_THREADS, 0, o, td, tmp.stride, lm->seg_indptr, lm->w, lm->n_slots);
     else if (tt == 4)
         (void)cu_launch(c, lora_expand_kernel<T, TT_, 4, 4>, grid, EX_THREADS, 0, o, td, tmp.stride, lm->seg_indptr,
                         lm->w, lm->n_slots);
