@@ -16,8 +16,8 @@ the median chain time over the layers (e.g. N = 9 for W1 without adapters: q,k,v
 add_rmsnorm, gate,up, silu_mul, down, add_rmsnorm; twenty-third session, docs/benchmarks.md).
 With --layer, kernels that record block ends also get, per position: the last start - release, the last end -
 the mean end (imbalance: what a perfectly balanced split could take back at most), the last end - the 10th
-percentile; --sm adds, per such position, each SM's mean over the layers of (its block's end - the kernel's mean
-end), the SMs more than 1.5 us early or late, and the correlation of those means between even and odd layers (near
+percentile; --sm adds, per such position, each SM's mean over the layers of (its last block's end - the mean of
+those ends over the kernel's SMs), the SMs more than 1.5 us early or late, and the correlation of those means between even and odd layers (near
 1: a property of the SM, not of the layer; twenty-fourth session, docs/benchmarks.md).
 Usage: ktrace_summary.py ktrace.txt [--bytes=1536:100.66,512:33.55,512d:90.18,2752:180.35] [--layer=N [--sm]]
 """
@@ -33,6 +33,36 @@ def median(xs):
     """median of the values that are not None; nan when none is"""
     v = [x for x in xs if x is not None]
     return statistics.median(v) if v else float('nan')
+
+
+def print_balance(rows, per, layers, by_sm):
+    """Per position in the layer, for kernels that record block ends: how unevenly the blocks finish (what a
+    perfectly balanced split could take back at most) and, with by_sm, each SM's lead or lag."""
+    print(" per layer, kernels that record block ends: median us over the layers of: last start - release,")
+    print("   last end - mean end (imbalance), last end - 10th-percentile end, mean end - release, last end - release")
+    for j in range(per):
+        rs = [rows[1 + l * per + j] for l in range(layers)]
+        if rs[0]['E'] is None or rs[0]['R'] is None:
+            continue
+        m = lambda f: median(f(r) for r in rs)
+        print(f"  pos {j} ({rs[0]['nb']} blocks): late start {m(lambda r: us(r['s1'], r['R'])):6.2f}  imbalance "
+              f"{m(lambda r: us(r['E'], r['Em'])):6.2f}  tail {m(lambda r: us(r['E'], r['E10'])):6.2f}  "
+              f"mean end {m(lambda r: us(r['Em'], r['R'])):6.2f}  last end {m(lambda r: us(r['E'], r['R'])):6.2f}")
+        if not by_sm:
+            continue
+        # sm -> per layer (the SM's last block end - the mean of those over the kernel's SMs), us
+        rel = collections.defaultdict(list)
+        for r in rs:
+            mean_end = statistics.mean(r['esm'].values())
+            for sm, t in r['esm'].items():
+                rel[sm].append((t - mean_end) / 1000)
+        sms = sorted(x for x in rel if len(rel[x]) == len(rs))
+        mean = {x: statistics.mean(rel[x]) for x in sms}
+        ev = [statistics.mean(rel[x][0::2]) for x in sms]
+        od = [statistics.mean(rel[x][1::2]) for x in sms]
+        corr = statistics.correlation(ev, od) if len(sms) > 2 and len(rs) > 1 else float('nan')
+        out = ' '.join(f"{x}:{mean[x]:+.1f}" for x in sms if abs(mean[x]) > 1.5)
+        print(f"    by SM: even/odd layer correlation {corr:.2f}; more than 1.5 us off the mean: {out or 'none'}")
 
 
 def main():
@@ -109,29 +139,6 @@ def main():
                 pos.append((rows[1 + j]['nb'], median(chains[1 + l * per + j] for l in range(layers))))
             print(f" per layer ({layers} layers of {per} kernels), median chain us by position (blocks):")
             print("  " + "  ".join(f"{c:.2f} ({nb})" for nb, c in pos) + f"  = {sum(c for _, c in pos):.1f}")
-            # where blocks record their end: how unevenly they finish (what a balanced split could take back)
-            print(" per layer, kernels that record block ends: median us over the layers of: last start - release,")
-            print("   last end - mean end (imbalance), last end - 10th-percentile end, mean end - release, last end - release")
-            for j in range(per):
-                rs = [rows[1 + l * per + j] for l in range(layers)]
-                if rs[0]['E'] is None or rs[0]['R'] is None:
-                    continue
-                m = lambda f: median(f(r) for r in rs)
-                print(f"  pos {j} ({rs[0]['nb']} blocks): late start {m(lambda r: us(r['s1'], r['R'])):6.2f}  imbalance "
-                      f"{m(lambda r: us(r['E'], r['Em'])):6.2f}  tail {m(lambda r: us(r['E'], r['E10'])):6.2f}  "
-                      f"mean end {m(lambda r: us(r['Em'], r['R'])):6.2f}  last end {m(lambda r: us(r['E'], r['R'])):6.2f}")
-                if by_sm:
-                    rel = collections.defaultdict(list)  # sm -> per layer (its end - the kernel's mean end), us
-                    for r in rs:
-                        mean_end = statistics.mean(r['esm'].values())
-                        for sm, t in r['esm'].items():
-                            rel[sm].append((t - mean_end) / 1000)
-                    sms = sorted(x for x in rel if len(rel[x]) == len(rs))
-                    mean = {x: statistics.mean(rel[x]) for x in sms}
-                    ev = [statistics.mean(rel[x][0::2]) for x in sms]
-                    od = [statistics.mean(rel[x][1::2]) for x in sms]
-                    corr = statistics.correlation(ev, od) if len(sms) > 2 and len(rs) > 1 else float('nan')
-                    out = ' '.join(f"{x}:{mean[x]:+.1f}" for x in sms if abs(mean[x]) > 1.5)
-                    print(f"    by SM: even/odd layer correlation {corr:.2f}; more than 1.5 us off the mean: {out or 'none'}")
+            print_balance(rows, per, layers, by_sm)
 
 main()
