@@ -308,9 +308,14 @@ typedef struct lg_backend_i {
      * tmp is scratch (left holding the shrink when a segment has tokens). y
      * may be rounded in another order (base + round(lora), or once; within
      * the ops' rounding, not bit for bit); a given shape always computes the
-     * same way. NULL: model.c calls the three ops. */
+     * same way.
+     * With rope (y's first columns q | k | v of rope's heads): then also
+     *   rope_kv_write(be, q, k, v of y, rope->pos, ...)
+     * with the same results as that op after this one (CUDA: a decode step's
+     * q,k,v expand does it in its launch). NULL: model.c calls the ops. */
     int (*matmul_lora)(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tensor bias, lg_tensor tmp,
-                       const lg_lora_meta *lm, const int *slots, const int *col0, const int *ncols, int k);
+                       const lg_lora_meta *lm, const int *slots, const int *col0, const int *ncols, int k,
+                       const lg_rope_kv *rope);
 
     /* add_rmsnorm followed by the matmul of the normed rows (and SwiGLU), in
      * one op (CUDA: steps of 1-2 rows, one launch instead of two or three;

@@ -35,7 +35,8 @@
  * do gate,up; modules that no adapter of the step targets are skipped. With
  * the backend's matmul_lora (CUDA: for prefill-shaped launches the expand
  * stores y before the matmul adds into it), matmul, shrink and expand are
- * one op (see linear()).
+ * one op (see linear()), and for q,k,v rope + KV write too (CUDA: a decode
+ * step's expand does it in its launch).
  */
 #include "model.h"
 
@@ -517,9 +518,12 @@ static int lora_expand_k(lg_backend *be, const lg_tensor *ys, lg_tensor tmp, con
  * between two dependent launches (H100, docs/benchmarks.md, seventh session:
  * W3 decode -0.08 ms/step). Results do not depend on the order. A backend
  * without the multi-slot ops and k > 1 slots: matmul, then a shrink/expand
- * pair per slot (one tmp). */
+ * pair per slot (one tmp). rope (the q,k,v form): matmul_lora also does
+ * rope_kv_write (CUDA: a decode step's expand in the same launch) and sets
+ * *roped; otherwise the caller runs it. */
 static int linear(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tensor bias, lg_tensor tmp,
-                  const lg_lora_meta *lm, const lg_tensor *ys_all, int m0, int count, int sl, unsigned mods)
+                  const lg_lora_meta *lm, const lg_tensor *ys_all, int m0, int count, int sl, unsigned mods,
+                  const lg_rope_kv *rope, bool *roped)
 {
     lg_tensor ys[3];
     int slots[3], col0[3], ncols[3], n = 0;
@@ -532,8 +536,11 @@ static int linear(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tens
         }
     if (n == 0)
         return be->i.matmul(be, y, x, W, bias, false);
-    if (be->i.matmul_lora)
-        return be->i.matmul_lora(be, y, x, W, bias, tmp, lm, slots, col0, ncols, n);
+    if (be->i.matmul_lora) {
+        if (roped)
+            *roped = rope != NULL;
+        return be->i.matmul_lora(be, y, x, W, bias, tmp, lm, slots, col0, ncols, n, rope);
+    }
     if (n > 1 && !(be->i.lora_shrink_multi && be->i.lora_expand_multi)) {
         if (be->i.matmul(be, y, x, W, bias, false) != 0)
             return -1;
@@ -577,7 +584,7 @@ static int norm_linear(lg_backend *be, lg_tensor *xs, int *cur, lg_tensor delta,
         }
     }
     if (be->i.add_rmsnorm(be, xs[*cur], delta, g, xn, eps) != 0 ||
-        linear(be, y, xn, W, bias, tmp, lm, ys, m0, count, sl, mods) != 0)
+        linear(be, y, xn, W, bias, tmp, lm, ys, m0, count, sl, mods, rope, roped) != 0)
         return -1;
     return act.data ? be->i.silu_mul(be, act, y) : 0;
 }
@@ -645,7 +652,7 @@ static int forward(lg_model *m, const lg_kv_view *kv0, const lg_step_meta *meta,
         TRY(norm_linear(be, xs, &xi, l ? mlp : none, lw->ln1, c->rms_eps, xn, qkv, lw->wqkv, lw->bqkv, none, tmp, lora,
                         qkv_ys, 0, 3, sl, lora_mods, &rk, &roped));
         if (roped) {
-            /* norm_matmul did rope + KV write too */
+            /* norm_matmul or matmul_lora did rope + KV write too */
         } else if (be->i.rope_kv_write) {
             TRY(be->i.rope_kv_write(be, q, k, v, meta->pos, m->inv_freq, c->n_heads, c->n_kv_heads, hd, kv,
                                     meta->slot));
@@ -654,10 +661,10 @@ static int forward(lg_model *m, const lg_kv_view *kv0, const lg_step_meta *meta,
             TRY(be->i.kv_write(be, kv, k, v, meta->slot, T));
         }
         TRY(be->i.attention(be, attn, q, kv, meta, c->n_heads, scale));
-        TRY(linear(be, o, attn, lw->wo, none, tmp, lora, &o, 3, 1, sl, lora_mods));
+        TRY(linear(be, o, attn, lw->wo, none, tmp, lora, &o, 3, 1, sl, lora_mods, NULL, NULL));
         TRY(norm_linear(be, xs, &xi, o, lw->ln2, c->rms_eps, xn, gu, lw->wgu, none, act, tmp, lora, gu_ys, 4, 2, sl,
                         lora_mods, NULL, NULL));
-        TRY(linear(be, mlp, act, lw->wdown, none, tmp, lora, &mlp, 6, 1, sl, lora_mods));
+        TRY(linear(be, mlp, act, lw->wdown, none, tmp, lora, &mlp, 6, 1, sl, lora_mods, NULL, NULL));
     }
     if (n_logits > 0) {
         lg_tensor rows = lg_tensor_rows(m->rows, 0, n_logits);

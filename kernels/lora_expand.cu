@@ -51,6 +51,22 @@
  * the tile kernel would take (prefill-shaped, step ranks <= 64), on tensor
  * cores (lora_expand_mma_kernel: tmp rounded to the activation dtype, as
  * peft computes lora_A's output; not the accumulate form's bits).
+ * Rope form (cu_lora_expand_rope, matmul_lora's q,k,v with rope: decode
+ * steps, every segment one token): the decode kernel with ROPE set also
+ * does rope_kv_write's work for its block's columns, so that a decode
+ * layer has one launch fewer. The block's rounded y values go to shared
+ * memory instead of y (rank-0 rows, no adapter at the slot: y as the
+ * matmul left it), then a q or k block rotates its heads' pairs (the
+ * block's columns are whole heads: cpb % head_dim == 0) with rope_cos_sin
+ * (before pdl_wait) and rope_rotate, as rope_kv.cu does, and stores them
+ * to y, a k block also to the token's K slot; a v block stores y and the
+ * V slot (ex_rope_store; 8 elements a thread, 16-byte stores). Results
+ * equal the expand followed by rope_kv_write bit for bit (op tests).
+ * H100: W1 -0.077 ms a step (6 pairs); W3 and W2 within their spread. A form that
+ * kept no values in shared memory (y stored, the block synced, then
+ * re-read from y) was slower than the two launches (twenty-fifth session,
+ * docs/benchmarks.md).
+ * LG_EXPAND_ROPE=0: not taken (matmul_lora runs the two launches).
  */
 #include "mma.cuh"
 #include "ops.cuh"
@@ -71,6 +87,52 @@ template <typename T> struct ex_outs {
     int cpb;     /* output columns per block */
     int hint;    /* the decode kernel reads B with L2 evict_first (LG_L2_HINT bit 2, cuda_common.cuh) */
 };
+
+/* The rope form's arguments (rope_kv_write's, lg_rope_kv): outputs 0, 1, 2 are q, k, v. */
+struct ex_rope {
+    const int32_t *pos, *slot; /* [T] positions, cache slots (< 0: no cache row) */
+    const float *inv_freq;     /* [hd / 2] */
+    char *base;                /* the layer's K and V pages (lg_kv_view) */
+    size_t page_bytes, k_off, v_off;
+    int page_tokens, hd, kv_cols; /* kv_cols: n_kv_heads * hd, a cache row */
+};
+#define EX_ROPE_COLS 2048 /* largest cpb of the decode form (max_rank <= 8) */
+#define EX_ROPE_HD 256    /* largest head_dim of the rope form */
+
+/* The rope form's epilogue: ys holds the block's rounded y values of columns [c0, c1) of output
+ * si (0 q, 1 k, 2 v) of token t (y: that token's row), cs its cos | sin. 8 elements a thread and
+ * pass, 16-byte stores (the plan checked alignment). */
+template <typename T>
+__device__ __forceinline__ void ex_rope_store(T *y, int si, int c0, int c1, const float *ys, const float *cs,
+                                              const ex_rope &rp, int64_t t)
+{
+    const int32_t sl = rp.slot[t];
+    T *dst = sl >= 0 ? (T *)(rp.base + (size_t)(sl / rp.page_tokens) * rp.page_bytes +
+                             (size_t)(sl % rp.page_tokens) * rp.kv_cols * sizeof(T) + (si == 1 ? rp.k_off : rp.v_off))
+                     : NULL;
+    const int n = c1 - c0;
+    if (si == 2) {
+        for (int i = threadIdx.x * 8; i < n; i += EX_THREADS * 8) {
+            const uint4 u = pack8<T>(&ys[i]);
+            *(uint4 *)(y + c0 + i) = u;
+            if (dst)
+                *(uint4 *)(dst + c0 + i) = u;
+        }
+        return;
+    }
+    const int half = rp.hd / 2;
+    for (int j = threadIdx.x * 8; j < n / 2; j += EX_THREADS * 8) {
+        const int d = j % half, a = j / half * rp.hd + d;
+        float ra[8], rb[8];
+#pragma unroll
+        for (int e = 0; e < 8; e++) rope_rotate(ys[a + e], ys[a + half + e], cs[d + e], cs[half + d + e], &ra[e], &rb[e]);
+        const uint4 ua = pack8<T>(ra), ub = pack8<T>(rb);
+        *(uint4 *)(y + c0 + a) = ua;
+        *(uint4 *)(y + c0 + a + half) = ub;
+        if (si == 1 && dst)
+            *(uint4 *)(dst + c0 + a) = ua, *(uint4 *)(dst + c0 + a + half) = ub;
+    }
+}
 
 /* The output block blockIdx.x serves (its index si, row stride, columns, first column block)
  * and the weights of segment blockIdx.y at that output's slot; plain selects keep o in parameter
@@ -94,11 +156,14 @@ __device__ __forceinline__ T *ex_block(const ex_outs<T> &o, const lg_lora_w *w, 
     return y;
 }
 
-template <typename T, typename TT_, int TT, int U, int MINB = 1>
+template <typename T, typename TT_, int TT, int U, int MINB = 1, bool ROPE = false>
 __global__ void __launch_bounds__(EX_THREADS, MINB)
     lora_expand_kernel(ex_outs<T> o, const TT_ *tmp, int64_t ldt, const int32_t *seg_indptr, const lg_lora_w *w,
-                       int n_slots)
+                       int n_slots, ex_rope rp)
 {
+    static_assert(!ROPE || TT == 1, "the rope form is the one-token form");
+    __shared__ float rys[ROPE ? EX_ROPE_COLS : 1]; /* the rope form: the block's rounded y values */
+    __shared__ float rcs[ROPE ? EX_ROPE_HD : 1];   /* and its token's cos | sin */
     pdl_trigger();
     int si, cols, b0;
     int64_t ldy;
@@ -107,15 +172,21 @@ __global__ void __launch_bounds__(EX_THREADS, MINB)
     const int s = blockIdx.y;
     const int r = lw.rank;
     int t0, nt;
-    if (r <= 0 || !sgmv_tile(seg_indptr, s, blockIdx.z, TT, &t0, &nt))
+    if ((!ROPE && r <= 0) || !sgmv_tile(seg_indptr, s, blockIdx.z, TT, &t0, &nt))
         return;
     const TT_ *tt = tmp + (int64_t)t0 * ldt + (int64_t)si * o.col_off; /* [nt, r], stride ldt */
     y += (int64_t)t0 * ldy;                                             /* [nt, cols], stride ldy */
     const int c0 = (blockIdx.x - b0) * o.cpb, c1 = min(c0 + o.cpb, cols);
     const T *B = (const T *)lw.B;
     const float scale = lw.scale;
+    if (ROPE && si < 2) /* positions and frequencies are step metadata: before pdl_wait */
+        for (int i = threadIdx.x; i < rp.hd / 2; i += EX_THREADS)
+            rope_cos_sin((float)rp.pos[t0], rp.inv_freq[i], &rcs[i], &rcs[rp.hd / 2 + i]);
 
-    if (TT <= 4 && r % 8 == 0 && cu_aligned16(B)) {
+    if (ROPE && r <= 0) { /* no adapter at this slot: y as the matmul left it */
+        pdl_wait();
+        for (int n = c0 + threadIdx.x; n < c1; n += EX_THREADS) rys[n - c0] = to_f32(y[n]);
+    } else if (TT <= 4 && r % 8 == 0 && cu_aligned16(B)) {
         const int cpr = r / 8; /* 16-byte words per B row */
         int lg = 0;
         while ((1 << lg) < cpr) lg++;
@@ -180,8 +251,13 @@ __global__ void __launch_bounds__(EX_THREADS, MINB)
                     const int n = n0 + u * rpi + rowl;
 #pragma unroll
                     for (int i = 0; i < TT; i++)
-                        if (i < nt && n < c1)
-                            y[(int64_t)i * ldy + n] = from_f32<T>(yv[i][u] + scale * acc[i][u]);
+                        if (i < nt && n < c1) {
+                            const T v = from_f32<T>(yv[i][u] + scale * acc[i][u]);
+                            if (ROPE)
+                                rys[n - c0] = to_f32(v);
+                            else
+                                y[(int64_t)i * ldy + n] = v;
+                        }
                 }
             }
         }
@@ -221,10 +297,18 @@ __global__ void __launch_bounds__(EX_THREADS, MINB)
             for (int i = 0; i < TT; i++) {
                 if (i < nt) {
                     T *p = y + (int64_t)i * ldy + n;
-                    *p = from_f32<T>(to_f32(*p) + scale * acc[i]);
+                    const T v = from_f32<T>(to_f32(*p) + scale * acc[i]);
+                    if (ROPE)
+                        rys[n - c0] = to_f32(v);
+                    else
+                        *p = v;
                 }
             }
         }
+    }
+    if (ROPE) {
+        __syncthreads();
+        ex_rope_store(y, si, c0, c1, rys, rcs, rp, t0);
     }
 }
 
@@ -464,23 +548,28 @@ static void launch_mma(cuda_ctx *c, const ex_outs<T> &o, lg_tensor tmp, const lg
                         lm->seg_indptr, lm->w, lm->n_slots, y_vec);
 }
 
+/* rp: the rope form (tt == 1) when rp->base, else the plain expand. */
 template <typename T, typename TT_>
-static void launch(cuda_ctx *c, ex_outs<T> o, lg_tensor tmp, const lg_lora_meta *lm, int max_seg, int tt)
+static void launch(cuda_ctx *c, ex_outs<T> o, lg_tensor tmp, const lg_lora_meta *lm, int max_seg, int tt,
+                   const ex_rope *rp)
 {
     const unsigned nx = (unsigned)o.bstart[o.k];
     const dim3 grid(nx, (unsigned)lm->n_segs, (unsigned)((max_seg + tt - 1) / tt));
     const TT_ *td = (const TT_ *)tmp.data;
     static int res = -1; /* LG_EXPAND_RES (measurements): 3 (default) the decode form built for three blocks an SM, 1 not */
     const int mb = cu_switch(&res, "LG_EXPAND_RES", 3);
-    if (tt == 1)
+    if (tt == 1 && rp->base)
+        (void)cu_launch(c, lora_expand_kernel<T, TT_, 1, 8, 3, true>, grid, EX_THREADS, 0, o, td, tmp.stride,
+                        lm->seg_indptr, lm->w, lm->n_slots, *rp);
+    else if (tt == 1)
         (void)cu_launch(c, mb == 3 ? lora_expand_kernel<T, TT_, 1, 8, 3> : lora_expand_kernel<T, TT_, 1, 8>, grid,
-                        EX_THREADS, 0, o, td, tmp.stride, lm->seg_indptr, lm->w, lm->n_slots);
+                        EX_THREADS, 0, o, td, tmp.stride, lm->seg_indptr, lm->w, lm->n_slots, *rp);
     else if (tt == 4)
         (void)cu_launch(c, lora_expand_kernel<T, TT_, 4, 4>, grid, EX_THREADS, 0, o, td, tmp.stride, lm->seg_indptr,
-                        lm->w, lm->n_slots);
+                        lm->w, lm->n_slots, *rp);
     else
         (void)cu_launch(c, lora_expand_kernel<T, TT_, 8, 1>, grid, EX_THREADS, 0, o, td, tmp.stride, lm->seg_indptr,
-                        lm->w, lm->n_slots);
+                        lm->w, lm->n_slots, *rp);
 }
 
 /* The tile kernel's shape for this launch: *rm (the step's largest rank rounded up to 8, 16, 32
@@ -504,14 +593,19 @@ static bool ex_tile_plan(const cuda_ctx *c, const lg_tensor *ys, int k, const lg
 
 /* tile, rm, cpt: ex_tile_plan's answer. store: y = the expand (not y + it), rank-0 segments' rows
  * zeroed, on tensor cores (the mma kernel); only where tile is true (prefill-shaped, ranks <= 64). */
-template <typename T>
-static void launch_t(cuda_ctx *c, const lg_tensor *ys, const int *slots, int k, lg_tensor tmp,
-                     const lg_lora_meta *lm, int max_seg, bool store, bool tile, int rm, int cpt)
+/* Columns per block of the decode and 4-token forms: every warp one pass of U loads at max_rank. */
+static int ex_cpb(const lg_lora_meta *lm, int tt)
 {
-    const int tt = max_seg == 1 ? 1 : max_seg <= 4 ? 4 : 8, u = tt == 1 ? 8 : 4;
-    /* columns per block: every warp one pass of U loads at max_rank */
     int lpr = 1;
     while (lpr * 8 < lm->max_rank) lpr *= 2;
+    return EX_WARPS * (32 / lpr) * (tt == 1 ? 8 : 4);
+}
+
+template <typename T>
+static void launch_t(cuda_ctx *c, const lg_tensor *ys, const int *slots, int k, lg_tensor tmp,
+                     const lg_lora_meta *lm, int max_seg, bool store, bool tile, int rm, int cpt, const ex_rope *rp)
+{
+    const int tt = max_seg == 1 ? 1 : max_seg <= 4 ? 4 : 8;
     ex_outs<T> o;
     memset(&o, 0, sizeof o);
     o.k = k;
@@ -519,7 +613,7 @@ static void launch_t(cuda_ctx *c, const lg_tensor *ys, const int *slots, int k, 
     o.cpb = store ? EXM_BC
           : tile  ? EX_THREADS * cpt
           : tt == 8 ? EX_THREADS /* TT = 8: one column per thread */
-                    : EX_WARPS * (32 / lpr) * u;
+                    : ex_cpb(lm, tt);
     o.bstart[0] = 0;
     for (int i = 0; i < k; i++) {
         o.y[i] = (T *)ys[i].data;
@@ -548,18 +642,46 @@ static void launch_t(cuda_ctx *c, const lg_tensor *ys, const int *slots, int k, 
         else f ? launch_tile<T, float, 64, 1>(c, o, tmp, lm, max_seg, y_vec) : launch_tile<T, T, 64, 1>(c, o, tmp, lm, max_seg, y_vec);
         return;
     }
-    if (f) launch<T, float>(c, o, tmp, lm, max_seg, tt);
-    else launch<T, T>(c, o, tmp, lm, max_seg, tt);
+    if (f) launch<T, float>(c, o, tmp, lm, max_seg, tt, rp);
+    else launch<T, T>(c, o, tmp, lm, max_seg, tt, rp);
 }
 
-static unsigned long g_store_launches;
-/* store-form launches so far (op tests: which order matmul_lora took) */
+static unsigned long g_store_launches, g_rope_launches;
+/* store-form and rope-form launches so far (op tests: which path matmul_lora took) */
 extern "C" unsigned long lg_cuda_lora_store_launches(void) { return g_store_launches; }
+extern "C" unsigned long lg_cuda_lora_rope_launches(void) { return g_rope_launches; }
+
+/* The rope form's arguments for this launch (rp->base set), or false (nothing set) when it does not
+ * take it: ys must be q, k, v of rope's heads (head_dim % 16 == 0), every segment one token
+ * covering all rows, the decode form's column blocks whole heads, the cache view of ys' dtype,
+ * rows and cache slots 16-byte aligned; LG_EXPAND_ROPE=0: never. */
+static bool ex_rope_plan(const lg_tensor *ys, int k, const lg_lora_meta *lm, int max_seg, const lg_rope_kv *rope,
+                         ex_rope *rp)
+{
+    static int on = -1;
+    const int hd = rope->head_dim, cpb = ex_cpb(lm, 1);
+    const lg_kv_view *kv = &rope->kv;
+    bool al = cu_aligned16(kv->base) && kv->page_bytes % 16 == 0 && kv->k_off % 16 == 0 && kv->v_off % 16 == 0;
+    for (int i = 0; i < k; i++) al = al && ys[i].stride % 8 == 0 && cu_aligned16(ys[i].data);
+    if (!cu_switch(&on, "LG_EXPAND_ROPE", 1) || k != 3 || !al || max_seg != 1 || lm->seg_indptr_host[0] != 0 ||
+        lm->seg_indptr_host[lm->n_segs] != ys[0].rows || hd <= 0 || hd % 16 || hd > EX_ROPE_HD || cpb % hd ||
+        cpb > EX_ROPE_COLS || ys[0].cols != (int64_t)rope->n_heads * hd ||
+        ys[1].cols != (int64_t)rope->n_kv_heads * hd || ys[2].cols != ys[1].cols || ys[1].rows != ys[0].rows ||
+        ys[2].rows != ys[0].rows || ys[1].dtype != ys[0].dtype || ys[2].dtype != ys[0].dtype ||
+        kv->dtype != ys[0].dtype || kv->head_dim != hd || kv->n_kv_heads != rope->n_kv_heads || !kv->base ||
+        kv->page_tokens <= 0 || !rope->pos || !rope->inv_freq || !rope->slot)
+        return false;
+    rp->pos = rope->pos, rp->slot = rope->slot, rp->inv_freq = rope->inv_freq;
+    rp->base = (char *)kv->base, rp->page_bytes = kv->page_bytes, rp->k_off = kv->k_off, rp->v_off = kv->v_off;
+    rp->page_tokens = kv->page_tokens, rp->hd = hd, rp->kv_cols = rope->n_kv_heads * hd;
+    return true;
+}
 
 /* The checks and the launch of both forms; store: 1 when the launch is not prefill-shaped (the
- * tile kernel's plan does not take it; nothing run). */
+ * tile kernel's plan does not take it; nothing run). rope: 1 (nothing run) unless the rope form
+ * takes the launch. */
 static int expand_multi(lg_backend *be, const lg_tensor *ys, lg_tensor tmp, const lg_lora_meta *lm, const int *slots,
-                        int k, bool store)
+                        int k, bool store, const lg_rope_kv *rope)
 {
     cuda_ctx *c = CU_CTX(be);
     CU_CHECK_VIEW(c, "lora_expand tmp", tmp);
@@ -581,21 +703,26 @@ static int expand_multi(lg_backend *be, const lg_tensor *ys, lg_tensor tmp, cons
         return CU_FAIL(c, "lora_expand: max_rank %d (limit %d) x %d slots vs tmp [%lld,%lld]", lm->max_rank, EX_RMAX, k,
                        (long long)tmp.rows, (long long)tmp.cols);
     if (lm->n_segs == 0)
-        return store ? 1 : 0;
+        return store || rope ? 1 : 0;
     int max_seg = cu_lora_max_seg(lm);
     int64_t min_rows = ys[0].rows;
     for (int i = 1; i < k; i++) min_rows = ys[i].rows < min_rows ? ys[i].rows : min_rows;
     if (max_seg < 0 || lm->seg_indptr_host[lm->n_segs] > min_rows)
         return CU_FAIL(c, "lora_expand: segments are malformed or cover more than y's %lld rows", (long long)min_rows);
     if (max_seg == 0)
-        return store ? 1 : 0;
+        return store || rope ? 1 : 0;
     int rm, cpt;
     const bool tile = ex_tile_plan(c, ys, k, lm, max_seg, &rm, &cpt);
     if (store && !tile)
         return 1;
+    ex_rope rp;
+    memset(&rp, 0, sizeof rp);
+    if (rope && !ex_rope_plan(ys, k, lm, max_seg, rope, &rp))
+        return 1;
     g_store_launches += store;
-    if (ys[0].dtype == LG_F16) launch_t<__half>(c, ys, slots, k, tmp, lm, max_seg, store, tile, rm, cpt);
-    else launch_t<__nv_bfloat16>(c, ys, slots, k, tmp, lm, max_seg, store, tile, rm, cpt);
+    g_rope_launches += rope != NULL;
+    if (ys[0].dtype == LG_F16) launch_t<__half>(c, ys, slots, k, tmp, lm, max_seg, store, tile, rm, cpt, &rp);
+    else launch_t<__nv_bfloat16>(c, ys, slots, k, tmp, lm, max_seg, store, tile, rm, cpt, &rp);
     CU_LAUNCHED(c);
     return 0;
 }
@@ -603,13 +730,19 @@ static int expand_multi(lg_backend *be, const lg_tensor *ys, lg_tensor tmp, cons
 int cu_lora_expand_multi(lg_backend *be, const lg_tensor *ys, lg_tensor tmp, const lg_lora_meta *lm,
                          const int *slots, int k)
 {
-    return expand_multi(be, ys, tmp, lm, slots, k, false);
+    return expand_multi(be, ys, tmp, lm, slots, k, false, NULL);
 }
 
 int cu_lora_expand_store(lg_backend *be, const lg_tensor *ys, lg_tensor tmp, const lg_lora_meta *lm, const int *slots,
                          int k)
 {
-    return expand_multi(be, ys, tmp, lm, slots, k, true);
+    return expand_multi(be, ys, tmp, lm, slots, k, true, NULL);
+}
+
+int cu_lora_expand_rope(lg_backend *be, const lg_tensor *ys, lg_tensor tmp, const lg_lora_meta *lm, const int *slots,
+                        int k, const lg_rope_kv *rope)
+{
+    return expand_multi(be, ys, tmp, lm, slots, k, false, rope);
 }
 
 /* The store form for benchmarks (tests/gpu/bench_sgmv.c; C linkage) */

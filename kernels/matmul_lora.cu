@@ -8,6 +8,8 @@
  *   for i < k:  lora_expand(cols [col0[i], col0[i] + ncols[i]) of y,
  *                           cols [i * R, i * R + R) of tmp, lm, slots[i])
  *
+ *   with rope (the q,k,v columns of a layer): then rope_kv_write(q, k, v of y)
+ *
  * The slot is on by default (LG_FUSE_LORA=0: off, model.c runs the three
  * ops). Orders:
  *  - Prefill (segments of many tokens, where lora_expand.cu takes its
@@ -23,7 +25,10 @@
  *  - Otherwise the order model.c uses without the slot (shrink, matmul,
  *    expand: measured fastest with the TMA decode matmul,
  *    docs/benchmarks.md, issue 10). LG_FUSE_LORA=2: matmul, shrink, expand
- *    (model.c's order before; comparisons only).
+ *    (model.c's order before; comparisons only). With rope, a decode step's
+ *    expand takes lora_expand.cu's rope form (rope + KV write in the
+ *    expand's launch, the same bits as the two ops); any other shape or
+ *    order runs rope_kv_write after the op's launches.
  * With the tensor-core skinny matmul switched on (LG_SKINNY=1; off by
  * default, it loses to cuBLAS: docs/benchmarks.md) and 5..64 token rows, tmp
  * f32, max_rank <= 64, output ranges of whole tiles: the shrink first, then
@@ -60,8 +65,10 @@ static int zero_gaps(cuda_ctx *c, lg_tensor y, const int *col0, const int *ncols
 }
 
 
-int cu_matmul_lora(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tensor bias, lg_tensor tmp,
-                   const lg_lora_meta *lm, const int *slots, const int *col0, const int *ncols, int k)
+/* The op without rope's part; *roped set when the expand did rope_kv_write's work (its rope form). */
+static int mlora(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tensor bias, lg_tensor tmp,
+                 const lg_lora_meta *lm, const int *slots, const int *col0, const int *ncols, int k,
+                 const lg_rope_kv *rope, bool *roped)
 {
     cuda_ctx *c = CU_CTX(be);
     if (cu_matmul_check(c, y, x, W, bias) != 0)
@@ -129,5 +136,31 @@ int cu_matmul_lora(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_ten
     }
     if (cu_matmul(be, y, x, W, bias, false) != 0)
         return -1;
+    if (rope) { /* decode q,k,v: the expand with rope + KV write in the same launch */
+        const int rc = cu_lora_expand_rope(be, ys, tmp, lm, slots, k, rope);
+        *roped = rc == 0;
+        if (rc <= 0)
+            return rc;
+    }
     return cu_lora_expand_multi(be, ys, tmp, lm, slots, k);
+}
+
+int cu_matmul_lora(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tensor bias, lg_tensor tmp,
+                   const lg_lora_meta *lm, const int *slots, const int *col0, const int *ncols, int k,
+                   const lg_rope_kv *rope)
+{
+    cuda_ctx *c = CU_CTX(be);
+    if (rope && (rope->n_heads <= 0 || rope->n_kv_heads <= 0 || rope->head_dim <= 0 ||
+                 (int64_t)(rope->n_heads + 2 * rope->n_kv_heads) * rope->head_dim > y.cols))
+        return CU_FAIL(c, "matmul_lora: rope's %d + 2 x %d heads of %d do not fit y's %lld columns", rope->n_heads,
+                       rope->n_kv_heads, rope->head_dim, (long long)y.cols);
+    bool roped = false;
+    if (mlora(be, y, x, W, bias, tmp, lm, slots, col0, ncols, k, rope, &roped) != 0)
+        return -1;
+    if (!rope || roped)
+        return 0;
+    const int64_t qd = (int64_t)rope->n_heads * rope->head_dim, kvd = (int64_t)rope->n_kv_heads * rope->head_dim;
+    return cu_rope_kv_write(be, lg_tensor_cols(y, 0, qd), lg_tensor_cols(y, qd, kvd), lg_tensor_cols(y, qd + kvd, kvd),
+                            rope->pos, rope->inv_freq, rope->n_heads, rope->n_kv_heads, rope->head_dim, rope->kv,
+                            rope->slot);
 }

@@ -36,6 +36,12 @@ int cu_lora_expand_multi(lg_backend *be, const lg_tensor *ys, lg_tensor tmp, con
  * tile kernel (multi-token segments filling the GPU, ranks <= 64); 0 done, -1 error. */
 int cu_lora_expand_store(lg_backend *be, const lg_tensor *ys, lg_tensor tmp, const lg_lora_meta *lm, const int *slots,
                          int k);
+/* lora_expand.cu's rope form, for matmul_lora's q,k,v with rope: the expand of ys = q, k, v
+ * (slots[0..2]), then rope_kv_write(q, k, v, rope->...), in one launch; results equal the two ops'
+ * bit for bit. 1 (nothing run) unless a decode step (every segment one token, covering the rows)
+ * whose column blocks are whole heads; 0 done, -1 error. */
+int cu_lora_expand_rope(lg_backend *be, const lg_tensor *ys, lg_tensor tmp, const lg_lora_meta *lm, const int *slots,
+                        int k, const lg_rope_kv *rope);
 /* Host helpers over lg_lora_meta (lora_shrink.cu): the longest segment (-1 when malformed), the
  * step's largest rank (step_max_rank, else max_rank), the number of tm-token tiles of all segments. */
 int cu_lora_max_seg(const lg_lora_meta *lm);
@@ -95,7 +101,8 @@ typedef struct cu_lora_epi {
     int slots[LG_LORA_MULTI_MAX], col0[LG_LORA_MULTI_MAX], ncols[LG_LORA_MULTI_MAX];
 } cu_lora_epi;
 int cu_matmul_lora(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tensor bias, lg_tensor tmp,
-                   const lg_lora_meta *lm, const int *slots, const int *col0, const int *ncols, int k);
+                   const lg_lora_meta *lm, const int *slots, const int *col0, const int *ncols, int k,
+                   const lg_rope_kv *rope);
 /* The tensor-core matmul for 3..64 token rows (gemm_skinny.cu), same contract as cu_gemv_try:
  * 0 done, -1 error, 1 not taken (T > 64, K % 8, alignment, LG_SKINNY=0): use cuBLAS. */
 int cu_skinny_try(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tensor bias, bool accumulate,

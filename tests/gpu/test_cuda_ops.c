@@ -43,6 +43,7 @@ void lg_cuda_streamk_mode(int mode); /* kernels/gemm_streamk.cu: 0 = off, 1 = mm
                                         2 = TMA auto (default), 20 + v = its variant v, -1 = as LG_STREAMK */
 void lg_cuda_blaslt(int on);        /* kernels/gemm_lt.cu: 1 on, 0 off, -1 as LG_BLASLT */
 unsigned long lg_cuda_lora_store_launches(void); /* kernels/lora_expand.cu: store-form expands so far */
+unsigned long lg_cuda_lora_rope_launches(void);  /* kernels/lora_expand.cu: rope-form expands so far */
 void lg_cuda_sgmv_prefill(int mode); /* kernels/lora_shrink_mma.cu: 0 = segments > 4 tokens on the CUDA-core kernels,
                                        2 = on the prefill kernels at any grid size, -1 as LG_SGMV_PREFILL */
 static int n_fail, n_pass;
@@ -873,6 +874,51 @@ static void test_lora_multi_prefill(lg_dtype dt, const char *name, int n_segs, c
  * 0 when it must not, -1 either). gap: columns of y without a slot before each range and after
  * the last (the store order zeroes them). */
 static int mlora_graph; /* also record the launch in a step graph and compare replays with eager runs */
+/* With rope (mlora_rope.hd > 0; k = 3 ranges n_heads x hd, n_kv_heads x hd twice, no gap): the op
+ * also does rope_kv_write. Against the op without rope followed by rope_kv_write, on the same
+ * inputs and a copy of the KV pages: y and every page byte bit for bit (the contract); the CPU
+ * reference gets the CPU's rope. fused: 1 when the expand's rope form must be taken, 0 when not. */
+static struct { int nh, nkv, hd, fused; } mlora_rope;
+/* Inputs of a rope + KV write over T tokens: positions (< 5000), cache slots (token 2 without a
+ * row), inverse frequencies, and two equal copies of random KV pages (16 tokens a page, two
+ * layers K, V, K, V; kv1 / kv2 view the second layer of each copy). */
+typedef struct {
+    int32_t *pos, *slot, *dpos, *dslot;
+    float inv[512], *dinv;
+    void *p1, *p2;
+    size_t pool_bytes;
+    lg_kv_view kv1, kv2;
+} rope_fix;
+static void *dev_rand(lg_dtype dt, size_t n, float amp);
+static int32_t *dev_i32(const int32_t *h, size_t n);
+static rope_fix rope_fix_new(lg_dtype dt, int T, int nkv, int hd)
+{
+    rope_fix f;
+    const int pt = 16, kvd = nkv * hd, n_pages = T + 2;
+    const size_t es = esz(dt), blk = (size_t)pt * kvd * es, pb = 4 * blk;
+    f.pos = malloc(T * 4), f.slot = malloc(T * 4);
+    for (int t = 0; t < T; t++) f.pos[t] = irand(5000), f.slot[t] = t == 2 ? -1 : (T - t) * pt + t * 5 % pt;
+    for (int i = 0; i < hd / 2; i++) f.inv[i] = powf(10000.0f, -2.0f * i / hd);
+    f.dpos = dev_i32(f.pos, T), f.dslot = dev_i32(f.slot, T);
+    f.dinv = G->i.alloc(G, hd * 2);
+    G->i.upload(G, f.dinv, f.inv, hd * 2);
+    f.pool_bytes = (size_t)n_pages * pb;
+    f.p1 = dev_rand(dt, f.pool_bytes / es, 1.0f), f.p2 = G->i.alloc(G, f.pool_bytes);
+    G->i.copy(G, f.p2, f.p1, f.pool_bytes);
+    f.kv1 = (lg_kv_view){f.p1, pb, 2 * blk, 3 * blk, pt, nkv, hd, dt};
+    f.kv2 = f.kv1;
+    f.kv2.base = f.p2;
+    return f;
+}
+static void rope_fix_free(rope_fix *f)
+{
+    G->i.dealloc(G, f->dpos), G->i.dealloc(G, f->dslot), G->i.dealloc(G, f->dinv);
+    G->i.dealloc(G, f->p1), G->i.dealloc(G, f->p2);
+    free(f->pos), free(f->slot);
+}
+static void mlora_rope_check(lg_dtype dt, const char *cas, gt *yg, lg_tensor x, lg_tensor W, lg_tensor b,
+                             lg_tensor tmp, const lg_lora_meta *lm, const int *slots, const int *col0,
+                             const int *ncols, float *ry);
 static void test_matmul_lora_case(lg_dtype dt, const char *name, int n_segs, const int *seg_len, const int *rank,
                                   int K, int k, const int *ncols, int bias, int gap, int store)
 {
@@ -936,7 +982,8 @@ static void test_matmul_lora_case(lg_dtype dt, const char *name, int n_segs, con
     gt tmp2 = gt_new(LG_F32, T, k * R, 0);
     gt_poison(&tmp2);
     const unsigned long st0 = lg_cuda_lora_store_launches();
-    int rc = G->i.matmul_lora ? G->i.matmul_lora(G, y.t, x.t, W.t, bias ? bt : none, tmp.t, &lm, slots, col0, ncols, k)
+    int rc = G->i.matmul_lora ? G->i.matmul_lora(G, y.t, x.t, W.t, bias ? bt : none, tmp.t, &lm, slots, col0, ncols, k,
+                                                 NULL)
                               : -1;
     const int stored = lg_cuda_lora_store_launches() != st0;
     rc |= G->i.lora_shrink_multi(G, tmp2.t, x.t, &lm, slots, k);
@@ -968,8 +1015,12 @@ static void test_matmul_lora_case(lg_dtype dt, const char *name, int n_segs, con
             }
     char cas[64];
     snprintf(cas, sizeof cas, "%s T%d K%d N%d k%d%s%s", name, T, K, N, k, bias ? " bias" : "", stored ? " store" : "");
-    record("matmul_lora", cas, dt, rel_l2(gy, ry, n), lim_for(dt),
-           rc == 0 && g == 0 && g2 == 0 && (store < 0 || store == stored));
+    if (mlora_rope.hd) {
+        mlora_rope_check(dt, cas, &y, x.t, W.t, bias ? bt : none, tmp.t, &lm, slots, col0, ncols, ry);
+    } else {
+        record("matmul_lora", cas, dt, rel_l2(gy, ry, n), lim_for(dt),
+               rc == 0 && g == 0 && g2 == 0 && (store < 0 || store == stored));
+    }
     if (mlora_graph && G->i.graph_begin) {
         /* the same launch recorded in a step graph, then replayed with new x and new adapter
          * scales (device inputs the graph reads): bit for bit the eager op on the same inputs */
@@ -983,14 +1034,14 @@ static void test_matmul_lora_case(lg_dtype dt, const char *name, int n_segs, con
                 grc |= G->i.upload(G, dw, w, (size_t)n_segs * n_slots * sizeof(lg_lora_w));
             }
             gt_poison(&y);
-            grc |= G->i.matmul_lora(G, y.t, x.t, W.t, bias ? bt : none, tmp.t, &lm, slots, col0, ncols, k);
+            grc |= G->i.matmul_lora(G, y.t, x.t, W.t, bias ? bt : none, tmp.t, &lm, slots, col0, ncols, k, NULL);
             grc |= gt_get(&y, ye, NULL);
             gt_poison(&y);
             bool rep = false;
             grc |= G->i.graph_begin(G, key, sizeof key, &rep);
             if (!rep)
                 grc |= G->i.graph_end(
-                    G, G->i.matmul_lora(G, y.t, x.t, W.t, bias ? bt : none, tmp.t, &lm, slots, col0, ncols, k) == 0);
+                    G, G->i.matmul_lora(G, y.t, x.t, W.t, bias ? bt : none, tmp.t, &lm, slots, col0, ncols, k, NULL) == 0);
             else
                 grc |= G->i.graph_end(G, true);
             grc |= gt_get(&y, yg, NULL);
@@ -1006,6 +1057,66 @@ static void test_matmul_lora_case(lg_dtype dt, const char *name, int n_segs, con
     free(B), free(w), free(indptr), free(hpool), free(b), free(gy), free(gtmp), free(gtmp2), free(ry);
     G->i.dealloc(G, pool), G->i.dealloc(G, dw), G->i.dealloc(G, dind), G->i.dealloc(G, db);
     gt_free(&x), gt_free(&W), gt_free(&y), gt_free(&tmp), gt_free(&tmp2);
+}
+
+static void mlora_rope_check(lg_dtype dt, const char *cas, gt *yg, lg_tensor x, lg_tensor W, lg_tensor b,
+                             lg_tensor tmp, const lg_lora_meta *lm, const int *slots, const int *col0,
+                             const int *ncols, float *ry)
+{
+    const lg_tensor y = yg->t;
+    const int T = (int)y.rows, N = (int)y.cols, nh = mlora_rope.nh, nkv = mlora_rope.nkv, hd = mlora_rope.hd;
+    const int qd = nh * hd, kvd = nkv * hd;
+    rope_fix f = rope_fix_new(dt, T, nkv, hd);
+    const size_t pool_bytes = f.pool_bytes;
+    const lg_rope_kv rk1 = {f.dpos, f.dinv, nh, nkv, hd, f.kv1, f.dslot};
+    /* the op with rope, then the op without it and rope_kv_write on the copy of the pages */
+    const unsigned long r0 = lg_cuda_lora_rope_launches();
+    gt_poison(yg);
+    int rc = G->i.matmul_lora(G, y, x, W, b, tmp, lm, slots, col0, ncols, 3, &rk1);
+    const int fused = lg_cuda_lora_rope_launches() != r0;
+    const size_t n = (size_t)T * N;
+    float *g1 = malloc(n * 4), *g2 = malloc(n * 4);
+    unsigned char *h1 = malloc(pool_bytes), *h2 = malloc(pool_bytes);
+    int g = gt_get(yg, g1, NULL) | G->i.download(G, h1, f.p1, pool_bytes);
+    gt_poison(yg);
+    rc |= G->i.matmul_lora(G, y, x, W, b, tmp, lm, slots, col0, ncols, 3, NULL);
+    rc |= G->i.rope_kv_write(G, lg_tensor_cols(y, 0, qd), lg_tensor_cols(y, qd, kvd), lg_tensor_cols(y, qd + kvd, kvd),
+                             f.dpos, f.dinv, nh, nkv, hd, f.kv2, f.dslot);
+    g |= gt_get(yg, g2, NULL) | G->i.download(G, h2, f.p2, pool_bytes);
+    const int same = memcmp(g1, g2, n * 4) == 0 && memcmp(h1, h2, pool_bytes) == 0;
+    lg_tensor hq = {ry, LG_F32, T, qd, N}, hk = {ry + qd, LG_F32, T, kvd, N};
+    C->i.rope(C, hq, hk, f.pos, f.inv, nh, nkv, hd);
+    char c2[96];
+    snprintf(c2, sizeof c2, "%s rope h%d/%d hd%d %s ==ops %s", cas, nh, nkv, hd, fused ? "fused" : "two ops",
+             same ? "yes" : "NO");
+    record("matmul_lora", c2, dt, rel_l2(g1, ry, n), lim_for(dt), rc == 0 && g == 0 && same && fused == mlora_rope.fused);
+    rope_fix_free(&f);
+    free(g1), free(g2), free(h1), free(h2);
+}
+
+/* matmul_lora with rope (the q,k,v form of a layer): decode steps take the expand's rope form
+ * (ranks 0..16 with an odd one: the expand's element path; max_rank 64: 256-column blocks;
+ * GQA, head_dim 64 and 128; a token without a cache row); segments of several tokens and a
+ * head_dim the column blocks do not hold whole run the two ops. */
+static void test_matmul_lora_rope(lg_dtype dt)
+{
+    int one[64], r16[64], mixed[64], r64[64], len2[] = {1, 2, 1, 3}, r2[] = {16, 8, 16, 0};
+    for (int i = 0; i < 64; i++)
+        one[i] = 1, r16[i] = 16, r64[i] = i == 1 ? 64 : 16, mixed[i] = (int[]){16, 8, 0, 13, 16, 8}[i % 6];
+    const struct { int nh, nkv, hd, fused, T, K; const int *len, *rank; const char *name; } cs[] = {
+        {8, 8, 128, 1, 32, 512, one, r16, "decode"},         /* W1's shape, 1,024-column blocks */
+        {12, 4, 64, 1, 7, 256, one, mixed, "decode mixed"},  /* GQA, hd 64, ranks 0/8/13/16 */
+        {16, 4, 128, 1, 5, 256, one, r64, "decode r64"},     /* max_rank 64: 256-column blocks */
+        {12, 4, 64, 0, 7, 256, len2, r2, "segments"},        /* max_seg 3: the two ops */
+        {4, 2, 320, 0, 3, 256, one, r16, "hd320"},           /* hd > the rope form's 256 */
+    };
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
+        mlora_rope.nh = cs[i].nh, mlora_rope.nkv = cs[i].nkv, mlora_rope.hd = cs[i].hd, mlora_rope.fused = cs[i].fused;
+        const int nc[3] = {cs[i].nh * cs[i].hd, cs[i].nkv * cs[i].hd, cs[i].nkv * cs[i].hd};
+        const int ns = cs[i].len == len2 ? 4 : cs[i].T;
+        test_matmul_lora_case(dt, cs[i].name, ns, cs[i].len, cs[i].rank, cs[i].K, 3, nc, i == 1, 0, 0);
+    }
+    mlora_rope.hd = 0;
 }
 
 static void test_matmul_lora(lg_dtype dt)
@@ -1056,6 +1167,7 @@ static void test_matmul_lora(lg_dtype dt)
         mlora_graph = 0;
         lg_cuda_sgmv_prefill(-1);
     }
+    test_matmul_lora_rope(dt);
 }
 
 /* rope_kv_write (kernels/rope_kv.cu) against the GPU's own rope + kv_write (bit for bit: the
@@ -1068,42 +1180,31 @@ static void test_rope_kv(lg_dtype dt)
     }
     const int cases[][4] = {{7, 8, 2, 64}, {32, 32, 32, 128}, {5, 12, 4, 80}}; /* T, nh, nkv, hd */
     for (int ci = 0; ci < 3; ci++) {
-        const int T = cases[ci][0], nh = cases[ci][1], nkv = cases[ci][2], hd = cases[ci][3], pt = 16;
-        const int qd = nh * hd, kvd = nkv * hd, Wd = qd + 2 * kvd, n_pages = T + 2;
-        const size_t es = esz(dt), blk = (size_t)pt * kvd * es, pb = 4 * blk; /* 2 layers: K, V, K, V */
+        const int T = cases[ci][0], nh = cases[ci][1], nkv = cases[ci][2], hd = cases[ci][3];
+        const int qd = nh * hd, kvd = nkv * hd, Wd = qd + 2 * kvd;
         gt a = gt_new(dt, T, Wd, 8), b = gt_new(dt, T, Wd, 8);
         gt_set(&a, NULL, 1.0f);
         gt_set(&b, a.f, 1.0f);
-        int32_t *pos = malloc(T * 4), *slot = malloc(T * 4);
-        for (int t = 0; t < T; t++) pos[t] = irand(5000), slot[t] = t == 2 ? -1 : (T - t) * pt + t * 5 % pt;
-        float inv[512];
-        for (int i = 0; i < hd / 2; i++) inv[i] = powf(10000.0f, -2.0f * i / hd);
-        int32_t *dpos = dev_i32(pos, T), *dslot = dev_i32(slot, T);
-        float *dinv = G->i.alloc(G, hd * 2);
-        G->i.upload(G, dinv, inv, hd * 2);
-        size_t pool_el = (size_t)n_pages * pb / es;
-        void *p1 = dev_rand(dt, pool_el, 1.0f), *p2 = G->i.alloc(G, pool_el * es);
-        G->i.copy(G, p2, p1, pool_el * es);
-        lg_kv_view kv1 = {p1, pb, 2 * blk, 3 * blk, pt, nkv, hd, dt}, kv2 = kv1;
-        kv2.base = p2;
+        rope_fix f = rope_fix_new(dt, T, nkv, hd);
+        const size_t pool_bytes = f.pool_bytes;
         lg_tensor qa = lg_tensor_cols(a.t, 0, qd), ka = lg_tensor_cols(a.t, qd, kvd), va = lg_tensor_cols(a.t, qd + kvd, kvd);
         lg_tensor qb = lg_tensor_cols(b.t, 0, qd), kb = lg_tensor_cols(b.t, qd, kvd), vb = lg_tensor_cols(b.t, qd + kvd, kvd);
-        int rc = G->i.rope_kv_write(G, qa, ka, va, dpos, dinv, nh, nkv, hd, kv1, dslot);
-        rc |= G->i.rope(G, qb, kb, dpos, dinv, nh, nkv, hd);
-        rc |= G->i.kv_write(G, kv2, kb, vb, dslot, T);
+        int rc = G->i.rope_kv_write(G, qa, ka, va, f.dpos, f.dinv, nh, nkv, hd, f.kv1, f.dslot);
+        rc |= G->i.rope(G, qb, kb, f.dpos, f.dinv, nh, nkv, hd);
+        rc |= G->i.kv_write(G, f.kv2, kb, vb, f.dslot, T);
         size_t n = (size_t)T * Wd;
         float *ga = malloc(n * 4), *gb = malloc(n * 4), *ref = fdup(a.f, n);
         int g = gt_get(&a, ga, NULL) | gt_get(&b, gb, NULL);
-        unsigned char *h1 = malloc(pool_el * es), *h2 = malloc(pool_el * es);
-        g |= G->i.download(G, h1, p1, pool_el * es) | G->i.download(G, h2, p2, pool_el * es);
-        const int same = memcmp(ga, gb, n * 4) == 0 && memcmp(h1, h2, pool_el * es) == 0;
+        unsigned char *h1 = malloc(pool_bytes), *h2 = malloc(pool_bytes);
+        g |= G->i.download(G, h1, f.p1, pool_bytes) | G->i.download(G, h2, f.p2, pool_bytes);
+        const int same = memcmp(ga, gb, n * 4) == 0 && memcmp(h1, h2, pool_bytes) == 0;
         lg_tensor hq = {ref, LG_F32, T, qd, Wd}, hk = {ref + qd, LG_F32, T, kvd, Wd};
-        C->i.rope(C, hq, hk, pos, inv, nh, nkv, hd);
+        C->i.rope(C, hq, hk, f.pos, f.inv, nh, nkv, hd);
         char cas[48];
         snprintf(cas, sizeof cas, "T%d h%d/%d hd%d ==rope+kv_write %s", T, nh, nkv, hd, same ? "yes" : "NO");
         record("rope_kv", cas, dt, rel_l2(ga, ref, n), lim_for(dt), rc == 0 && g == 0 && same);
-        G->i.dealloc(G, dpos), G->i.dealloc(G, dslot), G->i.dealloc(G, dinv), G->i.dealloc(G, p1), G->i.dealloc(G, p2);
-        free(pos), free(slot), free(ga), free(gb), free(ref), free(h1), free(h2);
+        rope_fix_free(&f);
+        free(ga), free(gb), free(ref), free(h1), free(h2);
         gt_free(&a), gt_free(&b);
     }
 }
@@ -1329,10 +1430,11 @@ static int mini_forward(mini *k)
     lg_tensor ys[3] = {q, kk, v};
     if (k->multi == 2) { /* the fused ops, as model.c runs them on CUDA */
         const int col0[3] = {0, qd, qd + kvd}, ncols[3] = {qd, kvd, kvd}, s3 = 3, c0 = 0;
-        rc |= be->i.matmul_lora(be, qkv, xn, lg_tensor_2d(k->wqkv, a, W, d), none, tmp, &k->lm, slots, col0, ncols, 3);
-        rc |= be->i.rope_kv_write(be, q, kk, v, k->m.pos, k->inv_freq, k->nh, k->nkv, k->hd, kv, k->m.slot);
+        const lg_rope_kv rk = {k->m.pos, k->inv_freq, k->nh, k->nkv, k->hd, kv, k->m.slot};
+        rc |= be->i.matmul_lora(be, qkv, xn, lg_tensor_2d(k->wqkv, a, W, d), none, tmp, &k->lm, slots, col0, ncols, 3,
+                                &rk);
         rc |= be->i.attention(be, attn, q, kv, &k->m, k->nh, 1.0f / sqrtf((float)k->hd));
-        rc |= be->i.matmul_lora(be, o, attn, lg_tensor_2d(k->wo, a, d, qd), none, tmp, &k->lm, &s3, &c0, &d, 1);
+        rc |= be->i.matmul_lora(be, o, attn, lg_tensor_2d(k->wo, a, d, qd), none, tmp, &k->lm, &s3, &c0, &d, 1, NULL);
         goto tail;
     }
     rc |= be->i.matmul(be, qkv, xn, lg_tensor_2d(k->wqkv, a, W, d), none, false);
@@ -1409,7 +1511,8 @@ static void mini_new_step(mini *k, int lo, int hi)
     free(w), free(h), free(perm);
 }
 
-static void test_graph(lg_dtype dt)
+/* one_tok: every token its own segment (a decode step of distinct adapters: the q,k,v expand's rope form) */
+static void test_graph(lg_dtype dt, int one_tok)
 {
     if (!G->i.graph_begin || !G->i.lora_shrink_multi) {
         record("graph", "slots missing", dt, 1, 0, 0);
@@ -1441,11 +1544,13 @@ static void test_graph(lg_dtype dt)
     k.attn = G->i.alloc(G, S * qd * es), k.o = G->i.alloc(G, S * d * es), k.rows = G->i.alloc(G, S * d * es);
     k.logits = G->i.alloc(G, (size_t)S * k.V * 4), k.tmp = G->i.alloc(G, S * 3 * k.R * 4);
     k.meta = G->i.alloc(G, (size_t)(8 * S + 8 + k.max_pages) * 4);
-    /* segments: [0,1) [1,4) [4,6): a longest segment of 3 (the tiled kernels) */
-    k.n_segs = 3;
-    int32_t seg[4] = {0, 1, 4, 6};
+    /* segments: [0,1) [1,4) [4,6): a longest segment of 3 (the tiled kernels); or one token each */
+    int32_t seg[7] = {0, 1, 4, 6}, seg1[7] = {0, 1, 2, 3, 4, 5, 6};
+    if (one_tok)
+        memcpy(seg, seg1, sizeof seg);
+    k.n_segs = one_tok ? 6 : 3;
     k.seg_host = seg;
-    k.seg_dev = dev_i32(seg, 4);
+    k.seg_dev = dev_i32(seg, k.n_segs + 1);
     k.w_dev = G->i.alloc(G, (size_t)k.n_segs * LG_LORA_N_MODULES * sizeof(lg_lora_w));
     k.lm = (lg_lora_meta){k.n_segs, LG_LORA_N_MODULES, k.R, k.seg_dev, k.w_dev, k.seg_host, 0};
 
@@ -1482,13 +1587,15 @@ static void test_graph(lg_dtype dt)
         for (size_t i = 0; i < nl; i++) finite &= isfinite(eager[i]) != 0;
     }
     rc_all |= G->i.sync(G);
-    char cas[48];
-    snprintf(cas, sizeof cas, "replay==eager %d/%d steps", n_same, n_steps);
+    char cas[64];
+    const char *sg = one_tok ? ", 1-token segments" : "";
+    snprintf(cas, sizeof cas, "replay==eager %d/%d steps%s", n_same, n_steps, sg);
     record("graph", cas, dt, n_steps - n_same, 0, rc_all == 0 && n_replayed == n_steps - 1 && finite);
-    snprintf(cas, sizeof cas, "lora multi==single %d/%d", n_multi_same, n_steps);
+    snprintf(cas, sizeof cas, "lora multi==single %d/%d%s", n_multi_same, n_steps, sg);
     record("lora_multi", cas, dt, n_steps - n_multi_same, 0, rc_all == 0);
+    snprintf(cas, sizeof cas, "matmul_lora+rope_kv vs unfused%s", sg);
     if (fused)
-        record("fused_step", "matmul_lora+rope_kv vs unfused", dt, fused_err, lim_for(dt) * 4, rc_all == 0);
+        record("fused_step", cas, dt, fused_err, lim_for(dt) * 4, rc_all == 0);
     if (n_replayed != n_steps - 1)
         fprintf(stderr, "graph: %d replays, expected %d\n", n_replayed, n_steps - 1);
     G->i.graph_reset(G);
@@ -1942,8 +2049,10 @@ int main(int argc, char **argv)
             for (int i = 0; i < 32; i++) lw1[i] = 128, rw1[3 * i] = rw1[3 * i + 1] = rw1[3 * i + 2] = 16;
             test_lora_multi_prefill(dt, "W1 prefill 32x128 default", 32, lw1, rw1, 4096, oq, 0);
         }
-        if (only("graph"))
-            test_graph(dt);
+        if (only("graph")) {
+            test_graph(dt, 0);
+            test_graph(dt, 1);
+        }
         if (only("matmul")) {
             test_gemv_all(dt);
             test_skinny_all(dt);
