@@ -136,7 +136,10 @@ static int mlora(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tenso
     }
     if (cu_matmul(be, y, x, W, bias, false) != 0)
         return -1;
-    if (rope) { /* decode q,k,v: the expand with rope + KV write in the same launch */
+    const int64_t qd = rope ? (int64_t)rope->n_heads * rope->head_dim : 0;
+    const int64_t kvd = rope ? (int64_t)rope->n_kv_heads * rope->head_dim : 0;
+    if (rope && k == 3 && col0[0] == 0 && col0[1] == qd && col0[2] == qd + kvd) {
+        /* decode q,k,v (the slots' ranges are y's q, k, v): the expand with rope + KV write in one launch */
         const int rc = cu_lora_expand_rope(be, ys, tmp, lm, slots, k, rope);
         *roped = rc == 0;
         if (rc <= 0)
