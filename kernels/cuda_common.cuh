@@ -218,6 +218,14 @@ __device__ __forceinline__ uint4 norm_scale8(const float *v, float inv, const vo
 /* SwiGLU of one element, f32 math (silu_mul.cu, gemv.cuh's fused epilogue). */
 __device__ __forceinline__ float silu_mul1(float g, float u) { return g / (1.0f + expf(-g)) * u; }
 
+/* The cache row of slot sl (>= 0) in a layer's pages: page sl / page_tokens, row sl % page_tokens
+ * of row_bytes; add the layer's k_off or v_off (lg_kv_view). kv_write, rope_kv, the GEMV's rope
+ * epilogue and the expand's rope form. */
+__device__ __forceinline__ char *kv_slot_row(char *base, size_t page_bytes, int page_tokens, size_t row_bytes, int sl)
+{
+    return base + (size_t)(sl / page_tokens) * page_bytes + (size_t)(sl % page_tokens) * row_bytes;
+}
+
 /* RoPE angle pos * f as cos/sin without the f32 product's rounding (rope.cu's note): hi = pos * f,
  * lo = fma(pos, f, -hi), cos/sin of hi corrected to first order in lo. rope.cu and rope_kv.cu. */
 __device__ __forceinline__ void rope_cos_sin(float p, float f, float *co, float *si)

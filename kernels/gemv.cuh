@@ -271,8 +271,9 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32) gemv_kernel(const __grid_cons
             const int32_t sl = h >= a.nh ? a.slot[lane] : -1;
             if (sl >= 0) {
                 const int kvd = a.nkv * a.hd, hk = is_k ? h - a.nh : h - a.nh - a.nkv;
-                TY *d = (TY *)(a.kv_base + (size_t)(sl / a.page_tokens) * a.page_bytes + (is_k ? a.k_off : a.v_off)) +
-                        (size_t)(sl % a.page_tokens) * kvd + (size_t)hk * a.hd + i;
+                TY *d = (TY *)(kv_slot_row(a.kv_base, a.page_bytes, a.page_tokens, (size_t)kvd * sizeof(TY), sl) +
+                               (is_k ? a.k_off : a.v_off)) +
+                        (size_t)hk * a.hd + i;
                 d[0] = ya;
                 d[half] = yb;
             }

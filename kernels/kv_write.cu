@@ -32,7 +32,7 @@ __global__ void kv_write_kernel(char *base, size_t page_bytes, size_t k_off, siz
     pdl_wait();
     const bool is_v = blockIdx.y != 0;
     const size_t row_bytes = (size_t)row_words * sizeof(W);
-    char *pg = base + (size_t)(sl / page_tokens) * page_bytes + (size_t)(sl % page_tokens) * row_bytes;
+    char *pg = kv_slot_row(base, page_bytes, page_tokens, row_bytes, sl);
     W *dst = (W *)(pg + (is_v ? v_off : k_off));
     const W *src = (const W *)(is_v ? v + (size_t)t * ldv_bytes : k + (size_t)t * ldk_bytes);
     for (int i0 = threadIdx.x; i0 < row_words; i0 += KV_UNROLL * blockDim.x) {

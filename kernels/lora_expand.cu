@@ -88,14 +88,6 @@ template <typename T> struct ex_outs {
     int hint;    /* the decode kernel reads B with L2 evict_first (LG_L2_HINT bit 2, cuda_common.cuh) */
 };
 
-/* The rope form's arguments (rope_kv_write's, lg_rope_kv): outputs 0, 1, 2 are q, k, v. */
-struct ex_rope {
-    const int32_t *pos, *slot; /* [T] positions, cache slots (< 0: no cache row) */
-    const float *inv_freq;     /* [hd / 2] */
-    char *base;                /* the layer's K and V pages (lg_kv_view) */
-    size_t page_bytes, k_off, v_off;
-    int page_tokens, hd, kv_cols; /* kv_cols: n_kv_heads * hd, a cache row */
-};
 #define EX_ROPE_COLS 2048 /* largest cpb of the decode form (max_rank <= 8) */
 #define EX_ROPE_HD 256    /* largest head_dim of the rope form */
 
@@ -104,11 +96,13 @@ struct ex_rope {
  * pass, 16-byte stores (the plan checked alignment). */
 template <typename T>
 __device__ __forceinline__ void ex_rope_store(T *y, int si, int c0, int c1, const float *ys, const float *cs,
-                                              const ex_rope &rp, int64_t t)
+                                              const lg_rope_kv &rp, int64_t t)
 {
     const int32_t sl = rp.slot[t];
-    T *dst = sl >= 0 ? (T *)(rp.base + (size_t)(sl / rp.page_tokens) * rp.page_bytes +
-                             (size_t)(sl % rp.page_tokens) * rp.kv_cols * sizeof(T) + (si == 1 ? rp.k_off : rp.v_off))
+    const lg_kv_view &kv = rp.kv;
+    T *dst = sl >= 0 ? (T *)(kv_slot_row((char *)kv.base, kv.page_bytes, kv.page_tokens,
+                                         (size_t)rp.n_kv_heads * rp.head_dim * sizeof(T), sl) +
+                             (si == 1 ? kv.k_off : kv.v_off))
                      : NULL;
     const int n = c1 - c0;
     if (si == 2) {
@@ -120,9 +114,9 @@ __device__ __forceinline__ void ex_rope_store(T *y, int si, int c0, int c1, cons
         }
         return;
     }
-    const int half = rp.hd / 2;
+    const int half = rp.head_dim / 2;
     for (int j = threadIdx.x * 8; j < n / 2; j += EX_THREADS * 8) {
-        const int d = j % half, a = j / half * rp.hd + d;
+        const int d = j % half, a = j / half * rp.head_dim + d;
         float ra[8], rb[8];
 #pragma unroll
         for (int e = 0; e < 8; e++) rope_rotate(ys[a + e], ys[a + half + e], cs[d + e], cs[half + d + e], &ra[e], &rb[e]);
@@ -159,7 +153,7 @@ __device__ __forceinline__ T *ex_block(const ex_outs<T> &o, const lg_lora_w *w, 
 template <typename T, typename TT_, int TT, int U, int MINB = 1, bool ROPE = false>
 __global__ void __launch_bounds__(EX_THREADS, MINB)
     lora_expand_kernel(ex_outs<T> o, const TT_ *tmp, int64_t ldt, const int32_t *seg_indptr, const lg_lora_w *w,
-                       int n_slots, ex_rope rp)
+                       int n_slots, lg_rope_kv rp)
 {
     static_assert(!ROPE || TT == 1, "the rope form is the one-token form");
     __shared__ float rys[ROPE ? EX_ROPE_COLS : 1]; /* the rope form: the block's rounded y values */
@@ -180,8 +174,8 @@ __global__ void __launch_bounds__(EX_THREADS, MINB)
     const T *B = (const T *)lw.B;
     const float scale = lw.scale;
     if (ROPE && si < 2) /* positions and frequencies are step metadata: before pdl_wait */
-        for (int i = threadIdx.x; i < rp.hd / 2; i += EX_THREADS)
-            rope_cos_sin((float)rp.pos[t0], rp.inv_freq[i], &rcs[i], &rcs[rp.hd / 2 + i]);
+        for (int i = threadIdx.x; i < rp.head_dim / 2; i += EX_THREADS)
+            rope_cos_sin((float)rp.pos[t0], rp.inv_freq[i], &rcs[i], &rcs[rp.head_dim / 2 + i]);
 
     if (ROPE && r <= 0) { /* no adapter at this slot: y as the matmul left it */
         pdl_wait();
@@ -548,17 +542,17 @@ static void launch_mma(cuda_ctx *c, const ex_outs<T> &o, lg_tensor tmp, const lg
                         lm->seg_indptr, lm->w, lm->n_slots, y_vec);
 }
 
-/* rp: the rope form (tt == 1) when rp->base, else the plain expand. */
+/* rp: the rope form (tt == 1) when rp->kv.base, else the plain expand. */
 template <typename T, typename TT_>
 static void launch(cuda_ctx *c, ex_outs<T> o, lg_tensor tmp, const lg_lora_meta *lm, int max_seg, int tt,
-                   const ex_rope *rp)
+                   const lg_rope_kv *rp)
 {
     const unsigned nx = (unsigned)o.bstart[o.k];
     const dim3 grid(nx, (unsigned)lm->n_segs, (unsigned)((max_seg + tt - 1) / tt));
     const TT_ *td = (const TT_ *)tmp.data;
     static int res = -1; /* LG_EXPAND_RES (measurements): 3 (default) the decode form built for three blocks an SM, 1 not */
     const int mb = cu_switch(&res, "LG_EXPAND_RES", 3);
-    if (tt == 1 && rp->base)
+    if (tt == 1 && rp->kv.base)
         (void)cu_launch(c, lora_expand_kernel<T, TT_, 1, 8, 3, true>, grid, EX_THREADS, 0, o, td, tmp.stride,
                         lm->seg_indptr, lm->w, lm->n_slots, *rp);
     else if (tt == 1)
@@ -603,7 +597,8 @@ static int ex_cpb(const lg_lora_meta *lm, int tt)
 
 template <typename T>
 static void launch_t(cuda_ctx *c, const lg_tensor *ys, const int *slots, int k, lg_tensor tmp,
-                     const lg_lora_meta *lm, int max_seg, bool store, bool tile, int rm, int cpt, const ex_rope *rp)
+                     const lg_lora_meta *lm, int max_seg, bool store, bool tile, int rm, int cpt,
+                     const lg_rope_kv *rp)
 {
     const int tt = max_seg == 1 ? 1 : max_seg <= 4 ? 4 : 8;
     ex_outs<T> o;
@@ -651,30 +646,23 @@ static unsigned long g_store_launches, g_rope_launches;
 extern "C" unsigned long lg_cuda_lora_store_launches(void) { return g_store_launches; }
 extern "C" unsigned long lg_cuda_lora_rope_launches(void) { return g_rope_launches; }
 
-/* The rope form's arguments for this launch (rp->base set), or false (nothing set) when it does not
- * take it: ys must be q, k, v of rope's heads (head_dim % 16 == 0), every segment one token
- * covering all rows, the decode form's column blocks whole heads, the cache view of ys' dtype,
- * rows and cache slots 16-byte aligned; LG_EXPAND_ROPE=0: never. */
-static bool ex_rope_plan(const lg_tensor *ys, int k, const lg_lora_meta *lm, int max_seg, const lg_rope_kv *rope,
-                         ex_rope *rp)
+/* Whether the rope form takes this launch: ys must be q, k, v of rope's heads (head_dim % 16 ==
+ * 0), every segment one token covering all rows, the decode form's column blocks whole heads, the
+ * cache view of ys' dtype, rows and cache slots 16-byte aligned; LG_EXPAND_ROPE=0: never. */
+static bool ex_rope_plan(const lg_tensor *ys, int k, const lg_lora_meta *lm, int max_seg, const lg_rope_kv *rope)
 {
     static int on = -1;
     const int hd = rope->head_dim, cpb = ex_cpb(lm, 1);
     const lg_kv_view *kv = &rope->kv;
     bool al = cu_aligned16(kv->base) && kv->page_bytes % 16 == 0 && kv->k_off % 16 == 0 && kv->v_off % 16 == 0;
     for (int i = 0; i < k; i++) al = al && ys[i].stride % 8 == 0 && cu_aligned16(ys[i].data);
-    if (!cu_switch(&on, "LG_EXPAND_ROPE", 1) || k != 3 || !al || max_seg != 1 || lm->seg_indptr_host[0] != 0 ||
-        lm->seg_indptr_host[lm->n_segs] != ys[0].rows || hd <= 0 || hd % 16 || hd > EX_ROPE_HD || cpb % hd ||
-        cpb > EX_ROPE_COLS || ys[0].cols != (int64_t)rope->n_heads * hd ||
-        ys[1].cols != (int64_t)rope->n_kv_heads * hd || ys[2].cols != ys[1].cols || ys[1].rows != ys[0].rows ||
-        ys[2].rows != ys[0].rows || ys[1].dtype != ys[0].dtype || ys[2].dtype != ys[0].dtype ||
-        kv->dtype != ys[0].dtype || kv->head_dim != hd || kv->n_kv_heads != rope->n_kv_heads || !kv->base ||
-        kv->page_tokens <= 0 || !rope->pos || !rope->inv_freq || !rope->slot)
-        return false;
-    rp->pos = rope->pos, rp->slot = rope->slot, rp->inv_freq = rope->inv_freq;
-    rp->base = (char *)kv->base, rp->page_bytes = kv->page_bytes, rp->k_off = kv->k_off, rp->v_off = kv->v_off;
-    rp->page_tokens = kv->page_tokens, rp->hd = hd, rp->kv_cols = rope->n_kv_heads * hd;
-    return true;
+    return cu_switch(&on, "LG_EXPAND_ROPE", 1) && k == 3 && al && max_seg == 1 && lm->seg_indptr_host[0] == 0 &&
+           lm->seg_indptr_host[lm->n_segs] == ys[0].rows && hd > 0 && hd % 16 == 0 && hd <= EX_ROPE_HD &&
+           cpb % hd == 0 && cpb <= EX_ROPE_COLS && ys[0].cols == (int64_t)rope->n_heads * hd &&
+           ys[1].cols == (int64_t)rope->n_kv_heads * hd && ys[2].cols == ys[1].cols && ys[1].rows == ys[0].rows &&
+           ys[2].rows == ys[0].rows && ys[1].dtype == ys[0].dtype && ys[2].dtype == ys[0].dtype &&
+           kv->dtype == ys[0].dtype && kv->head_dim == hd && kv->n_kv_heads == rope->n_kv_heads && kv->base &&
+           kv->page_tokens > 0 && rope->pos && rope->inv_freq && rope->slot;
 }
 
 /* The checks and the launch of both forms; store: 1 when the launch is not prefill-shaped (the
@@ -715,10 +703,12 @@ static int expand_multi(lg_backend *be, const lg_tensor *ys, lg_tensor tmp, cons
     const bool tile = ex_tile_plan(c, ys, k, lm, max_seg, &rm, &cpt);
     if (store && !tile)
         return 1;
-    ex_rope rp;
+    lg_rope_kv rp; /* the rope form's arguments; kv.base NULL: the plain expand */
     memset(&rp, 0, sizeof rp);
-    if (rope && !ex_rope_plan(ys, k, lm, max_seg, rope, &rp))
+    if (rope && !ex_rope_plan(ys, k, lm, max_seg, rope))
         return 1;
+    if (rope)
+        rp = *rope;
     g_store_launches += store;
     g_rope_launches += rope != NULL;
     if (ys[0].dtype == LG_F16) launch_t<__half>(c, ys, slots, k, tmp, lm, max_seg, store, tile, rm, cpt, &rp);

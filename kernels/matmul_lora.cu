@@ -65,7 +65,8 @@ static int zero_gaps(cuda_ctx *c, lg_tensor y, const int *col0, const int *ncols
 }
 
 
-/* The op without rope's part; *roped set when the expand did rope_kv_write's work (its rope form). */
+/* The op without rope's part; rope: offer the expand's rope form (the three slots are y's q, k, v
+ * columns), *roped set when it did rope_kv_write's work. */
 static int mlora(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tensor bias, lg_tensor tmp,
                  const lg_lora_meta *lm, const int *slots, const int *col0, const int *ncols, int k,
                  const lg_rope_kv *rope, bool *roped)
@@ -136,10 +137,7 @@ static int mlora(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tenso
     }
     if (cu_matmul(be, y, x, W, bias, false) != 0)
         return -1;
-    const int64_t qd = rope ? (int64_t)rope->n_heads * rope->head_dim : 0;
-    const int64_t kvd = rope ? (int64_t)rope->n_kv_heads * rope->head_dim : 0;
-    if (rope && k == 3 && col0[0] == 0 && col0[1] == qd && col0[2] == qd + kvd) {
-        /* decode q,k,v (the slots' ranges are y's q, k, v): the expand with rope + KV write in one launch */
+    if (rope) { /* decode q,k,v: the expand with rope + KV write in one launch */
         const int rc = cu_lora_expand_rope(be, ys, tmp, lm, slots, k, rope);
         *roped = rc == 0;
         if (rc <= 0)
@@ -157,12 +155,14 @@ int cu_matmul_lora(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_ten
                  (int64_t)(rope->n_heads + 2 * rope->n_kv_heads) * rope->head_dim > y.cols))
         return CU_FAIL(c, "matmul_lora: rope's %d + 2 x %d heads of %d do not fit y's %lld columns", rope->n_heads,
                        rope->n_kv_heads, rope->head_dim, (long long)y.cols);
+    const int64_t qd = rope ? (int64_t)rope->n_heads * rope->head_dim : 0;
+    const int64_t kvd = rope ? (int64_t)rope->n_kv_heads * rope->head_dim : 0;
+    const bool qkv = rope && k == 3 && col0[0] == 0 && col0[1] == qd && col0[2] == qd + kvd;
     bool roped = false;
-    if (mlora(be, y, x, W, bias, tmp, lm, slots, col0, ncols, k, rope, &roped) != 0)
+    if (mlora(be, y, x, W, bias, tmp, lm, slots, col0, ncols, k, qkv ? rope : NULL, &roped) != 0)
         return -1;
     if (!rope || roped)
         return 0;
-    const int64_t qd = (int64_t)rope->n_heads * rope->head_dim, kvd = (int64_t)rope->n_kv_heads * rope->head_dim;
     return cu_rope_kv_write(be, lg_tensor_cols(y, 0, qd), lg_tensor_cols(y, qd, kvd), lg_tensor_cols(y, qd + kvd, kvd),
                             rope->pos, rope->inv_freq, rope->n_heads, rope->n_kv_heads, rope->head_dim, rope->kv,
                             rope->slot);

@@ -38,8 +38,7 @@ __global__ void rope_kv_kernel(T *q, int64_t ldq, T *k, int64_t ldk, const T *v,
     pdl_wait(); /* q, k, v come from the qkv matmul (and its LoRA) */
     __syncthreads();
     const size_t row_bytes = (size_t)nkv * hd * sizeof(T);
-    char *slot_row = sl >= 0 ? base + (size_t)(sl / page_tokens) * page_bytes + (size_t)(sl % page_tokens) * row_bytes
-                             : NULL;
+    char *slot_row = sl >= 0 ? kv_slot_row(base, page_bytes, page_tokens, row_bytes, sl) : NULL;
     for (int j = threadIdx.x; j < n; j += blockDim.x) {
         const int h = j / per_head, i0 = (j % per_head) * 8;
         const bool is_k = h >= nh;

@@ -889,8 +889,6 @@ typedef struct {
     size_t pool_bytes;
     lg_kv_view kv1, kv2;
 } rope_fix;
-static void *dev_rand(lg_dtype dt, size_t n, float amp);
-static int32_t *dev_i32(const int32_t *h, size_t n);
 static rope_fix rope_fix_new(lg_dtype dt, int T, int nkv, int hd)
 {
     rope_fix f;
