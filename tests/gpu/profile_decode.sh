@@ -15,11 +15,11 @@ mkdir -p "$OUT"
 BIN=build-cuda/loragate
 M=tests/bench/llama2-7b-shape
 B="--model $M --load-format dummy --backend cuda --dtype f16"
-prof() { # name "env assignments" skip count args...
+prof() { # name "env assignments" skip count args...  (PICK=prefill: the last prefill step instead)
   local name=$1 envs=$2 skip=$3 count=$4; shift 4
   env LG_NO_GRAPHS=1 $envs ncu --clock-control none --metrics gpu__time_duration.sum --csv --launch-skip "$skip" \
     --launch-count "$count" $BIN bench $B "$@" >"$OUT/prof_$name.csv" 2>"$OUT/prof_$name.err"
-  python3 - "$OUT/prof_$name.csv" "$name" <<'PY'
+  python3 - "$OUT/prof_$name.csv" "$name" "${PICK:-decode}" <<'PY'
 import csv, sys, collections
 rows = [r for r in csv.reader(l for l in open(sys.argv[1]) if l.startswith('"'))]
 if not rows:
@@ -27,8 +27,11 @@ if not rows:
 h = rows[0]; ki = h.index("Kernel Name"); vi = h.index("Metric Value"); ui = h.index("Metric Unit")
 ks = [(r[ki].split("(")[0][:100], float(r[vi].replace(",", "")) * {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1.0, "us": 1.0, "msecond": 1e3, "ms": 1e3}[r[ui]]) for r in rows[1:]]
 idx = [i for i, k in enumerate(ks) if k[0].startswith("void embed_kernel") or k[0].startswith("embed_kernel")]
-steps = [ks[a:b] for a, b in zip(idx, idx[1:]) if not any("prefill" in n for n, _ in ks[a:b])]
-if not steps: print(sys.argv[2], "no full decode step among", len(ks), "kernels"); sys.exit()
+if sys.argv[3] == "prefill":  # the last step with a prefill attention kernel: the measured prefill
+    steps = [ks[a:b] for a, b in zip(idx, idx[1:] + [len(ks)]) if any("prefill" in n for n, _ in ks[a:b])][-1:]
+else:
+    steps = [ks[a:b] for a, b in zip(idx, idx[1:]) if not any("prefill" in n for n, _ in ks[a:b])]
+if not steps: print(sys.argv[2], "no full %s step among" % sys.argv[3], len(ks), "kernels"); sys.exit()
 step = steps[0]
 agg = collections.OrderedDict()
 for n, t in step:
@@ -50,5 +53,12 @@ fi
 W3L="--num-seqs 32 --prompt-len 128 --output-len 24 --adapters 32 --rank 8 --targets q,k,v,o,gate,up,down"
 [ "${PROF_W3:-0}" = 1 ] && prof w3_lora_new "" 9000 1500 $W3L
 [ "${PROF_B1:-1}" != 0 ] && prof b1_new "" 1500 800 --num-seqs 1 --prompt-len 128 --output-len 16
+# PROF_PREFILL=1: W1's prefill step (4,096 tokens) with its 32 adapters and without (warm-up prefill and
+# decode step, then the measured prefill: the last step with a prefill kernel)
+if [ "${PROF_PREFILL:-0}" = 1 ]; then
+  W1P="--num-seqs 32 --prompt-len 128 --output-len 1"
+  PICK=prefill prof w1_prefill_lora "" 0 6000 $W1P --adapters 32 --rank 16 --targets q,k,v,o
+  PICK=prefill prof w1_prefill_base "" 0 6000 $W1P
+fi
 # PROF_B1_ENV="LG_FUSE_NORM=0": batch 1 again with those switches ("b1_alt")
 [ -n "${PROF_B1_ENV:-}" ] && prof b1_alt "$PROF_B1_ENV" 1500 800 --num-seqs 1 --prompt-len 128 --output-len 16
