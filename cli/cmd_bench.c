@@ -231,15 +231,37 @@ static int run_until_done(lg_engine *e, bench_req *reqs, int n, lg_err *err)
     }
 }
 
+/* Submits n requests of random prompt_len prompts (tokens drawn from *s), request k on adapter
+ * ids[k % adapters], max_tokens each, sampling seeds seed0 + k, reporting into reqs[k]. */
+static int submit_batch(lg_engine *e, const bench_opts *o, const int *ids, bench_req *reqs, int n, int max_tokens,
+                        uint64_t seed0, uint64_t *s, int32_t *prompt, lg_err *err)
+{
+    const int P = o->prompt_len, V = lg_engine_config(e)->vocab_size;
+    memset(reqs, 0, (size_t)n * sizeof *reqs);
+    for (int k = 0; k < n; k++) {
+        for (int i = 0; i < P; i++) prompt[i] = (int32_t)(rng_next(s) % (uint64_t)V);
+        lg_request_params rp = {.prompt = prompt, .n_prompt = P, .max_tokens = max_tokens, .ignore_eos = true,
+                                .adapter_id = o->adapters ? ids[k % o->adapters] : 0, .cb = {on_token, on_finish},
+                                .user = &reqs[k]};
+        bench_sampling(o, seed0 + (uint64_t)k, &rp);
+        if (lg_engine_submit(e, &rp, NULL, err) != 0)
+            return -1;
+    }
+    return 0;
+}
+
 static int run_batch(lg_engine *e, lg_backend *be, const bench_opts *o, const int *ids, lg_err *err)
 {
-    const lg_model_config *cfg = lg_engine_config(e);
     int P = o->prompt_len;
     bench_req *reqs = calloc((size_t)o->num_seqs, sizeof *reqs);
     int32_t *prompt = malloc((size_t)P * sizeof(int32_t));
     /* warm-up: the measured batch's shape (num_seqs prompts of prompt_len, at least one per adapter, other
      * random tokens) for 2 tokens each, so every kernel and library path of the measured prefill and
-     * decode steps (cuBLAS's first use included) has run once before the clock starts */
+     * decode steps (cuBLAS's first use included) has run once before the clock starts. With adapters it
+     * runs twice: in the first pass the requests start as their adapters' loads finish, so its prefill
+     * comes in smaller steps of other shapes; the second, every adapter resident, runs the measured
+     * batch's steps (docs/benchmarks.md, twenty-sixth session: without it W1's measured prefill paid
+     * the first use of its 4,096-token shape). */
     int nw = o->adapters > o->num_seqs ? o->adapters : o->num_seqs;
     bench_req *wr = calloc((size_t)nw, sizeof *wr);
     if (!reqs || !prompt || !wr) {
@@ -249,29 +271,16 @@ static int run_batch(lg_engine *e, lg_backend *be, const bench_opts *o, const in
     int rc = -1;
     uint64_t s = o->seed * 2654435761u + 7;
     double tl = lg_now();
-    for (int k = 0; k < nw; k++) {
-        for (int i = 0; i < P; i++) prompt[i] = (int32_t)(rng_next(&s) % (uint64_t)cfg->vocab_size);
-        lg_request_params rp = {.prompt = prompt, .n_prompt = P, .max_tokens = 2, .ignore_eos = true,
-                                .adapter_id = o->adapters ? ids[k % o->adapters] : 0, .cb = {on_token, on_finish},
-                                .user = &wr[k]};
-        bench_sampling(o, (uint64_t)k + 1000000u, &rp);
-        if (lg_engine_submit(e, &rp, NULL, err) != 0)
+    lg_engine_stats sw, s0; /* before the last warm-up pass, before the measured batch */
+    for (int pass = 0, passes = o->adapters ? 2 : 1; pass < passes; pass++) {
+        lg_engine_get_stats(e, &sw);
+        if (submit_batch(e, o, ids, wr, nw, 2, 1000000u, &s, prompt, err) != 0 || run_until_done(e, wr, nw, err) != 0)
             goto out;
     }
-    if (run_until_done(e, wr, nw, err) != 0)
-        goto out;
     double load_s = lg_now() - tl;
-    lg_engine_stats s0;
     lg_engine_get_stats(e, &s0);
-    for (int i = 0; i < o->num_seqs; i++) {
-        for (int k = 0; k < P; k++) prompt[k] = (int32_t)(rng_next(&s) % (uint64_t)cfg->vocab_size);
-        lg_request_params rp = {.prompt = prompt, .n_prompt = P, .max_tokens = o->output_len, .ignore_eos = true,
-                                .adapter_id = o->adapters ? ids[i % o->adapters] : 0, .cb = {on_token, on_finish},
-                                .user = &reqs[i]};
-        bench_sampling(o, (uint64_t)i, &rp);
-        if (lg_engine_submit(e, &rp, NULL, err) != 0)
-            goto out;
-    }
+    if (submit_batch(e, o, ids, reqs, o->num_seqs, o->output_len, 0, &s, prompt, err) != 0)
+        goto out;
     double t0 = lg_now();
     if (run_until_done(e, reqs, o->num_seqs, err) != 0)
         goto out;
@@ -303,6 +312,8 @@ static int run_batch(lg_engine *e, lg_backend *be, const bench_opts *o, const in
                                       (double)o->sampling.min_p, "presence_penalty", (double)o->presence_penalty,
                                       "frequency_penalty", (double)o->frequency_penalty, "logprobs", o->logprobs));
         json_object_set_new(j, "warmup_and_adapter_load_s", json_real(load_s));
+        /* the last warm-up pass's prefill steps: as many as the measured batch's when it ran its shapes */
+        json_object_set_new(j, "warmup_prefill_steps", json_integer(s0.prefill_steps - sw.prefill_steps));
         json_object_set_new(j, "pool_pages", json_integer(s1.pages_total));
         json_object_set_new(j, "page_bytes", json_integer((json_int_t)s1.page_bytes));
         char *txt = json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(6));

@@ -145,6 +145,19 @@ def test_generate_logprobs_options(tmp_path):
     one_line_error(run("generate", "--model", TINY, "--prompt-tokens", "5", "--logprobs", "3"), 2)  # needs --json
 
 
+def test_bench_with_adapters_warms_up_the_measured_shape():
+    """With adapters, `loragate bench` warms up until a pass runs with every
+    adapter resident, so the last warm-up pass has the measured batch's
+    prefill steps (on a GPU the first pass's requests start as their loads
+    finish, in smaller steps of other shapes)."""
+    p = run("bench", "--model", TINY, "--num-seqs", "3", "--prompt-len", "8", "--output-len", "5", "--adapters", "2",
+            "--rank", "4", "--targets", "q,k,v,o", "--json", "--no-progress")
+    assert p.returncode == 0, p.stderr
+    j = json.loads(p.stdout.strip().splitlines()[-1])
+    assert j["output_tokens"] == 15 and j["adapter_loads"] == 2, j
+    assert j["prefill_steps"] == 1 and j["warmup_prefill_steps"] == j["prefill_steps"], j
+
+
 def test_bench_with_sampling_filters():
     """`loragate bench` runs sampled (temperature, top-k, top-p, min-p; with
     penalties; with logprobs) as well as greedy, and says which in its JSON."""
