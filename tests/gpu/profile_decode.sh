@@ -4,8 +4,9 @@
 # kernels, so programmatic dependent launch overlaps nothing here: these are
 # kernel durations, not the step's wall time). Cases: W1 with 32 rank-16
 # adapters with this tree's defaults ("new") and with the issue-10 paths off
-# ("old", as run_device.sh), and batch 1 new. Prints, per case, each
-# kernel's time summed over one step (embed_kernel to the next
+# ("old", as run_device.sh), and batch 1 new; PROF_PREFILL=1 adds W1's
+# measured prefill step with and without its adapters. Prints, per case,
+# each kernel's time summed over one step (embed_kernel to the next
 # embed_kernel), its launches, and the step's total.
 #   bash tests/gpu/profile_decode.sh        (repo root, after run_device.sh built build-cuda)
 set -uo pipefail
