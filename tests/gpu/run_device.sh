@@ -157,6 +157,8 @@ bench() { # label env-assignments case
   table+=("$(printf '%-8s %-16s %10s tok/s  decode %8s ms/step  prefill %8s s (%s steps)  [%ds]' "$c" "$label" \
     "$(field "$f" output_tok_s)" "$(field "$f" decode_ms_per_step)" "$(field "$f" prefill_s)" "$(field "$f" prefill_steps)" \
     $((SECONDS - t0)))")
+  # the last warm-up pass ran other prefill steps than the measured batch: its prefill may hold a first use
+  [ "$(field "$f" warmup_prefill_steps)" = "$(field "$f" prefill_steps)" ] || table[-1]+="  WARM-UP SHAPES DIFFER"
   echo "${table[-1]}"
 }
 
