@@ -703,12 +703,9 @@ static int expand_multi(lg_backend *be, const lg_tensor *ys, lg_tensor tmp, cons
     const bool tile = ex_tile_plan(c, ys, k, lm, max_seg, &rm, &cpt);
     if (store && !tile)
         return 1;
-    lg_rope_kv rp; /* the rope form's arguments; kv.base NULL: the plain expand */
-    memset(&rp, 0, sizeof rp);
     if (rope && !ex_rope_plan(ys, k, lm, max_seg, rope))
         return 1;
-    if (rope)
-        rp = *rope;
+    const lg_rope_kv rp = rope ? *rope : lg_rope_kv{}; /* the rope form's arguments; kv.base NULL: the plain expand */
     g_store_launches += store;
     g_rope_launches += rope != NULL;
     if (ys[0].dtype == LG_F16) launch_t<__half>(c, ys, slots, k, tmp, lm, max_seg, store, tile, rm, cpt, &rp);
