@@ -112,8 +112,12 @@ def test_tenant_page_shows_the_ledger(srv, chrome, tmp_path):
     assert srv.keys["k1"] not in json.dumps(cookies)
     # inline stylesheet allowed by the CSP hash; nothing fetched from anywhere
     assert chrome.eval("getComputedStyle(document.body).backgroundColor") == "rgb(245, 246, 248)"
-    assert chrome.eval("performance.getEntriesByType('resource').length") == 0
+    assert chrome.eval("performance.getEntriesByType('resource').length") == 0, \
+        chrome.eval("JSON.stringify(performance.getEntriesByType('resource'))")
     assert chrome.eval("document.scripts.length") == 0
+    # the page's icon is inline: the browser asked the server only for the page and the sign-in
+    icon = chrome.eval("document.querySelector('link[rel=icon]').href")
+    assert icon.startswith("data:image/svg+xml,")
 
     acme = srv.ledger("tenant_id = ?", (tenant_id(srv, "acme"),))
     want = totals(acme)
@@ -162,6 +166,9 @@ def test_tenant_page_shows_the_ledger(srv, chrome, tmp_path):
     for rgb in ((0x4c, 0x78, 0xa8), (0x72, 0xb7, 0xb2), (0xf5, 0x85, 0x18)):
         assert count_color(chart, rgb) > 20, f"no pixels of bar colour {rgb} in the tokens chart"
     print(f"screenshots: {tmp_path / 'usage-acme.png'} {tmp_path / 'usage-acme-tokens.png'}")
+    with open(os.path.join(os.path.dirname(srv.data_dir), "access.log")) as f:
+        asked = {json.loads(line)["path"] for line in f}
+    assert "/favicon.ico" not in asked and "/usage/login" in asked
 
     # sign out: the cookie's session is gone on the server too
     chrome.events.clear()
