@@ -78,6 +78,14 @@ typedef struct lg_rope_kv {
     const int32_t *slot;    /* [T] cache slots (< 0: no cache row) */
 } lg_rope_kv;
 
+/* add_rmsnorm's inputs for an op that norms its own input (norm_matmul_lora):
+ * h = delta.data ? round(resid + delta) : resid, stored to rout when delta.data;
+ * xn = rmsnorm(h) * w. */
+typedef struct lg_norm_in {
+    lg_tensor resid, delta, w, rout;
+    float eps;
+} lg_norm_in;
+
 /* Per-step metadata for the flattened batch. Arrays live in backend memory.
  * Token t belongs to the sequence s with q_indptr[s] <= t < q_indptr[s+1];
  * its position is pos[t]; positions of one sequence's new tokens are
@@ -335,6 +343,19 @@ typedef struct lg_backend_i {
      * NULL: model.c runs the separate ops. */
     int (*norm_matmul)(lg_backend *be, lg_tensor y, lg_tensor resid, lg_tensor delta, lg_tensor w, float eps,
                        lg_tensor rout, lg_tensor W, lg_tensor bias, bool silu, const lg_rope_kv *rope);
+
+    /* add_rmsnorm followed by matmul_lora of the normed rows, in one op (CUDA: in a decode step
+     * the LoRA shrink norms the rows itself, so the layer has no add_rmsnorm launch):
+     *   h = nm->delta.data ? nm->resid + nm->delta (rounded; stored to nm->rout) : nm->resid
+     *   xn = rmsnorm(h) * nm->w                    (stored to xn, which the matmul reads)
+     *   matmul_lora(be, y, xn, W, bias, tmp, lm, slots, col0, ncols, k, rope)
+     * nm->resid is not written (nm->rout must not overlap it, nm->delta or xn). Results equal
+     * add_rmsnorm + matmul_lora bit for bit (y, xn, h, tmp, the KV pages with rope).
+     * 0 done, -1 error, 1 shape not taken (nothing run; the caller runs the two ops).
+     * NULL: model.c runs the two ops. */
+    int (*norm_matmul_lora)(lg_backend *be, const lg_norm_in *nm, lg_tensor y, lg_tensor xn, lg_tensor W,
+                            lg_tensor bias, lg_tensor tmp, const lg_lora_meta *lm, const int *slots, const int *col0,
+                            const int *ncols, int k, const lg_rope_kv *rope);
 } lg_backend_i;
 
 #define LG_LORA_MULTI_MAX 3

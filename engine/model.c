@@ -74,7 +74,8 @@ struct lg_model {
     /* activations */
     void *abuf;
     lg_tensor x, xn, qkv, attn, o, gu, act, mlp, rows, logits;
-    lg_tensor x2;        /* [LG_NORM_MATMUL_MAX_T, d]: the residual's second buffer (norm_linear) */
+    lg_tensor x2;        /* [LG_NORM_MATMUL_MAX_T or max_seqs, d]: the residual's second buffer (norm_linear) */
+    int norm_matmul_t;   /* steps of at most this many rows are offered to norm_matmul */
     lg_tensor lora_tmp;  /* [T, lora_max_rank] */
     lg_lora_w *lora_w_dev, *lora_w_host; /* [max_seqs * n_slots] */
     int32_t *lora_seg_dev, *lora_seg_host; /* [max_seqs + 1] */
@@ -335,7 +336,9 @@ int lg_model_create(lg_backend *be, const lg_weights *w, const lg_model_opts *op
         const char *nt = getenv("LG_NORM_MATMUL_T");
         const int nt_v = nt ? atoi(nt) : 0;
         const int64_t nm_t = nt_v == 1 || nt_v == 2 ? nt_v : LG_NORM_MATMUL_MAX_T;
-        const int64_t T2 = T < nm_t ? T : nm_t;
+        /* decode steps (a row a sequence) with norm_matmul_lora alternate the residual too */
+        const int64_t r2 = be->i.norm_matmul_lora && S > nm_t ? S : nm_t, T2 = T < r2 ? T : r2;
+        m->norm_matmul_t = (int)nm_t;
         int64_t sizes[] = {T * d, T * d, T * (qdim + 2 * kvdim), T * qdim, T * d, T * 2 * F, T * F, T * d, S * d,
                            S * V, T2 * d};
         size_t tot = 0;
@@ -521,12 +524,12 @@ static int lora_expand_k(lg_backend *be, const lg_tensor *ys, lg_tensor tmp, con
  * pair per slot (one tmp). rope (the q,k,v form): matmul_lora also does
  * rope_kv_write (CUDA: a decode step's expand in the same launch) and sets
  * *roped; otherwise the caller runs it. */
-static int linear(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tensor bias, lg_tensor tmp,
-                  const lg_lora_meta *lm, const lg_tensor *ys_all, int m0, int count, int sl, unsigned mods,
-                  const lg_rope_kv *rope, bool *roped)
+/* The LoRA slots of modules [m0, m0 + count) that the step uses (bit m of mods): their outputs
+ * (column slices of y), slots, first columns in y and widths; returns how many. */
+static int lora_slots(lg_tensor y, const lg_lora_meta *lm, const lg_tensor *ys_all, int m0, int count, int sl,
+                      unsigned mods, lg_tensor *ys, int *slots, int *col0, int *ncols)
 {
-    lg_tensor ys[3];
-    int slots[3], col0[3], ncols[3], n = 0;
+    int n = 0;
     for (int j = 0; lm && j < count; j++)
         if (mods & (1u << (m0 + j))) {
             ys[n] = ys_all[j];
@@ -534,6 +537,16 @@ static int linear(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tens
             ncols[n] = (int)ys_all[j].cols;
             slots[n++] = sl + m0 + j;
         }
+    return n;
+}
+
+static int linear(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tensor bias, lg_tensor tmp,
+                  const lg_lora_meta *lm, const lg_tensor *ys_all, int m0, int count, int sl, unsigned mods,
+                  const lg_rope_kv *rope, bool *roped)
+{
+    lg_tensor ys[3];
+    int slots[3], col0[3], ncols[3];
+    const int n = lora_slots(y, lm, ys_all, m0, count, sl, mods, ys, slots, col0, ncols);
     if (n == 0)
         return be->i.matmul(be, y, x, W, bias, false);
     if (be->i.matmul_lora) {
@@ -557,20 +570,24 @@ static int linear(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tens
 /* xn = rmsnorm(x (+ delta)) * g, y = xn W^T (+ bias) with the LoRA of modules
  * [m0, m0 + count), then act = silu_mul(y) when act.data. The residual x is
  * xs[*cur]. One norm_matmul op where the backend fuses them (CUDA, decode
- * batches of up to LG_NORM_MATMUL_MAX_T rows: one launch instead of two or
+ * batches of up to nm_t = LG_NORM_MATMUL_MAX_T rows: one launch instead of two or
  * three) and no adapter of the step targets these modules (the shrink
  * reads xn): it stores x + delta to the other buffer, which becomes the
  * residual (the op's blocks all read x, so none may write it in place).
  * With rope (the q,k,v form), the op also does rope_kv_write and *roped is
  * set. Else add_rmsnorm in place, linear(), silu_mul. Results are the same
- * for the one-row steps offered by default (CUDA: kernels/norm_matmul.cu). */
-static int norm_linear(lg_backend *be, lg_tensor *xs, int *cur, lg_tensor delta, lg_tensor g, float eps, lg_tensor xn,
-                       lg_tensor y, lg_tensor W, lg_tensor bias, lg_tensor act, lg_tensor tmp, const lg_lora_meta *lm,
-                       const lg_tensor *ys, int m0, int count, int sl, unsigned mods, const lg_rope_kv *rope,
-                       bool *roped)
+ * for the one-row steps offered by default (CUDA: kernels/norm_matmul.cu).
+ * With adapters on these modules, the backend's norm_matmul_lora where it
+ * takes the step (CUDA: decode steps; the LoRA shrink norms the rows, one
+ * launch fewer), storing x + delta to the other buffer the same way; the
+ * same results as add_rmsnorm + linear(). */
+static int norm_linear(lg_backend *be, lg_tensor *xs, int *cur, int nm_t, lg_tensor delta, lg_tensor g, float eps,
+                       lg_tensor xn, lg_tensor y, lg_tensor W, lg_tensor bias, lg_tensor act, lg_tensor tmp,
+                       const lg_lora_meta *lm, const lg_tensor *ys, int m0, int count, int sl, unsigned mods,
+                       const lg_rope_kv *rope, bool *roped)
 {
     const unsigned mine = ((1u << count) - 1u) << m0;
-    if (be->i.norm_matmul && xs[1 - *cur].data && !(lm && (mods & mine))) {
+    if (be->i.norm_matmul && xs[1 - *cur].data && xs[0].rows <= nm_t && !(lm && (mods & mine))) {
         const int rc = be->i.norm_matmul(be, act.data ? act : y, xs[*cur], delta, g, eps, xs[1 - *cur], W, bias,
                                          act.data != NULL, rope);
         if (rc < 0)
@@ -581,6 +598,22 @@ static int norm_linear(lg_backend *be, lg_tensor *xs, int *cur, lg_tensor delta,
             if (roped)
                 *roped = rope != NULL;
             return 0;
+        }
+    }
+    if (be->i.norm_matmul_lora && be->i.matmul_lora && xs[1 - *cur].data && lm && (mods & mine)) {
+        lg_tensor ls[3];
+        int slots[3], col0[3], ncols[3];
+        const int n = lora_slots(y, lm, ys, m0, count, sl, mods, ls, slots, col0, ncols);
+        const lg_norm_in nm = {xs[*cur], delta, g, xs[1 - *cur], eps};
+        const int rc = be->i.norm_matmul_lora(be, &nm, y, xn, W, bias, tmp, lm, slots, col0, ncols, n, rope);
+        if (rc < 0)
+            return -1;
+        if (rc == 0) {
+            if (delta.data)
+                *cur = 1 - *cur;
+            if (roped)
+                *roped = rope != NULL;
+            return act.data ? be->i.silu_mul(be, act, y) : 0;
         }
     }
     if (be->i.add_rmsnorm(be, xs[*cur], delta, g, xn, eps) != 0 ||
@@ -649,7 +682,7 @@ static int forward(lg_model *m, const lg_kv_view *kv0, const lg_step_meta *meta,
         const lg_rope_kv rk = {.pos = meta->pos, .inv_freq = m->inv_freq, .n_heads = c->n_heads,
                                .n_kv_heads = c->n_kv_heads, .head_dim = hd, .kv = kv, .slot = meta->slot};
         bool roped = false;
-        TRY(norm_linear(be, xs, &xi, l ? mlp : none, lw->ln1, c->rms_eps, xn, qkv, lw->wqkv, lw->bqkv, none, tmp, lora,
+        TRY(norm_linear(be, xs, &xi, m->norm_matmul_t, l ? mlp : none, lw->ln1, c->rms_eps, xn, qkv, lw->wqkv, lw->bqkv, none, tmp, lora,
                         qkv_ys, 0, 3, sl, lora_mods, &rk, &roped));
         if (roped) {
             /* norm_matmul or matmul_lora did rope + KV write too */
@@ -662,7 +695,7 @@ static int forward(lg_model *m, const lg_kv_view *kv0, const lg_step_meta *meta,
         }
         TRY(be->i.attention(be, attn, q, kv, meta, c->n_heads, scale));
         TRY(linear(be, o, attn, lw->wo, none, tmp, lora, &o, 3, 1, sl, lora_mods, NULL, NULL));
-        TRY(norm_linear(be, xs, &xi, o, lw->ln2, c->rms_eps, xn, gu, lw->wgu, none, act, tmp, lora, gu_ys, 4, 2, sl,
+        TRY(norm_linear(be, xs, &xi, m->norm_matmul_t, o, lw->ln2, c->rms_eps, xn, gu, lw->wgu, none, act, tmp, lora, gu_ys, 4, 2, sl,
                         lora_mods, NULL, NULL));
         TRY(linear(be, mlp, act, lw->wdown, none, tmp, lora, &mlp, 6, 1, sl, lora_mods, NULL, NULL));
     }

@@ -381,6 +381,9 @@ extern "C" int lg_backend_cuda_create(const lg_backend_opts *opts, lg_backend **
         i->matmul_lora = e && *e == '0' ? NULL : cu_matmul_lora;
         e = getenv("LG_FUSE_NORM"); /* 0: add_rmsnorm, matmul (and silu_mul) as separate ops (comparisons) */
         i->norm_matmul = e && *e == '0' ? NULL : cu_norm_matmul;
+        /* the norm inside a decode step's LoRA shrink (lora_shrink.cu); off with matmul_lora, or with
+         * LG_SHRINK_NORM=0 (per launch) */
+        i->norm_matmul_lora = i->matmul_lora ? cu_norm_matmul_lora : NULL;
     }
     /* optional slots (sample.cu, host_mem.cu): device sampling; pinned host
      * memory + async uploads (attach also wraps i->free to release its ring) */

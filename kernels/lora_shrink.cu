@@ -34,6 +34,14 @@
  * before pdl_wait (none is written by a kernel), x after; the A bytes are
  * in flight while the kernel before finishes. A is read with an L2
  * evict_first policy (used once a step; LG_L2_HINT bit 2, cuda_common.cuh).
+ * Norm form (cu_lora_shrink_norm, for matmul_lora.cu's norm_matmul_lora: a
+ * decode step whose shrink input is a freshly normed residual): the decode
+ * kernel's blocks first compute their token's add_rmsnorm (16 KB of resid
+ * and delta and the norm weights from L2 per block, after pdl_wait) in the
+ * arithmetic order of add_rmsnorm.cu's vector kernel, then dot xn with A
+ * from registers; one block a token stores h and xn for the matmul. The
+ * layer loses the add_rmsnorm launch; the results are the two ops' bit for
+ * bit (op tests). LG_SHRINK_NORM=0: not taken.
  */
 #include "ops.cuh"
 
@@ -159,6 +167,144 @@ __global__ void __launch_bounds__(SH_THREADS)
     }
 }
 
+/* The norm form's rows (cu_lora_shrink_norm): add_rmsnorm's inputs and outputs. */
+template <typename T> struct sh_norm {
+    const T *resid, *delta; /* delta NULL: h = resid */
+    T *rout, *xn;
+    const void *g;
+    int64_t ldr, ldd, ldro, ldx;
+    lg_dtype gdt;
+    bool g_vec;
+    float eps;
+};
+
+/* The norm form: the decode kernel (one token a segment, every token in one segment) whose block
+ * first computes its token's add_rmsnorm, in the order of add_rmsnorm.cu's vector kernel. That
+ * kernel runs a row of K8 <= 1024 chunks of 8 with K8 rounded up to 32 threads, one chunk each;
+ * here thread c holds chunks c + 256 j (j < NJ), which is warp w + 8 j lane l of that kernel: each
+ * lane sums its chunk's squares in order, each emulated warp reduces by xor shuffles, and the warp
+ * totals are summed the same way, so h, inv and xn are the same floats, and the dot with A runs over
+ * the chunks in the decode kernel's order, so tmp is the same too. Block y = 0 of a token (slot 0,
+ * rank rows 0..3; present even when the token has no rank there) stores h to rout and xn. A is read
+ * before pdl_wait as in the decode kernel (all of it for in <= NJ x 2048). */
+template <typename T, typename TT_, int NJ>
+__global__ void __launch_bounds__(SH_THREADS)
+    lora_shrink_norm_kernel(TT_ *tmp, int64_t ldt, const __grid_constant__ sh_norm<T> nm, int in,
+                            const int32_t *seg_indptr, const lg_lora_w *w, int n_slots, sh_slots sl)
+{
+    __shared__ float red[SH_WARPS][SH_RG];
+    __shared__ float nred[32];
+    pdl_trigger();
+    const int s = blockIdx.z;
+    const int si = blockIdx.y / sl.ng, j0 = (blockIdx.y % sl.ng) * SH_RG;
+    const lg_lora_w lw = w[(size_t)s * n_slots + sgmv_pick(sl.slot, si)];
+    const bool writer = blockIdx.y == 0, dot = j0 < lw.rank;
+    if (!dot && !writer) /* uniform over the block */
+        return;
+    const int64_t t = seg_indptr[s];
+    const int nr = dot ? min(SH_RG, lw.rank - j0) : 0, nch = in / 8;
+    const T *A = (const T *)lw.A + (size_t)j0 * in; /* [nr, in] */
+    const bool a_vec = cu_aligned16(lw.A);
+    const uint64_t pol = sl.hint ? l2_policy_first() : 0;
+    uint4 apre[NJ][SH_RG];
+#pragma unroll
+    for (int p = 0; p < NJ; p++) {
+        const int ch = threadIdx.x + p * SH_THREADS;
+#pragma unroll
+        for (int r = 0; r < SH_RG; r++)
+            apre[p][r] = a_vec && r < nr && ch < nch
+                             ? ld_weight16((const uint4 *)(A + (size_t)r * in) + ch, sl.hint, pol)
+                             : make_uint4(0, 0, 0, 0);
+    }
+    pdl_wait(); /* resid and delta come from the kernels before */
+
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = (nch + 31) >> 5;
+    const uint4 *r = (const uint4 *)(nm.resid + t * nm.ldr);
+    const uint4 *d = nm.delta ? (const uint4 *)(nm.delta + t * nm.ldd) : NULL;
+    uint4 *ro = writer && d ? (uint4 *)(nm.rout + t * nm.ldro) : NULL;
+    uint4 hu[NJ], du[NJ];
+#pragma unroll
+    for (int j = 0; j < NJ; j++) {
+        const int ch = threadIdx.x + j * SH_THREADS;
+        if (ch < nch) {
+            hu[j] = r[ch];
+            if (d)
+                du[j] = d[ch];
+        }
+    }
+    float ss[NJ];
+#pragma unroll
+    for (int j = 0; j < NJ; j++) {
+        const int ch = threadIdx.x + j * SH_THREADS;
+        float v[8], q = 0.0f;
+        if (ch < nch) {
+            if (d) {
+                hu[j] = norm_add8<T>(hu[j], du[j], v);
+                if (ro)
+                    ro[ch] = hu[j];
+            } else {
+                unpack8<T>(hu[j], v);
+            }
+            q = norm_sq8(v, q);
+        }
+        ss[j] = q;
+    }
+#pragma unroll
+    for (int j = 0; j < NJ; j++) {
+        const float q = warp_sum(ss[j]);
+        if (lane == 0 && warp + SH_WARPS * j < nw)
+            nred[warp + SH_WARPS * j] = q;
+    }
+    __syncthreads();
+    const float inv = rsqrtf(warp_sum(lane < nw ? nred[lane] : 0.0f) / (float)(nch * 8) + nm.eps);
+    uint4 *xo = writer ? (uint4 *)(nm.xn + t * nm.ldx) : NULL;
+    float acc[SH_RG];
+#pragma unroll
+    for (int q = 0; q < SH_RG; q++) acc[q] = 0.0f;
+#pragma unroll
+    for (int j = 0; j < NJ; j++) {
+        const int ch = threadIdx.x + j * SH_THREADS;
+        if (ch < nch) {
+            float v[8];
+            unpack8<T>(hu[j], v);
+            const uint4 xu = norm_scale8<T>(v, inv, nm.g, nm.gdt, nm.g_vec, ch * 8);
+            if (xo)
+                xo[ch] = xu;
+            if (!dot)
+                continue;
+            float af[SH_RG][8], xf[8]; /* shrink_chunk's arithmetic, x from registers */
+#pragma unroll
+            for (int q = 0; q < SH_RG; q++)
+                if (a_vec) {
+                    unpack8<T>(apre[j][q], af[q]);
+                } else { /* A not 16-byte aligned: 2-byte loads, the same order */
+#pragma unroll
+                    for (int e = 0; e < 8; e++) af[q][e] = q < nr ? to_f32(A[(size_t)q * in + ch * 8 + e]) : 0.0f;
+                }
+            unpack8<T>(xu, xf);
+#pragma unroll
+            for (int q = 0; q < SH_RG; q++)
+#pragma unroll
+                for (int e = 0; e < 8; e++) acc[q] += af[q][e] * xf[e];
+        }
+    }
+    if (!dot)
+        return;
+#pragma unroll
+    for (int q = 0; q < SH_RG; q++) {
+        const float v = warp_sum(acc[q]);
+        if (lane == 0)
+            red[warp][q] = v;
+    }
+    __syncthreads();
+    if (threadIdx.x < nr) {
+        float v = 0.0f;
+#pragma unroll
+        for (int wi = 0; wi < SH_WARPS; wi++) v += red[wi][threadIdx.x];
+        tmp[t * ldt + (int64_t)si * sl.col_off + j0 + threadIdx.x] = from_f32<TT_>(v);
+    }
+}
+
 template <typename T, typename TT_>
 static void launch(cuda_ctx *c, lg_tensor tmp, lg_tensor x, const lg_lora_meta *lm, sh_slots sl, int k, int max_seg)
 {
@@ -251,6 +397,96 @@ int cu_lora_shrink_multi(lg_backend *be, lg_tensor tmp, lg_tensor x, const lg_lo
     if (x.dtype == LG_F16) launch_t<__half>(c, tmp, x, lm, sl, k, max_seg);
     else launch_t<__nv_bfloat16>(c, tmp, x, lm, sl, k, max_seg);
     CU_LAUNCHED(c);
+    return 0;
+}
+
+static unsigned long g_norm_launches;
+/* norm-form launches so far (op tests: which path norm_matmul_lora took) */
+extern "C" unsigned long lg_cuda_lora_norm_launches(void) { return g_norm_launches; }
+
+/* Launches the norm form; false (nothing run) when its blocks would not all be resident at once:
+ * every block pays the norm's latency after pdl_wait, so a second wave would pay it again (W2's
+ * 128 tokens: 1,536 blocks; measured slower than add_rmsnorm + the shrink). */
+template <typename T, typename TT_>
+static bool launch_norm(cuda_ctx *c, lg_tensor tmp, const lg_norm_in *nm, lg_tensor xn, const lg_lora_meta *lm,
+                        sh_slots sl, int k)
+{
+    sh_norm<T> a;
+    a.resid = (const T *)nm->resid.data, a.delta = (const T *)nm->delta.data;
+    a.rout = (T *)nm->rout.data, a.xn = (T *)xn.data, a.g = nm->w.data;
+    a.ldr = nm->resid.stride, a.ldd = nm->delta.stride, a.ldro = nm->rout.stride, a.ldx = xn.stride;
+    a.gdt = nm->w.dtype, a.g_vec = cu_aligned16(nm->w.data), a.eps = nm->eps;
+    const int in = (int)xn.cols, nch = in / 8;
+    const dim3 grid(1, (unsigned)(sl.ng * k), (unsigned)lm->n_segs);
+    void (*f)(TT_ *, int64_t, const sh_norm<T>, int, const int32_t *, const lg_lora_w *, int, sh_slots) =
+        nch <= SH_THREADS       ? lora_shrink_norm_kernel<T, TT_, 1>
+        : nch <= 2 * SH_THREADS ? lora_shrink_norm_kernel<T, TT_, 2>
+                                : lora_shrink_norm_kernel<T, TT_, 4>;
+    if ((int64_t)grid.y * grid.z > (int64_t)cu_resident_blocks((const void *)f, SH_THREADS, 0) * c->n_sm)
+        return false;
+    (void)cu_launch(c, f, grid, SH_THREADS, 0, (TT_ *)tmp.data, tmp.stride, a, in, lm->seg_indptr, lm->w,
+                    lm->n_slots, sl);
+    return true;
+}
+
+static bool vec_rows(lg_tensor t) { return !t.data || (t.stride % 8 == 0 && cu_aligned16(t.data)); }
+
+int cu_lora_shrink_norm(lg_backend *be, lg_tensor tmp, const lg_norm_in *nm, lg_tensor xn, const lg_lora_meta *lm,
+                        const int *slots, int k)
+{
+    cuda_ctx *c = CU_CTX(be);
+    static int on = -1; /* LG_SHRINK_NORM=0: never taken (add_rmsnorm, then the shrink; comparisons) */
+    if (cu_switch(&on, "LG_SHRINK_NORM", 1) == 0)
+        return 1;
+    CU_CHECK_VIEW(c, "lora_shrink_norm resid", nm->resid);
+    CU_CHECK_VIEW(c, "lora_shrink_norm xn", xn);
+    CU_CHECK_VIEW(c, "lora_shrink_norm w", nm->w);
+    if (nm->delta.data) {
+        CU_CHECK_VIEW(c, "lora_shrink_norm delta", nm->delta);
+        CU_CHECK_VIEW(c, "lora_shrink_norm rout", nm->rout);
+    }
+    const lg_tensor r = nm->resid;
+    const bool same = xn.dtype == r.dtype && (!nm->delta.data || (nm->delta.dtype == r.dtype && nm->rout.dtype == r.dtype));
+    if (!cu_is_half(r.dtype) || !same)
+        return CU_FAIL(c, "lora_shrink_norm: resid, delta, rout and xn must share an f16/bf16 dtype");
+    if (xn.rows != r.rows || xn.cols != r.cols || nm->w.rows * nm->w.cols < r.cols ||
+        (nm->delta.data && (nm->delta.rows != r.rows || nm->delta.cols != r.cols || nm->rout.rows != r.rows ||
+                            nm->rout.cols != r.cols)))
+        return CU_FAIL(c, "lora_shrink_norm: shapes differ (resid [%lld,%lld], xn [%lld,%lld], w %lld)",
+                       (long long)r.rows, (long long)r.cols, (long long)xn.rows, (long long)xn.cols,
+                       (long long)(nm->w.rows * nm->w.cols));
+    if (!lm || !lm->seg_indptr || !lm->w || !lm->seg_indptr_host || !slots || k < 1 || k > LG_LORA_MULTI_MAX)
+        return CU_FAIL(c, "lora_shrink_norm: lora meta, its arrays or the slots (1..%d) are missing", LG_LORA_MULTI_MAX);
+    /* taken: a decode step (every segment exactly one token, in order, covering the rows) */
+    bool decode = lm->n_segs == r.rows && lm->n_segs > 0 && lm->n_segs <= 65535 && lm->max_rank > 0;
+    for (int s = 0; decode && s <= lm->n_segs; s++) decode = lm->seg_indptr_host[s] == s;
+    if (!decode || r.cols % 8 != 0 || r.cols / 8 > 4 * SH_THREADS || !vec_rows(r) || !vec_rows(xn) ||
+        !vec_rows(nm->delta) || (nm->delta.data && !vec_rows(nm->rout)) || (tmp.dtype != LG_F32 && tmp.dtype != xn.dtype))
+        return 1;
+    CU_CHECK_VIEW(c, "lora_shrink_norm tmp", tmp);
+    sh_slots sl;
+    for (int i = 0; i < k; i++) {
+        if (slots[i] < 0 || slots[i] >= lm->n_slots)
+            return CU_FAIL(c, "lora_shrink_norm: slot %d of %d", slots[i], lm->n_slots);
+        sl.slot[i] = slots[i];
+    }
+    if (tmp.cols < (int64_t)k * lm->max_rank || tmp.rows < xn.rows)
+        return CU_FAIL(c, "lora_shrink_norm: tmp [%lld,%lld] is narrower than %d x max_rank %d or shorter than %lld rows",
+                       (long long)tmp.rows, (long long)tmp.cols, k, lm->max_rank, (long long)xn.rows);
+    sl.ng = (lm->max_rank + SH_RG - 1) / SH_RG;
+    sl.col_off = lm->max_rank;
+    sl.hint = (cu_l2_hint() & 2) != 0;
+    const bool f32 = tmp.dtype == LG_F32;
+    bool ran;
+    if (xn.dtype == LG_F16)
+        ran = f32 ? launch_norm<__half, float>(c, tmp, nm, xn, lm, sl, k) : launch_norm<__half, __half>(c, tmp, nm, xn, lm, sl, k);
+    else
+        ran = f32 ? launch_norm<__nv_bfloat16, float>(c, tmp, nm, xn, lm, sl, k)
+                  : launch_norm<__nv_bfloat16, __nv_bfloat16>(c, tmp, nm, xn, lm, sl, k);
+    if (!ran)
+        return 1;
+    CU_LAUNCHED(c);
+    g_norm_launches++;
     return 0;
 }
 

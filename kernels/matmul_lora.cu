@@ -29,6 +29,12 @@
  *    expand takes lora_expand.cu's rope form (rope + KV write in the
  *    expand's launch, the same bits as the two ops); any other shape or
  *    order runs rope_kv_write after the op's launches.
+ * The norm form (cu_norm_matmul_lora, the backend's norm_matmul_lora slot:
+ * add_rmsnorm, then this op on the normed rows): in a decode step's order the
+ * shrink takes lora_shrink.cu's norm form, which norms the rows itself and
+ * stores xn and the new residual for the matmul, so the layer has no
+ * add_rmsnorm launch; any other shape returns 1 and model.c runs the two
+ * ops.
  * With the tensor-core skinny matmul switched on (LG_SKINNY=1; off by
  * default, it loses to cuBLAS: docs/benchmarks.md) and 5..64 token rows, tmp
  * f32, max_rank <= 64, output ranges of whole tiles: the shrink first, then
@@ -65,10 +71,34 @@ static int zero_gaps(cuda_ctx *c, lg_tensor y, const int *col0, const int *ncols
 }
 
 
+/* LG_FUSE_LORA=2: the order model.c used before (matmul, shrink, expand), for comparisons */
+static int fuse_mode(void)
+{
+    static int mode = -1;
+    return cu_switch(&mode, "LG_FUSE_LORA", 0);
+}
+
+/* The decode order's matmul and expand, after the shrink (rope: as mlora). */
+static int matmul_expand(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tensor bias, const lg_tensor *ys,
+                         lg_tensor tmp, const lg_lora_meta *lm, const int *slots, int k, const lg_rope_kv *rope,
+                         bool *roped)
+{
+    if (cu_matmul(be, y, x, W, bias, false) != 0)
+        return -1;
+    if (rope) { /* decode q,k,v: the expand with rope + KV write in one launch */
+        const int rc = cu_lora_expand_rope(be, ys, tmp, lm, slots, k, rope);
+        *roped = rc == 0;
+        if (rc <= 0)
+            return rc;
+    }
+    return cu_lora_expand_multi(be, ys, tmp, lm, slots, k);
+}
+
 /* The op without rope's part; rope: offer the expand's rope form (the three slots are y's q, k, v
- * columns), *roped set when it did rope_kv_write's work. */
-static int mlora(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tensor bias, lg_tensor tmp,
-                 const lg_lora_meta *lm, const int *slots, const int *col0, const int *ncols, int k,
+ * columns), *roped set when it did rope_kv_write's work. nm: the norm form (x = xn, which the
+ * shrink's norm form stores; a decode step's order only): 1 (nothing run) when not taken. */
+static int mlora(lg_backend *be, const lg_norm_in *nm, lg_tensor y, lg_tensor x, lg_tensor W, lg_tensor bias,
+                 lg_tensor tmp, const lg_lora_meta *lm, const int *slots, const int *col0, const int *ncols, int k,
                  const lg_rope_kv *rope, bool *roped)
 {
     cuda_ctx *c = CU_CTX(be);
@@ -98,6 +128,12 @@ static int mlora(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tenso
     const int max_seg = cu_lora_max_seg(lm);
     if (max_seg < 0 || lm->seg_indptr_host[lm->n_segs] > y.rows)
         return CU_FAIL(c, "matmul_lora: segments are malformed or cover more than y's %lld rows", (long long)y.rows);
+    if (nm) { /* a decode step's order with the norm in the shrink: shrink, matmul, expand */
+        if (y.rows == 0 || max_seg != 1 || (cu_skinny_enabled() && y.rows > 4 && y.rows <= 64) || fuse_mode() == 2)
+            return 1;
+        const int rc = cu_lora_shrink_norm(be, tmp, nm, x, lm, slots, k);
+        return rc != 0 ? rc : matmul_expand(be, y, x, W, bias, ys, tmp, lm, slots, k, rope, roped);
+    }
     if (y.rows == 0)
         return 0;
     if (max_seg == 0) /* no token has an adapter this step */
@@ -117,8 +153,7 @@ static int mlora(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tenso
             return -1;
         return cu_lora_expand_multi(be, ys, tmp, lm, slots, k);
     }
-    static int mode = -1; /* LG_FUSE_LORA=2: the order model.c used before (matmul, shrink, expand), for comparisons */
-    if (cu_switch(&mode, "LG_FUSE_LORA", 0) == 2) {
+    if (fuse_mode() == 2) {
         if (cu_matmul(be, y, x, W, bias, false) != 0 || cu_lora_shrink_multi(be, tmp, x, lm, slots, k) != 0)
             return -1;
         return cu_lora_expand_multi(be, ys, tmp, lm, slots, k);
@@ -135,20 +170,13 @@ static int mlora(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tenso
             return zero_gaps(c, y, col0, ncols, k) != 0 ? -1 : cu_matmul(be, y, x, W, bias, true);
         /* not taken (decode-sized segments): the matmul, then the expand */
     }
-    if (cu_matmul(be, y, x, W, bias, false) != 0)
-        return -1;
-    if (rope) { /* decode q,k,v: the expand with rope + KV write in one launch */
-        const int rc = cu_lora_expand_rope(be, ys, tmp, lm, slots, k, rope);
-        *roped = rc == 0;
-        if (rc <= 0)
-            return rc;
-    }
-    return cu_lora_expand_multi(be, ys, tmp, lm, slots, k);
+    return matmul_expand(be, y, x, W, bias, ys, tmp, lm, slots, k, rope, roped);
 }
 
-int cu_matmul_lora(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tensor bias, lg_tensor tmp,
-                   const lg_lora_meta *lm, const int *slots, const int *col0, const int *ncols, int k,
-                   const lg_rope_kv *rope)
+/* cu_matmul_lora (nm NULL) and cu_norm_matmul_lora */
+static int op(lg_backend *be, const lg_norm_in *nm, lg_tensor y, lg_tensor x, lg_tensor W, lg_tensor bias,
+              lg_tensor tmp, const lg_lora_meta *lm, const int *slots, const int *col0, const int *ncols, int k,
+              const lg_rope_kv *rope)
 {
     cuda_ctx *c = CU_CTX(be);
     if (rope && (rope->n_heads <= 0 || rope->n_kv_heads <= 0 || rope->head_dim <= 0 ||
@@ -159,11 +187,26 @@ int cu_matmul_lora(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_ten
     const int64_t kvd = rope ? (int64_t)rope->n_kv_heads * rope->head_dim : 0;
     const bool qkv = rope && k == 3 && col0[0] == 0 && col0[1] == qd && col0[2] == qd + kvd;
     bool roped = false;
-    if (mlora(be, y, x, W, bias, tmp, lm, slots, col0, ncols, k, qkv ? rope : NULL, &roped) != 0)
-        return -1;
-    if (!rope || roped)
-        return 0;
+    const int rc = mlora(be, nm, y, x, W, bias, tmp, lm, slots, col0, ncols, k, qkv ? rope : NULL, &roped);
+    if (rc != 0 || !rope || roped)
+        return rc;
     return cu_rope_kv_write(be, lg_tensor_cols(y, 0, qd), lg_tensor_cols(y, qd, kvd), lg_tensor_cols(y, qd + kvd, kvd),
                             rope->pos, rope->inv_freq, rope->n_heads, rope->n_kv_heads, rope->head_dim, rope->kv,
                             rope->slot);
+}
+
+int cu_matmul_lora(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tensor bias, lg_tensor tmp,
+                   const lg_lora_meta *lm, const int *slots, const int *col0, const int *ncols, int k,
+                   const lg_rope_kv *rope)
+{
+    return op(be, NULL, y, x, W, bias, tmp, lm, slots, col0, ncols, k, rope);
+}
+
+int cu_norm_matmul_lora(lg_backend *be, const lg_norm_in *nm, lg_tensor y, lg_tensor xn, lg_tensor W, lg_tensor bias,
+                        lg_tensor tmp, const lg_lora_meta *lm, const int *slots, const int *col0, const int *ncols,
+                        int k, const lg_rope_kv *rope)
+{
+    if (!nm)
+        return CU_FAIL(CU_CTX(be), "norm_matmul_lora: no norm inputs");
+    return op(be, nm, y, xn, W, bias, tmp, lm, slots, col0, ncols, k, rope);
 }

@@ -42,6 +42,12 @@ int cu_lora_expand_store(lg_backend *be, const lg_tensor *ys, lg_tensor tmp, con
  * whose column blocks are whole heads; 0 done, -1 error. */
 int cu_lora_expand_rope(lg_backend *be, const lg_tensor *ys, lg_tensor tmp, const lg_lora_meta *lm, const int *slots,
                         int k, const lg_rope_kv *rope);
+/* lora_shrink.cu's norm form, for matmul_lora.cu's norm_matmul_lora: add_rmsnorm of nm's rows into
+ * xn (h into nm->rout when nm->delta.data), then lora_shrink_multi(tmp, xn, ...), in one launch; the
+ * same bits as the two ops. 1 (nothing run) unless a decode step (every segment one token, in order,
+ * covering the rows) with rows of at most 8,192 (% 8), 16-byte aligned; 0 done, -1 error. */
+int cu_lora_shrink_norm(lg_backend *be, lg_tensor tmp, const lg_norm_in *nm, lg_tensor xn, const lg_lora_meta *lm,
+                        const int *slots, int k);
 /* Host helpers over lg_lora_meta (lora_shrink.cu): the longest segment (-1 when malformed), the
  * step's largest rank (step_max_rank, else max_rank), the number of tm-token tiles of all segments. */
 int cu_lora_max_seg(const lg_lora_meta *lm);
@@ -103,6 +109,9 @@ typedef struct cu_lora_epi {
 int cu_matmul_lora(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tensor bias, lg_tensor tmp,
                    const lg_lora_meta *lm, const int *slots, const int *col0, const int *ncols, int k,
                    const lg_rope_kv *rope);
+int cu_norm_matmul_lora(lg_backend *be, const lg_norm_in *nm, lg_tensor y, lg_tensor xn, lg_tensor W, lg_tensor bias,
+                        lg_tensor tmp, const lg_lora_meta *lm, const int *slots, const int *col0, const int *ncols,
+                        int k, const lg_rope_kv *rope);
 /* The tensor-core matmul for 3..64 token rows (gemm_skinny.cu), same contract as cu_gemv_try:
  * 0 done, -1 error, 1 not taken (T > 64, K % 8, alignment, LG_SKINNY=0): use cuBLAS. */
 int cu_skinny_try(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tensor bias, bool accumulate,

@@ -43,6 +43,7 @@ void lg_cuda_streamk_mode(int mode); /* kernels/gemm_streamk.cu: 0 = off, 1 = mm
                                         2 = TMA auto (default), 20 + v = its variant v, -1 = as LG_STREAMK */
 void lg_cuda_blaslt(int on);        /* kernels/gemm_lt.cu: 1 on, 0 off, -1 as LG_BLASLT */
 unsigned long lg_cuda_lora_store_launches(void); /* kernels/lora_expand.cu: store-form expands so far */
+unsigned long lg_cuda_lora_norm_launches(void);  /* kernels/lora_shrink.cu: norm-form shrinks so far */
 unsigned long lg_cuda_lora_rope_launches(void);  /* kernels/lora_expand.cu: rope-form expands so far */
 void lg_cuda_sgmv_prefill(int mode); /* kernels/lora_shrink_mma.cu: 0 = segments > 4 tokens on the CUDA-core kernels,
                                        2 = on the prefill kernels at any grid size, -1 as LG_SGMV_PREFILL */
@@ -917,6 +918,14 @@ static void rope_fix_free(rope_fix *f)
 static void mlora_rope_check(lg_dtype dt, const char *cas, gt *yg, lg_tensor x, lg_tensor W, lg_tensor b,
                              lg_tensor tmp, const lg_lora_meta *lm, const int *slots, const int *col0,
                              const int *ncols, float *ry);
+/* mlora_norm >= 0: also norm_matmul_lora on the case's W, adapters and segments (with rope when
+ * mlora_rope.hd), against add_rmsnorm + matmul_lora on copies: y, xn, the new residual, tmp (every
+ * byte) and the KV pages bit for bit, resid unchanged; 1: its norm form must be taken, 0: must not
+ * (then it returns 1, nothing run), 2: either (grids near one resident wave, which it needs: that
+ * depends on the GPU). mlora_norm_delta: with a delta (else h = resid). */
+static int mlora_norm = -1, mlora_norm_delta = 1;
+static void mlora_norm_check(lg_dtype dt, const char *cas, int T, int K, int N, int R, lg_tensor W, lg_tensor b,
+                             const lg_lora_meta *lm, const int *slots, const int *col0, const int *ncols, int k);
 static void test_matmul_lora_case(lg_dtype dt, const char *name, int n_segs, const int *seg_len, const int *rank,
                                   int K, int k, const int *ncols, int bias, int gap, int store)
 {
@@ -951,6 +960,7 @@ static void test_matmul_lora_case(lg_dtype dt, const char *name, int n_segs, con
             B[s2 * k + i] = malloc(nb * 4);
             for (size_t j = 0; j < na; j++) fa[j] = 0.1f * frand();
             for (size_t j = 0; j < nb; j++) B[s2 * k + i][j] = 0.1f * frand();
+            off += (size_t)lora_a_off; /* lora_a_off 2: A not 16-byte aligned */
             lg_from_f32(hpool + off, dt, fa, na);
             ws->A = pool + off;
             off = (off + na * es + 15) & ~(size_t)15;
@@ -1019,6 +1029,8 @@ static void test_matmul_lora_case(lg_dtype dt, const char *name, int n_segs, con
         record("matmul_lora", cas, dt, rel_l2(gy, ry, n), lim_for(dt),
                rc == 0 && g == 0 && g2 == 0 && (store < 0 || store == stored));
     }
+    if (mlora_norm >= 0)
+        mlora_norm_check(dt, cas, T, K, N, R, W.t, bias ? bt : none, &lm, slots, col0, ncols, k);
     if (mlora_graph && G->i.graph_begin) {
         /* the same launch recorded in a step graph, then replayed with new x and new adapter
          * scales (device inputs the graph reads): bit for bit the eager op on the same inputs */
@@ -1092,6 +1104,98 @@ static void mlora_rope_check(lg_dtype dt, const char *cas, gt *yg, lg_tensor x, 
     free(g1), free(g2), free(h1), free(h2);
 }
 
+/* The whole buffer of b (guards, gaps and view) as the device holds it. */
+static unsigned char *gt_raw(gt *b)
+{
+    unsigned char *d = malloc(b->bytes);
+    if (G->i.sync(G) != 0 || G->i.download(G, d, b->base, b->bytes) != 0)
+        memset(d, 0x5A, b->bytes), d[0] ^= 1; /* differs from any image */
+    return d;
+}
+static int gt_same(gt *a, gt *b)
+{
+    unsigned char *da = gt_raw(a), *db = gt_raw(b);
+    const int same = a->bytes == b->bytes && memcmp(da, db, a->bytes) == 0;
+    free(da), free(db);
+    return same;
+}
+
+static void mlora_norm_check(lg_dtype dt, const char *cas, int T, int K, int N, int R, lg_tensor W, lg_tensor b,
+                             const lg_lora_meta *lm, const int *slots, const int *col0, const int *ncols, int k)
+{
+    char c2[112];
+    if (!G->i.norm_matmul_lora) {
+        record("norm_matmul_lora", "slot missing (LG_FUSE_LORA=0)", dt, 0, 0, 1);
+        return;
+    }
+    const lg_tensor none = {0};
+    gt r1 = gt_new(dt, T, K, 8), r2 = gt_new(dt, T, K, 8), d = gt_new(dt, T, K, 8), ro = gt_new(dt, T, K, 8);
+    gt x1 = gt_new(dt, T, K, 8), x2 = gt_new(dt, T, K, 8), y1 = gt_new(dt, T, N, 8), y2 = gt_new(dt, T, N, 8);
+    gt t1 = gt_new(LG_F32, T, k * R, 0), t2 = gt_new(LG_F32, T, k * R, 0);
+    gt_set(&r1, NULL, 2.0f);
+    gt_set(&r2, r1.f, 1.0f);
+    gt_set(&d, NULL, 1.0f);
+    gt *po[] = {&ro, &x1, &x2, &y1, &y2, &t1, &t2};
+    for (size_t i = 0; i < sizeof po / sizeof po[0]; i++) gt_poison(po[i]);
+    unsigned char *r0 = gt_raw(&r1);
+    float *g = malloc((size_t)K * 4);
+    for (int i = 0; i < K; i++) g[i] = 1.0f + 0.25f * frand();
+    float *dg = G->i.alloc(G, (size_t)K * 4);
+    G->i.upload(G, dg, g, (size_t)K * 4);
+    const lg_tensor gw = lg_tensor_2d(dg, LG_F32, 1, K);
+    const int rope = mlora_rope.hd > 0, nh = mlora_rope.nh, nkv = mlora_rope.nkv, hd = mlora_rope.hd;
+    rope_fix f;
+    lg_rope_kv rk1, rk2;
+    if (rope) {
+        f = rope_fix_new(dt, T, nkv, hd);
+        rk1 = (lg_rope_kv){f.dpos, f.dinv, nh, nkv, hd, f.kv1, f.dslot};
+        rk2 = rk1;
+        rk2.kv = f.kv2;
+    }
+    const float eps = 1e-5f;
+    const lg_norm_in nm = {r1.t, mlora_norm_delta ? d.t : none, gw, ro.t, eps};
+    const unsigned long n0 = lg_cuda_lora_norm_launches();
+    const int rc = G->i.norm_matmul_lora(G, &nm, y1.t, x1.t, W, b, t1.t, lm, slots, col0, ncols, k, rope ? &rk1 : NULL);
+    const int taken = lg_cuda_lora_norm_launches() != n0;
+    int ok = mlora_norm == 2 || taken == mlora_norm, same = 0;
+    if (rc == 1) { /* not taken: nothing written */
+        gt *un[] = {&ro, &x1, &y1, &t1};
+        same = !taken;
+        for (size_t i = 0; i < sizeof un / sizeof un[0]; i++) same &= gt_same(un[i], i == 3 ? &t2 : i == 2 ? &y2 : &x2);
+    } else {
+        ok &= rc == 0;
+        ok &= G->i.add_rmsnorm(G, r2.t, mlora_norm_delta ? d.t : none, gw, x2.t, eps) == 0;
+        ok &= G->i.matmul_lora(G, y2.t, x2.t, W, b, t2.t, lm, slots, col0, ncols, k, rope ? &rk2 : NULL) == 0;
+        same = gt_same(&x1, &x2) && (mlora_norm_delta ? gt_same(&ro, &r2) : 1);
+        if (lora_a_off) { /* A unaligned: the norm form's 2-byte loads sum in chunk order, within rounding */
+            float *g1 = malloc((size_t)T * N * 4), *g2 = malloc((size_t)T * N * 4);
+            same &= gt_get(&y1, g1, NULL) == 0 && gt_get(&y2, g2, NULL) == 0 &&
+                    rel_l2(g1, g2, (size_t)T * N) < lim_for(dt);
+            free(g1), free(g2);
+        } else {
+            same &= gt_same(&y1, &y2) && gt_same(&t1, &t2);
+        }
+        unsigned char *r1d = gt_raw(&r1);
+        same &= memcmp(r0, r1d, r1.bytes) == 0; /* resid is not written */
+        free(r1d);
+        if (rope) {
+            unsigned char *h1 = malloc(f.pool_bytes), *h2 = malloc(f.pool_bytes);
+            same &= G->i.download(G, h1, f.p1, f.pool_bytes) == 0 && G->i.download(G, h2, f.p2, f.pool_bytes) == 0 &&
+                    memcmp(h1, h2, f.pool_bytes) == 0;
+            free(h1), free(h2);
+        }
+    }
+    snprintf(c2, sizeof c2, "%s%s%s: %s, ==ops %s", cas, rope ? " rope" : "", mlora_norm_delta ? "" : " no delta",
+             taken ? "norm form" : rc == 1 ? "not taken" : "two ops", same ? "yes" : "NO");
+    record("norm_matmul_lora", c2, dt, 0, 0, ok && same);
+    if (rope)
+        rope_fix_free(&f);
+    for (size_t i = 0; i < sizeof po / sizeof po[0]; i++) gt_free(po[i]);
+    gt_free(&r1), gt_free(&r2), gt_free(&d);
+    G->i.dealloc(G, dg);
+    free(g), free(r0);
+}
+
 /* matmul_lora with rope (the q,k,v form of a layer): decode steps take the expand's rope form
  * (ranks 0..16 with an odd one: the expand's element path; max_rank 64: 256-column blocks;
  * GQA, head_dim 64 and 128; a token without a cache row); segments of several tokens and a
@@ -1112,8 +1216,10 @@ static void test_matmul_lora_rope(lg_dtype dt)
         mlora_rope.nh = cs[i].nh, mlora_rope.nkv = cs[i].nkv, mlora_rope.hd = cs[i].hd, mlora_rope.fused = cs[i].fused;
         const int nc[3] = {cs[i].nh * cs[i].hd, cs[i].nkv * cs[i].hd, cs[i].nkv * cs[i].hd};
         const int ns = cs[i].len == len2 ? 4 : cs[i].T;
+        mlora_norm = cs[i].len == one; /* decode steps take the norm form (the skinny matmul is off here) */
         test_matmul_lora_case(dt, cs[i].name, ns, cs[i].len, cs[i].rank, cs[i].K, 3, nc, i == 1, 0, 0);
     }
+    mlora_norm = -1;
     mlora_rope.hd = 0;
 }
 
@@ -1134,15 +1240,38 @@ static void test_matmul_lora(lg_dtype dt)
         char nm[7][24];
         const char *base[7] = {"decode", "decode", "decode", "ragged", "unfused", "gemv", "cublas"};
         for (int i = 0; i < 7; i++) snprintf(nm[i], sizeof nm[i], "%s %s", sk ? "fused" : "side", base[i]);
+        /* and norm_matmul_lora on the same inputs: its norm form in decode steps (one-token
+         * segments), except where the skinny matmul's epilogue takes the expand (T 5..64) */
+        mlora_norm = !sk;
         test_matmul_lora_case(dt, nm[0], 32, one, r16, 1024, 3, qkv, 1, 0, 0); /* skinny: fused expand */
+        mlora_norm = sk ? 0 : 2; /* 1,024 blocks: one wave on a GPU of 205 or more SMs */
         test_matmul_lora_case(dt, nm[1], 32, one, mixed, 512, 2, gu, 0, 0, 0); /* ranks 0..64 */
         test_matmul_lora_case(dt, nm[2], 64, one, mixed, 2048, 1, o, 0, 0, 0); /* 64 rows, split-K */
+        mlora_norm = !sk;
+        mlora_norm = 0;
         test_matmul_lora_case(dt, nm[3], 5, len3, r3, 520, 3, qkv, 1, 0, 0);   /* segments of 1..7, rank 13 */
+        mlora_norm = !sk;
         test_matmul_lora_case(dt, nm[4], 7, one, r16, 512, 1, odd, 0, 0, 0);   /* range not whole tiles */
+        mlora_norm = 1, mlora_norm_delta = sk;
         test_matmul_lora_case(dt, nm[5], 2, one, r16, 1024, 3, qkv, 1, 0, 0);  /* T = 2: GEMV + expand */
+        mlora_norm = 0, mlora_norm_delta = 1;
         test_matmul_lora_case(dt, nm[6], 2, l70, r70, 256, 3, qkv, 0, 0, 0);   /* T = 70: cuBLAS + expand */
+        mlora_norm = -1;
     }
     lg_cuda_skinny_mode(0);
+    { /* the norm form's row widths: 4,104 (chunks past 512 a thread), 8,192 (the widest), 8,200 (not taken) */
+        const int o1[] = {256};
+        mlora_norm = 1;
+        test_matmul_lora_case(dt, "norm K4104", 8, one, mixed, 4104, 1, o1, 0, 0, 0);
+        test_matmul_lora_case(dt, "norm K8192", 3, one, r16, 8192, 1, o1, 1, 0, 0);
+        lora_a_off = 2;
+        test_matmul_lora_case(dt, "norm A unaligned", 8, one, mixed, 1024, 1, o1, 0, 0, 0);
+        lora_a_off = 0, mlora_norm = 0;
+        test_matmul_lora_case(dt, "norm K8200", 3, one, r16, 8200, 1, o1, 0, 0, 0);
+        const int qkv64[] = {256, 128, 128}; /* 64 x 16 x 3 = 3,072 blocks: more than one wave anywhere */
+        test_matmul_lora_case(dt, "norm waves", 64, one, mixed, 1024, 3, qkv64, 0, 0, 0);
+        mlora_norm = -1;
+    }
     /* prefill: the expand stores y, then cuBLAS adds x W^T (beta = 1), unless switched off */
     const char *lf = getenv("LG_LORA_FIRST");
     const int on = !sgmv_forced_off() && !(lf && strcmp(lf, "0") == 0);
