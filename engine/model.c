@@ -570,8 +570,8 @@ static int linear(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tens
 /* xn = rmsnorm(x (+ delta)) * g, y = xn W^T (+ bias) with the LoRA of modules
  * [m0, m0 + count), then act = silu_mul(y) when act.data. The residual x is
  * xs[*cur]. One norm_matmul op where the backend fuses them (CUDA, decode
- * batches of up to nm_t = LG_NORM_MATMUL_MAX_T rows: one launch instead of two or
- * three) and no adapter of the step targets these modules (the shrink
+ * batches of up to nm_t = LG_NORM_MATMUL_MAX_T rows: one launch instead of
+ * two or three) and no adapter of the step targets these modules (the shrink
  * reads xn): it stores x + delta to the other buffer, which becomes the
  * residual (the op's blocks all read x, so none may write it in place).
  * With rope (the q,k,v form), the op also does rope_kv_write and *roped is
@@ -682,8 +682,8 @@ static int forward(lg_model *m, const lg_kv_view *kv0, const lg_step_meta *meta,
         const lg_rope_kv rk = {.pos = meta->pos, .inv_freq = m->inv_freq, .n_heads = c->n_heads,
                                .n_kv_heads = c->n_kv_heads, .head_dim = hd, .kv = kv, .slot = meta->slot};
         bool roped = false;
-        TRY(norm_linear(be, xs, &xi, m->norm_matmul_t, l ? mlp : none, lw->ln1, c->rms_eps, xn, qkv, lw->wqkv, lw->bqkv, none, tmp, lora,
-                        qkv_ys, 0, 3, sl, lora_mods, &rk, &roped));
+        TRY(norm_linear(be, xs, &xi, m->norm_matmul_t, l ? mlp : none, lw->ln1, c->rms_eps, xn, qkv, lw->wqkv,
+                        lw->bqkv, none, tmp, lora, qkv_ys, 0, 3, sl, lora_mods, &rk, &roped));
         if (roped) {
             /* norm_matmul or matmul_lora did rope + KV write too */
         } else if (be->i.rope_kv_write) {
@@ -695,8 +695,8 @@ static int forward(lg_model *m, const lg_kv_view *kv0, const lg_step_meta *meta,
         }
         TRY(be->i.attention(be, attn, q, kv, meta, c->n_heads, scale));
         TRY(linear(be, o, attn, lw->wo, none, tmp, lora, &o, 3, 1, sl, lora_mods, NULL, NULL));
-        TRY(norm_linear(be, xs, &xi, m->norm_matmul_t, o, lw->ln2, c->rms_eps, xn, gu, lw->wgu, none, act, tmp, lora, gu_ys, 4, 2, sl,
-                        lora_mods, NULL, NULL));
+        TRY(norm_linear(be, xs, &xi, m->norm_matmul_t, o, lw->ln2, c->rms_eps, xn, gu, lw->wgu, none, act, tmp,
+                        lora, gu_ys, 4, 2, sl, lora_mods, NULL, NULL));
         TRY(linear(be, mlp, act, lw->wdown, none, tmp, lora, &mlp, 6, 1, sl, lora_mods, NULL, NULL));
     }
     if (n_logits > 0) {

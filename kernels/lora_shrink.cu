@@ -446,7 +446,8 @@ int cu_lora_shrink_norm(lg_backend *be, lg_tensor tmp, const lg_norm_in *nm, lg_
         CU_CHECK_VIEW(c, "lora_shrink_norm rout", nm->rout);
     }
     const lg_tensor r = nm->resid;
-    const bool same = xn.dtype == r.dtype && (!nm->delta.data || (nm->delta.dtype == r.dtype && nm->rout.dtype == r.dtype));
+    const bool same = xn.dtype == r.dtype &&
+                      (!nm->delta.data || (nm->delta.dtype == r.dtype && nm->rout.dtype == r.dtype));
     if (!cu_is_half(r.dtype) || !same)
         return CU_FAIL(c, "lora_shrink_norm: resid, delta, rout and xn must share an f16/bf16 dtype");
     if (xn.rows != r.rows || xn.cols != r.cols || nm->w.rows * nm->w.cols < r.cols ||
@@ -456,12 +457,14 @@ int cu_lora_shrink_norm(lg_backend *be, lg_tensor tmp, const lg_norm_in *nm, lg_
                        (long long)r.rows, (long long)r.cols, (long long)xn.rows, (long long)xn.cols,
                        (long long)(nm->w.rows * nm->w.cols));
     if (!lm || !lm->seg_indptr || !lm->w || !lm->seg_indptr_host || !slots || k < 1 || k > LG_LORA_MULTI_MAX)
-        return CU_FAIL(c, "lora_shrink_norm: lora meta, its arrays or the slots (1..%d) are missing", LG_LORA_MULTI_MAX);
+        return CU_FAIL(c, "lora_shrink_norm: lora meta, its arrays or the slots (1..%d) are missing",
+                       LG_LORA_MULTI_MAX);
     /* taken: a decode step (every segment exactly one token, in order, covering the rows) */
     bool decode = lm->n_segs == r.rows && lm->n_segs > 0 && lm->n_segs <= 65535 && lm->max_rank > 0;
     for (int s = 0; decode && s <= lm->n_segs; s++) decode = lm->seg_indptr_host[s] == s;
     if (!decode || r.cols % 8 != 0 || r.cols / 8 > 4 * SH_THREADS || !vec_rows(r) || !vec_rows(xn) ||
-        !vec_rows(nm->delta) || (nm->delta.data && !vec_rows(nm->rout)) || (tmp.dtype != LG_F32 && tmp.dtype != xn.dtype))
+        !vec_rows(nm->delta) || (nm->delta.data && !vec_rows(nm->rout)) ||
+        (tmp.dtype != LG_F32 && tmp.dtype != xn.dtype))
         return 1;
     CU_CHECK_VIEW(c, "lora_shrink_norm tmp", tmp);
     sh_slots sl;
@@ -471,15 +474,16 @@ int cu_lora_shrink_norm(lg_backend *be, lg_tensor tmp, const lg_norm_in *nm, lg_
         sl.slot[i] = slots[i];
     }
     if (tmp.cols < (int64_t)k * lm->max_rank || tmp.rows < xn.rows)
-        return CU_FAIL(c, "lora_shrink_norm: tmp [%lld,%lld] is narrower than %d x max_rank %d or shorter than %lld rows",
-                       (long long)tmp.rows, (long long)tmp.cols, k, lm->max_rank, (long long)xn.rows);
+        return CU_FAIL(c, "lora_shrink_norm: tmp [%lld,%lld] is narrower than %d x max_rank %d or shorter than %lld "
+                       "rows", (long long)tmp.rows, (long long)tmp.cols, k, lm->max_rank, (long long)xn.rows);
     sl.ng = (lm->max_rank + SH_RG - 1) / SH_RG;
     sl.col_off = lm->max_rank;
     sl.hint = (cu_l2_hint() & 2) != 0;
     const bool f32 = tmp.dtype == LG_F32;
     bool ran;
     if (xn.dtype == LG_F16)
-        ran = f32 ? launch_norm<__half, float>(c, tmp, nm, xn, lm, sl, k) : launch_norm<__half, __half>(c, tmp, nm, xn, lm, sl, k);
+        ran = f32 ? launch_norm<__half, float>(c, tmp, nm, xn, lm, sl, k)
+                  : launch_norm<__half, __half>(c, tmp, nm, xn, lm, sl, k);
     else
         ran = f32 ? launch_norm<__nv_bfloat16, float>(c, tmp, nm, xn, lm, sl, k)
                   : launch_norm<__nv_bfloat16, __nv_bfloat16>(c, tmp, nm, xn, lm, sl, k);
