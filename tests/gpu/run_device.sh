@@ -23,7 +23,8 @@
 # LoRA shrink/expand and rope/kv launches in stream order, the wmma prefill
 # attention, cuBLAS for decode batches, no programmatic dependent launch), plus W1 and batch-1 with one
 # switch flipped at a time (LG_LORA_FIRST=0: the prefill expand after its matmul; LG_L2_HINT=0: weights read with the default L2 policy; LG_SKINNY=1 turns
-# on the opt-in skinny matmul, with the matmul_lora op the expand in its epilogue).
+# on the opt-in skinny matmul, with the matmul_lora op the expand in its epilogue; LG_EXPAND_ROPE=0: rope + KV
+# write after the q,k,v expand; LG_SHRINK_NORM=0: add_rmsnorm before the LoRA shrink, also on W3).
 # EXTRA="label|env|case;..." adds runs of any case under any environment. profile: ncu per-kernel time of one W1 decode step
 # (tests/gpu/profile_decode.sh), new and old (PROF_OLD / PROF_OLD_LABEL set the
 # reference's environment, PROF_B1=0 skips batch 1). all = test + serving +
@@ -179,9 +180,11 @@ if want bench; then
     bench "$xl" "$xe" "$xc"
   done
   if [ "${ABLATE:-1}" != 0 ]; then   # one path switched at a time
-    for sw in LG_PDL=0 LG_FUSE_ROPE_KV=0 LG_LORA_FIRST=0 LG_FUSE_LORA=0 LG_L2_HINT=0 LG_SKINNY=1; do
+    for sw in LG_PDL=0 LG_FUSE_ROPE_KV=0 LG_LORA_FIRST=0 LG_FUSE_LORA=0 LG_L2_HINT=0 LG_SKINNY=1 LG_EXPAND_ROPE=0 \
+              LG_SHRINK_NORM=0; do
       bench "${sw//LG_/}" "${sw//,/ }" w1_lora
     done
+    bench "SHRINK_NORM=0" "LG_SHRINK_NORM=0" w3_lora   # two norms a layer in the shrink there
     for sw in LG_PDL=0 LG_FUSE_ROPE_KV=0 LG_FUSE_NORM=0 LG_NORM_ROPE=0 LG_SKINNY=1; do bench "${sw#LG_}" "$sw" b1; done
     bench "ATTN_FA2=0" "LG_ATTN_FA2=0" pf2048
   fi
