@@ -947,7 +947,8 @@ static int lg_dec_settle(struct lg_detok *d, bool final)
         }
         i += (size_t)l;
     }
-    memmove(d->pend.p, d->pend.p + i, n - i);
+    if (n > i) /* pend.p may be NULL when nothing was ever pending */
+        memmove(d->pend.p, d->pend.p + i, n - i);
     d->pend.n = n - i;
     return 0;
 }
