@@ -6,7 +6,11 @@
 #
 # Env knobs: LG_SKIP_DEPS=1 (skip apt; deps already there), LG_PYTHON=path
 # (use this interpreter instead of creating .venv), LG_BACKEND (golden tests'
-# backend, default cpu), LG_JOBS (build parallelism, default 2).
+# backend, default cpu), LG_JOBS (build parallelism, default 2), LG_SANITIZE=1
+# (build in build-asan with AddressSanitizer + UBSan, CPU backend only, and run
+# ctest and pytest against it: any memory error, undefined behaviour or leak in
+# our code fails the test that hit it; libh2o's recycle pools are suppressed,
+# tests/sanitize/lsan.supp).
 # Exit status: non-zero if any step or any test fails. ctest and pytest both run
 # even if the other failed, so one run shows every failure.
 set -euo pipefail
@@ -46,14 +50,22 @@ MODEL="$(PYTHON="$PY" bash deploy/fetch-default-model.sh)" || die "fetching the 
 echo "default model: $MODEL"
 
 # --- 4. build -------------------------------------------------------------------
-step "configure + build"
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release || die "cmake configure failed"
-cmake --build build -j"${LG_JOBS:-2}" || die "build failed"
+BUILD=build
+CFG=(-DCMAKE_BUILD_TYPE=Release)
+if [ "${LG_SANITIZE:-0}" = 1 ]; then
+  BUILD=build-asan
+  CFG=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DLG_SANITIZE=ON -DLG_CUDA=OFF)
+  export ASAN_OPTIONS="halt_on_error=1" UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+  export LSAN_OPTIONS="suppressions=$ROOT/tests/sanitize/lsan.supp" LG_BUILD_DIR="$ROOT/$BUILD"
+fi
+step "configure + build ($BUILD)"
+cmake -S . -B "$BUILD" "${CFG[@]}" || die "cmake configure failed"
+cmake --build "$BUILD" -j"${LG_JOBS:-2}" || die "build failed"
 
 # --- 5. unit tests (ctest) ------------------------------------------------------
 status=0
 step "ctest"
-ctest --test-dir build --output-on-failure || { echo "[run_all] ctest FAILED"; status=1; }
+ctest --test-dir "$BUILD" --output-on-failure || { echo "[run_all] ctest FAILED"; status=1; }
 
 # --- 6. python suites ------------------------------------------------------------
 step "pytest"
@@ -61,7 +73,7 @@ dirs=()
 for d in tests/golden tests/tokenizer tests/chat tests/cli tests/e2e tests/deploy; do
   [ -d "$d" ] && dirs+=("$d")
 done
-export LG_BIN="${LG_BIN:-$ROOT/build/loragate}"
+export LG_BIN="${LG_BIN:-$ROOT/$BUILD/loragate}"
 if [ ${#dirs[@]} -gt 0 ]; then
   "$PY" -m pytest -q "${dirs[@]}" || { echo "[run_all] pytest FAILED"; status=1; }
 fi
