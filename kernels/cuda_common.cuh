@@ -260,6 +260,61 @@ __device__ __forceinline__ float warp_max(float v)
     return v;
 }
 
+/* add_rmsnorm's first half on one row of a block-wide norm prologue (gemv.cuh's norm, the LoRA
+ * shrink's norm form), in the order of add_rmsnorm.cu's vector kernel: that kernel runs a row of
+ * K8 <= 1024 chunks of 8 with K8 rounded up to 32 threads, one chunk each; thread c sums its 8
+ * squares in order, each warp reduces by xor shuffles, warp 0 sums the warp totals the same way.
+ * Here a block of WARPS warps plays those warps: warp w lane l takes chunk l + 32 (w + WARPS j),
+ * j < NJ, so every sum is formed in the same order and the mean square is the same float (inv =
+ * rsqrtf(it + eps), as there). Leaves in hu the thread's chunks of h = resid (+ delta, rounded; also
+ * stored to ro when ro) and returns the mean of h's squares.
+ * red: 32 floats of shared memory, free on entry; one __syncthreads (the caller syncs again before
+ * red's next use). */
+template <typename T, int NJ, int WARPS>
+__device__ __forceinline__ float norm_row_ms(const uint4 *r, const uint4 *d, uint4 *ro, int K8, float *red,
+                                             uint4 (&hu)[NJ])
+{
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = (K8 + 31) >> 5;
+    uint4 du[NJ]; /* zeroed: with no value past K8, ptxas kept more registers live (GEMV T = 2: 139 against 120) */
+#pragma unroll
+    for (int j = 0; j < NJ; j++) du[j] = make_uint4(0, 0, 0, 0);
+    float ss[NJ];
+#pragma unroll
+    for (int j = 0; j < NJ; j++) {
+        const int ch = lane + 32 * (w + WARPS * j);
+        if (ch < K8) {
+            hu[j] = r[ch];
+            if (d)
+                du[j] = d[ch];
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < NJ; j++) {
+        const int ch = lane + 32 * (w + WARPS * j);
+        float s = 0.0f;
+        if (ch < K8) {
+            float v[8];
+            if (d) {
+                hu[j] = norm_add8<T>(hu[j], du[j], v);
+                if (ro)
+                    ro[ch] = hu[j];
+            } else {
+                unpack8<T>(hu[j], v);
+            }
+            s = norm_sq8(v, s);
+        }
+        ss[j] = s;
+    }
+#pragma unroll
+    for (int j = 0; j < NJ; j++) {
+        const float s = warp_sum(ss[j]);
+        if (lane == 0 && w + WARPS * j < nw)
+            red[w + WARPS * j] = s;
+    }
+    __syncthreads();
+    return warp_sum(lane < nw ? red[lane] : 0.0f) / (float)(K8 * 8);
+}
+
 /* SGMV blocks (lora_shrink*.cu, lora_expand.cu): the token tile `tile` of tm tokens of segment s,
  * as [*t0, *t0 + *nt); false when the segment ends before it (nothing to do). */
 __device__ __forceinline__ bool sgmv_tile(const int32_t *seg_indptr, int s, int tile, int tm, int *t0, int *nt)

@@ -91,57 +91,19 @@ template <> __device__ __forceinline__ float dot8<__nv_bfloat16>(uint4 w, uint4 
     return acc;
 }
 
-/* PRO = 1: the T normed rows into xs ([T][K8] 16-byte words), after pdl_wait.
- * add_rmsnorm.cu's vector kernel runs a row of K8 <= 1024 chunks with
- * nthr = K8 rounded up to 32 threads, one chunk each: thread c sums its 8
- * squares in order, each warp reduces by xor shuffles, warp 0 sums the warp
- * totals the same way. Here the block's 4 warps play those nthr / 32 warps:
- * warp w lane l takes chunk l + 32 (w + 4 j), so every sum is formed in the
- * same order and inv, and each output, is the same float. */
+/* PRO = 1: the T normed rows into xs ([T][K8] 16-byte words), after pdl_wait, each in
+ * add_rmsnorm.cu's exact order (norm_row_ms, cuda_common.cuh: the block's 4 warps play the
+ * vector kernel's K8 / 32), so inv, and each output, is the same float. */
 template <typename TX, int T> __device__ __forceinline__ void gemv_norm_prologue(const gemv_args &a, uint4 *xs)
 {
-    __shared__ float red[33];
-    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, K8 = a.K >> 3, nw = (K8 + 31) >> 5;
+    __shared__ float red[32];
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, K8 = a.K >> 3;
     for (int t = 0; t < T; t++) {
         const uint4 *r = (const uint4 *)((const TX *)a.resid + t * a.ldr);
         const uint4 *d = a.delta ? (const uint4 *)((const TX *)a.delta + t * a.ldd) : NULL;
         uint4 *ro = blockIdx.x == 0 && a.delta ? (uint4 *)((TX *)a.rout + t * a.ldro) : NULL;
-        uint4 ru[GEMV_NORM_J], du[GEMV_NORM_J];
-        float ss[GEMV_NORM_J];
-#pragma unroll
-        for (int j = 0; j < GEMV_NORM_J; j++) {
-            const int ch = lane + 32 * (w + GEMV_WARPS * j);
-            if (ch < K8) {
-                ru[j] = r[ch];
-                if (d)
-                    du[j] = d[ch];
-            }
-        }
-#pragma unroll
-        for (int j = 0; j < GEMV_NORM_J; j++) {
-            const int ch = lane + 32 * (w + GEMV_WARPS * j);
-            float s = 0.0f;
-            if (ch < K8) {
-                float v[8];
-                if (d) {
-                    ru[j] = norm_add8<TX>(ru[j], du[j], v);
-                    if (ro)
-                        ro[ch] = ru[j];
-                } else {
-                    unpack8<TX>(ru[j], v);
-                }
-                s = norm_sq8(v, s);
-            }
-            ss[j] = s;
-        }
-#pragma unroll
-        for (int j = 0; j < GEMV_NORM_J; j++) {
-            const float s = warp_sum(ss[j]);
-            if (lane == 0 && w + GEMV_WARPS * j < nw)
-                red[w + GEMV_WARPS * j] = s;
-        }
-        __syncthreads();
-        const float inv = rsqrtf(warp_sum(lane < nw ? red[lane] : 0.0f) / (float)(K8 * 8) + a.eps);
+        uint4 ru[GEMV_NORM_J];
+        const float inv = rsqrtf(norm_row_ms<TX, GEMV_NORM_J, GEMV_WARPS>(r, d, ro, K8, red, ru) + a.eps);
 #pragma unroll
         for (int j = 0; j < GEMV_NORM_J; j++) {
             const int ch = lane + 32 * (w + GEMV_WARPS * j);

@@ -57,6 +57,21 @@ struct sh_slots {
     int hint;    /* the decode kernel reads A with L2 evict_first (LG_L2_HINT bit 2, cuda_common.cuh) */
 };
 
+/* acc[i][r] += xu[i] . af[r]: one chunk of 8 of the TT x rows (packed) against the A rows (floats). */
+template <typename T, int TT>
+__device__ __forceinline__ void shrink_dot(float (&acc)[TT][SH_RG], const float (&af)[SH_RG][8], const uint4 (&xu)[TT])
+{
+#pragma unroll
+    for (int i = 0; i < TT; i++) {
+        float xf[8];
+        unpack8<T>(xu[i], xf);
+#pragma unroll
+        for (int r = 0; r < SH_RG; r++)
+#pragma unroll
+            for (int e = 0; e < 8; e++) acc[i][r] += af[r][e] * xf[e];
+    }
+}
+
 /* acc[i][r] += x[t0 + i, 8 ch .. 8 ch + 8) . A[r, same] for one 16-byte chunk of A rows (au). */
 template <typename T, int TT>
 __device__ __forceinline__ void shrink_chunk(float (&acc)[TT][SH_RG], const uint4 (&au)[SH_RG], const T *xt,
@@ -68,14 +83,49 @@ __device__ __forceinline__ void shrink_chunk(float (&acc)[TT][SH_RG], const uint
     float af[SH_RG][8];
 #pragma unroll
     for (int r = 0; r < SH_RG; r++) unpack8<T>(au[r], af[r]);
+    shrink_dot<T, TT>(acc, af, xu);
+}
+
+/* The first NP 16-byte chunks of each of the nr A rows (row length in) a thread dots: thread c
+ * chunks c + SH_THREADS p; zeros past nr rows or nch chunks. */
+template <int NP, typename T>
+__device__ __forceinline__ void shrink_load_a(uint4 (&au)[NP][SH_RG], const T *A, int in, int nr, int nch, bool hint,
+                                              uint64_t pol)
+{
 #pragma unroll
-    for (int i = 0; i < TT; i++) {
-        float xf[8];
-        unpack8<T>(xu[i], xf);
+    for (int p = 0; p < NP; p++) {
+        const int ch = threadIdx.x + p * SH_THREADS;
 #pragma unroll
         for (int r = 0; r < SH_RG; r++)
+            au[p][r] = r < nr && ch < nch ? ld_weight16((const uint4 *)(A + (size_t)r * in) + ch, hint, pol)
+                                          : make_uint4(0, 0, 0, 0);
+    }
+}
+
+/* The block's sums of acc (warp shuffles, then the warps through red in a fixed order: no atomics)
+ * to tmp[t0 + i, col + r] for the i < nt tokens and r < nr rank rows. */
+template <typename TT_, int TT>
+__device__ __forceinline__ void shrink_store(const float (&acc)[TT][SH_RG], float (*red)[TT * SH_RG], TT_ *tmp,
+                                             int64_t ldt, int64_t t0, int nt, int nr, int64_t col)
+{
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 #pragma unroll
-            for (int e = 0; e < 8; e++) acc[i][r] += af[r][e] * xf[e];
+    for (int i = 0; i < TT; i++)
+#pragma unroll
+        for (int r = 0; r < SH_RG; r++) {
+            const float v = warp_sum(acc[i][r]);
+            if (lane == 0)
+                red[warp][i * SH_RG + r] = v;
+        }
+    __syncthreads();
+    if (threadIdx.x < TT * SH_RG) {
+        const int i = threadIdx.x / SH_RG, r = threadIdx.x % SH_RG;
+        if (i < nt && r < nr) {
+            float v = 0.0f;
+#pragma unroll
+            for (int wi = 0; wi < SH_WARPS; wi++) v += red[wi][threadIdx.x];
+            tmp[(t0 + i) * ldt + col + r] = from_f32<TT_>(v);
+        }
     }
 }
 
@@ -108,14 +158,7 @@ __global__ void __launch_bounds__(SH_THREADS)
          * kernel before still runs; x only after */
         const uint64_t pol = sl.hint ? l2_policy_first() : 0;
         uint4 apre[SH_PRE][SH_RG];
-#pragma unroll
-        for (int p = 0; p < SH_PRE; p++) {
-            const int ch = threadIdx.x + p * SH_THREADS;
-#pragma unroll
-            for (int r = 0; r < SH_RG; r++)
-                apre[p][r] = r < nr && ch < nch ? ld_weight16((const uint4 *)(A + (size_t)r * in) + ch, sl.hint, pol)
-                                                : make_uint4(0, 0, 0, 0);
-        }
+        shrink_load_a<SH_PRE>(apre, A, in, nr, nch, sl.hint, pol);
         pdl_wait();
 #pragma unroll
         for (int p = 0; p < SH_PRE; p++) {
@@ -145,26 +188,7 @@ __global__ void __launch_bounds__(SH_THREADS)
             }
         }
     }
-
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-#pragma unroll
-    for (int i = 0; i < TT; i++)
-#pragma unroll
-        for (int r = 0; r < SH_RG; r++) {
-            const float v = warp_sum(acc[i][r]);
-            if (lane == 0)
-                red[warp][i * SH_RG + r] = v;
-        }
-    __syncthreads();
-    if (threadIdx.x < TT * SH_RG) {
-        const int i = threadIdx.x / SH_RG, r = threadIdx.x % SH_RG;
-        if (i < nt && r < nr) {
-            float v = 0.0f;
-#pragma unroll
-            for (int wi = 0; wi < SH_WARPS; wi++) v += red[wi][threadIdx.x];
-            tmp[(int64_t)(t0 + i) * ldt + (int64_t)si * sl.col_off + j0 + r] = from_f32<TT_>(v);
-        }
-    }
+    shrink_store<TT_, TT>(acc, red, tmp, ldt, t0, nt, nr, (int64_t)si * sl.col_off + j0);
 }
 
 /* The norm form's rows (cu_lora_shrink_norm): add_rmsnorm's inputs and outputs. */
@@ -179,21 +203,18 @@ template <typename T> struct sh_norm {
 };
 
 /* The norm form: the decode kernel (one token a segment, every token in one segment) whose block
- * first computes its token's add_rmsnorm, in the order of add_rmsnorm.cu's vector kernel. That
- * kernel runs a row of K8 <= 1024 chunks of 8 with K8 rounded up to 32 threads, one chunk each;
- * here thread c holds chunks c + 256 j (j < NJ), which is warp w + 8 j lane l of that kernel: each
- * lane sums its chunk's squares in order, each emulated warp reduces by xor shuffles, and the warp
- * totals are summed the same way, so h, inv and xn are the same floats, and the dot with A runs over
- * the chunks in the decode kernel's order, so tmp is the same too. Block y = 0 of a token (slot 0,
- * rank rows 0..3; present even when the token has no rank there) stores h to rout and xn. A is read
- * before pdl_wait as in the decode kernel (all of it for in <= NJ x 2048). */
+ * first computes its token's add_rmsnorm in add_rmsnorm.cu's order (norm_row_ms, cuda_common.cuh:
+ * thread c holds chunks c + 256 j, j < NJ), so h, inv and xn are the same floats, then dots xn with
+ * A over the chunks in the decode kernel's order (shrink_dot), so tmp is the same too. Block y = 0
+ * of a token (slot 0, rank rows 0..3; present even when the token has no rank there) stores h to
+ * rout and xn. A is read before pdl_wait as in the decode kernel (all of it for in <= NJ x 2048). */
 template <typename T, typename TT_, int NJ>
 __global__ void __launch_bounds__(SH_THREADS)
     lora_shrink_norm_kernel(TT_ *tmp, int64_t ldt, const __grid_constant__ sh_norm<T> nm, int in,
                             const int32_t *seg_indptr, const lg_lora_w *w, int n_slots, sh_slots sl)
 {
     __shared__ float red[SH_WARPS][SH_RG];
-    __shared__ float nred[32];
+    __shared__ float nred[32]; /* norm_row_ms's */
     pdl_trigger();
     const int s = blockIdx.z;
     const int si = blockIdx.y / sl.ng, j0 = (blockIdx.y % sl.ng) * SH_RG;
@@ -207,72 +228,29 @@ __global__ void __launch_bounds__(SH_THREADS)
     const bool a_vec = cu_aligned16(lw.A);
     const uint64_t pol = sl.hint ? l2_policy_first() : 0;
     uint4 apre[NJ][SH_RG];
-#pragma unroll
-    for (int p = 0; p < NJ; p++) {
-        const int ch = threadIdx.x + p * SH_THREADS;
-#pragma unroll
-        for (int r = 0; r < SH_RG; r++)
-            apre[p][r] = a_vec && r < nr && ch < nch
-                             ? ld_weight16((const uint4 *)(A + (size_t)r * in) + ch, sl.hint, pol)
-                             : make_uint4(0, 0, 0, 0);
-    }
+    shrink_load_a<NJ>(apre, A, in, a_vec ? nr : 0, nch, sl.hint, pol);
     pdl_wait(); /* resid and delta come from the kernels before */
 
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = (nch + 31) >> 5;
-    const uint4 *r = (const uint4 *)(nm.resid + t * nm.ldr);
     const uint4 *d = nm.delta ? (const uint4 *)(nm.delta + t * nm.ldd) : NULL;
-    uint4 *ro = writer && d ? (uint4 *)(nm.rout + t * nm.ldro) : NULL;
-    uint4 hu[NJ], du[NJ];
-#pragma unroll
-    for (int j = 0; j < NJ; j++) {
-        const int ch = threadIdx.x + j * SH_THREADS;
-        if (ch < nch) {
-            hu[j] = r[ch];
-            if (d)
-                du[j] = d[ch];
-        }
-    }
-    float ss[NJ];
-#pragma unroll
-    for (int j = 0; j < NJ; j++) {
-        const int ch = threadIdx.x + j * SH_THREADS;
-        float v[8], q = 0.0f;
-        if (ch < nch) {
-            if (d) {
-                hu[j] = norm_add8<T>(hu[j], du[j], v);
-                if (ro)
-                    ro[ch] = hu[j];
-            } else {
-                unpack8<T>(hu[j], v);
-            }
-            q = norm_sq8(v, q);
-        }
-        ss[j] = q;
-    }
-#pragma unroll
-    for (int j = 0; j < NJ; j++) {
-        const float q = warp_sum(ss[j]);
-        if (lane == 0 && warp + SH_WARPS * j < nw)
-            nred[warp + SH_WARPS * j] = q;
-    }
-    __syncthreads();
-    const float inv = rsqrtf(warp_sum(lane < nw ? nred[lane] : 0.0f) / (float)(nch * 8) + nm.eps);
+    uint4 hu[NJ];
+    const float inv = rsqrtf(norm_row_ms<T, NJ, SH_WARPS>((const uint4 *)(nm.resid + t * nm.ldr), d,
+                                                          writer && d ? (uint4 *)(nm.rout + t * nm.ldro) : NULL,
+                                                          nch, nred, hu) +
+                             nm.eps);
     uint4 *xo = writer ? (uint4 *)(nm.xn + t * nm.ldx) : NULL;
-    float acc[SH_RG];
-#pragma unroll
-    for (int q = 0; q < SH_RG; q++) acc[q] = 0.0f;
+    float acc[1][SH_RG] = {};
 #pragma unroll
     for (int j = 0; j < NJ; j++) {
         const int ch = threadIdx.x + j * SH_THREADS;
         if (ch < nch) {
             float v[8];
             unpack8<T>(hu[j], v);
-            const uint4 xu = norm_scale8<T>(v, inv, nm.g, nm.gdt, nm.g_vec, ch * 8);
+            const uint4 xu[1] = {norm_scale8<T>(v, inv, nm.g, nm.gdt, nm.g_vec, ch * 8)};
             if (xo)
-                xo[ch] = xu;
+                xo[ch] = xu[0];
             if (!dot)
                 continue;
-            float af[SH_RG][8], xf[8]; /* shrink_chunk's arithmetic, x from registers */
+            float af[SH_RG][8]; /* shrink_chunk's arithmetic, x from registers */
 #pragma unroll
             for (int q = 0; q < SH_RG; q++)
                 if (a_vec) {
@@ -281,28 +259,11 @@ __global__ void __launch_bounds__(SH_THREADS)
 #pragma unroll
                     for (int e = 0; e < 8; e++) af[q][e] = q < nr ? to_f32(A[(size_t)q * in + ch * 8 + e]) : 0.0f;
                 }
-            unpack8<T>(xu, xf);
-#pragma unroll
-            for (int q = 0; q < SH_RG; q++)
-#pragma unroll
-                for (int e = 0; e < 8; e++) acc[q] += af[q][e] * xf[e];
+            shrink_dot<T, 1>(acc, af, xu);
         }
     }
-    if (!dot)
-        return;
-#pragma unroll
-    for (int q = 0; q < SH_RG; q++) {
-        const float v = warp_sum(acc[q]);
-        if (lane == 0)
-            red[warp][q] = v;
-    }
-    __syncthreads();
-    if (threadIdx.x < nr) {
-        float v = 0.0f;
-#pragma unroll
-        for (int wi = 0; wi < SH_WARPS; wi++) v += red[wi][threadIdx.x];
-        tmp[t * ldt + (int64_t)si * sl.col_off + j0 + threadIdx.x] = from_f32<TT_>(v);
-    }
+    if (dot)
+        shrink_store<TT_, 1>(acc, red, tmp, ldt, t, 1, nr, (int64_t)si * sl.col_off + j0);
 }
 
 template <typename T, typename TT_>

@@ -40,19 +40,11 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     for (size_t i = 0; i < N_T; i++) {
         char path[4096];
         snprintf(path, sizeof path, "%s%stests/chat/templates/%s", root ? root : "", root ? "/" : "", k_files[i]);
-        FILE *f = fopen(path, "rb");
         char *b = NULL;
-        long n = -1;
-        if (f && fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0 &&
-            (b = malloc((size_t)n + 1)) && fread(b, 1, (size_t)n, f) == (size_t)n)
-            b[n] = 0;
-        else
-            n = -1;
-        if (f)
-            fclose(f);
         lg_err err = {0};
-        if (n < 0 || lg_chat_template_new(b, NULL, "<s>", "</s>", &g_t[i], &err) != 0) {
-            fprintf(stderr, "fuzz_chat: %s: %s\n", path, n < 0 ? "unreadable" : err.msg);
+        if (lg_read_file(path, 1u << 20, &b, NULL, &err) != 0 ||
+            lg_chat_template_new(b, NULL, "<s>", "</s>", &g_t[i], &err) != 0) {
+            fprintf(stderr, "fuzz_chat: %s: %s\n", path, err.msg);
             exit(1);
         }
         free(b);

@@ -24,25 +24,6 @@
 
 static lg_tokenizer *g_tok[2];
 
-static char *slurp(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = malloc((size_t)n + 1);
-    if (b && fread(b, 1, (size_t)n, f) != (size_t)n) {
-        free(b);
-        b = NULL;
-    }
-    if (b)
-        b[n] = 0;
-    fclose(f);
-    return b;
-}
-
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
     (void)argc, (void)argv;
@@ -51,10 +32,11 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     for (int i = 0; i < 2; i++) {
         char path[4096];
         snprintf(path, sizeof path, "%s%s%s/tokenizer.json", root ? root : "", root ? "/" : "", dirs[i]);
-        char *js = slurp(path);
+        char *js = NULL;
         lg_err err = {0};
-        if (!js || lg_tokenizer_from_json(js, NULL, &g_tok[i], &err) != 0) {
-            fprintf(stderr, "fuzz_tokenizer: cannot load %s: %s\n", path, js ? err.msg : "unreadable");
+        if (lg_read_file(path, 64u << 20, &js, NULL, &err) != 0 ||
+            lg_tokenizer_from_json(js, NULL, &g_tok[i], &err) != 0) {
+            fprintf(stderr, "fuzz_tokenizer: cannot load %s: %s\n", path, err.msg);
             exit(1);
         }
         free(js);

@@ -890,6 +890,14 @@ typedef struct {
     size_t pool_bytes;
     lg_kv_view kv1, kv2;
 } rope_fix;
+/* Whether n bytes of device memory at a and b are equal (a failed download: not equal). */
+static int dev_same(const void *a, const void *b, size_t n)
+{
+    unsigned char *ha = malloc(n), *hb = malloc(n);
+    const int same = G->i.download(G, ha, a, n) == 0 && G->i.download(G, hb, b, n) == 0 && memcmp(ha, hb, n) == 0;
+    free(ha), free(hb);
+    return same;
+}
 static rope_fix rope_fix_new(lg_dtype dt, int T, int nkv, int hd)
 {
     rope_fix f;
@@ -1077,7 +1085,6 @@ static void mlora_rope_check(lg_dtype dt, const char *cas, gt *yg, lg_tensor x, 
     const int T = (int)y.rows, N = (int)y.cols, nh = mlora_rope.nh, nkv = mlora_rope.nkv, hd = mlora_rope.hd;
     const int qd = nh * hd, kvd = nkv * hd;
     rope_fix f = rope_fix_new(dt, T, nkv, hd);
-    const size_t pool_bytes = f.pool_bytes;
     const lg_rope_kv rk1 = {f.dpos, f.dinv, nh, nkv, hd, f.kv1, f.dslot};
     /* the op with rope, then the op without it and rope_kv_write on the copy of the pages */
     const unsigned long r0 = lg_cuda_lora_rope_launches();
@@ -1086,14 +1093,13 @@ static void mlora_rope_check(lg_dtype dt, const char *cas, gt *yg, lg_tensor x, 
     const int fused = lg_cuda_lora_rope_launches() != r0;
     const size_t n = (size_t)T * N;
     float *g1 = malloc(n * 4), *g2 = malloc(n * 4);
-    unsigned char *h1 = malloc(pool_bytes), *h2 = malloc(pool_bytes);
-    int g = gt_get(yg, g1, NULL) | G->i.download(G, h1, f.p1, pool_bytes);
+    int g = gt_get(yg, g1, NULL);
     gt_poison(yg);
     rc |= G->i.matmul_lora(G, y, x, W, b, tmp, lm, slots, col0, ncols, 3, NULL);
     rc |= G->i.rope_kv_write(G, lg_tensor_cols(y, 0, qd), lg_tensor_cols(y, qd, kvd), lg_tensor_cols(y, qd + kvd, kvd),
                              f.dpos, f.dinv, nh, nkv, hd, f.kv2, f.dslot);
-    g |= gt_get(yg, g2, NULL) | G->i.download(G, h2, f.p2, pool_bytes);
-    const int same = memcmp(g1, g2, n * 4) == 0 && memcmp(h1, h2, pool_bytes) == 0;
+    g |= gt_get(yg, g2, NULL);
+    const int same = memcmp(g1, g2, n * 4) == 0 && dev_same(f.p1, f.p2, f.pool_bytes);
     lg_tensor hq = {ry, LG_F32, T, qd, N}, hk = {ry + qd, LG_F32, T, kvd, N};
     C->i.rope(C, hq, hk, f.pos, f.inv, nh, nkv, hd);
     char c2[96];
@@ -1101,7 +1107,7 @@ static void mlora_rope_check(lg_dtype dt, const char *cas, gt *yg, lg_tensor x, 
              same ? "yes" : "NO");
     record("matmul_lora", c2, dt, rel_l2(g1, ry, n), lim_for(dt), rc == 0 && g == 0 && same && fused == mlora_rope.fused);
     rope_fix_free(&f);
-    free(g1), free(g2), free(h1), free(h2);
+    free(g1), free(g2);
 }
 
 /* The whole buffer of b (guards, gaps and view) as the device holds it. */
@@ -1114,10 +1120,7 @@ static unsigned char *gt_raw(gt *b)
 }
 static int gt_same(gt *a, gt *b)
 {
-    unsigned char *da = gt_raw(a), *db = gt_raw(b);
-    const int same = a->bytes == b->bytes && memcmp(da, db, a->bytes) == 0;
-    free(da), free(db);
-    return same;
+    return a->bytes == b->bytes && G->i.sync(G) == 0 && dev_same(a->base, b->base, a->bytes);
 }
 
 static void mlora_norm_check(lg_dtype dt, const char *cas, int T, int K, int N, int R, lg_tensor W, lg_tensor b,
@@ -1159,9 +1162,9 @@ static void mlora_norm_check(lg_dtype dt, const char *cas, int T, int K, int N, 
     const int taken = lg_cuda_lora_norm_launches() != n0;
     int ok = mlora_norm == 2 || taken == mlora_norm, same = 0;
     if (rc == 1) { /* not taken: nothing written */
-        gt *un[] = {&ro, &x1, &y1, &t1};
+        gt *un[][2] = {{&ro, &x2}, {&x1, &x2}, {&y1, &y2}, {&t1, &t2}}; /* each against an untouched twin */
         same = !taken;
-        for (size_t i = 0; i < sizeof un / sizeof un[0]; i++) same &= gt_same(un[i], i == 3 ? &t2 : i == 2 ? &y2 : &x2);
+        for (size_t i = 0; i < sizeof un / sizeof un[0]; i++) same &= gt_same(un[i][0], un[i][1]);
     } else {
         ok &= rc == 0;
         ok &= G->i.add_rmsnorm(G, r2.t, mlora_norm_delta ? d.t : none, gw, x2.t, eps) == 0;
@@ -1178,12 +1181,8 @@ static void mlora_norm_check(lg_dtype dt, const char *cas, int T, int K, int N, 
         unsigned char *r1d = gt_raw(&r1);
         same &= memcmp(r0, r1d, r1.bytes) == 0; /* resid is not written */
         free(r1d);
-        if (rope) {
-            unsigned char *h1 = malloc(f.pool_bytes), *h2 = malloc(f.pool_bytes);
-            same &= G->i.download(G, h1, f.p1, f.pool_bytes) == 0 && G->i.download(G, h2, f.p2, f.pool_bytes) == 0 &&
-                    memcmp(h1, h2, f.pool_bytes) == 0;
-            free(h1), free(h2);
-        }
+        if (rope)
+            same &= dev_same(f.p1, f.p2, f.pool_bytes);
     }
     snprintf(c2, sizeof c2, "%s%s%s: %s, ==ops %s", cas, rope ? " rope" : "", mlora_norm_delta ? "" : " no delta",
              taken ? "norm form" : rc == 1 ? "not taken" : "two ops", same ? "yes" : "NO");
@@ -1313,7 +1312,6 @@ static void test_rope_kv(lg_dtype dt)
         gt_set(&a, NULL, 1.0f);
         gt_set(&b, a.f, 1.0f);
         rope_fix f = rope_fix_new(dt, T, nkv, hd);
-        const size_t pool_bytes = f.pool_bytes;
         lg_tensor qa = lg_tensor_cols(a.t, 0, qd), ka = lg_tensor_cols(a.t, qd, kvd), va = lg_tensor_cols(a.t, qd + kvd, kvd);
         lg_tensor qb = lg_tensor_cols(b.t, 0, qd), kb = lg_tensor_cols(b.t, qd, kvd), vb = lg_tensor_cols(b.t, qd + kvd, kvd);
         int rc = G->i.rope_kv_write(G, qa, ka, va, f.dpos, f.dinv, nh, nkv, hd, f.kv1, f.dslot);
@@ -1322,16 +1320,14 @@ static void test_rope_kv(lg_dtype dt)
         size_t n = (size_t)T * Wd;
         float *ga = malloc(n * 4), *gb = malloc(n * 4), *ref = fdup(a.f, n);
         int g = gt_get(&a, ga, NULL) | gt_get(&b, gb, NULL);
-        unsigned char *h1 = malloc(pool_bytes), *h2 = malloc(pool_bytes);
-        g |= G->i.download(G, h1, f.p1, pool_bytes) | G->i.download(G, h2, f.p2, pool_bytes);
-        const int same = memcmp(ga, gb, n * 4) == 0 && memcmp(h1, h2, pool_bytes) == 0;
+        const int same = memcmp(ga, gb, n * 4) == 0 && dev_same(f.p1, f.p2, f.pool_bytes);
         lg_tensor hq = {ref, LG_F32, T, qd, Wd}, hk = {ref + qd, LG_F32, T, kvd, Wd};
         C->i.rope(C, hq, hk, f.pos, f.inv, nh, nkv, hd);
         char cas[48];
         snprintf(cas, sizeof cas, "T%d h%d/%d hd%d ==rope+kv_write %s", T, nh, nkv, hd, same ? "yes" : "NO");
         record("rope_kv", cas, dt, rel_l2(ga, ref, n), lim_for(dt), rc == 0 && g == 0 && same);
         rope_fix_free(&f);
-        free(ga), free(gb), free(ref), free(h1), free(h2);
+        free(ga), free(gb), free(ref);
         gt_free(&a), gt_free(&b);
     }
 }
@@ -1478,12 +1474,10 @@ static void test_norm_matmul_rope(lg_dtype dt, int T, int nh, int nkv, int hd, i
                               lg_tensor_cols(y2.t, qd + kvd, kvd), dpos, dinv, nh, nkv, hd, kv2, dslot);
     const size_t ny = (size_t)T * N, nk = (size_t)T * K;
     float *gy = malloc(ny * 4), *gy2 = malloc(ny * 4), *gro = malloc(nk * 4), *gr2 = malloc(nk * 4);
-    unsigned char *h1 = malloc(pool_el * es), *h2 = malloc(pool_el * es);
     int g = gt_get(&y, gy, NULL) | gt_get(&y2, gy2, NULL) | gt_get(&r2, gr2, NULL);
     if (with_delta)
         g |= gt_get(&rout, gro, NULL);
-    g |= G->i.download(G, h1, p1, pool_el * es) | G->i.download(G, h2, p2, pool_el * es);
-    const int same = memcmp(gy, gy2, ny * 4) == 0 && memcmp(h1, h2, pool_el * es) == 0 &&
+    const int same = memcmp(gy, gy2, ny * 4) == 0 && dev_same(p1, p2, pool_el * es) &&
                      (!with_delta || memcmp(gro, gr2, nk * 4) == 0);
     /* CPU: add_rmsnorm, matmul, rope, each result rounded to dt as the GPU stores it */
     float *rr = fdup(resid.f, nk), *ro = calloc(nk, 4), *ry = calloc(ny, 4);
@@ -1500,7 +1494,7 @@ static void test_norm_matmul_rope(lg_dtype dt, int T, int nh, int nkv, int hd, i
     record("norm_rope", cas, dt, rel_l2(gy, ry, ny), lim_for(dt), rc == 0 && rc2 == 0 && g == 0 && same);
     G->i.dealloc(G, dw), G->i.dealloc(G, db), G->i.dealloc(G, dinv), G->i.dealloc(G, dpos), G->i.dealloc(G, dslot);
     G->i.dealloc(G, p1), G->i.dealloc(G, p2);
-    free(w), free(b), free(gy), free(gy2), free(gro), free(gr2), free(h1), free(h2), free(rr), free(ro), free(ry);
+    free(w), free(b), free(gy), free(gy2), free(gro), free(gr2), free(rr), free(ro), free(ry);
     gt_free(&resid), gt_free(&delta), gt_free(&rout), gt_free(&r2), gt_free(&xn), gt_free(&W), gt_free(&y);
     gt_free(&y2);
 }
