@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <openssl/evp.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <sys/stat.h>
 
@@ -502,7 +503,7 @@ typedef struct cache_reader {
     lg_key_cache *c;
     const char *secret;
     atomic_int *stop;
-    long found, missing;
+    atomic_long found, missing;
 } cache_reader;
 
 static void *cache_reader_main(void *arg)
@@ -511,11 +512,19 @@ static void *cache_reader_main(void *arg)
     lg_key_entry e;
     while (!atomic_load(r->stop)) {
         if (lg_key_cache_find(r->c, r->secret, strlen(r->secret), &e))
-            r->found++;
+            atomic_fetch_add(&r->found, 1);
         else
-            r->missing++;
+            atomic_fetch_add(&r->missing, 1);
     }
     return NULL;
+}
+
+/* Waits until each reader has found the key more than `after[i]` times (a loaded CI machine may
+ * not have run the threads yet: the refreshes must not finish before any lookup). */
+static void readers_past(cache_reader *rd, const long *after, int n)
+{
+    for (int i = 0; i < n; i++)
+        while (atomic_load(&rd[i].found) <= after[i] && !atomic_load(&rd[i].missing)) sched_yield();
 }
 
 static void test_key_cache(void)
@@ -545,8 +554,12 @@ static void test_key_cache(void)
     pthread_t th[2];
     for (int i = 0; i < 2; i++)
         pthread_create(&th[i], NULL, cache_reader_main, &rd[i]);
+    long seen[2] = {0, 0};
+    readers_past(rd, seen, 2);
     for (int i = 0; i < 20; i++) /* refreshes under load */
         CHECK(lg_key_cache_refresh(c, st, &err) == 0);
+    for (int i = 0; i < 2; i++) seen[i] = atomic_load(&rd[i].found);
+    readers_past(rd, seen, 2); /* and lookups after them */
     CHECK(lg_store_key_revoke(st, kg.id, &err) == 0);
     CHECK(lg_key_cache_find(c, gone, strlen(gone), &e)); /* not refreshed yet */
     CHECK(lg_key_cache_refresh(c, st, &err) == 0);
