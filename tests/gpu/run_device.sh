@@ -25,7 +25,8 @@
 # switch flipped at a time (LG_LORA_FIRST=0: the prefill expand after its matmul; LG_L2_HINT=0: weights read with the default L2 policy; LG_SKINNY=1 turns
 # on the opt-in skinny matmul, with the matmul_lora op the expand in its epilogue; LG_EXPAND_ROPE=0: rope + KV
 # write after the q,k,v expand; LG_SHRINK_NORM=0: add_rmsnorm before the LoRA shrink, also on W3).
-# EXTRA="label|env|case;..." adds runs of any case under any environment. profile: ncu per-kernel time of one W1 decode step
+# EXTRA="label|env|case;..." adds runs of any case under any environment (a label run again keeps its
+# files as case.label.N.json/.err; with LG_STEP_TIMING=1 in env the line adds the GPU's median step time). profile: ncu per-kernel time of one W1 decode step
 # (tests/gpu/profile_decode.sh), new and old (PROF_OLD / PROF_OLD_LABEL set the
 # reference's environment, PROF_B1=0 skips batch 1). all = test + serving +
 # bench + profile.
@@ -152,14 +153,23 @@ declare -A CASE=(
 table=()
 field() { python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print('%.6g' % d.get(sys.argv[2], float('nan')))" "$1" "$2" 2>/dev/null || echo nan; }
 bench() { # label env-assignments case
-  local label=$1 envs=$2 c=$3 f="$OUT/$3.$1.json" t0=$SECONDS
+  local label=$1 envs=$2 c=$3 t0=$SECONDS n=1
   late "$c $label" && return
-  env $envs $BIN bench ${CASE[$c]} >"$f" 2>"$OUT/$c.$label.err" || { note "$c $label FAILED: $(tail -2 "$OUT/$c.$label.err")"; return; }
+  # a label run again (interleaved pairs) keeps every run's files: case.label.json, then case.label.2.json, ...
+  local base="$OUT/$c.$label"
+  while [ -e "$base.json" ]; do n=$((n + 1)); base="$OUT/$c.$label.$n"; done
+  local f="$base.json" e="$base.err"
+  env $envs $BIN bench ${CASE[$c]} >"$f" 2>"$e" || { note "$c $label FAILED: $(tail -2 "$e")"; return; }
   table+=("$(printf '%-8s %-16s %10s tok/s  decode %8s ms/step  prefill %8s s (%s steps)  [%ds]' "$c" "$label" \
     "$(field "$f" output_tok_s)" "$(field "$f" decode_ms_per_step)" "$(field "$f" prefill_s)" "$(field "$f" prefill_steps)" \
     $((SECONDS - t0)))")
   # the last warm-up pass ran other prefill steps than the measured batch: its prefill may hold a first use
   [ "$(field "$f" warmup_prefill_steps)" = "$(field "$f" prefill_steps)" ] || table[-1]+="  WARM-UP SHAPES DIFFER"
+  # with LG_STEP_TIMING=1: the median GPU time of the replayed steps (kernels/graph.cu), a steadier A/B figure
+  # than the bench's mean (twenty-eighth session, docs/benchmarks.md)
+  local gm
+  gm=$(sed -n 's/^step timing: GPU per replayed step ms: .* median \([0-9.]*\) .*/\1/p' "$e" | tail -1)
+  [ -n "$gm" ] && table[-1]+="  gpu median $gm ms"
   echo "${table[-1]}"
 }
 
