@@ -26,7 +26,8 @@
 # on the opt-in skinny matmul, with the matmul_lora op the expand in its epilogue; LG_EXPAND_ROPE=0: rope + KV
 # write after the q,k,v expand; LG_SHRINK_NORM=0: add_rmsnorm before the LoRA shrink, also on W3).
 # EXTRA="label|env|case;..." adds runs of any case under any environment (a label run again keeps its
-# files as case.label.N.json/.err; with LG_STEP_TIMING=1 in env the line adds the GPU's median step time). profile: ncu per-kernel time of one W1 decode step
+# files as case.label.N.json/.err; with LG_STEP_TIMING=1 in env the line adds the GPU's median time of the last
+# 48 replayed steps). profile: ncu per-kernel time of one W1 decode step
 # (tests/gpu/profile_decode.sh), new and old (PROF_OLD / PROF_OLD_LABEL set the
 # reference's environment, PROF_B1=0 skips batch 1). all = test + serving +
 # bench + profile.
@@ -165,10 +166,11 @@ bench() { # label env-assignments case
     $((SECONDS - t0)))")
   # the last warm-up pass ran other prefill steps than the measured batch: its prefill may hold a first use
   [ "$(field "$f" warmup_prefill_steps)" = "$(field "$f" prefill_steps)" ] || table[-1]+="  WARM-UP SHAPES DIFFER"
-  # with LG_STEP_TIMING=1: the median GPU time of the replayed steps (kernels/graph.cu), a steadier A/B figure
-  # than the bench's mean (twenty-eighth session, docs/benchmarks.md)
+  # with LG_STEP_TIMING=1: the median GPU time of the last 48 replayed steps (kernels/graph.cu; the measured
+  # decode, not the warm-up's other shapes), a steadier A/B figure than the bench's mean (twenty-eighth
+  # session, docs/benchmarks.md)
   local gm
-  gm=$(sed -n 's/^step timing: GPU per replayed step ms: .* median \([0-9.]*\) .*/\1/p' "$e" | tail -1)
+  gm=$(sed -n 's/^step timing: GPU per replayed step, last [0-9]*, ms: median \([0-9.]*\)$/\1/p' "$e" | tail -1)
   [ -n "$gm" ] && table[-1]+="  gpu median $gm ms"
   echo "${table[-1]}"
 }
