@@ -581,6 +581,16 @@ static int linear(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tens
  * takes the step (CUDA: decode steps; the LoRA shrink norms the rows, one
  * launch fewer), storing x + delta to the other buffer the same way; the
  * same results as add_rmsnorm + linear(). */
+/* After a fused norm op took the step: with a delta the residual is now the other buffer; with rope
+ * the op did rope_kv_write too. */
+static void norm_op_done(lg_tensor delta, int *cur, const lg_rope_kv *rope, bool *roped)
+{
+    if (delta.data)
+        *cur = 1 - *cur;
+    if (roped)
+        *roped = rope != NULL;
+}
+
 static int norm_linear(lg_backend *be, lg_tensor *xs, int *cur, int nm_t, lg_tensor delta, lg_tensor g, float eps,
                        lg_tensor xn, lg_tensor y, lg_tensor W, lg_tensor bias, lg_tensor act, lg_tensor tmp,
                        const lg_lora_meta *lm, const lg_tensor *ys, int m0, int count, int sl, unsigned mods,
@@ -593,10 +603,7 @@ static int norm_linear(lg_backend *be, lg_tensor *xs, int *cur, int nm_t, lg_ten
         if (rc < 0)
             return -1;
         if (rc == 0) {
-            if (delta.data)
-                *cur = 1 - *cur;
-            if (roped)
-                *roped = rope != NULL;
+            norm_op_done(delta, cur, rope, roped);
             return 0;
         }
     }
@@ -609,10 +616,7 @@ static int norm_linear(lg_backend *be, lg_tensor *xs, int *cur, int nm_t, lg_ten
         if (rc < 0)
             return -1;
         if (rc == 0) {
-            if (delta.data)
-                *cur = 1 - *cur;
-            if (roped)
-                *roped = rope != NULL;
+            norm_op_done(delta, cur, rope, roped);
             return act.data ? be->i.silu_mul(be, act, y) : 0;
         }
     }

@@ -154,12 +154,13 @@ static void launch(cuda_ctx *c, lg_tensor resid, lg_tensor delta, lg_tensor w, l
                     eps);
 }
 
-int cu_add_rmsnorm(lg_backend *be, lg_tensor resid, lg_tensor delta, lg_tensor w, lg_tensor out, float eps)
+int cu_add_rmsnorm_check(cuda_ctx *c, lg_tensor resid, lg_tensor delta, lg_tensor w, lg_tensor out)
 {
-    cuda_ctx *c = CU_CTX(be);
     CU_CHECK_VIEW(c, "add_rmsnorm resid", resid);
     CU_CHECK_VIEW(c, "add_rmsnorm out", out);
     CU_CHECK_VIEW(c, "add_rmsnorm w", w);
+    if (delta.data)
+        CU_CHECK_VIEW(c, "add_rmsnorm delta", delta);
     if (out.dtype != resid.dtype || (delta.data && delta.dtype != resid.dtype))
         return CU_FAIL(c, "add_rmsnorm: resid %s, delta %s, out %s must share one dtype", lg_dtype_name(resid.dtype),
                        delta.data ? lg_dtype_name(delta.dtype) : "-", lg_dtype_name(out.dtype));
@@ -168,6 +169,14 @@ int cu_add_rmsnorm(lg_backend *be, lg_tensor resid, lg_tensor delta, lg_tensor w
         return CU_FAIL(c, "add_rmsnorm: shapes differ (resid [%lld,%lld], out [%lld,%lld], w %lld)",
                        (long long)resid.rows, (long long)resid.cols, (long long)out.rows, (long long)out.cols,
                        (long long)(w.rows * w.cols));
+    return 0;
+}
+
+int cu_add_rmsnorm(lg_backend *be, lg_tensor resid, lg_tensor delta, lg_tensor w, lg_tensor out, float eps)
+{
+    cuda_ctx *c = CU_CTX(be);
+    if (cu_add_rmsnorm_check(c, resid, delta, w, out) != 0)
+        return -1;
     if (resid.rows == 0)
         return 0;
     if (resid.dtype == LG_F32) launch<float>(c, resid, delta, w, out, eps);

@@ -320,6 +320,26 @@ int64_t cu_lora_tiles(const lg_lora_meta *lm, int tm)
     return n;
 }
 
+/* Both launchers' slots, each checked against lm->n_slots, and tmp's size (k slots of max_rank
+ * columns, at least `rows` rows), into *sl with its rank groups, column offset and L2 hint: 0, or -1
+ * with the message reported (op: the launcher's name). */
+static int sh_slots_make(cuda_ctx *c, const char *op, lg_tensor tmp, int64_t rows, const lg_lora_meta *lm,
+                         const int *slots, int k, sh_slots *sl)
+{
+    for (int i = 0; i < k; i++) {
+        if (slots[i] < 0 || slots[i] >= lm->n_slots)
+            return CU_FAIL(c, "%s: slot %d of %d", op, slots[i], lm->n_slots);
+        sl->slot[i] = slots[i];
+    }
+    if (tmp.cols < (int64_t)k * lm->max_rank || tmp.rows < rows)
+        return CU_FAIL(c, "%s: tmp [%lld,%lld] is narrower than %d x max_rank %d or shorter than %lld rows", op,
+                       (long long)tmp.rows, (long long)tmp.cols, k, lm->max_rank, (long long)rows);
+    sl->ng = (lm->max_rank + SH_RG - 1) / SH_RG;
+    sl->col_off = lm->max_rank;
+    sl->hint = (cu_l2_hint() & 2) != 0;
+    return 0;
+}
+
 int cu_lora_shrink_multi(lg_backend *be, lg_tensor tmp, lg_tensor x, const lg_lora_meta *lm, const int *slots, int k)
 {
     cuda_ctx *c = CU_CTX(be);
@@ -333,14 +353,8 @@ int cu_lora_shrink_multi(lg_backend *be, lg_tensor tmp, lg_tensor x, const lg_lo
     if (k < 1 || k > LG_LORA_MULTI_MAX || lm->n_segs < 0 || lm->n_segs > 65535)
         return CU_FAIL(c, "lora_shrink: %d slots (1..%d), %d segments", k, LG_LORA_MULTI_MAX, lm->n_segs);
     sh_slots sl;
-    for (int i = 0; i < k; i++) {
-        if (slots[i] < 0 || slots[i] >= lm->n_slots)
-            return CU_FAIL(c, "lora_shrink: slot %d of %d", slots[i], lm->n_slots);
-        sl.slot[i] = slots[i];
-    }
-    if (tmp.cols < (int64_t)k * lm->max_rank || tmp.rows < x.rows)
-        return CU_FAIL(c, "lora_shrink: tmp [%lld,%lld] is narrower than %d x max_rank %d or shorter than x (%lld rows)",
-                       (long long)tmp.rows, (long long)tmp.cols, k, lm->max_rank, (long long)x.rows);
+    if (sh_slots_make(c, "lora_shrink", tmp, x.rows, lm, slots, k, &sl) != 0)
+        return -1;
     if (lm->n_segs == 0 || lm->max_rank <= 0)
         return 0;
     int max_seg = cu_lora_max_seg(lm);
@@ -352,9 +366,6 @@ int cu_lora_shrink_multi(lg_backend *be, lg_tensor tmp, lg_tensor x, const lg_lo
         CU_LAUNCHED(c);
         return 0;
     }
-    sl.ng = (lm->max_rank + SH_RG - 1) / SH_RG;
-    sl.col_off = lm->max_rank;
-    sl.hint = (cu_l2_hint() & 2) != 0;
     if (x.dtype == LG_F16) launch_t<__half>(c, tmp, x, lm, sl, k, max_seg);
     else launch_t<__nv_bfloat16>(c, tmp, x, lm, sl, k, max_seg);
     CU_LAUNCHED(c);
@@ -399,24 +410,19 @@ int cu_lora_shrink_norm(lg_backend *be, lg_tensor tmp, const lg_norm_in *nm, lg_
     static int on = -1; /* LG_SHRINK_NORM=0: never taken (add_rmsnorm, then the shrink; comparisons) */
     if (cu_switch(&on, "LG_SHRINK_NORM", 1) == 0)
         return 1;
-    CU_CHECK_VIEW(c, "lora_shrink_norm resid", nm->resid);
-    CU_CHECK_VIEW(c, "lora_shrink_norm xn", xn);
-    CU_CHECK_VIEW(c, "lora_shrink_norm w", nm->w);
-    if (nm->delta.data) {
-        CU_CHECK_VIEW(c, "lora_shrink_norm delta", nm->delta);
-        CU_CHECK_VIEW(c, "lora_shrink_norm rout", nm->rout);
-    }
+    /* add_rmsnorm's checks with xn as its output, then the second residual buffer's */
     const lg_tensor r = nm->resid;
-    const bool same = xn.dtype == r.dtype &&
-                      (!nm->delta.data || (nm->delta.dtype == r.dtype && nm->rout.dtype == r.dtype));
-    if (!cu_is_half(r.dtype) || !same)
+    if (cu_add_rmsnorm_check(c, r, nm->delta, nm->w, xn) != 0)
+        return -1;
+    if (nm->delta.data) {
+        CU_CHECK_VIEW(c, "lora_shrink_norm rout", nm->rout);
+        if (nm->rout.dtype != r.dtype || nm->rout.rows != r.rows || nm->rout.cols != r.cols)
+            return CU_FAIL(c, "lora_shrink_norm: rout %s [%lld,%lld] differs from resid %s [%lld,%lld]",
+                           lg_dtype_name(nm->rout.dtype), (long long)nm->rout.rows, (long long)nm->rout.cols,
+                           lg_dtype_name(r.dtype), (long long)r.rows, (long long)r.cols);
+    }
+    if (!cu_is_half(r.dtype))
         return CU_FAIL(c, "lora_shrink_norm: resid, delta, rout and xn must share an f16/bf16 dtype");
-    if (xn.rows != r.rows || xn.cols != r.cols || nm->w.rows * nm->w.cols < r.cols ||
-        (nm->delta.data && (nm->delta.rows != r.rows || nm->delta.cols != r.cols || nm->rout.rows != r.rows ||
-                            nm->rout.cols != r.cols)))
-        return CU_FAIL(c, "lora_shrink_norm: shapes differ (resid [%lld,%lld], xn [%lld,%lld], w %lld)",
-                       (long long)r.rows, (long long)r.cols, (long long)xn.rows, (long long)xn.cols,
-                       (long long)(nm->w.rows * nm->w.cols));
     if (!lm || !lm->seg_indptr || !lm->w || !lm->seg_indptr_host || !slots || k < 1 || k > LG_LORA_MULTI_MAX)
         return CU_FAIL(c, "lora_shrink_norm: lora meta, its arrays or the slots (1..%d) are missing",
                        LG_LORA_MULTI_MAX);
@@ -429,17 +435,8 @@ int cu_lora_shrink_norm(lg_backend *be, lg_tensor tmp, const lg_norm_in *nm, lg_
         return 1;
     CU_CHECK_VIEW(c, "lora_shrink_norm tmp", tmp);
     sh_slots sl;
-    for (int i = 0; i < k; i++) {
-        if (slots[i] < 0 || slots[i] >= lm->n_slots)
-            return CU_FAIL(c, "lora_shrink_norm: slot %d of %d", slots[i], lm->n_slots);
-        sl.slot[i] = slots[i];
-    }
-    if (tmp.cols < (int64_t)k * lm->max_rank || tmp.rows < xn.rows)
-        return CU_FAIL(c, "lora_shrink_norm: tmp [%lld,%lld] is narrower than %d x max_rank %d or shorter than %lld "
-                       "rows", (long long)tmp.rows, (long long)tmp.cols, k, lm->max_rank, (long long)xn.rows);
-    sl.ng = (lm->max_rank + SH_RG - 1) / SH_RG;
-    sl.col_off = lm->max_rank;
-    sl.hint = (cu_l2_hint() & 2) != 0;
+    if (sh_slots_make(c, "lora_shrink_norm", tmp, xn.rows, lm, slots, k, &sl) != 0)
+        return -1;
     const bool f32 = tmp.dtype == LG_F32;
     bool ran;
     if (xn.dtype == LG_F16)

@@ -11,6 +11,9 @@
 
 int cu_embed(lg_backend *be, lg_tensor out, lg_tensor table, const int32_t *tok);
 int cu_add_rmsnorm(lg_backend *be, lg_tensor resid, lg_tensor delta, lg_tensor w, lg_tensor out, float eps);
+/* add_rmsnorm's checks of views, dtypes and shapes (also lora_shrink.cu's norm form): 0, or -1 with
+ * the message reported. */
+int cu_add_rmsnorm_check(cuda_ctx *c, lg_tensor resid, lg_tensor delta, lg_tensor w, lg_tensor out);
 int cu_matmul(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tensor bias, bool accumulate);
 /* cu_matmul's shape and dtype checks (gemm.cu): 0, or -1 with the message reported. */
 int cu_matmul_check(cuda_ctx *c, lg_tensor y, lg_tensor x, lg_tensor W, lg_tensor bias);
