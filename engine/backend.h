@@ -292,6 +292,15 @@ typedef struct lg_backend_i {
     int (*graph_begin)(lg_backend *be, const void *key, size_t key_len, bool *replayed);
     int (*graph_end)(lg_backend *be, bool ok);
     void (*graph_reset)(lg_backend *be);
+    /* For step-graph keys: the value of a decode step's max_kv_len (its
+     * n_tokens rows one query each, n_heads query heads over kv's layout)
+     * that the step's launches depend on. Decode steps that differ only in
+     * max_kv_len and get equal values here enqueue the same launches with the
+     * same arguments, so one recording serves them all. NULL: max_kv_len
+     * itself. (CUDA: 0 where decode attention runs one chunk of its split
+     * form, whatever the length: a batch of 32 sequences records once as its
+     * sequences grow instead of once per bucket of kv_bucket.) */
+    int (*decode_kv_key)(lg_backend *be, int n_tokens, int n_heads, const lg_kv_view *kv, int max_kv_len);
 
     /* Device memory now free and in total, in bytes (cudaMemGetInfo), for
      * sizing the page pool. NULL: the backend's memory is host memory. */

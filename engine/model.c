@@ -25,7 +25,8 @@
  * by the backend the first time its shape key is seen and replayed after
  * (backend.h graph_begin). The key holds every host value a launch shape
  * depends on: token/sequence/logit counts, max_kv_len rounded up to a
- * bucket (kv_bucket; attention's split count derives from it), the LoRA
+ * bucket (kv_bucket; attention's split count derives from it) where the
+ * backend's decode_kv_key says the launches depend on it, the LoRA
  * segment count and longest segment, the set of LoRA modules in use, and the
  * KV pool. Everything else a step changes is in the metadata buffers,
  * uploaded before the replay. Prefill steps run eagerly. LG_NO_GRAPHS=1
@@ -897,7 +898,8 @@ int lg_model_step(lg_model *m, lg_page_pool *pool, const lg_step_seq *seqs, int 
         key.n_tokens = T;
         key.n_seqs = n_seqs;
         key.n_logits = n_logits;
-        key.max_kv_len = meta.max_kv_len;
+        key.max_kv_len = be->i.decode_kv_key ? be->i.decode_kv_key(be, T, c->n_heads, &kv, meta.max_kv_len)
+                                             : meta.max_kv_len;
         key.lora_segs = lora ? lm.n_segs : -1;
         key.lora_max_seg = lora ? lora_max_seg : -1;
         key.lora_mods = (int32_t)lora_mods;

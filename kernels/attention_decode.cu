@@ -44,7 +44,10 @@
  * Launch shape (chunk size, grid.y) depends only on n_tokens, the head
  * layout and max_kv_len (an upper bound: each block takes its sequence's
  * length from pos), so a graph recorded for a bucketed max_kv_len replays
- * correctly for any lengths under it. The chunk count aims at one full wave
+ * correctly for any lengths under it; where the plan is one chunk of the split
+ * form its chunk length is DEC_ANY_KV, so the launch is the same for any
+ * max_kv_len and a recording replays for any lengths (cu_decode_kv_key keys
+ * such steps as 0: backend.h decode_kv_key). The chunk count aims at one full wave
  * of resident blocks (occupancy x SMs), chunks of at least DEC_MIN_CHUNK
  * keys, at most DEC_MAX_CHUNKS chunks.
  * Programmatic dependent launch (cuda_common.cuh): before pdl_wait the block
@@ -579,6 +582,74 @@ static long g_res_launches; /* launches of the resident form (tests) */
 extern "C" void lg_cuda_dec_resident(int kb) { g_res_kb = kb < 0 ? -1 : kb; } /* -1: LG_DEC_RESIDENT_KB again */
 extern "C" long lg_cuda_dec_resident_launches(void) { return g_res_launches; }
 
+/* A launch's plan: the kernel, its form, shared memory, grid and chunking; from the head layout, the row
+ * count and max_kv (an upper bound of every length) only. One chunk of the split form covers any length (its
+ * chunk length is then DEC_ANY_KV, not max_kv), so that plan's launch does not depend on max_kv at all. */
+#define DEC_ANY_KV (1 << 30)
+struct dec_plan {
+    dec_cfg k;
+    bool res;
+    size_t smem;
+    int lpr, n_hsub, max_chunks;
+    int64_t base_blocks, C, tile;
+};
+static int dec_make_plan(cuda_ctx *c, int T_, int n_heads, const lg_kv_view &kv, int max_kv_len, dec_plan *p)
+{
+    const int hd = kv.head_dim, nkv = kv.n_kv_heads, group = n_heads / nkv;
+    const int gmax = group >= 8 ? 8 : group >= 4 ? 4 : group >= 2 ? 2 : 1;
+    p->n_hsub = (group + gmax - 1) / gmax;
+    const int max_kv = max_kv_len > 0 ? max_kv_len : 1;
+    p->lpr = 1;
+    while (p->lpr < hd / 8) p->lpr <<= 1;
+    p->base_blocks = (int64_t)T_ * nkv * p->n_hsub;
+    const int64_t tile = (int64_t)(DEC_PIDCAP - 2) * kv.page_tokens; /* keys whose page ids fit pid_s */
+    /* the resident form (one query head per block): every block in one wave, its whole context in shared
+     * memory; its rows (K and V) within LG_DEC_RESIDENT_KB and the opt-in limit */
+    const int res_kb = cu_switch(&g_res_kb, "LG_DEC_RESIDENT_KB", DEC_RES_KB);
+    const size_t res_smem = dec_smem(DEC_RES_THREADS / p->lpr, 1, hd, 4, 0, max_kv);
+    p->res = res_kb > 0 && gmax == 1 && p->base_blocks <= c->n_sm && max_kv <= tile &&
+             (size_t)max_kv * 2 * hd * 2 <= (size_t)res_kb << 10 && res_smem <= c->max_smem_optin;
+    p->k = kv.dtype == LG_F16 ? dec_pick<__half>(gmax, p->res) : dec_pick<__nv_bfloat16>(gmax, p->res);
+    p->smem = p->res ? res_smem : dec_smem(DEC_THREADS / p->lpr, gmax, hd, p->k.U, p->k.S, 0);
+    if (p->smem > c->max_smem_optin)
+        return CU_FAIL(c, "attention decode: %zu bytes of shared memory needed, %zu available", p->smem,
+                       c->max_smem_optin);
+    const int per_sm = dec_resident(c, p->k.f, p->k.nt, p->smem);
+    if (per_sm < 0)
+        return CU_FAIL(c, "attention decode: cannot set the kernel's shared memory opt-in");
+    /* chunks: as many as one full wave of resident blocks holds, each at least DEC_MIN_CHUNK keys;
+     * one chunk when the counters cannot cover the blocks */
+    const int64_t resident = (int64_t)per_sm * c->n_sm;
+    int64_t nc = p->res || p->base_blocks >= resident || p->base_blocks > CU_SEM_COUNT ? 1 : resident / p->base_blocks;
+    if (nc > DEC_MAX_CHUNKS)
+        nc = DEC_MAX_CHUNKS;
+    int64_t C = (max_kv + nc - 1) / nc;
+    static int min_chunk = -1; /* LG_DEC_MIN_CHUNK: keys per chunk at least (measurements) */
+    const int mc = cu_switch(&min_chunk, "LG_DEC_MIN_CHUNK", DEC_MIN_CHUNK) > 0 ? min_chunk : DEC_MIN_CHUNK;
+    C = (C + mc - 1) / mc * mc;
+    if (C >= max_kv)
+        C = max_kv;
+    p->max_chunks = (int)((max_kv + C - 1) / C);
+    if (p->base_blocks > INT32_MAX || p->max_chunks > DEC_MAX_CHUNKS)
+        return CU_FAIL(c, "attention decode: grid %lld x %d too large", (long long)p->base_blocks, p->max_chunks);
+    /* one chunk of the split form: the block's keys are 0 .. its length, whatever max_kv was */
+    p->C = p->max_chunks == 1 && !p->res ? DEC_ANY_KV : C;
+    p->tile = tile < p->C ? tile : p->C;
+    return 0;
+}
+
+/* backend.h decode_kv_key: 0 where the plan is one chunk of the split form (any max_kv_len gives the same
+ * launch), else max_kv_len. LG_DEC_KV_KEY=0: max_kv_len always (comparisons). */
+extern "C" int cu_decode_kv_key(lg_backend *be, int n_tokens, int n_heads, const lg_kv_view *kv, int max_kv_len)
+{
+    static int on = -1;
+    dec_plan p;
+    if (!cu_switch(&on, "LG_DEC_KV_KEY", 1) || n_heads <= 0 || kv->n_kv_heads <= 0 || n_heads % kv->n_kv_heads ||
+        dec_make_plan(CU_CTX(be), n_tokens, n_heads, *kv, max_kv_len, &p) != 0)
+        return max_kv_len;
+    return p.C == DEC_ANY_KV ? 0 : max_kv_len;
+}
+
 int cu_attention_decode(lg_backend *be, lg_tensor out, lg_tensor q, lg_kv_view kv, const lg_step_meta *m,
                         int n_heads, float scale)
 {
@@ -589,42 +660,14 @@ int cu_attention_decode(lg_backend *be, lg_tensor out, lg_tensor q, lg_kv_view k
     }
     cuda_ctx *c = CU_CTX(be);
     const int hd = kv.head_dim, nkv = kv.n_kv_heads, group = n_heads / nkv, T_ = m->n_tokens;
-    const int gmax = group >= 8 ? 8 : group >= 4 ? 4 : group >= 2 ? 2 : 1;
-    const int n_hsub = (group + gmax - 1) / gmax;
-    const int max_kv = m->max_kv_len > 0 ? m->max_kv_len : 1;
-    int lpr = 1;
-    while (lpr < hd / 8) lpr <<= 1;
-    const int64_t base_blocks = (int64_t)T_ * nkv * n_hsub;
-    const int64_t tile = (int64_t)(DEC_PIDCAP - 2) * kv.page_tokens; /* keys whose page ids fit pid_s */
-    /* the resident form (one query head per block): every block in one wave, its whole context in shared
-     * memory; its rows (K and V) within LG_DEC_RESIDENT_KB and the opt-in limit */
-    const int res_kb = cu_switch(&g_res_kb, "LG_DEC_RESIDENT_KB", DEC_RES_KB);
-    const size_t res_smem = dec_smem(DEC_RES_THREADS / lpr, 1, hd, 4, 0, max_kv);
-    const bool res = res_kb > 0 && gmax == 1 && base_blocks <= c->n_sm && max_kv <= tile &&
-                     (size_t)max_kv * 2 * hd * 2 <= (size_t)res_kb << 10 && res_smem <= c->max_smem_optin;
-    const dec_cfg k = kv.dtype == LG_F16 ? dec_pick<__half>(gmax, res) : dec_pick<__nv_bfloat16>(gmax, res);
-    const size_t smem = res ? res_smem : dec_smem(DEC_THREADS / lpr, gmax, hd, k.U, k.S, 0);
-    if (smem > c->max_smem_optin)
-        return CU_FAIL(c, "attention decode: %zu bytes of shared memory needed, %zu available", smem,
-                       c->max_smem_optin);
-    const int per_sm = dec_resident(c, k.f, k.nt, smem);
-    if (per_sm < 0)
-        return CU_FAIL(c, "attention decode: cannot set the kernel's shared memory opt-in");
-    /* chunks: as many as one full wave of resident blocks holds, each at least DEC_MIN_CHUNK keys;
-     * one chunk when the counters cannot cover the blocks */
-    const int64_t resident = (int64_t)per_sm * c->n_sm;
-    int64_t nc = res || base_blocks >= resident || base_blocks > CU_SEM_COUNT ? 1 : resident / base_blocks;
-    if (nc > DEC_MAX_CHUNKS)
-        nc = DEC_MAX_CHUNKS;
-    int64_t C = (max_kv + nc - 1) / nc;
-    static int min_chunk = -1; /* LG_DEC_MIN_CHUNK: keys per chunk at least (measurements) */
-    const int mc = cu_switch(&min_chunk, "LG_DEC_MIN_CHUNK", DEC_MIN_CHUNK) > 0 ? min_chunk : DEC_MIN_CHUNK;
-    C = (C + mc - 1) / mc * mc;
-    if (C >= max_kv)
-        C = max_kv;
-    const int max_chunks = (int)((max_kv + C - 1) / C);
-    if (base_blocks > INT32_MAX || max_chunks > DEC_MAX_CHUNKS)
-        return CU_FAIL(c, "attention decode: grid %lld x %d too large", (long long)base_blocks, max_chunks);
+    dec_plan p;
+    if (dec_make_plan(c, T_, n_heads, kv, m->max_kv_len, &p) != 0)
+        return -1;
+    const dec_cfg &k = p.k;
+    const bool res = p.res;
+    const size_t smem = p.smem;
+    const int lpr = p.lpr, n_hsub = p.n_hsub, max_chunks = p.max_chunks;
+    const int64_t base_blocks = p.base_blocks;
     dec_args a;
     a.q = q.data;
     a.ldq = q.stride;
@@ -646,8 +689,8 @@ int cu_attention_decode(lg_backend *be, lg_tensor out, lg_tensor q, lg_kv_view k
     a.page_indptr = m->page_indptr;
     a.page_ids = m->page_ids;
     a.n_seqs = m->n_seqs;
-    a.chunk = (int)C;
-    a.tile = (int)(tile < C ? tile : C);
+    a.chunk = (int)p.C;
+    a.tile = (int)p.tile;
     a.max_chunks = max_chunks;
     a.prefetch = prefetch;
     a.scale = scale * DEC_LOG2E;

@@ -370,6 +370,7 @@ extern "C" int lg_backend_cuda_create(const lg_backend_opts *opts, lg_backend **
     i->lora_expand_multi = cu_lora_expand_multi;
     i->graph_begin = cu_graph_begin;
     i->graph_end = cu_graph_end;
+    i->decode_kv_key = cu_decode_kv_key;
     i->graph_reset = cu_graph_reset;
     i->mem_info = cuda_mem_info;
     {

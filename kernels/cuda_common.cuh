@@ -64,6 +64,9 @@ typedef struct cuda_ctx {
     int capturing;            /* 1 between a recording graph_begin and its graph_end */
     unsigned char cap_key[LG_GRAPH_KEY_MAX];
     size_t cap_key_len;
+    /* recordings (graph.cu): host time from graph_begin's miss to graph_end's launch, for LG_STEP_TIMING */
+    double rec_t0, rec_ms, rec_max_ms;
+    long n_rec;
     /* LG_STEP_TIMING=1 (graph.cu): GPU time of replayed steps and the GPU's idle gap between them */
     struct cu_step_timing {
         cudaEvent_t start, end[2]; /* graph launch; before the step's result download (end[cur]) */

@@ -21,6 +21,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+}
 
 static void drop_entry(cuda_ctx *c, struct cuda_ctx::cu_graph_entry *e)
 {
@@ -65,6 +73,7 @@ int cu_graph_begin(lg_backend *be, const void *key, size_t key_len, bool *replay
     }
     memcpy(c->cap_key, key, key_len);
     c->cap_key_len = key_len;
+    c->rec_t0 = now_ms();
     CU_TRY(c, cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeRelaxed));
     c->capturing = 1;
     return 0;
@@ -113,6 +122,10 @@ int cu_graph_end(lg_backend *be, bool ok)
     slot->exec = exec;
     slot->used = ++c->graph_clock;
     CU_TRY(c, cudaGraphLaunch(exec, c->stream));
+    const double ms = now_ms() - c->rec_t0; /* the op calls, capture, instantiation and the launch */
+    c->n_rec++;
+    c->rec_ms += ms;
+    c->rec_max_ms = ms > c->rec_max_ms ? ms : c->rec_max_ms;
     return 0;
 }
 
@@ -198,6 +211,9 @@ void cu_step_timing_free(cuda_ctx *c)
     struct cuda_ctx::cu_step_timing *t = c->st;
     if (!t)
         return;
+    if (c->n_rec)
+        fprintf(stderr, "step timing: %ld step recordings, host ms from the lookup's miss to the launch: mean %.3f max %.3f\n",
+                c->n_rec, c->rec_ms / (double)c->n_rec, c->rec_max_ms);
     if (t->n)
         fprintf(stderr, "step timing: %ld replayed steps, GPU %.4f ms/step from launch to result; %ld gaps, GPU idle %.4f ms/gap\n",
                 t->n, t->busy_ms / (double)t->n, t->n_gap, t->n_gap ? t->gap_ms / (double)t->n_gap : 0.0);

@@ -76,6 +76,8 @@ void cu_graph_reset_ctx(cuda_ctx *c); /* syncs the stream, destroys every record
  * prefill: FlashAttention-2 style on tensor cores (wmma), head_dim % 16 == 0. */
 int cu_attention_decode(lg_backend *be, lg_tensor out, lg_tensor q, lg_kv_view kv, const lg_step_meta *m,
                         int n_heads, float scale);
+/* backend.h decode_kv_key (attention_decode.cu) */
+extern "C" int cu_decode_kv_key(lg_backend *be, int n_tokens, int n_heads, const lg_kv_view *kv, int max_kv_len);
 int cu_attention_prefill(lg_backend *be, lg_tensor out, lg_tensor q, lg_kv_view kv, const lg_step_meta *m,
                          int n_heads, float scale);
 /* FlashAttention-2 on mma.sync for head_dim 64 / 128 (attention_prefill_fa2.cu): 0 done, -1 error,

@@ -132,6 +132,8 @@ declare -A CASE=(
   [w2_lora]="$W2 --adapters 128 --rank 16 --targets q,k,v,o"
   [w2_base]="$W2"
   [w3_lora]="$W1 --adapters 32 --rank 8 --targets q,k,v,o,gate,up,down"
+  # W1 run to 896 positions: its decode crosses the 256-key buckets of model.c's kv_bucket
+  [w1_long]="$W1 --output-len 768 --adapters 32 --rank 16 --targets q,k,v,o"
   [b1]="$B --num-seqs 1 --prompt-len 128 --output-len 128"
   [b2]="$B --num-seqs 2 --prompt-len 128 --output-len 128"
   [b4]="$B --num-seqs 4 --prompt-len 128 --output-len 128"

@@ -1727,6 +1727,67 @@ static void test_graph(lg_dtype dt, int one_tok)
     free(eager), free(graph), free(single), free(multi);
 }
 
+/* A decode attention launch recorded in a step graph under the key decode_kv_key gives for its max_kv_len,
+ * then a step whose lengths need a larger max_kv_len: where the two keys are equal (model.c then replays the
+ * recording) the replay must be bit for bit the eager launch at the larger max_kv_len. 64 rows of 32 kv heads
+ * (MHA, head_dim 128): one chunk of the split form on any GPU of up to 256 SMs, so the keys must be equal;
+ * batch 1 (the resident form, whose shared memory follows max_kv_len) must get distinct keys. */
+static void test_graph_kv_key(lg_dtype dt)
+{
+    if (!G->i.graph_begin || !G->i.decode_kv_key) {
+        record("graph", "kv key: slots missing", dt, 1, 0, 0);
+        return;
+    }
+    const int T = 64, nh = 32, hd = 128, pt = 16, max_len = 320, per = (max_len + pt - 1) / pt, np = T * per;
+    const int qd = nh * hd;
+    const size_t es = esz(dt), kv_block = (size_t)pt * qd * es;
+    void *pool = dev_rand(dt, (size_t)np * 2 * pt * qd, 1.0f), *q = dev_rand(dt, (size_t)T * qd, 0.5f);
+    void *out = G->i.alloc(G, (size_t)T * qd * es);
+    const lg_kv_view kv = {pool, 2 * kv_block, 0, kv_block, pt, nh, hd, dt};
+    int32_t *h = malloc((size_t)(4 * T + 2 + np) * 4), *pos = h, *qi = pos + T, *pi = qi + T + 1, *pids = pi + T + 1;
+    int32_t *meta = G->i.alloc(G, (size_t)(4 * T + 2 + np) * 4);
+    lg_tensor tq = lg_tensor_2d(q, dt, T, qd), to = lg_tensor_2d(out, dt, T, qd);
+    const size_t n = (size_t)T * qd * es;
+    char *eager = malloc(n), *graph = malloc(n), *zero = calloc(1, n);
+    const int lo[2] = {100, 200}, hi[2] = {144, 320};
+    int keys[2], rc = 0, same[2] = {0, 0}, replayed_b = 0;
+    for (int step = 0; step < 2; step++) {
+        for (int s = 0; s < T; s++) {
+            pos[s] = lo[step] + irand(hi[step] - lo[step]); /* length pos + 1 in (lo, hi] */
+            qi[s] = s, pi[s] = s * per;
+        }
+        qi[T] = T, pi[T] = T * per;
+        for (int i = 0; i < np; i++) pids[i] = (i * 7 + step) % np; /* pages scattered over the pool */
+        G->i.upload(G, meta, h, (size_t)(4 * T + 2 + np) * 4);
+        const lg_step_meta m = {.n_tokens = T, .n_seqs = T, .max_q_len = 1, .max_kv_len = hi[step], .pos = meta,
+                                .q_indptr = meta + T, .page_indptr = meta + 2 * T + 1, .page_ids = meta + 3 * T + 2};
+        keys[step] = G->i.decode_kv_key(G, T, nh, &kv, hi[step]);
+        rc |= G->i.attention(G, to, tq, kv, &m, nh, 1.0f / sqrtf((float)hd));
+        rc |= G->i.download(G, eager, out, n);
+        G->i.upload(G, out, zero, n); /* the graph's run must write every output */
+        bool replayed = false;
+        rc |= G->i.graph_begin(G, &keys[step], sizeof keys[step], &replayed);
+        if (!replayed)
+            rc |= G->i.graph_end(G, G->i.attention(G, to, tq, kv, &m, nh, 1.0f / sqrtf((float)hd)) == 0);
+        else
+            rc |= G->i.graph_end(G, true);
+        rc |= G->i.download(G, graph, out, n);
+        same[step] = memcmp(eager, graph, n) == 0;
+        replayed_b |= step == 1 && replayed;
+    }
+    const int r1 = G->i.decode_kv_key(G, 1, nh, &kv, 144), r2 = G->i.decode_kv_key(G, 1, nh, &kv, 320);
+    rc |= G->i.sync(G);
+    record("graph", "kv key: T64 replay at a longer max_kv_len == eager", dt, !same[0] + !same[1], 0,
+           rc == 0 && keys[0] == keys[1] && replayed_b);
+    record("graph", "kv key: batch 1 keys differ by max_kv_len", dt, r1 == r2, 0, rc == 0);
+    if (keys[0] != keys[1] || !replayed_b)
+        fprintf(stderr, "graph kv key: keys %d / %d, replayed %d\n", keys[0], keys[1], replayed_b);
+    G->i.graph_reset(G);
+    G->i.sync(G);
+    G->i.dealloc(G, pool), G->i.dealloc(G, q), G->i.dealloc(G, out), G->i.dealloc(G, meta);
+    free(h), free(eager), free(graph), free(zero);
+}
+
 /* ---- benchmarks ---------------------------------------------------------------------- */
 
 #include <time.h>
@@ -2173,6 +2234,7 @@ int main(int argc, char **argv)
         if (only("graph")) {
             test_graph(dt, 0);
             test_graph(dt, 1);
+            test_graph_kv_key(dt);
         }
         if (only("matmul")) {
             test_gemv_all(dt);
