@@ -512,19 +512,6 @@ static int lora_expand_k(lg_backend *be, const lg_tensor *ys, lg_tensor tmp, con
     return k == 1 ? be->i.lora_expand(be, ys[0], tmp, lm, slots[0]) : be->i.lora_expand_multi(be, ys, tmp, lm, slots, k);
 }
 
-/* y = x W^T (+ bias) plus the LoRA of modules [m0, m0 + count) of layer slot
- * base sl, whose outputs ys_all are column slices of y; modules no segment
- * of the step uses (bit m of mods) are skipped. With the backend's
- * matmul_lora: one op. Else shrink, matmul, expand, in that order: the
- * shrink reads only x, and ahead of the matmul its small launch overlaps
- * the matmul's start (CUDA: the decode matmul issues its weight copies
- * before it waits on the kernel before it), where after the matmul it sat
- * between two dependent launches (H100, docs/benchmarks.md, seventh session:
- * W3 decode -0.08 ms/step). Results do not depend on the order. A backend
- * without the multi-slot ops and k > 1 slots: matmul, then a shrink/expand
- * pair per slot (one tmp). rope (the q,k,v form): matmul_lora also does
- * rope_kv_write (CUDA: a decode step's expand in the same launch) and sets
- * *roped; otherwise the caller runs it. */
 /* The LoRA slots of modules [m0, m0 + count) that the step uses (bit m of mods): their outputs
  * (column slices of y), slots, first columns in y and widths; returns how many. */
 static int lora_slots(lg_tensor y, const lg_lora_meta *lm, const lg_tensor *ys_all, int m0, int count, int sl,
@@ -541,6 +528,19 @@ static int lora_slots(lg_tensor y, const lg_lora_meta *lm, const lg_tensor *ys_a
     return n;
 }
 
+/* y = x W^T (+ bias) plus the LoRA of modules [m0, m0 + count) of layer slot
+ * base sl, whose outputs ys_all are column slices of y; modules no segment
+ * of the step uses (bit m of mods) are skipped. With the backend's
+ * matmul_lora: one op. Else shrink, matmul, expand, in that order: the
+ * shrink reads only x, and ahead of the matmul its small launch overlaps
+ * the matmul's start (CUDA: the decode matmul issues its weight copies
+ * before it waits on the kernel before it), where after the matmul it sat
+ * between two dependent launches (H100, docs/benchmarks.md, seventh session:
+ * W3 decode -0.08 ms/step). Results do not depend on the order. A backend
+ * without the multi-slot ops and k > 1 slots: matmul, then a shrink/expand
+ * pair per slot (one tmp). rope (the q,k,v form): matmul_lora also does
+ * rope_kv_write (CUDA: a decode step's expand in the same launch) and sets
+ * *roped; otherwise the caller runs it. */
 static int linear(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tensor bias, lg_tensor tmp,
                   const lg_lora_meta *lm, const lg_tensor *ys_all, int m0, int count, int sl, unsigned mods,
                   const lg_rope_kv *rope, bool *roped)
@@ -568,6 +568,16 @@ static int linear(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tens
     return lora_expand_k(be, ys, tmp, lm, slots, n);
 }
 
+/* After a fused norm op took the step: with a delta the residual is now the other buffer; with rope
+ * the op did rope_kv_write too. */
+static void norm_op_done(lg_tensor delta, int *cur, const lg_rope_kv *rope, bool *roped)
+{
+    if (delta.data)
+        *cur = 1 - *cur;
+    if (roped)
+        *roped = rope != NULL;
+}
+
 /* xn = rmsnorm(x (+ delta)) * g, y = xn W^T (+ bias) with the LoRA of modules
  * [m0, m0 + count), then act = silu_mul(y) when act.data. The residual x is
  * xs[*cur]. One norm_matmul op where the backend fuses them (CUDA, decode
@@ -582,16 +592,6 @@ static int linear(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tens
  * takes the step (CUDA: decode steps; the LoRA shrink norms the rows, one
  * launch fewer), storing x + delta to the other buffer the same way; the
  * same results as add_rmsnorm + linear(). */
-/* After a fused norm op took the step: with a delta the residual is now the other buffer; with rope
- * the op did rope_kv_write too. */
-static void norm_op_done(lg_tensor delta, int *cur, const lg_rope_kv *rope, bool *roped)
-{
-    if (delta.data)
-        *cur = 1 - *cur;
-    if (roped)
-        *roped = rope != NULL;
-}
-
 static int norm_linear(lg_backend *be, lg_tensor *xs, int *cur, int nm_t, lg_tensor delta, lg_tensor g, float eps,
                        lg_tensor xn, lg_tensor y, lg_tensor W, lg_tensor bias, lg_tensor act, lg_tensor tmp,
                        const lg_lora_meta *lm, const lg_tensor *ys, int m0, int count, int sl, unsigned mods,

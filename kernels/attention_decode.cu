@@ -120,15 +120,6 @@ __device__ __forceinline__ float dec_exp2(float x)
     return y;
 }
 
-/* K/V words are read once: past L1 */
-__device__ __forceinline__ uint4 dec_ld(const char *p)
-{
-    uint4 r;
-    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-                 : "l"(p));
-    return r;
-}
 /* 16 bytes global -> shared, asynchronous; n = 0: 16 zero bytes, nothing read */
 __device__ __forceinline__ void dec_cp16(uint4 *dst, const char *src, int n)
 {
@@ -347,8 +338,8 @@ __global__ void __launch_bounds__(NT, MINB) attn_decode_kernel(dec_args a)
                 tlen, g, active, NG, lpr,
                 [&](int jr, uint4 &k, uint4 &v) {
                     const char *row = DEC_ROW(jr);
-                    k = dec_ld(row);
-                    v = dec_ld(row + dv);
+                    k = ld_stream16(row); /* K/V words are read once: past L1 */
+                    v = ld_stream16(row + dv);
                 },
                 q, m, l, acc);
         } else {

@@ -64,7 +64,8 @@ typedef struct cuda_ctx {
     int capturing;            /* 1 between a recording graph_begin and its graph_end */
     unsigned char cap_key[LG_GRAPH_KEY_MAX];
     size_t cap_key_len;
-    /* recordings (graph.cu): host time from graph_begin's miss to graph_end's launch, for LG_STEP_TIMING */
+    /* recordings (graph.cu): host time from graph_begin's miss (rec_t0, lg_now seconds) to graph_end's launch
+     * (rec_ms summed, rec_max_ms), for LG_STEP_TIMING */
     double rec_t0, rec_ms, rec_max_ms;
     long n_rec;
     /* LG_STEP_TIMING=1 (graph.cu): GPU time of replayed steps and the GPU's idle gap between them */
@@ -386,6 +387,16 @@ __device__ __forceinline__ uint64_t l2_policy_first()
     asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
 #endif
     return p;
+}
+/* 16 bytes read once (streamed weights, K/V rows): past L1 (decode attention, the skinny matmul, the
+ * microbenchmarks of tests/gpu) */
+__device__ __forceinline__ uint4 ld_stream16(const void *p)
+{
+    uint4 r;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+                 : "l"(p));
+    return r;
 }
 /* 16 bytes of a once-a-step weight stream: when hint, past L1 with L2 policy pol; else a plain load
  * (a policy of evict_normal is not the same: it measured slower, sixteenth session) */

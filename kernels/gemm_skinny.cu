@@ -92,14 +92,6 @@ struct sk_args : skm_call {
     sk_lora lora;        /* lora.k == 0: none */
 };
 
-__device__ __forceinline__ uint4 sk_ld_stream(const uint4 *p)
-{
-    uint4 r;
-    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-                 : "l"(p));
-    return r;
-}
 
 /* d += A (16 x 16, row) * B (16 x 8, col), f32 accumulators. */
 template <typename TX> __device__ __forceinline__ void sk_mma(float *d, uint32_t a0, uint32_t a1, uint32_t a2,
@@ -191,7 +183,7 @@ __global__ void __launch_bounds__(SK_THREADS) gemm_skinny_kernel(sk_args a)
 #pragma unroll
         for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-            for (int h = 0; h < 2; h++) wb[u][mt][h] = ok ? sk_ld_stream(wrow[mt][h] + ch) : make_uint4(0, 0, 0, 0);
+            for (int h = 0; h < 2; h++) wb[u][mt][h] = ok ? ld_stream16(wrow[mt][h] + ch) : make_uint4(0, 0, 0, 0);
     }
     pdl_wait(); /* x, y, the workspace and the counters belong to the step's kernels */
 
@@ -247,7 +239,7 @@ __global__ void __launch_bounds__(SK_THREADS) gemm_skinny_kernel(sk_args a)
                 for (int mt = 0; mt < MT; mt++)
 #pragma unroll
                     for (int h = 0; h < 2; h++)
-                        wb[u][mt][h] = ok ? sk_ld_stream(wrow[mt][h] + ch) : make_uint4(0, 0, 0, 0);
+                        wb[u][mt][h] = ok ? ld_stream16(wrow[mt][h] + ch) : make_uint4(0, 0, 0, 0);
             }
         }
     }

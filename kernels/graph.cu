@@ -21,14 +21,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
-}
 
 static void drop_entry(cuda_ctx *c, struct cuda_ctx::cu_graph_entry *e)
 {
@@ -73,7 +65,7 @@ int cu_graph_begin(lg_backend *be, const void *key, size_t key_len, bool *replay
     }
     memcpy(c->cap_key, key, key_len);
     c->cap_key_len = key_len;
-    c->rec_t0 = now_ms();
+    c->rec_t0 = lg_now();
     CU_TRY(c, cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeRelaxed));
     c->capturing = 1;
     return 0;
@@ -122,7 +114,7 @@ int cu_graph_end(lg_backend *be, bool ok)
     slot->exec = exec;
     slot->used = ++c->graph_clock;
     CU_TRY(c, cudaGraphLaunch(exec, c->stream));
-    const double ms = now_ms() - c->rec_t0; /* the op calls, capture, instantiation and the launch */
+    const double ms = (lg_now() - c->rec_t0) * 1e3; /* the op calls, capture, instantiation and the launch */
     c->n_rec++;
     c->rec_ms += ms;
     c->rec_max_ms = ms > c->rec_max_ms ? ms : c->rec_max_ms;

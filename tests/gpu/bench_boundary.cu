@@ -20,18 +20,9 @@
  * The reads before the wait are a hint of what the engine's kernels do before pdl_wait (weights): with
  * pre = 1 each block loads its bytes before the wait and only the store after it.
  */
-#include <cuda_runtime.h>
-#include <stdio.h>
-#include <stdlib.h>
+#include "bench_cuda.cuh"
 
-#define CK(x)                                                                                   \
-    do {                                                                                        \
-        cudaError_t e_ = (x);                                                                   \
-        if (e_ != cudaSuccess) {                                                                \
-            fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-            return 1;                                                                           \
-        }                                                                                       \
-    } while (0)
+#include <stdlib.h>
 
 struct args {
     const uint4 *src;
@@ -55,10 +46,7 @@ __global__ void __launch_bounds__(256) chain_kernel(args a)
     float s = 0.0f;
     auto work = [&]() {
         for (int w = threadIdx.x; w < a.words; w += 256) {
-            uint4 v;
-            asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-                         : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                         : "l"(p + w));
+            const uint4 v = ld_stream16(p + w);
             s += __uint_as_float(v.x) + __uint_as_float(v.w);
         }
     };

@@ -14,32 +14,13 @@
  * Eight pools rotated so that L2 (50 MB) holds none of a launch's bytes from the one before. TB/s counts
  * the K and V bytes read.
  */
-#include <cuda_runtime.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
+#include "bench_cuda.cuh"
 
-#define CK(x)                                                                                   \
-    do {                                                                                        \
-        cudaError_t e_ = (x);                                                                   \
-        if (e_ != cudaSuccess) {                                                                \
-            fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-            return 1;                                                                           \
-        }                                                                                       \
-    } while (0)
+#include <stdlib.h>
 
 #define PT 16
 #define HD 128
 #define U 4
-
-__device__ __forceinline__ uint4 ld_nc(const char *p)
-{
-    uint4 r;
-    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-                 : "l"(p));
-    return r;
-}
 
 /* block = (token t, head h); head_major picks the page layout */
 __global__ void __launch_bounds__(128, 8) kv_read(const char *pool, const int *pages, int n_ctx, int H,
@@ -64,8 +45,8 @@ __global__ void __launch_bounds__(128, 8) kv_read(const char *pool, const int *p
                     p = pool + ((size_t)blockIdx.x * n_ctx + j) * HD * 2 + sub * 16;
                     dv = (size_t)gridDim.x * n_ctx * HD * 2;
                 }
-                k[u] = ld_nc(p);
-                v[u] = ld_nc(p + dv);
+                k[u] = ld_stream16(p);
+                v[u] = ld_stream16(p + dv);
             }
         }
 #pragma unroll
