@@ -39,6 +39,7 @@ typedef struct bench_opts {
     double gpu_util;
     bool adapter_load_test;
     int warmup;
+    int settle_ms; /* fixed batch: idle after the warm-up, before the measured batch */
 } bench_opts;
 
 /* Registers o->adapters synthetic adapters "a0".."aK-1" (ranks cycling

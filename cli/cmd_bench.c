@@ -33,6 +33,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "adapters/peft.h"
@@ -47,7 +48,7 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: loragate bench --model DIR [--load-format dummy|auto] [--backend cpu|cuda] [--dtype f16|bf16|f32]\n"
             "  fixed batch (default):\n"
-            "    [--num-seqs N] [--prompt-len P] [--output-len O]\n"
+            "    [--num-seqs N] [--prompt-len P] [--output-len O] [--settle-ms MS (idle between warm-up and batch)]\n"
             "  serving workload:\n"
             "    --workload poisson|closed|burst|trace [--requests N] [--rate R] [--clients C] [--trace FILE.jsonl]\n"
             "    [--prompt-len P | --prompt-len-range A:B] [--output-len O | --output-len-range A:B]\n"
@@ -278,6 +279,14 @@ static int run_batch(lg_engine *e, lg_backend *be, const bench_opts *o, const in
             goto out;
     }
     double load_s = lg_now() - tl;
+    /* --settle-ms: the GPU idles before the measured batch, so that it starts at the clocks of an idle GPU,
+     * not at those the warm-up's prefill left under the power cap (docs/benchmarks.md, thirtieth session:
+     * W1's prefill GEMMs step down through clock levels, and decode needs ~10 steps to recover) */
+    if (o->settle_ms > 0) {
+        struct timespec ts = {o->settle_ms / 1000, (long)(o->settle_ms % 1000) * 1000000L};
+        while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+        }
+    }
     lg_engine_get_stats(e, &s0);
     if (submit_batch(e, o, ids, reqs, o->num_seqs, o->output_len, 0, &s, prompt, err) != 0)
         goto out;
@@ -312,6 +321,7 @@ static int run_batch(lg_engine *e, lg_backend *be, const bench_opts *o, const in
                                       (double)o->sampling.min_p, "presence_penalty", (double)o->presence_penalty,
                                       "frequency_penalty", (double)o->frequency_penalty, "logprobs", o->logprobs));
         json_object_set_new(j, "warmup_and_adapter_load_s", json_real(load_s));
+        json_object_set_new(j, "settle_ms", json_integer(o->settle_ms));
         /* the last warm-up pass's prefill steps: as many as the measured batch's when it ran its shapes */
         json_object_set_new(j, "warmup_prefill_steps", json_integer(s0.prefill_steps - sw.prefill_steps));
         json_object_set_new(j, "pool_pages", json_integer(s1.pages_total));
@@ -440,7 +450,7 @@ int lg_cmd_bench(int argc, char **argv)
     enum { O_MODEL = 1000, O_FMT, O_BACKEND, O_NSEQ, O_PLEN, O_OLEN, O_ADP, O_RANK, O_TGT, O_DT, O_JSON, O_THR,
            O_BUDGET, O_SEED, O_HELP, O_WORKLOAD, O_REQS, O_RATE, O_CLIENTS, O_TRACE, O_PRANGE, O_ORANGE, O_RMIX,
            O_POP, O_PFXLEN, O_PFXFRAC, O_TENANTS, O_TW, O_TSHARE, O_SLOT, O_SLOP, O_POLICY, O_SHARING, O_POOL,
-           O_GPUUTIL, O_HOSTMB, O_CTX, O_MAXSEQS, O_LOADTEST, O_NOPROG, O_WARMUP, O_TEMP, O_TOPK, O_TOPP, O_MINP, O_PRES, O_FREQ, O_LOGPROBS };
+           O_GPUUTIL, O_HOSTMB, O_CTX, O_MAXSEQS, O_LOADTEST, O_NOPROG, O_WARMUP, O_SETTLE, O_TEMP, O_TOPK, O_TOPP, O_MINP, O_PRES, O_FREQ, O_LOGPROBS };
     static const struct option lo[] = {
         {"model", 1, 0, O_MODEL}, {"load-format", 1, 0, O_FMT}, {"backend", 1, 0, O_BACKEND},
         {"num-seqs", 1, 0, O_NSEQ}, {"prompt-len", 1, 0, O_PLEN}, {"output-len", 1, 0, O_OLEN},
@@ -454,7 +464,8 @@ int lg_cmd_bench(int argc, char **argv)
         {"slo-tpot-ms", 1, 0, O_SLOP}, {"policy", 1, 0, O_POLICY}, {"prefix-sharing", 1, 0, O_SHARING},
         {"pool-mb", 1, 0, O_POOL}, {"gpu-memory-utilization", 1, 0, O_GPUUTIL}, {"adapter-host-mb", 1, 0, O_HOSTMB},
         {"ctx", 1, 0, O_CTX}, {"max-seqs", 1, 0, O_MAXSEQS}, {"adapter-load-test", 0, 0, O_LOADTEST},
-        {"no-progress", 0, 0, O_NOPROG}, {"warmup", 1, 0, O_WARMUP}, {"temperature", 1, 0, O_TEMP},
+        {"no-progress", 0, 0, O_NOPROG}, {"warmup", 1, 0, O_WARMUP}, {"settle-ms", 1, 0, O_SETTLE},
+        {"temperature", 1, 0, O_TEMP},
         {"top-k", 1, 0, O_TOPK}, {"top-p", 1, 0, O_TOPP}, {"min-p", 1, 0, O_MINP},
         {"presence-penalty", 1, 0, O_PRES}, {"frequency-penalty", 1, 0, O_FREQ}, {"logprobs", 1, 0, O_LOGPROBS},
         {0, 0, 0, 0},
@@ -547,6 +558,7 @@ int lg_cmd_bench(int argc, char **argv)
         case O_LOADTEST: o.adapter_load_test = true; break;
         case O_NOPROG: o.progress = false; break;
         case O_WARMUP: if (!num_ok) goto bad; o.warmup = (int)v; break;
+        case O_SETTLE: if (!num_ok || v < 0 || v > 60000) goto bad; o.settle_ms = (int)v; break;
         default:
         bad:
             fprintf(stderr, "loragate bench: bad or unknown option '%s'\n", argv[optind - 1]);

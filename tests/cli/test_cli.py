@@ -10,6 +10,7 @@ Env: LG_BIN (default <repo>/build/loragate), LG_SMOLLM2_GGUF (default
 import json
 import os
 import subprocess
+import time
 
 import pytest
 
@@ -156,6 +157,24 @@ def test_bench_with_adapters_warms_up_the_measured_shape():
     j = json.loads(p.stdout.strip().splitlines()[-1])
     assert j["output_tokens"] == 15 and j["adapter_loads"] == 2, j
     assert j["prefill_steps"] == 1 and j["warmup_prefill_steps"] == j["prefill_steps"], j
+
+
+def test_bench_settles_between_warm_up_and_batch():
+    """--settle-ms idles between the warm-up and the measured batch (outside
+    the measured wall time) and says so in the JSON; a bad value is a one-line
+    usage error."""
+    base = ["bench", "--model", TINY, "--num-seqs", "2", "--prompt-len", "8", "--output-len", "3", "--json",
+            "--no-progress"]
+    t0 = time.monotonic()
+    p = run(*base, "--settle-ms", "1500")
+    assert p.returncode == 0, p.stderr
+    assert time.monotonic() - t0 >= 1.5  # the sleep happened (a lower bound, not a speed figure)
+    j = json.loads(p.stdout.strip().splitlines()[-1])
+    assert j["settle_ms"] == 1500 and j["output_tokens"] == 6, j
+    p0 = run(*base)
+    assert json.loads(p0.stdout.strip().splitlines()[-1])["settle_ms"] == 0
+    for bad in ("-1", "60001", "x"):
+        one_line_error(run(*base, "--settle-ms", bad), 2)
 
 
 def test_bench_with_sampling_filters():

@@ -25,9 +25,11 @@
 # switch flipped at a time (LG_LORA_FIRST=0: the prefill expand after its matmul; LG_L2_HINT=0: weights read with the default L2 policy; LG_SKINNY=1 turns
 # on the opt-in skinny matmul, with the matmul_lora op the expand in its epilogue; LG_EXPAND_ROPE=0: rope + KV
 # write after the q,k,v expand; LG_SHRINK_NORM=0: add_rmsnorm before the LoRA shrink, also on W3).
-# EXTRA="label|env|case;..." adds runs of any case under any environment (a label run again keeps its
+# EXTRA="label|env|case[|bench options];..." adds runs of any case under any environment (a label run again keeps its
 # files as case.label.N.json/.err; with LG_STEP_TIMING=1 in env the line adds the GPU's median time of the last
-# 48 replayed steps). profile: ncu per-kernel time of one W1 decode step
+# 48 replayed steps). TRACE="case ...": each case once more under the CUPTI tracer
+# (tests/gpu/cupti_trace.c, a GPU timeline with cuBLAS's kernels), summarised in
+# $OUT/trace.<case>.txt by cupti_summary.py (TRACE_ARGS: its options). profile: ncu per-kernel time of one W1 decode step
 # (tests/gpu/profile_decode.sh), new and old (PROF_OLD / PROF_OLD_LABEL set the
 # reference's environment, PROF_B1=0 skips batch 1). all = test + serving +
 # bench + profile.
@@ -155,14 +157,14 @@ declare -A CASE=(
 )
 table=()
 field() { python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print('%.6g' % d.get(sys.argv[2], float('nan')))" "$1" "$2" 2>/dev/null || echo nan; }
-bench() { # label env-assignments case
-  local label=$1 envs=$2 c=$3 t0=$SECONDS n=1
+bench() { # label env-assignments case [more bench options]
+  local label=$1 envs=$2 c=$3 args=${4:-} t0=$SECONDS n=1
   late "$c $label" && return
   # a label run again (interleaved pairs) keeps every run's files: case.label.json, then case.label.2.json, ...
   local base="$OUT/$c.$label"
   while [ -e "$base.json" ]; do n=$((n + 1)); base="$OUT/$c.$label.$n"; done
   local f="$base.json" e="$base.err"
-  env $envs $BIN bench ${CASE[$c]} >"$f" 2>"$e" || { note "$c $label FAILED: $(tail -2 "$e")"; return; }
+  env $envs $BIN bench ${CASE[$c]} $args >"$f" 2>"$e" || { note "$c $label FAILED: $(tail -2 "$e")"; return; }
   table+=("$(printf '%-8s %-16s %10s tok/s  decode %8s ms/step  prefill %8s s (%s steps)  [%ds]' "$c" "$label" \
     "$(field "$f" output_tok_s)" "$(field "$f" decode_ms_per_step)" "$(field "$f" prefill_s)" "$(field "$f" prefill_steps)" \
     $((SECONDS - t0)))")
@@ -190,8 +192,19 @@ if want bench; then
   # EXTRA="label|env assignments|case;..." adds runs (e.g. EXTRA="side0|LG_LORA_SIDE=0|w3_lora")
   IFS=';' read -ra extra <<<"${EXTRA:-}"
   for x in "${extra[@]}"; do
-    IFS='|' read -r xl xe xc <<<"$x"
-    bench "$xl" "$xe" "$xc"
+    IFS='|' read -r xl xe xc xa <<<"$x"
+    bench "$xl" "$xe" "$xc" "$xa"
+  done
+  # TRACE="w1_lora pf2048": each case once more under tests/gpu/cupti_trace.c (a GPU timeline of the
+  # unmodified run, cuBLAS's kernels and the host's waits included), summarised by cupti_summary.py
+  # into $OUT/trace.<case>.txt, the raw timeline as $OUT/<case>.cupti.xz
+  for c in ${TRACE:-}; do
+    lib=$ROOT/build-cuda/libcupti_trace.so
+    [ -e "$lib" ] || { note "TRACE: $lib not built (CUDA::cupti missing?)"; break; }
+    bench trace "CUDA_INJECTION64_PATH=$lib LG_CUPTI_FILE=$OUT/$c.cupti LG_STEP_TIMING=1" "$c"
+    python3 tests/gpu/cupti_summary.py "$OUT/$c.cupti" ${TRACE_ARGS:-} >"$OUT/trace.$c.txt" 2>&1
+    note "trace $c: $(head -1 "$OUT/trace.$c.txt")"
+    xz -f "$OUT/$c.cupti"
   done
   if [ "${ABLATE:-1}" != 0 ]; then   # one path switched at a time
     for sw in LG_PDL=0 LG_FUSE_ROPE_KV=0 LG_LORA_FIRST=0 LG_FUSE_LORA=0 LG_L2_HINT=0 LG_SKINNY=1 LG_EXPAND_ROPE=0 \

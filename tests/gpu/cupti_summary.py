@@ -1,0 +1,112 @@
+#!/usr/bin/env python3
+"""Summarise a cupti_trace.c timeline: the GPU's steps, where a step's span goes.
+
+  python3 tests/gpu/cupti_summary.py trace.txt [--gap-us 15] [--prefill 2] [--decode 5]
+
+The GPU's records (kernels, copies, memsets) are cut into steps wherever the GPU
+idles longer than --gap-us. A step with a kernel of more than 300 us or more
+than 200 kernels is counted as a prefill step; the last --prefill of them, and
+the last --decode others, are printed with: span, busy time (the union of
+their records, kernels under programmatic dependent launch overlap), idle time
+inside, the longest idle gaps with the records on either side, time by kernel
+(name cut at its first '(' or '<'), and the host calls that overlap the step
+and took longest."""
+import argparse
+import collections
+import re
+
+
+def short(name):
+    name = re.sub(r"^_Z\d+", "", name)
+    m = re.match(r"[A-Za-z_][A-Za-z0-9_]*", name)
+    return (m.group(0) if m else name)[:48]
+
+
+def load(path):
+    gpu, api, dropped = [], [], 0
+    for line in open(path, errors="replace"):
+        f = line.split()
+        if not f:
+            continue
+        if f[0] == "K":
+            gpu.append((int(f[1]), int(f[2]), short(f[8]) if len(f) > 8 else "?", int(f[4]), f[5]))
+        elif f[0] == "M":
+            gpu.append((int(f[1]), int(f[2]), f[5] + ":" + f[4], 0, ""))
+        elif f[0] == "A":
+            api.append((int(f[1]), int(f[2]), f[4]))
+        elif f[0] == "D":
+            dropped += int(f[1])
+    gpu.sort()
+    api.sort()
+    return gpu, api, dropped
+
+
+def steps(gpu, gap_ns):
+    """Cut at idle gaps; a piece without kernels (the step's uploads) joins the next."""
+    out, cur, end = [], [], None
+    for r in gpu:
+        if cur and r[0] - end > gap_ns and any(x[4] for x in cur):
+            out.append(cur)
+            cur = []
+        cur.append(r)
+        end = r[1] if end is None or not cur[:-1] else max(end, r[1])
+    if cur:
+        out.append(cur)
+    return out
+
+
+def report(step, api, label, top):
+    t0, t1 = step[0][0], max(r[1] for r in step)
+    busy, gaps, end, prev = 0, [], t0, None
+    for r in step:
+        if r[0] > end:
+            gaps.append((r[0] - end, prev, r[2]))
+        busy += max(0, r[1] - max(r[0], end))
+        if r[1] > end:
+            end, prev = r[1], r[2]
+    by = collections.defaultdict(lambda: [0, 0])
+    for r in step:
+        by[r[2]][0] += r[1] - r[0]
+        by[r[2]][1] += 1
+    graphs = sorted({r[3] for r in step if r[3]})
+    print(f"\n== {label}: {len(step)} records, span {(t1 - t0) / 1e3:.1f} us, busy {busy / 1e3:.1f} us, "
+          f"idle inside {(t1 - t0 - busy) / 1e3:.1f} us in {len(gaps)} gaps, sum of durations "
+          f"{sum(r[1] - r[0] for r in step) / 1e3:.1f} us{', graph ' + str(graphs) if graphs else ''}")
+    for g, a, b in sorted(gaps, reverse=True)[:top]:
+        print(f"   gap {g / 1e3:8.1f} us  after {a}  before {b}")
+    for name, (d, n) in sorted(by.items(), key=lambda kv: -kv[1][0])[:top + 6]:
+        print(f"   {d / 1e3:10.1f} us  {n:4d} x  {name}")
+    calls = [a for a in api if a[1] > t0 and a[0] < t1]
+    for a in sorted(calls, key=lambda a: a[0] - a[1])[:top]:
+        print(f"   host {a[2]:32s} {(a[1] - a[0]) / 1e3:9.1f} us, starts {(a[0] - t0) / 1e3:+9.1f} us from the step")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("trace")
+    ap.add_argument("--gap-us", type=float, default=15)
+    ap.add_argument("--prefill", type=int, default=2)
+    ap.add_argument("--decode", type=int, default=3)
+    ap.add_argument("--top", type=int, default=8)
+    ap.add_argument("--prefill-ms", type=float, default=20, help="a step longer than this is a prefill")
+    ap.add_argument("--min-kernels", type=int, default=20, help="shorter steps: only those with this many kernels")
+    a = ap.parse_args()
+    gpu, api, dropped = load(a.trace)
+    ss = steps(gpu, a.gap_us * 1e3)
+    print(f"{len(gpu)} GPU records, {len(api)} host calls, {dropped} dropped, {len(ss)} steps at gap {a.gap_us} us")
+    big = [i for i, s in enumerate(ss) if s[-1][1] - s[0][0] > a.prefill_ms * 1e6]
+    small = [i for i in range(len(ss)) if i not in set(big) and sum(r[4] != "" for r in ss[i]) >= a.min_kernels]
+    print("prefill-sized steps (ms):", " ".join(f"{(max(r[1] for r in ss[i]) - ss[i][0][0]) / 1e6:.1f}" for i in big))
+    for i in big[-a.prefill:] if a.prefill else []:
+        report(ss[i], api, f"step {i} (prefill-sized)", a.top)
+    for i in small[-a.decode:] if a.decode else []:
+        report(ss[i], api, f"step {i}", a.top)
+    if len(small) > 2:
+        spans = sorted((max(r[1] for r in ss[i]) - ss[i][0][0]) / 1e3 for i in small[-48:])
+        idle = [(ss[j][0][0] - max(r[1] for r in ss[i])) / 1e3 for i, j in zip(small[-48:], small[-47:]) if j == i + 1]
+        print(f"\nlast {len(spans)} other steps: median span {spans[len(spans) // 2]:.1f} us" +
+              (f"; GPU idle between consecutive ones: mean {sum(idle) / len(idle):.1f} us" if idle else ""))
+
+
+if __name__ == "__main__":
+    main()
