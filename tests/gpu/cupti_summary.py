@@ -10,7 +10,10 @@ the last --decode others, are printed with: span, busy time (the union of
 their records, kernels under programmatic dependent launch overlap), idle time
 inside, the longest idle gaps with the records on either side, time by kernel
 (name cut at its first '(' or '<'), and the host calls that overlap the step
-and took longest."""
+and took longest. --chain I,J,..: for those decode steps after the last
+prefill, each kernel's time in the step's chain (previous kernel's end to its
+own end), summed by kernel; under programmatic dependent launch a kernel's
+own duration includes its wait, its chain time does not."""
 import argparse
 import collections
 import re
@@ -81,6 +84,30 @@ def report(step, api, label, top):
         print(f"   host {a[2]:32s} {(a[1] - a[0]) / 1e3:9.1f} us, starts {(a[0] - t0) / 1e3:+9.1f} us from the step")
 
 
+def chain(step):
+    """Each kernel's time in the step's chain: from the previous kernel's end (or the step's first start) to its
+    own end, summed by name (the TMA matmul's by grid too); returns that and the step's kernel span, in us."""
+    ks = [r for r in step if r[4]]
+    by, prev = collections.defaultdict(float), ks[0][0]
+    for r in ks:
+        by[r[2][:32] + ("/" + r[4] if r[2].startswith("gemm_tma") else "")] += (r[1] - prev) / 1e3
+        prev = r[1]
+    return by, (ks[-1][1] - ks[0][0]) / 1e3
+
+
+def chain_table(decode, which):
+    """--chain: the chain by kernel of the chosen decode steps after the last prefill (0 = the first)."""
+    which = [i for i in which if i < len(decode)]
+    res = [chain(decode[i]) for i in which]
+    if not res:
+        return
+    names = sorted(set().union(*[r[0] for r in res]), key=lambda n: -res[-1][0].get(n, 0))
+    print("\nchain by kernel, us; decode step after the last prefill".ljust(56), " ".join(f"{i:>8d}" for i in which))
+    print("span".ljust(56), " ".join(f"{r[1]:8.1f}" for r in res))
+    for n in names:
+        print(n.ljust(56), " ".join(f"{r[0].get(n, 0):8.1f}" for r in res))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("trace")
@@ -90,6 +117,7 @@ def main():
     ap.add_argument("--top", type=int, default=8)
     ap.add_argument("--prefill-ms", type=float, default=20, help="a step longer than this is a prefill")
     ap.add_argument("--min-kernels", type=int, default=20, help="shorter steps: only those with this many kernels")
+    ap.add_argument("--chain", default="", help="e.g. 0,1,4,14,62: those decode steps' chain by kernel")
     a = ap.parse_args()
     gpu, api, dropped = load(a.trace)
     ss = steps(gpu, a.gap_us * 1e3)
@@ -101,10 +129,12 @@ def main():
         report(ss[i], api, f"step {i} (prefill-sized)", a.top)
     for i in small[-a.decode:] if a.decode else []:
         report(ss[i], api, f"step {i}", a.top)
+    if a.chain and big:
+        chain_table([ss[i] for i in small if i > big[-1]], [int(x) for x in a.chain.split(",")])
     if len(small) > 2:
-        spans = sorted((max(r[1] for r in ss[i]) - ss[i][0][0]) / 1e3 for i in small[-48:])
+        spans = sorted(chain(ss[i])[1] for i in small[-48:])  # first kernel's start to last kernel's end
         idle = [(ss[j][0][0] - max(r[1] for r in ss[i])) / 1e3 for i, j in zip(small[-48:], small[-47:]) if j == i + 1]
-        print(f"\nlast {len(spans)} other steps: median span {spans[len(spans) // 2]:.1f} us" +
+        print(f"\nlast {len(spans)} other steps: median kernel span {spans[len(spans) // 2]:.1f} us" +
               (f"; GPU idle between consecutive ones: mean {sum(idle) / len(idle):.1f} us" if idle else ""))
 
 
