@@ -281,7 +281,7 @@ static int run_batch(lg_engine *e, lg_backend *be, const bench_opts *o, const in
     double load_s = lg_now() - tl;
     /* --settle-ms: the GPU idles before the measured batch, so that it starts at the clocks of an idle GPU,
      * not at those the warm-up's prefill left under the power cap (docs/benchmarks.md, thirtieth session:
-     * W1's prefill GEMMs step down through clock levels, and decode needs ~10 steps to recover) */
+     * W1's prefill GEMMs step down through clock levels, and decode needs ~12 steps to recover) */
     if (o->settle_ms > 0) {
         struct timespec ts = {o->settle_ms / 1000, (long)(o->settle_ms % 1000) * 1000000L};
         while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
@@ -572,6 +572,10 @@ int lg_cmd_bench(int argc, char **argv)
     }
     if (o.workload && !strcmp(o.workload, "trace") && !o.trace) {
         fprintf(stderr, "loragate bench: --workload trace needs --trace FILE.jsonl\n");
+        return 2;
+    }
+    if (o.settle_ms && (o.workload || o.adapter_load_test)) {
+        fprintf(stderr, "loragate bench: --settle-ms applies to the fixed batch only\n");
         return 2;
     }
     if (!o.prompt_min) o.prompt_min = o.prompt_max = o.prompt_len;

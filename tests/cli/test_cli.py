@@ -175,6 +175,7 @@ def test_bench_settles_between_warm_up_and_batch():
     assert json.loads(p0.stdout.strip().splitlines()[-1])["settle_ms"] == 0
     for bad in ("-1", "60001", "x"):
         one_line_error(run(*base, "--settle-ms", bad), 2)
+    one_line_error(run(*base, "--settle-ms", "10", "--workload", "poisson"), 2)  # the fixed batch only
 
 
 def test_bench_with_sampling_filters():
