@@ -52,7 +52,7 @@ def steps(gpu, gap_ns):
             out.append(cur)
             cur = []
         cur.append(r)
-        end = r[1] if end is None or not cur[:-1] else max(end, r[1])
+        end = r[1] if len(cur) == 1 else max(end, r[1])
     if cur:
         out.append(cur)
     return out
@@ -123,7 +123,8 @@ def main():
     ss = steps(gpu, a.gap_us * 1e3)
     print(f"{len(gpu)} GPU records, {len(api)} host calls, {dropped} dropped, {len(ss)} steps at gap {a.gap_us} us")
     big = [i for i, s in enumerate(ss) if s[-1][1] - s[0][0] > a.prefill_ms * 1e6]
-    small = [i for i in range(len(ss)) if i not in set(big) and sum(r[4] != "" for r in ss[i]) >= a.min_kernels]
+    big_set = set(big)
+    small = [i for i in range(len(ss)) if i not in big_set and sum(r[4] != "" for r in ss[i]) >= a.min_kernels]
     print("prefill-sized steps (ms):", " ".join(f"{(max(r[1] for r in ss[i]) - ss[i][0][0]) / 1e6:.1f}" for i in big))
     for i in big[-a.prefill:] if a.prefill else []:
         report(ss[i], api, f"step {i} (prefill-sized)", a.top)
