@@ -314,6 +314,7 @@ static int run_batch(lg_engine *e, lg_backend *be, const bench_opts *o, const in
                               "prefill_tok_s", pf_s > 0 ? (s1.prefill_tokens - s0.prefill_tokens) / pf_s : 0.0,
                               "adapter_loads", (json_int_t)s1.adapter_loads, "pages_adapter", (json_int_t)s1.pages_adapter);
         json_object_set_new(j, "host_s", json_real(host_s));
+        json_object_set_new(j, "chained_steps", json_integer(s1.chained_steps - s0.chained_steps));
         json_object_set_new(j, "sample_s", json_real(sample_s));
         json_object_set_new(j, "sampling",
                             json_pack("{s:f,s:i,s:f,s:f,s:f,s:f,s:i}", "temperature", (double)o->sampling.temperature,

@@ -529,6 +529,8 @@ static void print_json(const gen_state *st, const lg_engine_stats *es)
         json_object_set_new(s, "prefill_seconds", json_real(es->prefill_seconds));
         json_object_set_new(s, "decode_tokens", json_integer(es->decode_tokens));
         json_object_set_new(s, "decode_seconds", json_real(es->decode_seconds));
+        json_object_set_new(s, "decode_steps", json_integer(es->decode_steps));
+        json_object_set_new(s, "chained_steps", json_integer(es->chained_steps));
         json_object_set_new(o, "stats", s);
     }
     char *txt = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(9));
@@ -831,11 +833,12 @@ int lg_cmd_generate(int argc, char **argv)
     if (o.stats)
         fprintf(stderr,
                 "prompt: %lld tokens in %.3f s (%.1f tok/s); decode: %lld tokens in %.3f s (%.1f tok/s); "
-                "pages: %d total, %d kv, %d adapter, %d cached; adapter loads %lld, evictions %lld\n",
+                "decode steps %lld (%lld chained); pages: %d total, %d kv, %d adapter, %d cached; adapter loads %lld, "
+                "evictions %lld\n",
                 (long long)es.prefill_tokens, es.prefill_seconds,
                 es.prefill_seconds > 0 ? es.prefill_tokens / es.prefill_seconds : 0.0, (long long)es.decode_tokens,
                 es.decode_seconds, es.decode_seconds > 0 ? es.decode_tokens / es.decode_seconds : 0.0,
-                es.pages_total, es.pages_kv, es.pages_adapter, es.pages_cached, (long long)es.adapter_loads,
+                (long long)es.decode_steps, (long long)es.chained_steps, es.pages_total, es.pages_kv, es.pages_adapter, es.pages_cached, (long long)es.adapter_loads,
                 (long long)es.adapter_evictions);
     exit_code = 0;
 out:

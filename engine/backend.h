@@ -246,6 +246,17 @@ typedef struct lg_backend_i {
      * before upload_done says 1. NULL: the engine uses `upload`. */
     int (*upload_async)(lg_backend *be, void *dst, const void *src, size_t n, uint64_t *ticket);
     int (*upload_done)(lg_backend *be, uint64_t ticket);
+    /* Device-to-host copy enqueued on the compute stream after every op
+     * enqueued so far, into page-locked memory of alloc_host, without waiting
+     * for it; *ticket identifies it. download_wait(ticket) blocks until the
+     * copy is done (0, or -1 on error); dst must not be read before. Waits
+     * come in ticket order, one per ticket, with at most
+     * LG_DOWNLOAD_IN_FLIGHT copies not yet waited for. A step can so be
+     * enqueued before the previous step's results are read (engine.c's decode
+     * bursts). NULL: the engine downloads synchronously and never enqueues
+     * a step before reading the previous one's results. */
+    int (*download_async)(lg_backend *be, void *dst, const void *src, size_t n, uint64_t *ticket);
+    int (*download_wait)(lg_backend *be, uint64_t ticket);
     /* Sampling on the device: for each row i < n of logits (f32 [n, V]),
      * params rows[i] (device memory), out_ids[i] (device) = the token chosen
      * by exactly the rules of engine/sampling.h given the uniform rows[i].u,
@@ -371,6 +382,7 @@ typedef struct lg_backend_i {
 #define LG_NORM_MATMUL_MAX_T 1 /* rows model.c offers to norm_matmul (batch 1: the measured case) */
 #define LG_GRAPH_KEY_MAX 64
 #define LG_GRAPH_CACHE 32
+#define LG_DOWNLOAD_IN_FLIGHT 4 /* download_async copies not yet waited for, at most */
 
 struct lg_backend {
     lg_backend_i i;

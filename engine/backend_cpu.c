@@ -12,6 +12,7 @@
  */
 #include "backend.h"
 #include "cpu_matmul.h"
+#include "sampling.h"
 #include "threadpool.h"
 
 #include <math.h>
@@ -28,6 +29,7 @@ typedef struct cpu_ctx {
     size_t scratch_n;    /* capacity in floats */
     int32_t *seq_of_tok; /* attention: sequence of each token of the step */
     int seq_of_tok_n;    /* capacity */
+    uint64_t down_issued, down_waited; /* download_async tickets */
 } cpu_ctx;
 
 #define CTX(be) ((cpu_ctx *)(be)->ctx)
@@ -47,6 +49,59 @@ static int cpu_memcpy(lg_backend *be, void *dst, const void *src, size_t n)
     return 0;
 }
 static int cpu_sync(lg_backend *be) { return 0; }
+
+/* The copy is done when download_async returns; the tickets keep the contract's order checks. */
+static int cpu_download_async(lg_backend *be, void *dst, const void *src, size_t n, uint64_t *ticket)
+{
+    cpu_ctx *c = CTX(be);
+    if (!ticket || c->down_issued - c->down_waited >= LG_DOWNLOAD_IN_FLIGHT)
+        return -1;
+    cpu_memcpy(be, dst, src, n);
+    *ticket = ++c->down_issued;
+    return 0;
+}
+
+static int cpu_download_wait(lg_backend *be, uint64_t ticket)
+{
+    cpu_ctx *c = CTX(be);
+    if (ticket != c->down_waited + 1 || ticket > c->down_issued)
+        return -1;
+    c->down_waited = ticket;
+    return 0;
+}
+
+/* backend.h's `sample` through engine/sampling.h's own functions, so the engine's device-sampling paths (its
+ * decode bursts among them) run in CPU tests. Off by default (LG_CPU_DEVICE_SAMPLE=1 turns it on): without
+ * it the engine samples the downloaded logits itself, by the same rules. */
+static int cpu_sample(lg_backend *be, int32_t *out_ids, float *logits, int n, int V, const lg_sample_row *rows,
+                      const int32_t *pen, lg_logprob_row *lp)
+{
+    (void)be;
+    for (int i = 0; i < n; i++) {
+        const lg_sample_row *r = &rows[i];
+        float *row = logits + (size_t)i * V;
+        for (int j = 0; j < r->pen_n; j++) { /* the host's order of float subtractions (lg_sample_row) */
+            const int32_t tok = pen[2 * (r->pen_off + j)], count = pen[2 * (r->pen_off + j) + 1];
+            row[tok] -= r->frequency;
+            row[tok] -= r->presence;
+            for (int k = 1; k < count; k++) row[tok] -= r->frequency;
+        }
+        lg_sampling_params sp;
+        lg_sampling_params_default(&sp);
+        sp.temperature = r->temperature;
+        sp.top_k = r->top_k;
+        sp.top_p = r->top_p;
+        sp.min_p = r->min_p;
+        lg_sampler *smp = lg_sampler_new(V, &sp);
+        if (!smp)
+            return -1;
+        out_ids[i] = lg_sampler_sample_u(smp, row, (double)r->u);
+        lg_sampler_free(smp);
+        if (lp && r->logprobs)
+            lg_logprobs(row, V, out_ids[i], r->top_logprobs, &lp[i]);
+    }
+    return 0;
+}
 
 static int grow_per_thread(float **arr, int nt, size_t *cap, size_t need)
 {
@@ -509,6 +564,10 @@ int lg_backend_cpu_create(const lg_backend_opts *opts, lg_backend **out, lg_err 
         .download = cpu_memcpy,
         .copy = cpu_memcpy,
         .sync = cpu_sync,
+        .alloc_host = cpu_alloc,     /* host memory is the device's: nothing to lock */
+        .free_host = cpu_dealloc,
+        .download_async = cpu_download_async,
+        .download_wait = cpu_download_wait,
         .embed = cpu_embed,
         .add_rmsnorm = cpu_add_rmsnorm,
         .matmul = cpu_matmul_op,
@@ -521,6 +580,9 @@ int lg_backend_cpu_create(const lg_backend_opts *opts, lg_backend **out, lg_err 
         .lora_shrink = cpu_lora_shrink,
         .lora_expand = cpu_lora_expand,
     };
+    const char *ds = getenv("LG_CPU_DEVICE_SAMPLE");
+    if (ds && *ds == '1')
+        be->i.sample = cpu_sample;
     *out = be;
     return 0;
 }

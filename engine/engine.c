@@ -114,6 +114,8 @@ int lg_engine_create(lg_backend *be, const lg_weights *w, const lg_engine_opts *
     e->next_id = 1;
     e->next_adapter_id = 1;
     e->sharing = opts->prefix_sharing;
+    const char *bs = getenv("LG_BURST"); /* 0: no decode bursts (comparisons) */
+    e->burst = !(bs && strcmp(bs, "0") == 0);
     if (lg_model_create(be, w, &opts->model, &e->model, err) != 0) {
         lg_engine_free(e);
         return -1;
@@ -884,85 +886,49 @@ static void publish(lg_engine *e)
     pthread_mutex_unlock(&e->stats_mu);
 }
 
-static int engine_step(lg_engine *e, lg_err *err)
+/* The step's sampling row of r: its sampling parameters and next uniform;
+ * true when the device reports its logprobs. Penalty pairs are added by
+ * the caller. */
+static bool fill_row(lg_engine *e, request *r, lg_sample_row *row, bool dev_sample)
 {
-    drain_inbox(e);
-    if (e->adapters)
-        lg_adapter_cache_poll(e->adapters);
-    finish_marked(e, -1, "cancelled");
-    if (e->n_live == 0)
-        return 0;
+    const lg_sampling_params *sp = &r->p.sampling;
+    *row = (lg_sample_row){.temperature = sp->temperature, .top_k = sp->top_k, .top_p = sp->top_p,
+                           .min_p = sp->min_p, .u = (float)lg_sampler_next_u(r->sampler)};
+    if (!device_logprobs(e, r, dev_sample))
+        return false;
+    row->logprobs = 1;
+    row->top_logprobs = r->p.top_logprobs;
+    return true;
+}
 
-    bool any_prefill;
-    int n_tok = lg_sched_plan(e, &any_prefill);
-    finish_marked(e, LG_FINISH_ERROR, "the request's adapter could not be loaded");
-    int n = e->n_sched;
-    if (n == 0)
-        return 0;
-    /* group sequences by adapter (stable): one SGMV segment per adapter */
-    for (int i = 1; i < n; i++)
-        for (int j = i; j > 0 && e->sched[j]->p.adapter_id < e->sched[j - 1]->p.adapter_id; j--) {
-            request *tr = e->sched[j]; e->sched[j] = e->sched[j - 1]; e->sched[j - 1] = tr;
-            int tc = e->chunk[j]; e->chunk[j] = e->chunk[j - 1]; e->chunk[j - 1] = tc;
-            lg_step_seq ts = e->seqs[j]; e->seqs[j] = e->seqs[j - 1]; e->seqs[j - 1] = ts;
-        }
-
-    /* sampling rows: each request draws its next uniform now, so host and
-     * device sampling pick the same token (engine/sampling.h) */
-    int n_rows = 0;
-    bool dev_sample = lg_model_samples_on_device(e->model);
-    bool want_logits = !dev_sample;
-    e->n_pen = 0;
-    bool pen_oom = false, any_lp = false;
+/* A failed step: every request in it ends with the error. */
+static void fail_step(lg_engine *e, int n, const lg_err *err)
+{
     for (int s = 0; s < n; s++) {
-        if (!e->seqs[s].want_logits)
-            continue;
-        request *r = e->sched[s];
-        const lg_sampling_params *sp = &r->p.sampling;
-        lg_sample_row *row = &e->rows[n_rows++];
-        *row = (lg_sample_row){.temperature = sp->temperature, .top_k = sp->top_k, .top_p = sp->top_p,
-                               .min_p = sp->min_p, .u = (float)lg_sampler_next_u(r->sampler)};
-        if (has_penalty(r) && !host_penalised(e, r, dev_sample) && add_penalty_pairs(e, r, row) != 0)
-            pen_oom = true;
-        if (device_logprobs(e, r, dev_sample)) {
-            row->logprobs = 1;
-            row->top_logprobs = r->p.top_logprobs;
-            any_lp = true;
-        }
-        if (needs_host_row(e, r, dev_sample))
-            want_logits = true;
+        e->sched[s]->cancel = true;
+        e->sched[s]->cancel_reason = LG_FINISH_ERROR;
+        snprintf(e->sched[s]->error, sizeof e->sched[s]->error, "%s", err && err->msg[0] ? err->msg : "backend failure");
     }
+    finish_marked(e, LG_FINISH_ERROR, "backend failure");
+}
 
-    double t0 = lg_now();
-    if ((pen_oom && lg_fail(err, "out of memory for the step's penalty pairs")) ||
-        lg_model_step(e->model, e->pool, e->seqs, n, dev_sample ? e->rows : NULL, e->pen_pairs, e->n_pen,
-                      dev_sample ? e->ids : NULL, any_lp ? e->lps : NULL,
-                      want_logits ? e->logits : NULL, err) != 0) {
-        for (int s = 0; s < n; s++) {
-            e->sched[s]->cancel = true;
-            e->sched[s]->cancel_reason = LG_FINISH_ERROR;
-            snprintf(e->sched[s]->error, sizeof e->sched[s]->error, "%s", err && err->msg[0] ? err->msg : "backend failure");
-        }
-        finish_marked(e, LG_FINISH_ERROR, "backend failure");
-        return -1;
-    }
-    double dt = lg_now() - t0;
-    e->stats.steps++;
-    if (any_prefill) {
-        e->stats.prefill_steps++;
-        e->stats.prefill_seconds += dt;
-        e->stats.prefill_tokens += n_tok;
-    } else {
-        e->stats.decode_steps++;
-        e->stats.decode_seconds += dt;
-        e->stats.decode_tokens += n_tok;
-    }
-
+/* After a step's results are read: each row's request advances, offers its
+ * computed pages to the prefix cache, takes its token (the device's, or
+ * sampled here from the downloaded logits), streams it and checks its stop
+ * conditions. */
+static int take_results(lg_engine *e, int n, bool dev_sample, bool want_logits)
+{
+    int dropped = 0;
     /* advance, cache computed pages, sample, call back */
     double ts = lg_now();
     int li = 0, V = e->cfg.vocab_size;
     for (int s = 0; s < n; s++) {
         request *r = e->sched[s];
+        if (r->cancel) { /* finished or cancelled after its row was enqueued (a burst): the row is dropped */
+            li += e->seqs[s].want_logits;
+            dropped += e->chunk[s];
+            continue;
+        }
         r->n_computed += e->chunk[s];
         lg_sched_insert_prefix(e, r);
         if (!e->seqs[s].want_logits)
@@ -1010,6 +976,152 @@ static int engine_step(lg_engine *e, lg_err *err)
         }
     }
     e->stats.sample_seconds += lg_now() - ts;
+    return dropped;
+}
+
+static bool inbox_pending(lg_engine *e)
+{
+    pthread_mutex_lock(&e->mu);
+    bool p = e->inbox_head || e->n_cancel || e->msg_head || e->stop;
+    pthread_mutex_unlock(&e->mu);
+    return p;
+}
+
+/* Decode bursts. Once a decode step whose every row samples on the device is
+ * enqueued, and before its results are read, the next step of the same
+ * sequences is enqueued too, its input tokens copied on the device from the
+ * step before (lg_model_launch). The GPU then runs from one step into the
+ * next while the host reads, streams and bills the previous step's tokens,
+ * instead of idling for that host work between every two steps (vLLM's
+ * async scheduling, SGLang's overlap scheduler). A burst goes on while
+ * nothing would change the batch: nothing in the inbox (arrivals, cancels,
+ * adapter messages, shutdown), nobody waiting for admission or
+ * re-admission, no scheduled request finished, cancelled or about to reach
+ * its length limit, no penalties and no host rows (they need the step
+ * before's token on the host), and every sequence's next page free without
+ * preempting anyone. A request that stops inside a burst already has its
+ * next row enqueued: that row (the KV of its real last token, and a token
+ * nobody sees) is dropped when read, and the request finishes after it, one
+ * step later than without bursts. Tokens, logprobs and usage are those of
+ * step-by-step decoding: each request draws its uniforms in the same order.
+ * Fills e->seqs / e->rows for the next step; false when the burst ends (and
+ * err says why when a launch failed). LG_BURST=0 turns bursts off. */
+static bool burst_next(lg_engine *e, int n, lg_err *err)
+{
+    if (inbox_pending(e) || lg_fair_queued(e->fair) > 0 || e->n_preempted > 0)
+        return false;
+    for (int s = 0; s < n; s++) {
+        const request *r = e->sched[s];
+        /* once this step's token is in, r has n_tokens + 1; the next step samples one more */
+        if (r->cancel || r->n_tokens + 1 >= r->max_total || r->n_computed + 2 > e->max_context || has_penalty(r) ||
+            needs_host_row(e, r, true))
+            return false;
+    }
+    for (int s = 0; s < n; s++)
+        if (!lg_sched_reserve_free(e, e->sched[s], e->sched[s]->n_computed + 2))
+            return false;
+    bool any_lp = false;
+    for (int s = 0; s < n; s++) {
+        request *r = e->sched[s];
+        e->seqs[s] = (lg_step_seq){.tokens = NULL, .n_tokens = 1, .pos0 = r->n_computed + 1, .pages = r->pages,
+                                   .n_pages = r->n_pages, .want_logits = true, .lora = r->lora};
+        any_lp |= fill_row(e, r, &e->rows[s], true);
+    }
+    return lg_model_launch(e->model, e->pool, e->seqs, n, e->rows, NULL, 0, true, any_lp, false, err) == 0;
+}
+
+static int engine_step(lg_engine *e, lg_err *err)
+{
+    drain_inbox(e);
+    if (e->adapters)
+        lg_adapter_cache_poll(e->adapters);
+    finish_marked(e, -1, "cancelled");
+    if (e->n_live == 0)
+        return 0;
+
+    bool any_prefill;
+    int n_tok = lg_sched_plan(e, &any_prefill);
+    finish_marked(e, LG_FINISH_ERROR, "the request's adapter could not be loaded");
+    int n = e->n_sched;
+    if (n == 0)
+        return 0;
+    /* group sequences by adapter (stable): one SGMV segment per adapter */
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && e->sched[j]->p.adapter_id < e->sched[j - 1]->p.adapter_id; j--) {
+            request *tr = e->sched[j]; e->sched[j] = e->sched[j - 1]; e->sched[j - 1] = tr;
+            int tc = e->chunk[j]; e->chunk[j] = e->chunk[j - 1]; e->chunk[j - 1] = tc;
+            lg_step_seq ts = e->seqs[j]; e->seqs[j] = e->seqs[j - 1]; e->seqs[j - 1] = ts;
+        }
+
+    /* sampling rows: each request draws its next uniform now, so host and
+     * device sampling pick the same token (engine/sampling.h) */
+    int n_rows = 0;
+    bool dev_sample = lg_model_samples_on_device(e->model);
+    bool want_logits = !dev_sample;
+    e->n_pen = 0;
+    bool pen_oom = false, any_lp = false;
+    for (int s = 0; s < n; s++) {
+        if (!e->seqs[s].want_logits)
+            continue;
+        request *r = e->sched[s];
+        lg_sample_row *row = &e->rows[n_rows++];
+        any_lp |= fill_row(e, r, row, dev_sample);
+        if (has_penalty(r) && !host_penalised(e, r, dev_sample) && add_penalty_pairs(e, r, row) != 0)
+            pen_oom = true;
+        if (needs_host_row(e, r, dev_sample))
+            want_logits = true;
+    }
+
+    double t0 = lg_now();
+    if ((pen_oom && lg_fail(err, "out of memory for the step's penalty pairs")) ||
+        lg_model_launch(e->model, e->pool, e->seqs, n, dev_sample ? e->rows : NULL, e->pen_pairs, e->n_pen, dev_sample,
+                        any_lp, want_logits, err) != 0) {
+        fail_step(e, n, err);
+        return -1;
+    }
+    /* a decode burst (burst_next) may follow a decode step whose every row samples on the device */
+    const bool chainable = e->burst && !any_prefill && !want_logits && e->n_pen == 0 && n_rows == n &&
+                           lg_model_can_chain(e->model);
+    for (;;) {
+        lg_err berr = {{0}};
+        const bool chained = chainable && burst_next(e, n, &berr);
+        if (berr.msg[0]) { /* the next step's launch failed; this one is still in flight */
+            (void)lg_model_collect(e->model, NULL, NULL, NULL, NULL);
+            if (err)
+                *err = berr;
+            fail_step(e, n, &berr);
+            return -1;
+        }
+        if (lg_model_collect(e->model, dev_sample ? e->ids : NULL, any_lp ? e->lps : NULL,
+                             want_logits ? e->logits : NULL, err) != 0) {
+            if (chained)
+                (void)lg_model_collect(e->model, NULL, NULL, NULL, NULL);
+            fail_step(e, n, err);
+            return -1;
+        }
+        const double t1 = lg_now(), dt = t1 - t0;
+        /* tokens of requests that ended inside a burst are dropped, not counted */
+        const int used = n_tok - take_results(e, n, dev_sample, want_logits);
+        e->stats.steps++;
+        if (any_prefill) {
+            e->stats.prefill_steps++;
+            e->stats.prefill_seconds += dt;
+            e->stats.prefill_tokens += used;
+        } else {
+            e->stats.decode_steps++;
+            e->stats.decode_seconds += dt;
+            e->stats.decode_tokens += used;
+        }
+        if (!chained)
+            break;
+        /* the step burst_next launched is now the one in flight; its time counts from here */
+        e->stats.chained_steps++;
+        t0 = t1;
+        publish(e);
+        drain_inbox(e); /* arrivals and cancellations end the burst at the next burst_next */
+        if (e->adapters)
+            lg_adapter_cache_poll(e->adapters);
+    }
     finish_marked(e, LG_FINISH_STOP, NULL);
     finish_marked(e, LG_FINISH_LENGTH, NULL);
     return 1;

@@ -234,6 +234,7 @@ void lg_engine_wait(lg_engine *e, double timeout_s);
 
 typedef struct lg_engine_stats {
     int64_t steps, prefill_steps, decode_steps, prefill_tokens, decode_tokens, preemptions;
+    int64_t chained_steps;   /* decode steps enqueued before the previous step's results were read (bursts) */
     double prefill_seconds, decode_seconds; /* forward time of steps with prefill / decode-only */
     double step_seconds;     /* whole lg_engine_step calls (scheduling, forward, sampling, callbacks) */
     double sample_seconds;   /* sampling and token callbacks */

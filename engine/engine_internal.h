@@ -124,6 +124,7 @@ struct lg_engine {
     int n_preempted;
     int64_t next_admit;
     bool last_step_idle;
+    bool burst;                 /* decode bursts (engine.c; LG_BURST=0: off, comparisons) */
     /* per-step scratch */
     lg_step_seq *seqs;
     request **sched;
@@ -166,5 +167,8 @@ int lg_sched_plan(lg_engine *e, bool *any_prefill);
 void lg_sched_drop(lg_engine *e, request *r);
 /* After a step: offers r's newly computed full pages to the prefix cache. */
 void lg_sched_insert_prefix(lg_engine *e, request *r);
+/* Pages for positions [0, upto) of running request r, from free pages only
+ * (no preemption); false when the pool has too few. */
+bool lg_sched_reserve_free(lg_engine *e, request *r, int upto);
 
 #endif

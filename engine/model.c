@@ -95,7 +95,21 @@ struct lg_model {
     int32_t *meta_host;
     bool dev_sample;                /* the backend samples: the step's rows ride in the metadata upload */
     int32_t *sample_ids_dev;        /* [max_seqs] ids, then [max_seqs] lg_logprob_row (one download) */
-    int32_t *sample_out_host;       /* the same layout on the host: the download's destination */
+    int32_t *sample_out_host;       /* [2] x the same layout on the host: the downloads' destinations, by launch parity */
+    bool out_pinned;                /* sample_out_host from alloc_host (download_async can write it) */
+    size_t out_ints;                /* int32 words of one sample_out_host slot */
+    /* steps launched and not yet collected (lg_model_launch / lg_model_collect), oldest first */
+    struct inflight {
+        int n_logits;
+        bool sample, lp, logits, from_dev; /* sampled on the device; logprobs, logits downloaded; tokens from the device */
+        bool decode;                 /* one token a sequence (LG_STEP_TIMING's host times) */
+        int slot;                    /* sample_out_host slot */
+        uint64_t ticket;             /* download_async's, 0: download at collect */
+        double t[4];                 /* LG_STEP_TIMING: the launch's host times */
+    } fl[2];
+    int n_fl;
+    long n_launched;
+    int last_sampled;               /* rows the last launched step sampled into sample_ids_dev (a continuation's tokens) */
     int32_t *pen_dev;               /* [2 * pen_cap]: the step's penalty pairs, grown on demand */
     int pen_cap;
     size_t meta_cap;     /* int32 elements */
@@ -383,8 +397,14 @@ int lg_model_create(lg_backend *be, const lg_weights *w, const lg_model_opts *op
             m->dev_sample = true;
             m->meta_cap += (size_t)m->opts.max_seqs * SAMPLE_ROW_INTS;
             const size_t out_bytes = (size_t)m->opts.max_seqs * (sizeof(int32_t) + sizeof(lg_logprob_row));
+            m->out_ints = out_bytes / sizeof(int32_t);
             m->sample_ids_dev = be->i.alloc(be, out_bytes);
-            m->sample_out_host = malloc(out_bytes);
+            if (be->i.alloc_host && be->i.free_host && be->i.download_async && be->i.download_wait) {
+                m->sample_out_host = be->i.alloc_host(be, 2 * out_bytes);
+                m->out_pinned = m->sample_out_host != NULL;
+            }
+            if (!m->sample_out_host)
+                m->sample_out_host = malloc(2 * out_bytes);
             /* penalty pairs: room for 512 distinct generated tokens per sequence up front, so that
              * a step grows the buffer (a free, which waits for the device) only beyond that */
             m->pen_cap = m->opts.max_seqs * 512;
@@ -481,7 +501,10 @@ void lg_model_free(lg_model *m)
     if (m->abuf && lg_dtype_size(be->act_dtype) < 4 && m->logits.data) be->i.dealloc(be, m->logits.data);
     if (m->meta_dev) be->i.dealloc(be, m->meta_dev);
     if (m->sample_ids_dev) be->i.dealloc(be, m->sample_ids_dev);
-    free(m->sample_out_host);
+    if (m->out_pinned)
+        be->i.free_host(be, m->sample_out_host);
+    else
+        free(m->sample_out_host);
     if (m->pen_dev) be->i.dealloc(be, m->pen_dev);
     free(m->meta_host);
     if (m->lora_tmp.data) be->i.dealloc(be, m->lora_tmp.data);
@@ -716,15 +739,31 @@ static int forward(lg_model *m, const lg_kv_view *kv0, const lg_step_meta *meta,
 
 bool lg_model_samples_on_device(const lg_model *m) { return m->dev_sample; }
 
-int lg_model_step(lg_model *m, lg_page_pool *pool, const lg_step_seq *seqs, int n_seqs,
-                  const lg_sample_row *sample_rows, const int32_t *pen, int n_pen, int32_t *ids, lg_logprob_row *lp,
-                  float *logits, lg_err *err)
+bool lg_model_can_chain(const lg_model *m) { return m->dev_sample && m->out_pinned; }
+
+int lg_model_in_flight(const lg_model *m) { return m->n_fl; }
+
+int lg_model_launch(lg_model *m, lg_page_pool *pool, const lg_step_seq *seqs, int n_seqs,
+                    const lg_sample_row *sample_rows, const int32_t *pen, int n_pen, bool want_ids, bool want_lp,
+                    bool want_logits, lg_err *err)
 {
     lg_backend *be = m->be;
     const lg_model_config *c = &m->cfg;
     const int pt = m->opts.page_tokens;
     if (n_seqs <= 0 || n_seqs > m->opts.max_seqs)
         return lg_fail(err, "step has %d sequences; the model was set up for 1..%d", n_seqs, m->opts.max_seqs);
+    if (m->n_fl >= 2 || (m->n_fl == 1 && (!lg_model_can_chain(m) || m->fl[0].logits)))
+        return lg_fail(err, "a step was launched while %s", m->n_fl >= 2 ? "two await collection"
+                                                                         : "the previous one's results are needed first");
+    /* tokens NULL: the ids the previous launched step sampled, row s for sequence s */
+    const bool from_dev = seqs[0].tokens == NULL;
+    for (int s = 0; s < n_seqs; s++)
+        if ((seqs[s].tokens == NULL) != from_dev || (from_dev && seqs[s].n_tokens != 1))
+            return lg_fail(err, "sequence %d: expected %s", s, from_dev ? "one token from the device, as every sequence"
+                                                                        : "its tokens, as every sequence");
+    if (from_dev && (m->last_sampled != n_seqs || !m->dev_sample))
+        return lg_fail(err, "tokens from the device: the previous step sampled %d rows, this step has %d sequences",
+                       m->last_sampled, n_seqs);
     if (lg_page_pool_page_bytes(pool) < m->page_bytes)
         return lg_fail(err, "page pool pages (%zu bytes) are smaller than a KV page (%zu)",
                        lg_page_pool_page_bytes(pool), m->page_bytes);
@@ -747,7 +786,8 @@ int lg_model_step(lg_model *m, lg_page_pool *pool, const lg_step_seq *seqs, int 
     }
     if (T > m->opts.max_step_tokens)
         return lg_fail(err, "step has %d tokens; the budget is %d", T, m->opts.max_step_tokens);
-    const bool sample = n_logits > 0 && sample_rows && ids;
+    const bool sample = n_logits > 0 && sample_rows && want_ids;
+    const bool lp = sample && want_lp;
     if (sample && !m->dev_sample)
         return lg_fail(err, "backend %s does not sample on the device", be->i.name);
     if (n_pen < 0 || (n_pen > 0 && !pen))
@@ -785,9 +825,13 @@ int lg_model_step(lg_model *m, lg_page_pool *pool, const lg_step_seq *seqs, int 
         for (int i = 0; i < np; i++) page_ids[pg + i] = q->pages[i];
         for (int i = 0; i < q->n_tokens; i++) {
             int p = q->pos0 + i;
-            if (q->tokens[i] < 0 || q->tokens[i] >= c->vocab_size)
-                return lg_fail(err, "token id %d out of range [0, %d)", q->tokens[i], c->vocab_size);
-            tok[t + i] = q->tokens[i];
+            if (from_dev) {
+                tok[t + i] = 0; /* replaced on the device below */
+            } else {
+                if (q->tokens[i] < 0 || q->tokens[i] >= c->vocab_size)
+                    return lg_fail(err, "token id %d out of range [0, %d)", q->tokens[i], c->vocab_size);
+                tok[t + i] = q->tokens[i];
+            }
             pos[t + i] = p;
             slot[t + i] = q->pages[p / pt] * pt + p % pt;
         }
@@ -802,6 +846,8 @@ int lg_model_step(lg_model *m, lg_page_pool *pool, const lg_step_seq *seqs, int 
     if (sample)
         memcpy(h + rows_at, sample_rows, (size_t)n_logits * sizeof(lg_sample_row));
     TRY(be->i.upload(be, m->meta_dev, h, need * 4));
+    if (from_dev) /* ordered after the previous step's sampler and its download, before this step's sampler */
+        TRY(be->i.copy(be, m->meta_dev, m->sample_ids_dev, (size_t)n_seqs * sizeof(int32_t)));
     int32_t *dv = m->meta_dev;
     lg_step_meta meta = {
         .n_tokens = T, .n_seqs = n_seqs, .max_q_len = max_q, .max_kv_len = max_q == 1 ? kv_bucket(max_kv) : max_kv,
@@ -932,29 +978,75 @@ int lg_model_step(lg_model *m, lg_page_pool *pool, const lg_step_seq *seqs, int 
     if (eager && forward(m, &kv, &meta, lora, lora_mods, err) != 0)
         return -1;
     const double t3 = m->timing ? lg_now() : 0;
+    struct inflight *f = &m->fl[m->n_fl];
+    *f = (struct inflight){.n_logits = n_logits, .sample = sample, .lp = lp, .logits = want_logits && n_logits > 0,
+                           .from_dev = from_dev, .decode = max_q == 1, .slot = (int)(m->n_launched & 1),
+                           .t = {t1 - t0, t2 - t1, t3 - t2, t3}};
+    m->last_sampled = 0;
     if (sample) {
         const size_t ms = (size_t)m->opts.max_seqs; /* the logprobs follow max_seqs ids */
         TRY(be->i.sample(be, m->sample_ids_dev, m->logits.data, n_logits, c->vocab_size,
                          (const lg_sample_row *)(m->meta_dev + rows_at), n_pen > 0 ? m->pen_dev : NULL,
                          lp ? (lg_logprob_row *)(m->sample_ids_dev + ms) : NULL));
-        if (lp) { /* one download: the ids, the unused id slots, then the rows' logprobs */
-            TRY(be->i.download(be, m->sample_out_host, m->sample_ids_dev,
-                               ms * sizeof(int32_t) + (size_t)n_logits * sizeof(lg_logprob_row)));
-            memcpy(ids, m->sample_out_host, (size_t)n_logits * sizeof(int32_t));
-            memcpy(lp, m->sample_out_host + ms, (size_t)n_logits * sizeof(lg_logprob_row));
-        } else {
-            TRY(be->i.download(be, ids, m->sample_ids_dev, (size_t)n_logits * sizeof(int32_t)));
-        }
+        m->last_sampled = n_logits == n_seqs ? n_logits : 0;
+        /* one download: the ids, the unused id slots, then the rows' logprobs */
+        const size_t bytes = lp ? ms * sizeof(int32_t) + (size_t)n_logits * sizeof(lg_logprob_row)
+                                : (size_t)n_logits * sizeof(int32_t);
+        if (m->out_pinned)
+            TRY(be->i.download_async(be, m->sample_out_host + (size_t)f->slot * m->out_ints, m->sample_ids_dev, bytes,
+                                     &f->ticket));
     }
-    if (n_logits > 0 && logits)
-        TRY(be->i.download(be, logits, m->logits.data, (size_t)n_logits * (size_t)c->vocab_size * 4));
-    if (m->timing && max_q == 1) { /* decode steps */
+    m->n_fl++;
+    m->n_launched++;
+    return 0;
+}
+
+int lg_model_collect(lg_model *m, int32_t *ids, lg_logprob_row *lp, float *logits, lg_err *err)
+{
+    lg_backend *be = m->be;
+    if (m->n_fl == 0)
+        return lg_fail(err, "no launched step to collect");
+    const struct inflight f = m->fl[0];
+    m->fl[0] = m->fl[1];
+    m->n_fl--;
+    const size_t ms = (size_t)m->opts.max_seqs;
+    if (f.sample) {
+        int32_t *out = m->sample_out_host + (size_t)f.slot * m->out_ints;
+        if (f.ticket) {
+            TRY(be->i.download_wait(be, f.ticket));
+        } else {
+            const size_t bytes = f.lp ? ms * sizeof(int32_t) + (size_t)f.n_logits * sizeof(lg_logprob_row)
+                                      : (size_t)f.n_logits * sizeof(int32_t);
+            TRY(be->i.download(be, out, m->sample_ids_dev, bytes));
+        }
+        if (ids)
+            memcpy(ids, out, (size_t)f.n_logits * sizeof(int32_t));
+        if (lp && f.lp)
+            memcpy(lp, out + ms, (size_t)f.n_logits * sizeof(lg_logprob_row));
+    }
+    if (f.logits && logits)
+        TRY(be->i.download(be, logits, m->logits.data, (size_t)f.n_logits * (size_t)m->cfg.vocab_size * 4));
+    else if (!f.sample)
+        TRY(be->i.sync(be));
+    if (m->timing && f.decode) { /* decode steps */
         const double t4 = lg_now();
         if (m->t_steps < STEP_T_MAX) {
-            const double d[4] = {t1 - t0, t2 - t1, t3 - t2, t4 - t3};
+            const double d[4] = {f.t[0], f.t[1], f.t[2], t4 - f.t[3]};
             for (int k = 0; k < 4; k++) m->t_us[(size_t)k * STEP_T_MAX + m->t_steps] = (float)(1e6 * d[k]);
         }
         m->t_steps++;
     }
     return 0;
+}
+
+int lg_model_step(lg_model *m, lg_page_pool *pool, const lg_step_seq *seqs, int n_seqs,
+                  const lg_sample_row *sample_rows, const int32_t *pen, int n_pen, int32_t *ids, lg_logprob_row *lp,
+                  float *logits, lg_err *err)
+{
+    if (m->n_fl > 0)
+        return lg_fail(err, "a step was run while %d launched steps await collection", m->n_fl);
+    if (lg_model_launch(m, pool, seqs, n_seqs, sample_rows, pen, n_pen, ids != NULL, lp != NULL, logits != NULL,
+                        err) != 0)
+        return -1;
+    return lg_model_collect(m, ids, lp, logits, err);
 }

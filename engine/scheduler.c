@@ -141,6 +141,8 @@ static bool reserve(lg_engine *e, request *r, int upto, bool can_preempt)
     return true;
 }
 
+bool lg_sched_reserve_free(lg_engine *e, request *r, int upto) { return reserve(e, r, upto, false); }
+
 static void schedule(lg_engine *e, request *r, int c, int *budget, bool *any_prefill)
 {
     int s = e->n_sched++;

@@ -213,6 +213,37 @@ static int cuda_download(lg_backend *be, void *dst, const void *src, size_t n)
     return 0;
 }
 
+/* dst: page-locked (alloc_host). The step's end for LG_STEP_TIMING is marked here and its timing
+ * read at the wait, as the synchronous download does. */
+static int cuda_download_async(lg_backend *be, void *dst, const void *src, size_t n, uint64_t *ticket)
+{
+    cuda_ctx *c = CU_CTX(be);
+    if (!ticket || (n && (!dst || !src)))
+        return CU_FAIL(c, "download_async: expected dst, src and a ticket pointer");
+    if (c->down_issued - c->down_waited >= LG_DOWNLOAD_IN_FLIGHT)
+        return CU_FAIL(c, "download_async: %d copies already in flight (at most %d)",
+                       (int)(c->down_issued - c->down_waited), LG_DOWNLOAD_IN_FLIGHT);
+    cu_step_timing_mark(c);
+    if (n)
+        CU_TRY(c, cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, c->stream));
+    const uint64_t t = ++c->down_issued;
+    CU_TRY(c, cudaEventRecord(c->down_ev[t % LG_DOWNLOAD_IN_FLIGHT], c->stream));
+    *ticket = t;
+    return 0;
+}
+
+static int cuda_download_wait(lg_backend *be, uint64_t ticket)
+{
+    cuda_ctx *c = CU_CTX(be);
+    if (ticket != c->down_waited + 1 || ticket > c->down_issued)
+        return CU_FAIL(c, "download_wait: expected ticket %llu (waits in ticket order), found %llu",
+                       (unsigned long long)(c->down_waited + 1), (unsigned long long)ticket);
+    c->down_waited = ticket;
+    CU_TRY(c, cudaEventSynchronize(c->down_ev[ticket % LG_DOWNLOAD_IN_FLIGHT]));
+    cu_step_timing_done(c);
+    return 0;
+}
+
 static int cuda_copy(lg_backend *be, void *dst, const void *src, size_t n)
 {
     cuda_ctx *c = CU_CTX(be);
@@ -254,6 +285,9 @@ static void cuda_free(lg_backend *be)
             if (c->stage_done[i])
                 cudaEventDestroy(c->stage_done[i]);
         }
+        for (int i = 0; i < LG_DOWNLOAD_IN_FLIGHT; i++)
+            if (c->down_ev[i])
+                cudaEventDestroy(c->down_ev[i]);
         if (c->upload_stream)
             cudaStreamDestroy(c->upload_stream);
         if (c->stream)
@@ -325,6 +359,8 @@ extern "C" int lg_backend_cuda_create(const lg_backend_opts *opts, lg_backend **
         CREATE_TRY(cudaEventCreateWithFlags(&c->stage_done[i], cudaEventDisableTiming));
         CREATE_TRY(cudaEventRecord(c->stage_done[i], c->stream));
     }
+    for (int i = 0; i < LG_DOWNLOAD_IN_FLIGHT; i++)
+        CREATE_TRY(cudaEventCreateWithFlags(&c->down_ev[i], cudaEventDisableTiming));
     {
         const char *e = getenv("LG_PDL"); /* programmatic dependent launch of step kernels (cuda_common.cuh) */
         c->pdl = !(e && *e == '0') && prop.major >= 9;
@@ -354,6 +390,8 @@ extern "C" int lg_backend_cuda_create(const lg_backend_opts *opts, lg_backend **
     i->upload = cuda_upload;
     i->download = cuda_download;
     i->copy = cuda_copy;
+    i->download_async = cuda_download_async;
+    i->download_wait = cuda_download_wait;
     i->sync = cuda_sync;
     i->embed = cu_embed;
     i->add_rmsnorm = cu_add_rmsnorm;

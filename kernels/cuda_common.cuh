@@ -51,6 +51,9 @@ typedef struct cuda_ctx {
     cudaEvent_t stage_done[2];
     size_t stage_size;
     int stage_next;
+    /* download_async / download_wait: event d % LG_DOWNLOAD_IN_FLIGHT follows copy d (tickets 1, 2, ...) */
+    cudaEvent_t down_ev[LG_DOWNLOAD_IN_FLIGHT];
+    uint64_t down_issued, down_waited;
     void *ws_retired[16];     /* outgrown workspaces: graphs may still name them (freed at cuda_free) */
     int n_ws_retired;
     /* step graphs (graph.cu): an LRU of instantiated recordings */
@@ -70,8 +73,11 @@ typedef struct cuda_ctx {
     long n_rec;
     /* LG_STEP_TIMING=1 (graph.cu): GPU time of replayed steps and the GPU's idle gap between them */
     struct cu_step_timing {
-        cudaEvent_t start, end[2]; /* graph launch; before the step's result download (end[cur]) */
-        int cur, started, prev_ok;
+        /* a ring of steps, two of which may be in flight (decode bursts): step h's replay records start[h % 4],
+         * its result download end[h % 4] (head: the step being enqueued; tail: the next one waited for) */
+        cudaEvent_t start[4], end[4];
+        int started[4], prev_ok;
+        unsigned head, tail;
         long n, n_gap;
         double busy_ms, gap_ms;
         float busy[CU_ST_SAMPLES], gap[CU_ST_SAMPLES]; /* the first CU_ST_SAMPLES of each, for quantiles */

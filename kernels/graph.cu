@@ -133,24 +133,29 @@ void cu_step_timing_start(cuda_ctx *c)
         if (!cu_switch(&g_step_timing, "LG_STEP_TIMING", 0))
             return;
         c->st = (struct cuda_ctx::cu_step_timing *)calloc(1, sizeof *c->st);
-        if (!c->st || cudaEventCreate(&c->st->start) != cudaSuccess || cudaEventCreate(&c->st->end[0]) != cudaSuccess ||
-            cudaEventCreate(&c->st->end[1]) != cudaSuccess) {
-            free(c->st);
-            c->st = NULL;
+        bool ok = c->st != NULL;
+        for (int i = 0; ok && i < 4; i++)
+            ok = cudaEventCreate(&c->st->start[i]) == cudaSuccess && cudaEventCreate(&c->st->end[i]) == cudaSuccess;
+        if (!ok) {
+            cu_step_timing_free(c);
             g_step_timing = 0;
             return;
         }
     }
-    cudaEventRecord(c->st->start, c->stream);
-    c->st->started = 1;
+    struct cuda_ctx::cu_step_timing *t = c->st;
+    cudaEventRecord(t->start[t->head % 4], c->stream);
+    t->started[t->head % 4] = 1;
 }
 
-/* before the step's result download: its end on the stream (replayed steps only) */
+/* before the step's result download: its end on the stream (replayed steps only); the next step is enqueued next */
 void cu_step_timing_mark(cuda_ctx *c)
 {
     struct cuda_ctx::cu_step_timing *t = c->st;
-    if (t && t->started)
-        cudaEventRecord(t->end[t->cur], c->stream);
+    if (!t)
+        return;
+    if (t->started[t->head % 4])
+        cudaEventRecord(t->end[t->head % 4], c->stream);
+    t->head++;
 }
 
 static void add_sample(float *v, long *n, double *sum, float ms)
@@ -161,24 +166,26 @@ static void add_sample(float *v, long *n, double *sum, float ms)
     ++*n;
 }
 
-/* after the download's sync: the step's GPU time, and the idle gap since the step before */
+/* after the wait for a step's download (steps in the order they were enqueued): its GPU time, and the idle gap since
+ * the step before */
 void cu_step_timing_done(cuda_ctx *c)
 {
     struct cuda_ctx::cu_step_timing *t = c->st;
-    if (!t)
+    if (!t || t->tail == t->head)
         return;
-    if (!t->started) { /* an eager step (prefill): the next gap would span it */
+    const unsigned i = t->tail % 4, p = (t->tail - 1) % 4;
+    t->tail++;
+    if (!t->started[i]) { /* an eager step (prefill): the next gap would span it */
         t->prev_ok = 0;
         return;
     }
     float ms = 0.0f;
-    if (cudaEventElapsedTime(&ms, t->start, t->end[t->cur]) == cudaSuccess)
+    if (cudaEventElapsedTime(&ms, t->start[i], t->end[i]) == cudaSuccess)
         add_sample(t->busy, &t->n, &t->busy_ms, ms);
-    if (t->prev_ok && cudaEventElapsedTime(&ms, t->end[t->cur ^ 1], t->start) == cudaSuccess)
+    if (t->prev_ok && cudaEventElapsedTime(&ms, t->end[p], t->start[i]) == cudaSuccess)
         add_sample(t->gap, &t->n_gap, &t->gap_ms, ms);
     t->prev_ok = 1;
-    t->cur ^= 1;
-    t->started = 0;
+    t->started[i] = 0;
 }
 
 static int cmp_f(const void *a, const void *b)
@@ -219,9 +226,12 @@ void cu_step_timing_free(cuda_ctx *c)
     }
     quantiles("GPU per replayed step", t->busy, t->n);
     quantiles("GPU idle between steps", t->gap, t->n_gap);
-    cudaEventDestroy(t->start);
-    cudaEventDestroy(t->end[0]);
-    cudaEventDestroy(t->end[1]);
+    for (int i = 0; i < 4; i++) {
+        if (t->start[i])
+            cudaEventDestroy(t->start[i]);
+        if (t->end[i])
+            cudaEventDestroy(t->end[i]);
+    }
     free(t);
     c->st = NULL;
 }

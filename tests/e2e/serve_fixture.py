@@ -5,6 +5,7 @@ the operator key from the environment, and helpers that use the operator API
 to make tenants and keys. Every wait is bounded; stop() sends SIGTERM and
 waits for exit 0.
 """
+import contextlib
 import os
 import re
 import signal
@@ -14,6 +15,7 @@ import subprocess
 import time
 
 import httpx
+import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BUILD = os.environ.get("LG_BUILD_DIR", os.path.join(ROOT, "build"))
@@ -25,14 +27,14 @@ ADMIN_KEY = "lg-admin-" + "e2e" * 15
 
 
 class Serve:
-    def __init__(self, tmp_path, model, *args, start_timeout=60):
+    def __init__(self, tmp_path, model, *args, start_timeout=60, env=None):
         self.data_dir = str(tmp_path / "data")
         self.stderr_path = tmp_path / f"serve-{time.monotonic_ns()}.err"
         cmd = [LORAGATE, "serve", "--model", model, "--data-dir", self.data_dir, "--listen", "127.0.0.1:0",
                "--threads", "2", "--access-log", str(tmp_path / "access.log"), *args]
         if "--drain-timeout" not in args:
             cmd += ["--drain-timeout", "10"]
-        env = dict(os.environ, LORAGATE_ADMIN_KEY=ADMIN_KEY)
+        env = dict(os.environ, LORAGATE_ADMIN_KEY=ADMIN_KEY, **(env or {}))
         self.err = open(self.stderr_path, "wb")
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self.err, env=env, text=True)
         self.url = None
@@ -100,6 +102,31 @@ class Serve:
         assert r.status_code in (200, 201), r.text
         return r.json()
 
+    def leave_mid_stream(self, key, tenant, content, events, max_tokens=400):
+        """Streams a greedy chat completion at the tenant's URL and closes the
+        connection after `events` data events; returns the ledger row of the
+        request (waited for: the server writes it when it notices)."""
+        c = self.client(key)
+        with c.stream("POST", f"/t/{tenant}/v1/chat/completions",
+                      json={"model": "smollm2", "messages": [{"role": "user", "content": content}],
+                            "max_tokens": max_tokens, "temperature": 0, "stream": True}) as resp:
+            assert resp.status_code == 200
+            rid = resp.headers["x-request-id"]
+            n = 0
+            for line in resp.iter_lines():
+                if line.startswith("data: "):
+                    n += 1
+                    if n >= events:
+                        break
+        c.close()
+        deadline = time.monotonic() + 15
+        rows = []
+        while time.monotonic() < deadline and not rows:
+            rows = self.ledger("request_id = ?", (rid,))
+            time.sleep(0.1)
+        assert len(rows) == 1, "no ledger record for the disconnected request"
+        return rows[0]
+
     def ledger(self, where="1=1", args=()):
         """Rows of the usage ledger (read-only connection; WAL lets it read while serving)."""
         db = sqlite3.connect(f"file:{os.path.join(self.data_dir, 'loragate.db')}?mode=ro", uri=True, timeout=10)
@@ -109,3 +136,20 @@ class Serve:
                                                  args)]
         finally:
             db.close()
+
+
+@contextlib.contextmanager
+def smol_server(tmp_path_factory, name, tenants=("acme",), env=None):
+    """`loragate serve` on the default model (served as "smollm2") with the
+    given tenants and a key each (s.keys); stopped, and its exit status
+    checked, on leaving. Skips when the model is not downloaded."""
+    if not os.path.exists(SMOLLM2):
+        pytest.skip("default model not downloaded (tests/run_all.sh fetches it)")
+    s = Serve(tmp_path_factory.mktemp(name), SMOLLM2, "--served-model-name", "smollm2", env=env)
+    try:
+        for t in tenants:
+            s.tenant(t)
+        s.keys = {t: s.key(t) for t in tenants}
+        yield s
+    finally:
+        assert s.stop() == 0, s.stderr()[-3000:]

@@ -17,12 +17,11 @@ inference scope gets 403; unsupported parameters are 400s that name them.
 import json
 import math
 import os
-import time
 
 import numpy as np
 import pytest
 
-from serve_fixture import LORA_FIX, LORAGATE, SMOLLM2, TINY, Serve
+from serve_fixture import LORA_FIX, LORAGATE, TINY, Serve, smol_server
 
 openai = pytest.importorskip("openai")
 pytestmark = pytest.mark.skipif(not os.access(LORAGATE, os.X_OK), reason="build/loragate not built")
@@ -132,15 +131,8 @@ def test_bad_values(tiny):
 
 @pytest.fixture(scope="module")
 def smol(tmp_path_factory):
-    if not os.path.exists(SMOLLM2):
-        pytest.skip("default model not downloaded (tests/run_all.sh fetches it)")
-    s = Serve(tmp_path_factory.mktemp("smol"), SMOLLM2, "--served-model-name", "smollm2")
-    try:
-        s.tenant("acme")
-        s.keys = {"acme": s.key("acme")}
+    with smol_server(tmp_path_factory, "smol") as s:
         yield s
-    finally:
-        assert s.stop() == 0, s.stderr()[-3000:]
 
 
 SYSTEM = ("You are a helpful assistant for a bakery. " * 12).strip()
@@ -186,26 +178,8 @@ def test_stop_strings_n_and_seed(smol):
 
 
 def test_client_disconnect_mid_stream_is_billed(smol):
-    c = smol.client(smol.keys["acme"])
-    with c.stream("POST", "/t/acme/v1/chat/completions",
-                  json={"model": "smollm2", "messages": [{"role": "user", "content": "Tell a long story."}],
-                        "max_tokens": 400, "temperature": 0, "stream": True}) as resp:
-        assert resp.status_code == 200
-        rid = resp.headers["x-request-id"]
-        n = 0
-        for line in resp.iter_lines():
-            if line.startswith("data: "):
-                n += 1
-                if n >= 5:
-                    break
-    c.close()
-    deadline = time.monotonic() + 15
-    rows = []
-    while time.monotonic() < deadline and not rows:
-        rows = smol.ledger("request_id = ?", (rid,))
-        time.sleep(0.1)
-    assert len(rows) == 1, "no ledger record for the disconnected request"
-    assert rows[0]["http_status"] == 499 and 4 <= rows[0]["completion_tokens"] < 400
+    row = smol.leave_mid_stream(smol.keys["acme"], "acme", "Tell a long story.", events=5)
+    assert row["http_status"] == 499 and 4 <= row["completion_tokens"] < 400
 
 
 def test_text_too_long_for_any_tokenization_is_refused_before_tokenizing(smol):
