@@ -499,6 +499,8 @@ int bench_run_workload(lg_engine *e, lg_backend *be, const bench_opts *o, const 
     json_object_set_new(j, "adapter_loads", json_integer(loads));
     json_object_set_new(j, "adapter_load_ms", pct(lm, n_l, false));
     json_object_set_new(j, "preemptions", json_integer(s1.preemptions - s0.preemptions));
+    json_object_set_new(j, "decode_steps", json_integer(s1.decode_steps - s0.decode_steps));
+    json_object_set_new(j, "chained_steps", json_integer(s1.chained_steps - s0.chained_steps));
     json_object_set_new(j, "pool_max_pages", json_pack("{s:i,s:i,s:i,s:i}", "kv", s1.max_pages_kv, "adapter",
                                                        s1.max_pages_adapter, "prefix", s1.max_pages_prefix, "total",
                                                        s1.pages_total));

@@ -115,7 +115,7 @@ int lg_engine_create(lg_backend *be, const lg_weights *w, const lg_engine_opts *
     e->next_adapter_id = 1;
     e->sharing = opts->prefix_sharing;
     const char *bs = getenv("LG_BURST"); /* 0: no decode bursts (comparisons) */
-    e->burst = !(bs && strcmp(bs, "0") == 0);
+    e->burst = !opts->no_decode_bursts && !(bs && strcmp(bs, "0") == 0);
     if (lg_model_create(be, w, &opts->model, &e->model, err) != 0) {
         lg_engine_free(e);
         return -1;

@@ -135,6 +135,11 @@ typedef struct lg_engine_opts {
     size_t adapter_host_bytes; /* host tier for adapter images (default 1 GiB) */
     lg_prefix_sharing prefix_sharing;
     lg_sched_policy policy;
+    /* true: decode step by step, never enqueueing a step before the last
+     * one's tokens are read (engine.c, decode bursts; LG_BURST=0 does the
+     * same): a request that arrives during a burst then waits for no extra
+     * step of the batch before its prefill. */
+    bool no_decode_bursts;
 } lg_engine_opts;
 
 /* Takes ownership of nothing: be must outlive the engine; w may be freed

@@ -421,6 +421,7 @@ int lg_app_create(const lg_serve_config *cfg, lg_serve_env *env, lg_app **out, l
         .pool_bytes = (size_t)cfg->pool_mb << 20,
         .gpu_memory_utilization = cfg->gpu_memory_utilization ? strtod(cfg->gpu_memory_utilization, NULL) : 0,
         .policy = cfg->scheduler && !strcmp(cfg->scheduler, "fcfs") ? LG_SCHED_FCFS : LG_SCHED_VTC,
+        .no_decode_bursts = cfg->decode_bursts && !strcmp(cfg->decode_bursts, "off"),
     };
     if (lg_prefix_sharing_parse(cfg->prefix_sharing ? cfg->prefix_sharing : "tenant", &eo.prefix_sharing) != 0)
         return lg_fail(err, "--prefix-sharing %s: expected tenant, global or off", cfg->prefix_sharing);

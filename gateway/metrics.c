@@ -495,6 +495,10 @@ static char *render(lg_metrics *m, size_t *len)
         gauge(&b, "loragate_prefix_cache_token_ratio",
               "Cached prompt tokens over prompt tokens since start (NaN before the first).",
               es.prompt_tokens ? (double)es.cached_tokens / (double)es.prompt_tokens : NAN);
+        counter(&b, "loragate_engine_decode_steps_total", "Engine steps that only decoded.", (uint64_t)es.decode_steps);
+        counter(&b, "loragate_engine_chained_decode_steps_total",
+                "Decode steps enqueued before the previous step's tokens were read (decode bursts).",
+                (uint64_t)es.chained_steps);
         counter(&b, "loragate_adapter_loads_total", "Adapter loads into the device pool.", (uint64_t)es.adapter_loads);
         counter(&b, "loragate_adapter_evictions_total", "Adapter evictions from the device pool.",
                 (uint64_t)es.adapter_evictions);

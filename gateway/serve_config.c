@@ -48,6 +48,7 @@ static const opt opts[] = {
     {"gpu-memory-utilization", K_STR, O(gpu_memory_utilization), 0, 0, NULL, "F", "fraction of GPU memory for weights + pool (default 0.90)"},
     {"prefix-sharing", K_CHOICE, O(prefix_sharing), 0, 0, "tenant|global|off", "tenant|global|off", "who shares cached prompt prefixes (default tenant)"},
     {"scheduler", K_CHOICE, O(scheduler), 0, 0, "vtc|fcfs", "vtc|fcfs", "admission order across tenants: fair share (default) or arrival order"},
+    {"decode-bursts", K_CHOICE, O(decode_bursts), 0, 0, "on|off", "on|off", "enqueue each decode step before the last one's tokens are read (default on; off: no extra step before an arriving request's prefill)"},
     {"metrics-tenant-labels", K_CHOICE, O(metrics_tenant_labels), 0, 0, "on|off", "on|off", "tenant label on /metrics series (default on)"},
     {"config", K_CONFIG, 0, 0, 0, NULL, "FILE", "JSON object of these options (long names); command-line options win"},
 };
@@ -285,6 +286,8 @@ int lg_serve_config_parse(lg_serve_config *c, int argc, char **argv, lg_err *err
         c->scheduler = "vtc";
     if (!c->metrics_tenant_labels)
         c->metrics_tenant_labels = "on";
+    if (!c->decode_bursts)
+        c->decode_bursts = "on";
     if (c->gpu_memory_utilization) {
         char *end;
         double u = strtod(c->gpu_memory_utilization, &end);

@@ -51,7 +51,8 @@ typedef struct lg_serve_config {
     const char *gpu_memory_utilization; /* text of a fraction in (0, 1]; NULL: engine default 0.90 */
     const char *prefix_sharing;       /* tenant|global|off */
     const char *scheduler;            /* vtc|fcfs */
-    const char *metrics_tenant_labels; /* on|off */          /* when a request gives none, default 256 */
+    const char *metrics_tenant_labels; /* on|off */
+    const char *decode_bursts;         /* on|off */          /* when a request gives none, default 256 */
 
     json_t *file_json;                /* the --config file (strings above may point into it) */
 } lg_serve_config;

@@ -139,13 +139,14 @@ class Serve:
 
 
 @contextlib.contextmanager
-def smol_server(tmp_path_factory, name, tenants=("acme",), env=None):
-    """`loragate serve` on the default model (served as "smollm2") with the
-    given tenants and a key each (s.keys); stopped, and its exit status
-    checked, on leaving. Skips when the model is not downloaded."""
+def smol_server(tmp_path_factory, name, tenants=("acme",), env=None, args=()):
+    """`loragate serve` on the default model (served as "smollm2", more
+    options in args) with the given tenants and a key each (s.keys); stopped,
+    and its exit status checked, on leaving. Skips when the model is not
+    downloaded."""
     if not os.path.exists(SMOLLM2):
         pytest.skip("default model not downloaded (tests/run_all.sh fetches it)")
-    s = Serve(tmp_path_factory.mktemp(name), SMOLLM2, "--served-model-name", "smollm2", env=env)
+    s = Serve(tmp_path_factory.mktemp(name), SMOLLM2, "--served-model-name", "smollm2", *args, env=env)
     try:
         for t in tenants:
             s.tenant(t)

@@ -9,7 +9,8 @@ j = json.loads(txt[start:]) if start >= 0 else {}
 def p(k):
     v = j.get(k)
     return "/".join(f"{v[q]:.0f}" for q in ("p50", "p90", "p99") if q in v) if isinstance(v, dict) else "-"
-keys = ["output_tok_s", "req_s", "goodput_req_s", "prefix_hit_rate", "cached_tokens", "adapter_loads", "preemptions"]
+keys = ["output_tok_s", "req_s", "goodput_req_s", "prefix_hit_rate", "cached_tokens", "adapter_loads", "preemptions",
+        "decode_steps", "chained_steps"]
 parts = [f"{k}={j[k]:.4g}" if isinstance(j.get(k), float) else f"{k}={j[k]}" for k in keys if k in j]
 for k in ("ttft_ms", "tpot_ms", "e2e_ms"):
     if k in j:
