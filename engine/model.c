@@ -101,7 +101,7 @@ struct lg_model {
     /* steps launched and not yet collected (lg_model_launch / lg_model_collect), oldest first */
     struct inflight {
         int n_logits;
-        bool sample, lp, logits, from_dev; /* sampled on the device; logprobs, logits downloaded; tokens from the device */
+        bool sample, lp, logits;     /* sampled on the device; logprobs, logits downloaded */
         bool decode;                 /* one token a sequence (LG_STEP_TIMING's host times) */
         int slot;                    /* sample_out_host slot */
         uint64_t ticket;             /* download_async's, 0: download at collect */
@@ -741,8 +741,6 @@ bool lg_model_samples_on_device(const lg_model *m) { return m->dev_sample; }
 
 bool lg_model_can_chain(const lg_model *m) { return m->dev_sample && m->out_pinned; }
 
-int lg_model_in_flight(const lg_model *m) { return m->n_fl; }
-
 int lg_model_launch(lg_model *m, lg_page_pool *pool, const lg_step_seq *seqs, int n_seqs,
                     const lg_sample_row *sample_rows, const int32_t *pen, int n_pen, bool want_ids, bool want_lp,
                     bool want_logits, lg_err *err)
@@ -980,7 +978,7 @@ int lg_model_launch(lg_model *m, lg_page_pool *pool, const lg_step_seq *seqs, in
     const double t3 = m->timing ? lg_now() : 0;
     struct inflight *f = &m->fl[m->n_fl];
     *f = (struct inflight){.n_logits = n_logits, .sample = sample, .lp = lp, .logits = want_logits && n_logits > 0,
-                           .from_dev = from_dev, .decode = max_q == 1, .slot = (int)(m->n_launched & 1),
+                           .decode = max_q == 1, .slot = (int)(m->n_launched & 1),
                            .t = {t1 - t0, t2 - t1, t3 - t2, t3}};
     m->last_sampled = 0;
     if (sample) {
@@ -1026,8 +1024,6 @@ int lg_model_collect(lg_model *m, int32_t *ids, lg_logprob_row *lp, float *logit
     }
     if (f.logits && logits)
         TRY(be->i.download(be, logits, m->logits.data, (size_t)f.n_logits * (size_t)m->cfg.vocab_size * 4));
-    else if (!f.sample)
-        TRY(be->i.sync(be));
     if (m->timing && f.decode) { /* decode steps */
         const double t4 = lg_now();
         if (m->t_steps < STEP_T_MAX) {

@@ -77,8 +77,10 @@ bool lg_model_samples_on_device(const lg_model *m);
  * while this one runs and its results are read (engine.c's decode bursts):
  * lg_model_launch enqueues a step (lg_model_step's arguments; want_ids,
  * want_lp and want_logits say which results lg_model_collect will be asked
- * for), and lg_model_collect waits for the oldest launched step and writes
- * its results as lg_model_step does. With seqs[s].tokens == NULL for every
+ * for), and lg_model_collect takes the oldest launched step and writes its
+ * results as lg_model_step does, waiting for them (a step with none, such
+ * as a prefill chunk that wants no logits, is left to run: the stream
+ * orders what follows). With seqs[s].tokens == NULL for every
  * sequence (one token each), the step's input tokens are the ids the
  * previous launched step sampled, row s for sequence s: that step sampled
  * one row per sequence of this step, in this order. A second step may be
@@ -91,6 +93,5 @@ int lg_model_launch(lg_model *m, lg_page_pool *pool, const lg_step_seq *seqs, in
 int lg_model_collect(lg_model *m, int32_t *ids, lg_logprob_row *lp, float *logits, lg_err *err);
 /* true when steps can be chained: a device sampler and asynchronous downloads into page-locked memory */
 bool lg_model_can_chain(const lg_model *m);
-int lg_model_in_flight(const lg_model *m); /* launched steps not yet collected */
 
 #endif
