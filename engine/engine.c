@@ -1004,8 +1004,11 @@ static bool inbox_pending(lg_engine *e)
  * nobody sees) is dropped when read, and the request finishes after it, one
  * step later than without bursts. Tokens, logprobs and usage are those of
  * step-by-step decoding: each request draws its uniforms in the same order.
- * Fills e->seqs / e->rows for the next step; false when the burst ends (and
- * err says why when a launch failed). LG_BURST=0 turns bursts off. */
+ * Penalties and host rows never reach here: the first step of a burst had
+ * neither (engine_step's `chainable`), and its requests keep their
+ * parameters. Fills e->seqs / e->rows for the next step; false when the
+ * burst ends (and err says why when a launch failed). LG_BURST=0 turns
+ * bursts off. */
 static bool burst_next(lg_engine *e, int n, lg_err *err)
 {
     if (inbox_pending(e) || lg_fair_queued(e->fair) > 0 || e->n_preempted > 0)
@@ -1013,8 +1016,7 @@ static bool burst_next(lg_engine *e, int n, lg_err *err)
     for (int s = 0; s < n; s++) {
         const request *r = e->sched[s];
         /* once this step's token is in, r has n_tokens + 1; the next step samples one more */
-        if (r->cancel || r->n_tokens + 1 >= r->max_total || r->n_computed + 2 > e->max_context || has_penalty(r) ||
-            needs_host_row(e, r, true))
+        if (r->cancel || r->n_tokens + 1 >= r->max_total || r->n_computed + 2 > e->max_context)
             return false;
     }
     for (int s = 0; s < n; s++)

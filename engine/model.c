@@ -82,7 +82,7 @@ struct lg_model {
     int32_t *lora_seg_dev, *lora_seg_host; /* [max_seqs + 1] */
     unsigned *lora_seg_mods; /* [max_seqs]: bit m when segment s has rank > 0 at module m in some layer */
     int *lora_seg_rank;      /* [max_seqs]: segment s's largest rank at any slot */
-    int lora_synced;         /* segments [0, lora_synced) of lora_w_host equal lora_w_dev (see lg_model_step) */
+    int lora_synced;         /* segments [0, lora_synced) of lora_w_host equal lora_w_dev (see lg_model_launch) */
     lg_lora_w *lora_w_zero;  /* [n_slots] zeros: the table of a segment without adapter */
     bool lora_table_rebuild; /* LG_LORA_TABLE=0: no comparison with the device's table (benchmarks) */
     /* LG_STEP_TIMING=1: where a step's host time goes, printed by lg_model_free (diagnostic) */
@@ -1033,16 +1033,4 @@ int lg_model_collect(lg_model *m, int32_t *ids, lg_logprob_row *lp, float *logit
         m->t_steps++;
     }
     return 0;
-}
-
-int lg_model_step(lg_model *m, lg_page_pool *pool, const lg_step_seq *seqs, int n_seqs,
-                  const lg_sample_row *sample_rows, const int32_t *pen, int n_pen, int32_t *ids, lg_logprob_row *lp,
-                  float *logits, lg_err *err)
-{
-    if (m->n_fl > 0)
-        return lg_fail(err, "a step was run while %d launched steps await collection", m->n_fl);
-    if (lg_model_launch(m, pool, seqs, n_seqs, sample_rows, pen, n_pen, ids != NULL, lp != NULL, logits != NULL,
-                        err) != 0)
-        return -1;
-    return lg_model_collect(m, ids, lp, logits, err);
 }

@@ -57,36 +57,31 @@ typedef struct lg_step_seq {
     const lg_lora_w *lora;
 } lg_step_seq;
 
-/* Runs one forward step. For the n_wanted sequences that want logits, in
- * order: with sample_rows and ids (only when lg_model_samples_on_device), the
- * backend samples row i with sample_rows[i] and ids[i] receives the token
- * (n_wanted ints come back instead of the logits); pen holds the n_pen
- * (token, count) pairs the rows' penalties index (lg_sample_row; NULL / 0:
- * none), and a penalised row's logits are changed in place; with lp (may be
- * NULL: no row's logprobs are set), lp[i] receives the lg_logprob_row of
- * each row i whose sample_rows[i].logprobs is set (others: unspecified);
- * with logits (may be NULL), the f32 logits [n_wanted, vocab] are
- * downloaded (after sampling). */
-int lg_model_step(lg_model *m, lg_page_pool *pool, const lg_step_seq *seqs, int n_seqs,
-                  const lg_sample_row *sample_rows, const int32_t *pen, int n_pen, int32_t *ids, lg_logprob_row *lp,
-                  float *logits, lg_err *err);
 /* true when the backend has a device sampler (the `sample` slot). */
 bool lg_model_samples_on_device(const lg_model *m);
 
-/* lg_model_step in two halves, so that the next decode step can be enqueued
- * while this one runs and its results are read (engine.c's decode bursts):
- * lg_model_launch enqueues a step (lg_model_step's arguments; want_ids,
- * want_lp and want_logits say which results lg_model_collect will be asked
- * for), and lg_model_collect takes the oldest launched step and writes its
- * results as lg_model_step does, waiting for them (a step with none, such
- * as a prefill chunk that wants no logits, is left to run: the stream
- * orders what follows). With seqs[s].tokens == NULL for every
+/* One forward step, in two halves, so that the next decode step can be
+ * enqueued while this one runs and its results are read (engine.c's decode
+ * bursts). lg_model_launch enqueues the step; want_ids, want_lp and
+ * want_logits say which results lg_model_collect will be asked for.
+ * lg_model_collect takes the oldest launched step and waits for its results
+ * (a step with none, such as a prefill chunk that wants no logits, is left
+ * to run: the stream orders what follows). For the n_wanted sequences that
+ * want logits, in order: with sample_rows and want_ids (only when
+ * lg_model_samples_on_device), the backend samples row i with
+ * sample_rows[i] and ids[i] receives the token (n_wanted ints come back
+ * instead of the logits); pen holds the n_pen (token, count) pairs the rows'
+ * penalties index (lg_sample_row; NULL / 0: none), and a penalised row's
+ * logits are changed in place; with want_lp, lp[i] receives the
+ * lg_logprob_row of each row i whose sample_rows[i].logprobs is set (others:
+ * unspecified); with want_logits, the f32 logits [n_wanted, vocab] are
+ * downloaded (after sampling). With seqs[s].tokens == NULL for every
  * sequence (one token each), the step's input tokens are the ids the
  * previous launched step sampled, row s for sequence s: that step sampled
  * one row per sequence of this step, in this order. A second step may be
  * launched before the first is collected only when lg_model_can_chain and
  * the first downloads no logits (they live in one buffer); at most two are
- * in flight. lg_model_step is launch + collect with none in flight. */
+ * in flight. */
 int lg_model_launch(lg_model *m, lg_page_pool *pool, const lg_step_seq *seqs, int n_seqs,
                     const lg_sample_row *sample_rows, const int32_t *pen, int n_pen, bool want_ids, bool want_lp,
                     bool want_logits, lg_err *err);

@@ -29,6 +29,7 @@ extern "C" {
 
 #define CU_ST_SAMPLES 4096 /* steps kept for LG_STEP_TIMING's quantiles */
 #define CU_ST_LAST 48      /* and its median of the last steps (a bench's measured decode: 63 steps at 64 tokens) */
+#define CU_ST_RING 4       /* steps LG_STEP_TIMING follows at once (two may be in flight: decode bursts) */
 
 typedef struct cuda_ctx {
     int device;
@@ -73,10 +74,10 @@ typedef struct cuda_ctx {
     long n_rec;
     /* LG_STEP_TIMING=1 (graph.cu): GPU time of replayed steps and the GPU's idle gap between them */
     struct cu_step_timing {
-        /* a ring of steps, two of which may be in flight (decode bursts): step h's replay records start[h % 4],
-         * its result download end[h % 4] (head: the step being enqueued; tail: the next one waited for) */
-        cudaEvent_t start[4], end[4];
-        int started[4], prev_ok;
+        /* a ring of steps: step h's replay records start[h % CU_ST_RING], its result download end[h % CU_ST_RING]
+         * (head: the step being enqueued; tail: the next one waited for) */
+        cudaEvent_t start[CU_ST_RING], end[CU_ST_RING];
+        int started[CU_ST_RING], prev_ok;
         unsigned head, tail;
         long n, n_gap;
         double busy_ms, gap_ms;

@@ -134,7 +134,7 @@ void cu_step_timing_start(cuda_ctx *c)
             return;
         c->st = (struct cuda_ctx::cu_step_timing *)calloc(1, sizeof *c->st);
         bool ok = c->st != NULL;
-        for (int i = 0; ok && i < 4; i++)
+        for (int i = 0; ok && i < CU_ST_RING; i++)
             ok = cudaEventCreate(&c->st->start[i]) == cudaSuccess && cudaEventCreate(&c->st->end[i]) == cudaSuccess;
         if (!ok) {
             cu_step_timing_free(c);
@@ -143,8 +143,8 @@ void cu_step_timing_start(cuda_ctx *c)
         }
     }
     struct cuda_ctx::cu_step_timing *t = c->st;
-    cudaEventRecord(t->start[t->head % 4], c->stream);
-    t->started[t->head % 4] = 1;
+    cudaEventRecord(t->start[t->head % CU_ST_RING], c->stream);
+    t->started[t->head % CU_ST_RING] = 1;
 }
 
 /* before the step's result download: its end on the stream (replayed steps only); the next step is enqueued next */
@@ -153,8 +153,8 @@ void cu_step_timing_mark(cuda_ctx *c)
     struct cuda_ctx::cu_step_timing *t = c->st;
     if (!t)
         return;
-    if (t->started[t->head % 4])
-        cudaEventRecord(t->end[t->head % 4], c->stream);
+    if (t->started[t->head % CU_ST_RING])
+        cudaEventRecord(t->end[t->head % CU_ST_RING], c->stream);
     t->head++;
 }
 
@@ -173,7 +173,7 @@ void cu_step_timing_done(cuda_ctx *c)
     struct cuda_ctx::cu_step_timing *t = c->st;
     if (!t || t->tail == t->head)
         return;
-    const unsigned i = t->tail % 4, p = (t->tail - 1) % 4;
+    const unsigned i = t->tail % CU_ST_RING, p = (t->tail - 1) % CU_ST_RING;
     t->tail++;
     if (!t->started[i]) { /* an eager step (prefill): the next gap would span it */
         t->prev_ok = 0;
@@ -226,7 +226,7 @@ void cu_step_timing_free(cuda_ctx *c)
     }
     quantiles("GPU per replayed step", t->busy, t->n);
     quantiles("GPU idle between steps", t->gap, t->n_gap);
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < CU_ST_RING; i++) {
         if (t->start[i])
             cudaEventDestroy(t->start[i]);
         if (t->end[i])
