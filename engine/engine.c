@@ -1005,8 +1005,9 @@ static bool inbox_pending(lg_engine *e)
  * step later than without bursts. Tokens, logprobs and usage are those of
  * step-by-step decoding: each request draws its uniforms in the same order.
  * Penalties and host rows never reach here: the first step of a burst had
- * neither (engine_step's `chainable`), and its requests keep their
- * parameters. Fills e->seqs / e->rows for the next step; false when the
+ * neither (engine_step's `chainable`: no row of a request with penalties,
+ * even one with no generated token yet, whose row has no penalty pairs),
+ * and its requests keep their parameters. Fills e->seqs / e->rows for the next step; false when the
  * burst ends (and err says why when a launch failed). LG_BURST=0 turns
  * bursts off. */
 static bool burst_next(lg_engine *e, int n, lg_err *err)
@@ -1061,13 +1062,14 @@ static int engine_step(lg_engine *e, lg_err *err)
     bool dev_sample = lg_model_samples_on_device(e->model);
     bool want_logits = !dev_sample;
     e->n_pen = 0;
-    bool pen_oom = false, any_lp = false;
+    bool pen_oom = false, any_lp = false, any_pen = false;
     for (int s = 0; s < n; s++) {
         if (!e->seqs[s].want_logits)
             continue;
         request *r = e->sched[s];
         lg_sample_row *row = &e->rows[n_rows++];
         any_lp |= fill_row(e, r, row, dev_sample);
+        any_pen |= has_penalty(r);
         if (has_penalty(r) && !host_penalised(e, r, dev_sample) && add_penalty_pairs(e, r, row) != 0)
             pen_oom = true;
         if (needs_host_row(e, r, dev_sample))
@@ -1082,7 +1084,7 @@ static int engine_step(lg_engine *e, lg_err *err)
         return -1;
     }
     /* a decode burst (burst_next) may follow a decode step whose every row samples on the device */
-    const bool chainable = e->burst && !any_prefill && !want_logits && e->n_pen == 0 && n_rows == n &&
+    const bool chainable = e->burst && !any_prefill && !want_logits && !any_pen && n_rows == n &&
                            lg_model_can_chain(e->model);
     for (;;) {
         lg_err berr = {{0}};

@@ -154,3 +154,19 @@ def test_penalties_and_host_rows_are_stepwise(tmp_path):
     ref, _ = generate(HOST, *args)
     burst, st = generate(DEVICE_BURSTS, *args)
     assert burst == ref and st["chained_steps"] == 0, st
+
+
+def test_penalties_from_a_one_token_prompt_are_stepwise(tmp_path):
+    """Requests with penalties and a one-token prompt (or a prompt the prefix
+    cache holds but its last token): their first step is one token, like a
+    decode step, and its rows have no penalty pairs yet (nothing generated).
+    It must not start a burst either; the golden device-against-host
+    penalties test found that on the GPU (thirty-second session)."""
+    lines = [{"prompt_tokens": [17], "temperature": t, "seed": s} for s, t in ((1, 0.7), (2, 1.0), (3, 0.0))]
+    f = batch_file(tmp_path, lines)
+    args = ["--model", TINY, "--batch", f, "--max-tokens", "12", "--frequency-penalty", "1.2",
+            "--presence-penalty", "0.6", "--stats"]
+    ref, _ = generate(HOST, *args)
+    burst, st = generate(DEVICE_BURSTS, *args)
+    assert [o["tokens"] for o in burst] == [o["tokens"] for o in ref]
+    assert st["chained_steps"] == 0, st
