@@ -18,7 +18,10 @@
  * then reduces them (warp shuffles, then the 8 warps through shared memory,
  * in a fixed order: deterministic, no atomics) and writes TT x SH_RG values.
  * For in = 4096 that is 2 chunks per thread, so a rank-16 decode launch is
- * 32 x 3 x 4 = 384 blocks each reading 32 KB, all resident at once.
+ * 32 x 3 x 4 = 384 blocks each reading 32 KB, all resident at once. The
+ * decode kernel also comes with 2 and 1 rank rows a block (RG), for launches
+ * that SH_RG would leave short of blocks (shrink_decode_rg); a row's sum does
+ * not depend on the block's other rows.
  * TT = 1 for decode steps (every segment one token), 4 for segments of up
  * to 4 tokens; x is re-read per rank group from L2 (in x 2 bytes per token
  * per group). Longer segments (prefill) go to the tensor-core kernel of
@@ -58,45 +61,45 @@ struct sh_slots {
 };
 
 /* acc[i][r] += xu[i] . af[r]: one chunk of 8 of the TT x rows (packed) against the A rows (floats). */
-template <typename T, int TT>
-__device__ __forceinline__ void shrink_dot(float (&acc)[TT][SH_RG], const float (&af)[SH_RG][8], const uint4 (&xu)[TT])
+template <typename T, int TT, int RG>
+__device__ __forceinline__ void shrink_dot(float (&acc)[TT][RG], const float (&af)[RG][8], const uint4 (&xu)[TT])
 {
 #pragma unroll
     for (int i = 0; i < TT; i++) {
         float xf[8];
         unpack8<T>(xu[i], xf);
 #pragma unroll
-        for (int r = 0; r < SH_RG; r++)
+        for (int r = 0; r < RG; r++)
 #pragma unroll
             for (int e = 0; e < 8; e++) acc[i][r] += af[r][e] * xf[e];
     }
 }
 
 /* acc[i][r] += x[t0 + i, 8 ch .. 8 ch + 8) . A[r, same] for one 16-byte chunk of A rows (au). */
-template <typename T, int TT>
-__device__ __forceinline__ void shrink_chunk(float (&acc)[TT][SH_RG], const uint4 (&au)[SH_RG], const T *xt,
-                                             int64_t ldx, int nt, int ch)
+template <typename T, int TT, int RG>
+__device__ __forceinline__ void shrink_chunk(float (&acc)[TT][RG], const uint4 (&au)[RG], const T *xt, int64_t ldx,
+                                             int nt, int ch)
 {
     uint4 xu[TT];
 #pragma unroll
     for (int i = 0; i < TT; i++) xu[i] = i < nt ? ((const uint4 *)(xt + (int64_t)i * ldx))[ch] : make_uint4(0, 0, 0, 0);
-    float af[SH_RG][8];
+    float af[RG][8];
 #pragma unroll
-    for (int r = 0; r < SH_RG; r++) unpack8<T>(au[r], af[r]);
-    shrink_dot<T, TT>(acc, af, xu);
+    for (int r = 0; r < RG; r++) unpack8<T>(au[r], af[r]);
+    shrink_dot<T, TT, RG>(acc, af, xu);
 }
 
 /* The first NP 16-byte chunks of each of the nr A rows (row length in) a thread dots: thread c
  * chunks c + SH_THREADS p; zeros past nr rows or nch chunks. */
-template <int NP, typename T>
-__device__ __forceinline__ void shrink_load_a(uint4 (&au)[NP][SH_RG], const T *A, int in, int nr, int nch, bool hint,
+template <int NP, typename T, int RG>
+__device__ __forceinline__ void shrink_load_a(uint4 (&au)[NP][RG], const T *A, int in, int nr, int nch, bool hint,
                                               uint64_t pol)
 {
 #pragma unroll
     for (int p = 0; p < NP; p++) {
         const int ch = threadIdx.x + p * SH_THREADS;
 #pragma unroll
-        for (int r = 0; r < SH_RG; r++)
+        for (int r = 0; r < RG; r++)
             au[p][r] = r < nr && ch < nch ? ld_weight16((const uint4 *)(A + (size_t)r * in) + ch, hint, pol)
                                           : make_uint4(0, 0, 0, 0);
     }
@@ -104,22 +107,22 @@ __device__ __forceinline__ void shrink_load_a(uint4 (&au)[NP][SH_RG], const T *A
 
 /* The block's sums of acc (warp shuffles, then the warps through red in a fixed order: no atomics)
  * to tmp[t0 + i, col + r] for the i < nt tokens and r < nr rank rows. */
-template <typename TT_, int TT>
-__device__ __forceinline__ void shrink_store(const float (&acc)[TT][SH_RG], float (*red)[TT * SH_RG], TT_ *tmp,
-                                             int64_t ldt, int64_t t0, int nt, int nr, int64_t col)
+template <typename TT_, int TT, int RG>
+__device__ __forceinline__ void shrink_store(const float (&acc)[TT][RG], float (*red)[TT * RG], TT_ *tmp, int64_t ldt,
+                                             int64_t t0, int nt, int nr, int64_t col)
 {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 #pragma unroll
     for (int i = 0; i < TT; i++)
 #pragma unroll
-        for (int r = 0; r < SH_RG; r++) {
+        for (int r = 0; r < RG; r++) {
             const float v = warp_sum(acc[i][r]);
             if (lane == 0)
-                red[warp][i * SH_RG + r] = v;
+                red[warp][i * RG + r] = v;
         }
     __syncthreads();
-    if (threadIdx.x < TT * SH_RG) {
-        const int i = threadIdx.x / SH_RG, r = threadIdx.x % SH_RG;
+    if (threadIdx.x < TT * RG) {
+        const int i = threadIdx.x / RG, r = threadIdx.x % RG;
         if (i < nt && r < nr) {
             float v = 0.0f;
 #pragma unroll
@@ -129,27 +132,27 @@ __device__ __forceinline__ void shrink_store(const float (&acc)[TT][SH_RG], floa
     }
 }
 
-template <typename T, typename TT_, int TT>
+template <typename T, typename TT_, int TT, int RG = SH_RG, int PRE = SH_PRE>
 __global__ void __launch_bounds__(SH_THREADS)
     lora_shrink_kernel(TT_ *tmp, int64_t ldt, const T *x, int64_t ldx, int in, const int32_t *seg_indptr,
                        const lg_lora_w *w, int n_slots, sh_slots sl, bool x_vec)
 {
-    __shared__ float red[SH_WARPS][TT * SH_RG];
+    __shared__ float red[SH_WARPS][TT * RG];
     pdl_trigger();
     const int s = blockIdx.z;
-    const int si = blockIdx.y / sl.ng, j0 = (blockIdx.y % sl.ng) * SH_RG;
+    const int si = blockIdx.y / sl.ng, j0 = (blockIdx.y % sl.ng) * RG;
     const lg_lora_w lw = w[(size_t)s * n_slots + sgmv_pick(sl.slot, si)];
     int t0, nt;
     if (j0 >= lw.rank || !sgmv_tile(seg_indptr, s, blockIdx.x, TT, &t0, &nt)) /* also rank 0; uniform over the block */
         return;
-    const int nr = min(SH_RG, lw.rank - j0);
+    const int nr = min(RG, lw.rank - j0);
     const T *A = (const T *)lw.A + (size_t)j0 * in; /* [nr, in] */
     const T *xt = x + (int64_t)t0 * ldx;            /* [nt, in], stride ldx */
-    float acc[TT][SH_RG];
+    float acc[TT][RG];
 #pragma unroll
     for (int i = 0; i < TT; i++)
 #pragma unroll
-        for (int r = 0; r < SH_RG; r++) acc[i][r] = 0.0f;
+        for (int r = 0; r < RG; r++) acc[i][r] = 0.0f;
 
     if (x_vec && cu_aligned16(lw.A)) {
         const int nch = in / 8;
@@ -157,38 +160,38 @@ __global__ void __launch_bounds__(SH_THREADS)
          * them) are loaded before pdl_wait, so they are in flight while the
          * kernel before still runs; x only after */
         const uint64_t pol = sl.hint ? l2_policy_first() : 0;
-        uint4 apre[SH_PRE][SH_RG];
-        shrink_load_a<SH_PRE>(apre, A, in, nr, nch, sl.hint, pol);
+        uint4 apre[PRE][RG];
+        shrink_load_a<PRE>(apre, A, in, nr, nch, sl.hint, pol);
         pdl_wait();
 #pragma unroll
-        for (int p = 0; p < SH_PRE; p++) {
+        for (int p = 0; p < PRE; p++) {
             const int ch = threadIdx.x + p * SH_THREADS;
             if (ch < nch)
-                shrink_chunk<T, TT>(acc, apre[p], xt, ldx, nt, ch);
+                shrink_chunk<T, TT, RG>(acc, apre[p], xt, ldx, nt, ch);
         }
 #pragma unroll 2
-        for (int ch = threadIdx.x + SH_PRE * SH_THREADS; ch < nch; ch += SH_THREADS) {
-            uint4 au[SH_RG];
+        for (int ch = threadIdx.x + PRE * SH_THREADS; ch < nch; ch += SH_THREADS) {
+            uint4 au[RG];
 #pragma unroll
-            for (int r = 0; r < SH_RG; r++)
+            for (int r = 0; r < RG; r++)
                 au[r] = r < nr ? ld_weight16((const uint4 *)(A + (size_t)r * in) + ch, sl.hint, pol) : make_uint4(0, 0, 0, 0);
-            shrink_chunk<T, TT>(acc, au, xt, ldx, nt, ch);
+            shrink_chunk<T, TT, RG>(acc, au, xt, ldx, nt, ch);
         }
     } else {
         pdl_wait();
         for (int k = threadIdx.x; k < in; k += SH_THREADS) {
-            float af[SH_RG];
+            float af[RG];
 #pragma unroll
-            for (int r = 0; r < SH_RG; r++) af[r] = r < nr ? to_f32(A[(size_t)r * in + k]) : 0.0f;
+            for (int r = 0; r < RG; r++) af[r] = r < nr ? to_f32(A[(size_t)r * in + k]) : 0.0f;
 #pragma unroll
             for (int i = 0; i < TT; i++) {
                 const float xv = i < nt ? to_f32(xt[(int64_t)i * ldx + k]) : 0.0f;
 #pragma unroll
-                for (int r = 0; r < SH_RG; r++) acc[i][r] += af[r] * xv;
+                for (int r = 0; r < RG; r++) acc[i][r] += af[r] * xv;
             }
         }
     }
-    shrink_store<TT_, TT>(acc, red, tmp, ldt, t0, nt, nr, (int64_t)si * sl.col_off + j0);
+    shrink_store<TT_, TT, RG>(acc, red, tmp, ldt, t0, nt, nr, (int64_t)si * sl.col_off + j0);
 }
 
 /* The norm form's rows (cu_lora_shrink_norm): add_rmsnorm's inputs and outputs. */
@@ -259,11 +262,35 @@ __global__ void __launch_bounds__(SH_THREADS)
 #pragma unroll
                     for (int e = 0; e < 8; e++) af[q][e] = q < nr ? to_f32(A[(size_t)q * in + ch * 8 + e]) : 0.0f;
                 }
-            shrink_dot<T, 1>(acc, af, xu);
+            shrink_dot<T, 1, SH_RG>(acc, af, xu);
         }
     }
     if (dot)
-        shrink_store<TT_, 1>(acc, red, tmp, ldt, t, 1, nr, (int64_t)si * sl.col_off + j0);
+        shrink_store<TT_, 1, SH_RG>(acc, red, tmp, ldt, t, 1, nr, (int64_t)si * sl.col_off + j0);
+}
+
+/* Rank rows a block of the decode shrink: SH_RG (4), halved while the launch would have fewer
+ * than two blocks an SM and a thread would still load SH_MIN_LOADS 16-byte words of A, down to 1.
+ * H100 (docs/benchmarks.md, thirty-second session): W3's down shrink (in 11,008, rank 8) on 1 row
+ * a block, 256 blocks instead of 64: its chain 5.4 -> 4.2 us a layer, W3 -0.04 ms a step; W1's o
+ * shrink (in 4,096) on 1 row a block (512 blocks of 2 loads a thread) lost 0.07 ms a step, on 2
+ * rows (256 blocks) the same as on 4. LG_SHRINK_RG=4|2|1 forces one. */
+#define SH_MIN_LOADS 4
+static int g_rg_force; /* lg_cuda_shrink_rg (op tests) */
+extern "C" void lg_cuda_shrink_rg(int rg) { g_rg_force = rg; }
+
+static int shrink_decode_rg(const cuda_ctx *c, const lg_lora_meta *lm, int k, int in)
+{
+    static int env = -1;
+    const int f = g_rg_force ? g_rg_force : cu_switch(&env, "LG_SHRINK_RG", 0);
+    if (f == 1 || f == 2 || f == 4)
+        return f;
+    const int cpt = (in / 8 + SH_THREADS - 1) / SH_THREADS; /* 16-byte chunks of a row a thread */
+    int rg = SH_RG;
+    while (rg > 1 && (int64_t)lm->n_segs * k * ((lm->max_rank + rg - 1) / rg) < 2 * (int64_t)c->n_sm &&
+           rg / 2 * cpt >= SH_MIN_LOADS)
+        rg /= 2;
+    return rg;
 }
 
 template <typename T, typename TT_>
@@ -274,10 +301,23 @@ static void launch(cuda_ctx *c, lg_tensor tmp, lg_tensor x, const lg_lora_meta *
     const dim3 grid((unsigned)((max_seg + tt - 1) / tt), (unsigned)(sl.ng * k), (unsigned)lm->n_segs);
     TT_ *td = (TT_ *)tmp.data;
     const T *xd = (const T *)x.data;
-    if (tt == 1)
-        (void)cu_launch(c, lora_shrink_kernel<T, TT_, 1>, grid, SH_THREADS, 0, td, tmp.stride, xd, x.stride,
-                        (int)x.cols, lm->seg_indptr, lm->w, lm->n_slots, sl, x_vec);
-    else if (tt == 4)
+    if (tt == 1) {
+        /* decode: fewer rank rows a block where SH_RG would leave the GPU short of blocks (W3's down
+         * shrink: 32 tokens x 2 groups = 64 blocks each streaming 88 KB of A); a row's sum is the
+         * same whatever the block's other rows, so the bits do not change */
+        const int rg = shrink_decode_rg(c, lm, k, (int)x.cols);
+        sl.ng = (lm->max_rank + rg - 1) / rg;
+        const dim3 g1(1u, (unsigned)(sl.ng * k), (unsigned)lm->n_segs);
+        if (rg == 1)
+            (void)cu_launch(c, lora_shrink_kernel<T, TT_, 1, 1, 8>, g1, SH_THREADS, 0, td, tmp.stride, xd, x.stride,
+                            (int)x.cols, lm->seg_indptr, lm->w, lm->n_slots, sl, x_vec);
+        else if (rg == 2)
+            (void)cu_launch(c, lora_shrink_kernel<T, TT_, 1, 2, 4>, g1, SH_THREADS, 0, td, tmp.stride, xd, x.stride,
+                            (int)x.cols, lm->seg_indptr, lm->w, lm->n_slots, sl, x_vec);
+        else
+            (void)cu_launch(c, lora_shrink_kernel<T, TT_, 1>, g1, SH_THREADS, 0, td, tmp.stride, xd, x.stride,
+                            (int)x.cols, lm->seg_indptr, lm->w, lm->n_slots, sl, x_vec);
+    } else if (tt == 4)
         (void)cu_launch(c, lora_shrink_kernel<T, TT_, 4>, grid, SH_THREADS, 0, td, tmp.stride, xd, x.stride,
                         (int)x.cols, lm->seg_indptr, lm->w, lm->n_slots, sl, x_vec);
     else

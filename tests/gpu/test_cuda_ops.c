@@ -36,6 +36,7 @@ static lg_backend *G, *C; /* GPU under test, CPU oracle */
 void lg_cuda_attn_fa2(int on);    /* kernels/attention.cu: 0 = prefill on the wmma kernel */
 void lg_cuda_dec_resident(int kb); /* kernels/attention_decode.cu: 0 = no resident form, -1 = LG_DEC_RESIDENT_KB */
 long lg_cuda_dec_resident_launches(void); /* launches of the resident form so far */
+void lg_cuda_shrink_rg(int rg);     /* kernels/lora_shrink.cu: rank rows a decode shrink block (0 = auto) */
 void lg_cuda_skinny_mode(int mode); /* kernels/gemm_skinny.cu: 0 = off (default), 1 = auto, 10 + v = variant v */
 unsigned long lg_cuda_tma_launches(void); /* kernels/gemm_tma.cu: launches so far */
 int lg_cuda_carve_for(lg_backend *be, size_t smem, int blocks); /* kernels/backend_cuda.cu: cu_carve_for */
@@ -820,6 +821,27 @@ static void test_lora_multi_prefill(lg_dtype dt, const char *name, int n_segs, c
                     num += isfinite(gv) ? (gv - ref) * (gv - ref) : 1e30;
                     den += ref * ref;
                 }
+    int max_len = 0;
+    for (int s = 0; s < n_segs; s++) max_len = seg_len[s] > max_len ? seg_len[s] : max_len;
+    if (max_len == 1) { /* decode: 4, 2 or 1 rank rows a block give the auto choice's tmp bit for bit */
+        float *g2 = malloc((size_t)T * K * W * 4);
+        int same = 0, grc = 0;
+        for (int rg = 1; rg <= 4; rg *= 2) {
+            lg_cuda_shrink_rg(rg);
+            gt_poison(&tmp);
+            grc |= G->i.lora_shrink_multi(G, tmp.t, x.t, &lm, slots, K);
+            grc |= gt_get(&tmp, g2, nanok);
+            same += memcmp(g2, gt_, (size_t)T * K * W * 4) == 0;
+        }
+        lg_cuda_shrink_rg(0);
+        char c2[64];
+        snprintf(c2, sizeof c2, "%s rank rows 1/2/4 == auto %d/3", name, same);
+        record("lora_shrink_multi", c2, dt, 3 - same, 0, grc == 0);
+        free(g2);
+        gt_poison(&tmp); /* tmp as the auto choice left it, for the expand below */
+        rc |= G->i.lora_shrink_multi(G, tmp.t, x.t, &lm, slots, K);
+        g |= gt_get(&tmp, gt_, nanok);
+    }
     rc |= G->i.lora_expand_multi(G, ys, tmp.t, &lm, slots, K);
     g |= gt_get(&yf, gy, NULL);
     for (int s = 0; s < n_segs; s++)
@@ -2230,6 +2252,12 @@ int main(int argc, char **argv)
             int lw1[32], rw1[96];
             for (int i = 0; i < 32; i++) lw1[i] = 128, rw1[3 * i] = rw1[3 * i + 1] = rw1[3 * i + 2] = 16;
             test_lora_multi_prefill(dt, "W1 prefill 32x128 default", 32, lw1, rw1, 4096, oq, 0);
+            /* decode steps: W3's down shrink (in 11,008) and rows that are not 16-byte multiples */
+            int l1[32], rd[96], od[] = {512, 256, 128};
+            for (int i = 0; i < 96; i++) rd[i] = (int[]){8, 16, 0, 13, 8, 4}[i % 6];
+            for (int i = 0; i < 32; i++) l1[i] = 1;
+            test_lora_multi_prefill(dt, "decode 32 in11008", 32, l1, rd, 11008, od, 0);
+            test_lora_multi_prefill(dt, "decode 7 in1004", 7, l1, rd, 1004, od, 0);
         }
         if (only("graph")) {
             test_graph(dt, 0);
