@@ -24,7 +24,8 @@
 # attention, cuBLAS for decode batches, no programmatic dependent launch), plus W1 and batch-1 with one
 # switch flipped at a time (LG_LORA_FIRST=0: the prefill expand after its matmul; LG_L2_HINT=0: weights read with the default L2 policy; LG_SKINNY=1 turns
 # on the opt-in skinny matmul, with the matmul_lora op the expand in its epilogue; LG_EXPAND_ROPE=0: rope + KV
-# write after the q,k,v expand; LG_SHRINK_NORM=0: add_rmsnorm before the LoRA shrink, also on W3).
+# write after the q,k,v expand; LG_SHRINK_NORM=0: add_rmsnorm before the LoRA shrink, also on W3; LG_SHRINK_RG=4:
+# the decode shrink's blocks at 4 rank rows on W3, whose down shrink takes 1).
 # EXTRA="label|env|case[|bench options];..." adds runs of any case under any environment (a label run again keeps its
 # files as case.label.N.json/.err; with LG_STEP_TIMING=1 in env the line adds the GPU's median time of the last
 # 48 replayed steps). TRACE="case ...": each case once more under the CUPTI tracer
@@ -212,6 +213,7 @@ if want bench; then
       bench "${sw//LG_/}" "${sw//,/ }" w1_lora
     done
     bench "SHRINK_NORM=0" "LG_SHRINK_NORM=0" w3_lora   # two norms a layer in the shrink there
+    bench "SHRINK_RG=4" "LG_SHRINK_RG=4" w3_lora       # the decode shrink's 4 rank rows a block everywhere
     for sw in LG_PDL=0 LG_FUSE_ROPE_KV=0 LG_FUSE_NORM=0 LG_NORM_ROPE=0 LG_SKINNY=1; do bench "${sw#LG_}" "$sw" b1; done
     bench "ATTN_FA2=0" "LG_ATTN_FA2=0" pf2048
   fi
