@@ -1007,9 +1007,9 @@ static bool inbox_pending(lg_engine *e)
  * Penalties and host rows never reach here: the first step of a burst had
  * neither (engine_step's `chainable`: no row of a request with penalties,
  * even one with no generated token yet, whose row has no penalty pairs),
- * and its requests keep their parameters. Fills e->seqs / e->rows for the next step; false when the
- * burst ends (and err says why when a launch failed). LG_BURST=0 turns
- * bursts off. */
+ * and its requests keep their parameters. Fills e->seqs / e->rows for the
+ * next step; false when the burst ends (and err says why when a launch
+ * failed). LG_BURST=0 turns bursts off. */
 static bool burst_next(lg_engine *e, int n, lg_err *err)
 {
     if (inbox_pending(e) || lg_fair_queued(e->fair) > 0 || e->n_preempted > 0)

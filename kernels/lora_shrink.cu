@@ -33,8 +33,9 @@
  * Vector path: in % 8 == 0, x rows 16-byte aligned and A 16-byte aligned
  * (checked per block); else 2-byte loads, same structure.
  * Programmatic dependent launch (cuda_common.cuh): the weight table, the
- * segment bounds and the first SH_PRE chunks of A per thread are read
- * before pdl_wait (none is written by a kernel), x after; the A bytes are
+ * segment bounds and the first chunks of A per thread (SH_PRE at 4 rank
+ * rows a block, 4 at 2, 8 at 1) are read before pdl_wait (none is written
+ * by a kernel), x after; the A bytes are
  * in flight while the kernel before finishes. A is read with an L2
  * evict_first policy (used once a step; LG_L2_HINT bit 2, cuda_common.cuh).
  * Norm form (cu_lora_shrink_norm, for matmul_lora.cu's norm_matmul_lora: a

@@ -76,7 +76,7 @@ static char *bench_setup(size_t bytes)
 
 /* Copies of a weight matrix of wbytes to rotate through (rot bytes of them, at least 2, so L2 holds none between
  * launches), each in a 4 KB-aligned slot of *slot bytes; checked against the arena's size. */
-static int rot_copies(size_t wbytes, size_t rot, size_t arena_bytes, size_t *slot)
+static inline int rot_copies(size_t wbytes, size_t rot, size_t arena_bytes, size_t *slot)
 {
     *slot = (wbytes + 4095) / 4096 * 4096;
     int copies = (int)((rot + wbytes - 1) / wbytes);
@@ -86,7 +86,7 @@ static int rot_copies(size_t wbytes, size_t rot, size_t arena_bytes, size_t *slo
     return copies;
 }
 
-static int cmp_f(const void *a, const void *b)
+static inline int cmp_f(const void *a, const void *b)
 {
     float x = *(const float *)a, y = *(const float *)b;
     return x < y ? -1 : x > y;
