@@ -1033,11 +1033,17 @@ static bool burst_next(lg_engine *e, int n, lg_err *err)
     return lg_model_launch(e->model, e->pool, e->seqs, n, e->rows, NULL, 0, true, any_lp, false, err) == 0;
 }
 
-static int engine_step(lg_engine *e, lg_err *err)
+/* Arrivals, cancels and adapter messages taken in; adapter loads advanced. */
+static void take_messages(lg_engine *e)
 {
     drain_inbox(e);
     if (e->adapters)
         lg_adapter_cache_poll(e->adapters);
+}
+
+static int engine_step(lg_engine *e, lg_err *err)
+{
+    take_messages(e);
     finish_marked(e, -1, "cancelled");
     if (e->n_live == 0)
         return 0;
@@ -1069,8 +1075,9 @@ static int engine_step(lg_engine *e, lg_err *err)
         request *r = e->sched[s];
         lg_sample_row *row = &e->rows[n_rows++];
         any_lp |= fill_row(e, r, row, dev_sample);
-        any_pen |= has_penalty(r);
-        if (has_penalty(r) && !host_penalised(e, r, dev_sample) && add_penalty_pairs(e, r, row) != 0)
+        const bool pen = has_penalty(r);
+        any_pen |= pen;
+        if (pen && !host_penalised(e, r, dev_sample) && add_penalty_pairs(e, r, row) != 0)
             pen_oom = true;
         if (needs_host_row(e, r, dev_sample))
             want_logits = true;
@@ -1122,9 +1129,7 @@ static int engine_step(lg_engine *e, lg_err *err)
         e->stats.chained_steps++;
         t0 = t1;
         publish(e);
-        drain_inbox(e); /* arrivals and cancellations end the burst at the next burst_next */
-        if (e->adapters)
-            lg_adapter_cache_poll(e->adapters);
+        take_messages(e); /* arrivals and cancellations end the burst at the next burst_next */
     }
     finish_marked(e, LG_FINISH_STOP, NULL);
     finish_marked(e, LG_FINISH_LENGTH, NULL);

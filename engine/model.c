@@ -741,6 +741,14 @@ bool lg_model_samples_on_device(const lg_model *m) { return m->dev_sample; }
 
 bool lg_model_can_chain(const lg_model *m) { return m->dev_sample && m->out_pinned; }
 
+/* Bytes of a sampled step's one download: its ids, or with logprobs all max_seqs id slots and then
+ * its rows' lg_logprob_row (sample_ids_dev's layout). */
+static size_t sample_out_bytes(const lg_model *m, int n_logits, bool lp)
+{
+    return lp ? (size_t)m->opts.max_seqs * sizeof(int32_t) + (size_t)n_logits * sizeof(lg_logprob_row)
+              : (size_t)n_logits * sizeof(int32_t);
+}
+
 int lg_model_launch(lg_model *m, lg_page_pool *pool, const lg_step_seq *seqs, int n_seqs,
                     const lg_sample_row *sample_rows, const int32_t *pen, int n_pen, bool want_ids, bool want_lp,
                     bool want_logits, lg_err *err)
@@ -987,12 +995,9 @@ int lg_model_launch(lg_model *m, lg_page_pool *pool, const lg_step_seq *seqs, in
                          (const lg_sample_row *)(m->meta_dev + rows_at), n_pen > 0 ? m->pen_dev : NULL,
                          lp ? (lg_logprob_row *)(m->sample_ids_dev + ms) : NULL));
         m->last_sampled = n_logits == n_seqs ? n_logits : 0;
-        /* one download: the ids, the unused id slots, then the rows' logprobs */
-        const size_t bytes = lp ? ms * sizeof(int32_t) + (size_t)n_logits * sizeof(lg_logprob_row)
-                                : (size_t)n_logits * sizeof(int32_t);
         if (m->out_pinned)
-            TRY(be->i.download_async(be, m->sample_out_host + (size_t)f->slot * m->out_ints, m->sample_ids_dev, bytes,
-                                     &f->ticket));
+            TRY(be->i.download_async(be, m->sample_out_host + (size_t)f->slot * m->out_ints, m->sample_ids_dev,
+                                     sample_out_bytes(m, n_logits, lp), &f->ticket));
     }
     m->n_fl++;
     m->n_launched++;
@@ -1010,13 +1015,10 @@ int lg_model_collect(lg_model *m, int32_t *ids, lg_logprob_row *lp, float *logit
     const size_t ms = (size_t)m->opts.max_seqs;
     if (f.sample) {
         int32_t *out = m->sample_out_host + (size_t)f.slot * m->out_ints;
-        if (f.ticket) {
+        if (f.ticket)
             TRY(be->i.download_wait(be, f.ticket));
-        } else {
-            const size_t bytes = f.lp ? ms * sizeof(int32_t) + (size_t)f.n_logits * sizeof(lg_logprob_row)
-                                      : (size_t)f.n_logits * sizeof(int32_t);
-            TRY(be->i.download(be, out, m->sample_ids_dev, bytes));
-        }
+        else
+            TRY(be->i.download(be, out, m->sample_ids_dev, sample_out_bytes(m, f.n_logits, f.lp)));
         if (ids)
             memcpy(ids, out, (size_t)f.n_logits * sizeof(int32_t));
         if (lp && f.lp)

@@ -47,12 +47,12 @@ typedef struct lg_serve_config {
     const char *chat_template;        /* chatml|llama3|llama2|mistral, NULL: the model's */
     long engine_threads;              /* CPU backend threads, 0: all cores */
     long max_queue;                   /* requests waiting for the engine before 503, default 256 */
-    long default_max_tokens;
+    long default_max_tokens;          /* when a request gives none, default 256 */
     const char *gpu_memory_utilization; /* text of a fraction in (0, 1]; NULL: engine default 0.90 */
     const char *prefix_sharing;       /* tenant|global|off */
     const char *scheduler;            /* vtc|fcfs */
     const char *metrics_tenant_labels; /* on|off */
-    const char *decode_bursts;         /* on|off */          /* when a request gives none, default 256 */
+    const char *decode_bursts;         /* on|off */
 
     json_t *file_json;                /* the --config file (strings above may point into it) */
 } lg_serve_config;
