@@ -32,7 +32,7 @@ def load(path):
         if not f:
             continue
         if f[0] == "K":
-            gpu.append((int(f[1]), int(f[2]), short(f[8]) if len(f) > 8 else "?", int(f[4]), f[5]))
+            gpu.append((int(f[1]), int(f[2]), short(f[9]) if len(f) > 9 else "?", int(f[4]), f[5]))
         elif f[0] == "M":
             gpu.append((int(f[1]), int(f[2]), f[5] + ":" + f[4], 0, ""))
         elif f[0] == "A":
@@ -90,7 +90,7 @@ def chain(step):
     ks = [r for r in step if r[4]]
     by, prev = collections.defaultdict(float), ks[0][0]
     for r in ks:
-        by[r[2][:32] + ("/" + r[4] if r[2].startswith("gemm_tma") else "")] += (r[1] - prev) / 1e3
+        by[r[2][:32] + ("/" + r[4] if r[2].startswith(("gemm_tma", "nvjet")) else "")] += (r[1] - prev) / 1e3
         prev = r[1]
     return by, (ks[-1][1] - ks[0][0]) / 1e3
 

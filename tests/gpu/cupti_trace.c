@@ -8,7 +8,7 @@
  *
  * One line per record, times in ns on CUPTI's common clock (host API records
  * and GPU records can be compared):
- *   K start end stream graph grid block smem name     a kernel (cuBLAS's too)
+ *   K start end stream graph grid block smem regs name  a kernel (cuBLAS's too)
  *   M start end stream bytes kind                      a copy or a memset
  *   A start end cbid name                              a runtime or driver call
  *                                                      that may wait or launch
@@ -53,9 +53,9 @@ static void write_record(const CUpti_Activity *rec)
     case CUPTI_ACTIVITY_KIND_KERNEL:
     case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
         const CUpti_ActivityKernel10 *k = (const CUpti_ActivityKernel10 *)rec;
-        fprintf(trace_out, "K %llu %llu %u %u %dx%dx%d %d %d %s\n", (unsigned long long)k->start,
+        fprintf(trace_out, "K %llu %llu %u %u %dx%dx%d %d %d %u %s\n", (unsigned long long)k->start,
                 (unsigned long long)k->end, k->streamId, k->graphId, k->gridX, k->gridY, k->gridZ, k->blockX,
-                k->staticSharedMemory + k->dynamicSharedMemory, k->name ? k->name : "?");
+                k->staticSharedMemory + k->dynamicSharedMemory, (unsigned)k->registersPerThread, k->name ? k->name : "?");
         break;
     }
     case CUPTI_ACTIVITY_KIND_MEMCPY: {

@@ -202,7 +202,7 @@ if want bench; then
   for c in ${TRACE:-}; do
     lib=$ROOT/build-cuda/libcupti_trace.so
     [ -e "$lib" ] || { note "TRACE: $lib not built (CUDA::cupti missing?)"; break; }
-    bench trace "CUDA_INJECTION64_PATH=$lib LG_CUPTI_FILE=$OUT/$c.cupti LG_STEP_TIMING=1" "$c"
+    bench trace "CUDA_INJECTION64_PATH=$lib LG_CUPTI_FILE=$OUT/$c.cupti LG_STEP_TIMING=1 LG_BURST=0" "$c"   # bursts off: cut into steps
     python3 tests/gpu/cupti_summary.py "$OUT/$c.cupti" ${TRACE_ARGS:-} >"$OUT/trace.$c.txt" 2>&1
     note "trace $c: $(head -1 "$OUT/trace.$c.txt")"
     xz -f "$OUT/$c.cupti"
