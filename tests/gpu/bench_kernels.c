@@ -278,8 +278,8 @@ int main(int argc, char **argv)
     fflush(stdout);
 
     if (SECTION("matmul")) {
-    void *x = dev_random_f16((size_t)64 * 11008, 1.0f);
-    void *y = G->i.alloc(G, (size_t)64 * 32000 * 4);
+    void *x = dev_random_f16((size_t)128 * 11008, 1.0f);
+    void *y = G->i.alloc(G, (size_t)128 * 32000 * 4);
     CK(x && y);
     struct {
         const char *name;
@@ -290,7 +290,17 @@ int main(int argc, char **argv)
                   {"gate_up", 22016, 4096, LG_F16},
                   {"down", 4096, 11008, LG_F16},
                   {"lm_head", 32000, 4096, LG_F32}};
-    const int Ts[] = {8, 16, 32, 64};
+    int Ts[4] = {8, 16, 32, 64}, nt = 4;
+    if (getenv("BENCH_TS")) { /* e.g. "64 128": those token counts (1..128) */
+        nt = 0;
+        for (char *p = getenv("BENCH_TS"), *end; nt < 4 && *p; p = end) {
+            const long t = strtol(p, &end, 10);
+            if (end == p)
+                break;
+            if (t >= 1 && t <= 128)
+                Ts[nt++] = (int)t;
+        }
+    }
     int modes[14], nm = 0;
     const char *lt_env = getenv("LG_BLASLT"); /* the cuBLASLt column: opt-in, like the path */
     modes[nm++] = 0;
@@ -324,7 +334,7 @@ int main(int argc, char **argv)
     double tot_ms[14][4] = {{0}};
     const char *pick = getenv("BENCH_MM"); /* "shape:T" (e.g. qkv:32): that case only, for profilers */
     for (int s = 0; s < 5; s++)
-        for (int ti = 0; ti < 4; ti++) {
+        for (int ti = 0; ti < nt; ti++) {
             const int T = Ts[ti], N = shapes[s].N, K = shapes[s].K;
             char here[32];
             snprintf(here, sizeof here, "%s:%d", shapes[s].name, T);
@@ -340,7 +350,7 @@ int main(int argc, char **argv)
             fflush(stdout);
         }
     printf("one decode step's matmuls (32 layers x qkv, o, gate_up, down + lm_head), ms:\n");
-    for (int ti = 0; ti < 4; ti++) {
+    for (int ti = 0; ti < nt; ti++) {
         printf("  T=%2d:", Ts[ti]);
         for (int m = 0; m < nm; m++) printf("  %s %.3f", mname[MI(modes[m])], tot_ms[m][ti]);
         printf("\n");
