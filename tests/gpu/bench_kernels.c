@@ -4,7 +4,7 @@
  *
  *  1. ceilings: device-to-device copy bandwidth (bytes read + written) and
  *     the cuBLAS f16 GEMM rate at 8192^3 (the backend's matmul at T = 8192);
- *  2. the decode matmul at T = 8, 16, 32, 64 token rows on the Llama-2-7B
+ *  2. the decode matmul at T = 8, 16, 32, 64 token rows (BENCH_TS="64 128": those, 1..128) on the Llama-2-7B
  *     shapes: cuBLAS against the TMA + wgmma stream-K matmul (the default,
  *     kernels/gemm_tma.cu) and, without --quick, its other variants and the
  *     mma.sync stream-K (kernels/gemm_streamk.cu), in TB/s of weight bytes; REPS launches per step graph, W rotated over >= 256 MB
@@ -257,6 +257,23 @@ static double time_decode(int n_seqs, int kv_len, int nh, int nkv, int hd)
     return us;
 }
 
+/* The integers in lo..hi of environment variable name, in order, at most max of them, into out; -1 when unset. */
+static int env_ints(const char *name, int *out, int max, long lo, long hi)
+{
+    const char *p = getenv(name);
+    if (!p)
+        return -1;
+    int n = 0;
+    for (char *end; n < max && *p; p = end) {
+        const long v = strtol(p, &end, 10);
+        if (end == p)
+            break;
+        if (v >= lo && v <= hi)
+            out[n++] = (int)v;
+    }
+    return n;
+}
+
 int main(int argc, char **argv)
 {
     int quick = 0; /* auto and cuBLAS only */
@@ -291,16 +308,9 @@ int main(int argc, char **argv)
                   {"down", 4096, 11008, LG_F16},
                   {"lm_head", 32000, 4096, LG_F32}};
     int Ts[4] = {8, 16, 32, 64}, nt = 4;
-    if (getenv("BENCH_TS")) { /* e.g. "64 128": those token counts (1..128) */
-        nt = 0;
-        for (char *p = getenv("BENCH_TS"), *end; nt < 4 && *p; p = end) {
-            const long t = strtol(p, &end, 10);
-            if (end == p)
-                break;
-            if (t >= 1 && t <= 128)
-                Ts[nt++] = (int)t;
-        }
-    }
+    const int nts = env_ints("BENCH_TS", Ts, 4, 1, 128); /* e.g. "64 128": those token counts (x, y hold 128) */
+    if (nts >= 0)
+        nt = nts;
     int modes[14], nm = 0;
     const char *lt_env = getenv("LG_BLASLT"); /* the cuBLASLt column: opt-in, like the path */
     modes[nm++] = 0;
@@ -315,16 +325,9 @@ int main(int argc, char **argv)
                            "sk v1 8w128", "sk v2 4w256", "sk v3 4x2w64",   "tma v0",      "tma v1",
                            "tma v2",      "tma v3",      "tma v4",         "tma v5"};
 #define MI(mode) ((mode) < 10 ? (mode) : (mode) < 20 ? (mode) - 6 : (mode) - 12)
-    if (getenv("BENCH_MODES")) { /* e.g. "0 10": those matmul paths only (before the header names them) */
-        nm = 0;
-        for (char *p = getenv("BENCH_MODES"), *end; nm < 14 && *p; p = end) {
-            const long m = strtol(p, &end, 10);
-            if (end == p)
-                break;
-            if (m >= 0 && m < 26) /* a named path (MI(m) < 14) */
-                modes[nm++] = (int)m;
-        }
-    }
+    const int nms = env_ints("BENCH_MODES", modes, 14, 0, 25); /* e.g. "0 10": those paths only (MI(m) < 14) */
+    if (nms >= 0)
+        nm = nms;
     printf("== decode matmul, f16: us per launch and TB/s of weights (median of %d graph replays of %d launches, "
            "W rotated over >= %zu MB)\n",
            NTRIAL, REPS, ROT_BYTES >> 20);
