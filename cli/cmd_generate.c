@@ -838,8 +838,8 @@ int lg_cmd_generate(int argc, char **argv)
                 (long long)es.prefill_tokens, es.prefill_seconds,
                 es.prefill_seconds > 0 ? es.prefill_tokens / es.prefill_seconds : 0.0, (long long)es.decode_tokens,
                 es.decode_seconds, es.decode_seconds > 0 ? es.decode_tokens / es.decode_seconds : 0.0,
-                (long long)es.decode_steps, (long long)es.chained_steps, es.pages_total, es.pages_kv, es.pages_adapter, es.pages_cached, (long long)es.adapter_loads,
-                (long long)es.adapter_evictions);
+                (long long)es.decode_steps, (long long)es.chained_steps, es.pages_total, es.pages_kv, es.pages_adapter,
+                es.pages_cached, (long long)es.adapter_loads, (long long)es.adapter_evictions);
     exit_code = 0;
 out:
     if (exit_code)

@@ -133,7 +133,9 @@ __device__ __forceinline__ void shrink_store(const float (&acc)[TT][RG], float (
     }
 }
 
-template <typename T, typename TT_, int TT, int RG = SH_RG, int PRE = SH_PRE>
+/* RG rank rows a block; PRE chunks of each A row a thread loads before pdl_wait: the same 8 A words in flight a
+ * thread at every RG */
+template <typename T, typename TT_, int TT, int RG = SH_RG, int PRE = SH_PRE * SH_RG / RG>
 __global__ void __launch_bounds__(SH_THREADS)
     lora_shrink_kernel(TT_ *tmp, int64_t ldt, const T *x, int64_t ldx, int in, const int32_t *seg_indptr,
                        const lg_lora_w *w, int n_slots, sh_slots sl, bool x_vec)
@@ -299,31 +301,19 @@ static void launch(cuda_ctx *c, lg_tensor tmp, lg_tensor x, const lg_lora_meta *
 {
     const bool x_vec = x.cols % 8 == 0 && x.stride % 8 == 0 && cu_aligned16(x.data);
     const int tt = max_seg == 1 ? 1 : max_seg <= 4 ? 4 : 8;
+    /* decode: fewer rank rows a block where SH_RG would leave the GPU short of blocks (W3's down shrink:
+     * 32 tokens x 2 groups = 64 blocks each streaming 88 KB of A); a row's sum is the same whatever the
+     * block's other rows, so the bits do not change */
+    const int rg = tt == 1 ? shrink_decode_rg(c, lm, k, (int)x.cols) : SH_RG;
+    sl.ng = (lm->max_rank + rg - 1) / rg;
     const dim3 grid((unsigned)((max_seg + tt - 1) / tt), (unsigned)(sl.ng * k), (unsigned)lm->n_segs);
-    TT_ *td = (TT_ *)tmp.data;
-    const T *xd = (const T *)x.data;
-    if (tt == 1) {
-        /* decode: fewer rank rows a block where SH_RG would leave the GPU short of blocks (W3's down
-         * shrink: 32 tokens x 2 groups = 64 blocks each streaming 88 KB of A); a row's sum is the
-         * same whatever the block's other rows, so the bits do not change */
-        const int rg = shrink_decode_rg(c, lm, k, (int)x.cols);
-        sl.ng = (lm->max_rank + rg - 1) / rg;
-        const dim3 g1(1u, (unsigned)(sl.ng * k), (unsigned)lm->n_segs);
-        if (rg == 1)
-            (void)cu_launch(c, lora_shrink_kernel<T, TT_, 1, 1, 8>, g1, SH_THREADS, 0, td, tmp.stride, xd, x.stride,
-                            (int)x.cols, lm->seg_indptr, lm->w, lm->n_slots, sl, x_vec);
-        else if (rg == 2)
-            (void)cu_launch(c, lora_shrink_kernel<T, TT_, 1, 2, 4>, g1, SH_THREADS, 0, td, tmp.stride, xd, x.stride,
-                            (int)x.cols, lm->seg_indptr, lm->w, lm->n_slots, sl, x_vec);
-        else
-            (void)cu_launch(c, lora_shrink_kernel<T, TT_, 1>, g1, SH_THREADS, 0, td, tmp.stride, xd, x.stride,
-                            (int)x.cols, lm->seg_indptr, lm->w, lm->n_slots, sl, x_vec);
-    } else if (tt == 4)
-        (void)cu_launch(c, lora_shrink_kernel<T, TT_, 4>, grid, SH_THREADS, 0, td, tmp.stride, xd, x.stride,
-                        (int)x.cols, lm->seg_indptr, lm->w, lm->n_slots, sl, x_vec);
-    else
-        (void)cu_launch(c, lora_shrink_kernel<T, TT_, 8>, grid, SH_THREADS, 0, td, tmp.stride, xd, x.stride,
-                        (int)x.cols, lm->seg_indptr, lm->w, lm->n_slots, sl, x_vec);
+    const auto kern = tt == 4 ? lora_shrink_kernel<T, TT_, 4>
+                    : tt == 8 ? lora_shrink_kernel<T, TT_, 8>
+                    : rg == 1 ? lora_shrink_kernel<T, TT_, 1, 1>
+                    : rg == 2 ? lora_shrink_kernel<T, TT_, 1, 2>
+                              : lora_shrink_kernel<T, TT_, 1>;
+    (void)cu_launch(c, kern, grid, SH_THREADS, 0, (TT_ *)tmp.data, tmp.stride, (const T *)x.data, x.stride,
+                    (int)x.cols, lm->seg_indptr, lm->w, lm->n_slots, sl, x_vec);
 }
 
 template <typename T>
