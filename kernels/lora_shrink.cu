@@ -25,7 +25,7 @@
  * TT = 1 for decode steps (every segment one token), 4 for segments of up
  * to 4 tokens; x is re-read per rank group from L2 (in x 2 bytes per token
  * per group). Longer segments (prefill) go to the tensor-core kernel of
- * lora_shrink_mma.cu, which reads x once per slot and A once per 32 tokens;
+ * lora_shrink_mma.cu, which reads x once (once per slot in its ring form) and A once per 32 tokens;
  * TT = 8 here only with LG_SGMV_PREFILL=0 or rows it cannot take.
  * Multi-slot form (cu_lora_shrink_multi): k slots over the same x in one
  * launch; slot i writes columns [i * max_rank, i * max_rank + rank) of tmp

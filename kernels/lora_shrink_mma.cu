@@ -27,6 +27,10 @@
  *    replays stay bit-identical) and the block stores its 32 x NR values.
  *  - Programmatic dependent launch: the weight table, the segment bounds and the A tiles of the
  *    first STAGES - 1 chunks are read before pdl_wait (no kernel writes them), x after.
+ * That is the ring form; launches whose slots' rank rows fit 8 n8 tiles (q,k,v at rank 16, one slot
+ * at rank 64) take the wide form below instead (lora_shrink_wide_kernel: x read once in all, no
+ * shared-memory ring; W1's prefill q,k,v shrink 52.8 -> 23.1 us alone, both shrinks of a layer 84 ->
+ * 48 us in the step; thirty-fourth session, docs/benchmarks.md).
  * LG_SGMV_PREFILL=0 (or lg_cuda_sgmv_prefill(0)) keeps every segment on lora_shrink.cu's kernel
  * and lora_expand.cu's 8-token tiles (benchmarks); 2 takes both prefill kernels whatever the grid
  * size (tests).
@@ -57,6 +61,17 @@ struct shm_args {
     int ng;      /* rank chunks per slot (grid.y = k * ng) */
     int col_off; /* tmp column offset between slots (max_rank) */
 };
+
+/* The f32 accumulators of two m16 tiles x NT n8 tiles, zeroed */
+template <int NT> __device__ __forceinline__ void shm_zero(float (&acc)[2][NT][4])
+{
+#pragma unroll
+    for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+        for (int n = 0; n < NT; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) acc[mt][n][e] = 0.0f;
+}
 
 template <typename T, typename TT_, int NT>
 __global__ void __launch_bounds__(SHM_THREADS)
@@ -127,12 +142,7 @@ __global__ void __launch_bounds__(SHM_THREADS)
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int mi = lane >> 3, li = lane & 7;
     float acc[2][NT][4];
-#pragma unroll
-    for (int mt = 0; mt < 2; mt++)
-#pragma unroll
-        for (int n = 0; n < NT; n++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) acc[mt][n][e] = 0.0f;
+    shm_zero(acc);
 
     for (int c = 0; c < nc; c++) {
         cu_cp_wait<ST - 2>();
@@ -198,6 +208,213 @@ static void launch_nt(cuda_ctx *c, lg_tensor tmp, lg_tensor x, const lg_lora_met
     else launch<T, TT_, 8>(c, tmp, x, lm, a, k, max_seg);
 }
 
+/* ---- the wide form: every slot's rank rows in one block, the loads straight into mma registers ----
+ * The form above streams x once per slot and through a 64-column shared-memory ring with a block
+ * barrier per chunk: W1's prefill q,k,v shrink moves 150 MB through L2 for 46 MB of bytes and ran
+ * 46.5 us of chain a layer against 16 us at the copy bandwidth (thirty-third session). Here:
+ *  - Block = 32 tokens of one segment (two m16 tiles) x all k slots' rank rows (NT n8 tiles,
+ *    nts a slot), 8 warps splitting `in` into contiguous runs of 32-column units. x is read once
+ *    in all, A once per 32 tokens.
+ *  - No shared memory in the loop: lane (g, c) = (lane / 4, lane % 4) loads, per unit, 16 bytes =
+ *    8 consecutive columns [u * 32 + 8 c, + 8) of x rows g, g + 8, g + 16, g + 24 and of the A row
+ *    g of each n8 tile, and feeds them to two m16n8k16 steps as its fragment elements. The sum runs
+ *    over k, so any order of the columns that x and A share is the product: step 0 takes columns
+ *    8c..8c+3 as the fragment's k {2c, 2c+1, 2c+8, 2c+9}, step 1 columns 8c+4..8c+7.
+ *  - ST units of loads in flight a warp (registers), issued a unit ahead of their use; A's first
+ *    ST units before pdl_wait, x's after.
+ *  - The warps' sums are added in a fixed tree through shared memory (w + w+4, then w + w+2, then
+ *    w + w+1: graph replays stay bit-identical) and warp 0 stores the block's 32 x rank values.
+ * Taken for k x nts <= 8 n8 tiles (the step's rank up to 64 for one slot, 16 for three); otherwise
+ * the form above. LG_SHRINK_WIDE=0 (or lg_cuda_shrink_wide(0)) keeps the form above. */
+#define SHW_THREADS 256
+#define SHW_WARPS (SHW_THREADS / 32)
+#define SHW_TM 32
+#define SHW_U 32 /* columns a unit: 4 lanes x 8 */
+
+static int g_wide = -1;
+extern "C" void lg_cuda_shrink_wide(int on) { g_wide = on < 0 ? -1 : on ? 1 : 0; }
+static int cu_shrink_wide(void) { return cu_switch(&g_wide, "LG_SHRINK_WIDE", 1); }
+
+struct shw_args {
+    int slot[LG_LORA_MULTI_MAX];
+    int k;       /* slots */
+    int nts;     /* n8 tiles a slot: ceil(step rank / 8) */
+    int col_off; /* tmp column offset between slots (max_rank) */
+};
+
+template <int NT> struct shw_cfg {
+    static constexpr int ST = NT <= 4 ? 4 : NT <= 6 ? 3 : 2; /* units in flight a warp: (4 + NT) x 16 bytes a lane each */
+};
+
+template <typename T, typename TT_, int NT>
+__global__ void __launch_bounds__(SHW_THREADS, 1)
+    lora_shrink_wide_kernel(TT_ *tmp, int64_t ldt, const T *x, int64_t ldx, int in, const int32_t *seg_indptr,
+                            const lg_lora_w *w, int n_slots, shw_args a)
+{
+    constexpr int ST = shw_cfg<NT>::ST;
+    constexpr int FE = 2 * NT * 4; /* accumulator floats a lane */
+    __shared__ float red[SHW_WARPS / 2][FE][32];
+    pdl_trigger();
+    const int s = blockIdx.z;
+    int t0, nt;
+    if (!sgmv_tile(seg_indptr, s, blockIdx.x, SHW_TM, &t0, &nt))
+        return;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
+
+    /* this lane's A row in each n8 tile (NULL: past the adapter's rank, past the slots, rank 0) */
+    const T *ap[NT];
+    int nr[NT];      /* valid rows of each n8 tile (for the stores) */
+    bool a16 = true; /* every A 16-byte aligned (in % 8 == 0: then every row is); else 2-byte loads */
+#pragma unroll
+    for (int n = 0; n < NT; n++) {
+        const int si = n / a.nts, j0 = (n % a.nts) * 8;
+        ap[n] = nullptr, nr[n] = 0;
+        if (si < a.k) {
+            const lg_lora_w lw = w[(size_t)s * n_slots + sgmv_pick(a.slot, si)];
+            nr[n] = min(8, max(0, lw.rank - j0));
+            if (nr[n] > 0)
+                a16 = a16 && cu_aligned16(lw.A);
+            if (g < nr[n])
+                ap[n] = (const T *)lw.A + (size_t)(j0 + g) * in + 8 * c;
+        }
+    }
+    const T *xp[4]; /* rows g, g + 8, g + 16, g + 24 of the tile */
+#pragma unroll
+    for (int r = 0; r < 4; r++) xp[r] = g + 8 * r < nt ? x + (int64_t)(t0 + g + 8 * r) * ldx + 8 * c : nullptr;
+
+    /* this warp's units [ub, ue) of ceil(in / 32); a lane's 8 columns exist when 32 u + 8 c < in */
+    const int nu = (in + SHW_U - 1) / SHW_U;
+    const int ub = (int)((int64_t)nu * warp / SHW_WARPS), ue = (int)((int64_t)nu * (warp + 1) / SHW_WARPS);
+    const uint4 z = make_uint4(0, 0, 0, 0);
+    uint4 xb[ST][4], ab[ST][NT];
+    auto load_a = [&](int st, int u) {
+        const int k = u * SHW_U;
+        const bool ok = u < ue && k + 8 * c < in;
+        if (a16) {
+#pragma unroll
+            for (int n = 0; n < NT; n++) ab[st][n] = ok && ap[n] ? ld_stream16(ap[n] + k) : z;
+        } else {
+#pragma unroll
+            for (int n = 0; n < NT; n++) {
+                uint16_t h[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+                if (ok && ap[n])
+#pragma unroll
+                    for (int i = 0; i < 8; i++) h[i] = ((const uint16_t *)(ap[n] + k))[i];
+                ab[st][n] = make_uint4(h[0] | (uint32_t)h[1] << 16, h[2] | (uint32_t)h[3] << 16,
+                                       h[4] | (uint32_t)h[5] << 16, h[6] | (uint32_t)h[7] << 16);
+            }
+        }
+    };
+    auto load_x = [&](int st, int u) {
+        const int k = u * SHW_U;
+        const bool ok = u < ue && k + 8 * c < in;
+#pragma unroll
+        for (int r = 0; r < 4; r++) xb[st][r] = ok && xp[r] ? ld_stream16(xp[r] + k) : z;
+    };
+#pragma unroll
+    for (int st = 0; st < ST; st++) load_a(st, ub + st);
+    pdl_wait();
+#pragma unroll
+    for (int st = 0; st < ST; st++) load_x(st, ub + st);
+
+    float acc[2][NT][4];
+    shm_zero(acc);
+
+    for (int u = ub; u < ue; u += ST) {
+#pragma unroll
+        for (int st = 0; st < ST; st++) {
+            if (u + st < ue) { /* uniform over the warp */
+#pragma unroll
+                for (int h = 0; h < 2; h++) { /* step h: columns 8c + 4h .. + 3 */
+#pragma unroll
+                    for (int mt = 0; mt < 2; mt++) {
+                        const uint4 lo = xb[st][2 * mt], hi = xb[st][2 * mt + 1]; /* rows g, g + 8 of m16 tile mt */
+                        uint32_t af[4];
+                        af[0] = h ? lo.z : lo.x, af[1] = h ? hi.z : hi.x;
+                        af[2] = h ? lo.w : lo.y, af[3] = h ? hi.w : hi.y;
+#pragma unroll
+                        for (int n = 0; n < NT; n++)
+                            cu_mma16816<T>(acc[mt][n], af, h ? ab[st][n].z : ab[st][n].x,
+                                           h ? ab[st][n].w : ab[st][n].y);
+                    }
+                }
+            }
+            load_a(st, u + st + ST);
+            load_x(st, u + st + ST);
+        }
+    }
+
+    /* the warps' sums in a fixed tree: warp w += warp w + half, half = 4, 2, 1 */
+#pragma unroll
+    for (int half = SHW_WARPS / 2; half >= 1; half >>= 1) {
+        if (warp >= half && warp < 2 * half)
+#pragma unroll
+            for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+                for (int n = 0; n < NT; n++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) red[warp - half][(mt * NT + n) * 4 + e][lane] = acc[mt][n][e];
+        __syncthreads();
+        if (warp < half)
+#pragma unroll
+            for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+                for (int n = 0; n < NT; n++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) acc[mt][n][e] += red[warp][(mt * NT + n) * 4 + e][lane];
+        __syncthreads();
+    }
+    if (warp != 0)
+        return;
+    /* C layout of m16n8: row g + 8 (e >> 1), column 2c + (e & 1) */
+#pragma unroll
+    for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+        for (int n = 0; n < NT; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int row = mt * 16 + g + 8 * (e >> 1), col = 2 * c + (e & 1);
+                if (row < nt && col < nr[n])
+                    tmp[(int64_t)(t0 + row) * ldt + (int64_t)(n / a.nts) * a.col_off + (n % a.nts) * 8 + col] =
+                        from_f32<TT_>(acc[mt][n][e]);
+            }
+}
+
+template <typename T, typename TT_, int NT>
+static void launch_wide(cuda_ctx *c, lg_tensor tmp, lg_tensor x, const lg_lora_meta *lm, shw_args a, int max_seg)
+{
+    const dim3 grid((unsigned)((max_seg + SHW_TM - 1) / SHW_TM), 1, (unsigned)lm->n_segs);
+    (void)cu_launch(c, lora_shrink_wide_kernel<T, TT_, NT>, grid, SHW_THREADS, 0, (TT_ *)tmp.data, tmp.stride,
+                    (const T *)x.data, x.stride, (int)x.cols, lm->seg_indptr, lm->w, lm->n_slots, a);
+}
+
+/* The wide form for n8 tiles k x nts (rounded up to 2, 4, 6, 8; the extra tiles are zeros); false: not taken */
+template <typename T, typename TT_>
+static bool launch_wide_nt(cuda_ctx *c, lg_tensor tmp, lg_tensor x, const lg_lora_meta *lm, const int *slots, int k,
+                           int max_seg, int rank)
+{
+    shw_args a;
+    memset(&a, 0, sizeof a);
+    for (int i = 0; i < k; i++) a.slot[i] = slots[i];
+    a.k = k, a.nts = (rank + 7) / 8, a.col_off = lm->max_rank;
+    const int nt = k * a.nts;
+    if (nt <= 2) launch_wide<T, TT_, 2>(c, tmp, x, lm, a, max_seg);
+    else if (nt <= 4) launch_wide<T, TT_, 4>(c, tmp, x, lm, a, max_seg);
+    else if (nt <= 6) launch_wide<T, TT_, 6>(c, tmp, x, lm, a, max_seg);
+    else if (nt <= 8) launch_wide<T, TT_, 8>(c, tmp, x, lm, a, max_seg);
+    else return false;
+    return true;
+}
+
+/* The wide form where it takes the launch (and LG_SHRINK_WIDE is not 0), else the ring form */
+template <typename T, typename TT_>
+static void launch_form(cuda_ctx *c, lg_tensor tmp, lg_tensor x, const lg_lora_meta *lm, shm_args a, const int *slots,
+                        int k, int max_seg, int rank)
+{
+    if (!cu_shrink_wide() || !launch_wide_nt<T, TT_>(c, tmp, x, lm, slots, k, max_seg, rank))
+        launch_nt<T, TT_>(c, tmp, x, lm, a, k, max_seg, rank);
+}
+
 /* Called by cu_lora_shrink_multi after its checks (tmp, x, slots, segments within x, max_seg >= 1):
  * true when launched here, false when the segments are decode-sized, x is not 16-byte aligned
  * rows with in % 8 == 0, the grid would be under half the SMs (one 512-token segment, one slot:
@@ -223,11 +440,11 @@ bool cu_lora_shrink_mma(cuda_ctx *c, lg_tensor tmp, lg_tensor x, const lg_lora_m
     if (cu_lora_tiles(lm, SHM_TM) * a.ng * k < c->n_sm / 2 && cu_sgmv_prefill() != 2)
         return false;
     if (x.dtype == LG_F16) {
-        if (tmp.dtype == LG_F32) launch_nt<__half, float>(c, tmp, x, lm, a, k, max_seg, rank);
-        else launch_nt<__half, __half>(c, tmp, x, lm, a, k, max_seg, rank);
+        if (tmp.dtype == LG_F32) launch_form<__half, float>(c, tmp, x, lm, a, slots, k, max_seg, rank);
+        else launch_form<__half, __half>(c, tmp, x, lm, a, slots, k, max_seg, rank);
     } else {
-        if (tmp.dtype == LG_F32) launch_nt<__nv_bfloat16, float>(c, tmp, x, lm, a, k, max_seg, rank);
-        else launch_nt<__nv_bfloat16, __nv_bfloat16>(c, tmp, x, lm, a, k, max_seg, rank);
+        if (tmp.dtype == LG_F32) launch_form<__nv_bfloat16, float>(c, tmp, x, lm, a, slots, k, max_seg, rank);
+        else launch_form<__nv_bfloat16, __nv_bfloat16>(c, tmp, x, lm, a, slots, k, max_seg, rank);
     }
     return true;
 }

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Summarise a cupti_trace.c timeline: the GPU's steps, where a step's span goes.
 
-  python3 tests/gpu/cupti_summary.py trace.txt [--gap-us 15] [--prefill 2] [--decode 5]
+  python3 tests/gpu/cupti_summary.py trace.txt [--gap-us 15] [--prefill 2] [--decode 5] [--chain I,J] [--prefill-chain N]
 
 The GPU's records (kernels, copies, memsets) are cut into steps wherever the GPU
 idles longer than --gap-us. A step with a kernel of more than 300 us or more
@@ -13,7 +13,8 @@ inside, the longest idle gaps with the records on either side, time by kernel
 and took longest. --chain I,J,..: for those decode steps after the last
 prefill, each kernel's time in the step's chain (previous kernel's end to its
 own end), summed by kernel; under programmatic dependent launch a kernel's
-own duration includes its wait, its chain time does not."""
+own duration includes its wait, its chain time does not. --prefill-chain N:
+the same for the last N prefill-sized steps."""
 import argparse
 import collections
 import re
@@ -95,14 +96,15 @@ def chain(step):
     return by, (ks[-1][1] - ks[0][0]) / 1e3
 
 
-def chain_table(decode, which):
-    """--chain: the chain by kernel of the chosen decode steps after the last prefill (0 = the first)."""
+def chain_table(decode, which, title="decode step after the last prefill"):
+    """--chain: the chain by kernel of the chosen decode steps after the last prefill (0 = the first);
+    --prefill-chain: of the chosen prefill-sized steps."""
     which = [i for i in which if i < len(decode)]
     res = [chain(decode[i]) for i in which]
     if not res:
         return
     names = sorted(set().union(*[r[0] for r in res]), key=lambda n: -res[-1][0].get(n, 0))
-    print("\nchain by kernel, us; decode step after the last prefill".ljust(56), " ".join(f"{i:>8d}" for i in which))
+    print(f"\nchain by kernel, us; {title}".ljust(56), " ".join(f"{i:>8d}" for i in which))
     print("span".ljust(56), " ".join(f"{r[1]:8.1f}" for r in res))
     for n in names:
         print(n.ljust(56), " ".join(f"{r[0].get(n, 0):8.1f}" for r in res))
@@ -118,6 +120,7 @@ def main():
     ap.add_argument("--prefill-ms", type=float, default=20, help="a step longer than this is a prefill")
     ap.add_argument("--min-kernels", type=int, default=20, help="shorter steps: only those with this many kernels")
     ap.add_argument("--chain", default="", help="e.g. 0,1,4,14,62: those decode steps' chain by kernel")
+    ap.add_argument("--prefill-chain", type=int, default=0, help="the last N prefill-sized steps' chain by kernel")
     a = ap.parse_args()
     gpu, api, dropped = load(a.trace)
     ss = steps(gpu, a.gap_us * 1e3)
@@ -130,6 +133,9 @@ def main():
         report(ss[i], api, f"step {i} (prefill-sized)", a.top)
     for i in small[-a.decode:] if a.decode else []:
         report(ss[i], api, f"step {i}", a.top)
+    if a.prefill_chain and big:
+        pf = [ss[i] for i in big[-a.prefill_chain:]]
+        chain_table(pf, list(range(len(pf))), "prefill-sized step (of the last %d)" % len(pf))
     if a.chain and big:
         chain_table([ss[i] for i in small if i > big[-1]], [int(x) for x in a.chain.split(",")])
     if len(small) > 2:

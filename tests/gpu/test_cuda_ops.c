@@ -46,6 +46,7 @@ void lg_cuda_blaslt(int on);        /* kernels/gemm_lt.cu: 1 on, 0 off, -1 as LG
 unsigned long lg_cuda_lora_store_launches(void); /* kernels/lora_expand.cu: store-form expands so far */
 unsigned long lg_cuda_lora_norm_launches(void);  /* kernels/lora_shrink.cu: norm-form shrinks so far */
 unsigned long lg_cuda_lora_rope_launches(void);  /* kernels/lora_expand.cu: rope-form expands so far */
+void lg_cuda_shrink_wide(int on);   /* kernels/lora_shrink_mma.cu: 0 = the prefill shrink's shared-memory form */
 void lg_cuda_sgmv_prefill(int mode); /* kernels/lora_shrink_mma.cu: 0 = segments > 4 tokens on the CUDA-core kernels,
                                        2 = on the prefill kernels at any grid size, -1 as LG_SGMV_PREFILL */
 static int n_fail, n_pass;
@@ -82,12 +83,13 @@ typedef struct {
 static row_t rows[1024];
 static int n_rows;
 
+static const char *case_sfx = ""; /* appended to every case name (a kernel form under test) */
 static void record(const char *op, const char *cas, lg_dtype dt, double err, double lim, int ok_extra)
 {
     int ok = ok_extra && err <= lim && !isnan(err);
     row_t *r = &rows[n_rows < 1023 ? n_rows++ : 1023];
     snprintf(r->op, sizeof r->op, "%s", op);
-    snprintf(r->cas, sizeof r->cas, "%s", cas);
+    snprintf(r->cas, sizeof r->cas, "%s%s", cas, case_sfx);
     r->dt = lg_dtype_name(dt);
     r->err = err;
     r->lim = lim;
@@ -1223,8 +1225,8 @@ static void mlora_norm_check(lg_dtype dt, const char *cas, int T, int K, int N, 
  * head_dim the column blocks do not hold whole run the two ops. */
 static void test_matmul_lora_rope(lg_dtype dt)
 {
-    int one[64], r16[64], mixed[64], r64[64], len2[] = {1, 2, 1, 3}, r2[] = {16, 8, 16, 0};
-    for (int i = 0; i < 64; i++)
+    int one[128], r16[128], mixed[128], r64[128], len2[] = {1, 2, 1, 3}, r2[] = {16, 8, 16, 0};
+    for (int i = 0; i < 128; i++)
         one[i] = 1, r16[i] = 16, r64[i] = i == 1 ? 64 : 16, mixed[i] = (int[]){16, 8, 0, 13, 16, 8}[i % 6];
     const struct { int nh, nkv, hd, fused, T, K; const int *len, *rank; const char *name; } cs[] = {
         {8, 8, 128, 1, 32, 512, one, r16, "decode"},         /* W1's shape, 1,024-column blocks */
@@ -1232,12 +1234,14 @@ static void test_matmul_lora_rope(lg_dtype dt)
         {16, 4, 128, 1, 5, 256, one, r64, "decode r64"},     /* max_rank 64: 256-column blocks */
         {12, 4, 64, 0, 7, 256, len2, r2, "segments"},        /* max_seg 3: the two ops */
         {4, 2, 320, 0, 3, 256, one, r16, "hd320"},           /* hd > the rope form's 256 */
+        {32, 32, 128, 1, 128, 512, one, mixed, "decode 128"}, /* W2's shape: 1,536 blocks, several waves */
     };
     for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
         mlora_rope.nh = cs[i].nh, mlora_rope.nkv = cs[i].nkv, mlora_rope.hd = cs[i].hd, mlora_rope.fused = cs[i].fused;
         const int nc[3] = {cs[i].nh * cs[i].hd, cs[i].nkv * cs[i].hd, cs[i].nkv * cs[i].hd};
         const int ns = cs[i].len == len2 ? 4 : cs[i].T;
-        mlora_norm = cs[i].len == one; /* decode steps take the norm form (the skinny matmul is off here) */
+        /* decode steps take the norm form (the skinny matmul is off here), unless its blocks make more than one wave */
+        mlora_norm = cs[i].len == one && cs[i].T <= 64;
         test_matmul_lora_case(dt, cs[i].name, ns, cs[i].len, cs[i].rank, cs[i].K, 3, nc, i == 1, 0, 0);
     }
     mlora_norm = -1;
@@ -2220,44 +2224,57 @@ int main(int argc, char **argv)
             int len2[32], r2[32];
             for (int i = 0; i < 32; i++) len2[i] = 1, r2[i] = (int[]){0, 1, 4, 8, 16, 32, 64, 7}[i % 8];
             test_lora(dt, LG_F32, "decode 32x1", 32, len2, r2, 4096, 4096, 0, 4096, 0);
+            int len9[300], r9[300]; /* a decode expand of more blocks than are resident at once (several waves) */
+            for (int i = 0; i < 300; i++) len9[i] = 1, r9[i] = (int[]){0, 1, 4, 8, 16, 32, 64, 7}[i % 8];
+            test_lora(dt, LG_F32, "decode 300x1", 300, len9, r9, 1024, 4096, 0, 4096, 0);
+            test_lora(dt, dt, "decode 300x1", 300, len9, r9, 1000, 2000, 8, 2008, 0);
             /* prefill segments (> 4 tokens): the tensor-core shrink and the tile expand, forced on
-             * (small grids take the CUDA-core kernels by default), then W1's whole prefill by default */
-            if (!sgmv_forced_off())
-                lg_cuda_sgmv_prefill(sgmv_mode = 2);
-            int len3[] = {128, 128, 128, 128}, r3[] = {16, 16, 16, 16};
-            test_lora(dt, LG_F32, "prefill 4x128 r16", 4, len3, r3, 4096, 4096, 4096, 3 * 4096, 0);
-            int len4[] = {37, 1, 130, 6, 64, 5, 33}, r4[] = {16, 8, 13, 64, 0, 32, 1};
-            test_lora(dt, LG_F32, "prefill ragged", 7, len4, r4, 1024, 1000, 24, 1100, 0);
-            test_lora(dt, dt, "prefill ragged", 7, len4, r4, 1000, 333, 5, 400, 0); /* k tail, odd y column */
-            int len5[] = {100, 7, 33}, r5[] = {16, 16, 8};
-            lora_cap = 64; /* a server's cap above the step's ranks: step_max_rank picks the shapes */
-            test_lora(dt, LG_F32, "prefill cap64 r16", 3, len5, r5, 2048, 1536, 0, 1536, 0);
-            lora_a_off = 2; /* A not 16-byte aligned: copied element by element */
-            test_lora(dt, LG_F32, "prefill A unaligned", 3, len5, r5, 1024, 512, 0, 512, 0);
-            lora_cap = 0, lora_a_off = 0;
-            int r7[] = {8, 4, 0}; /* step rank 8 (RM 8, two columns per thread) on an odd, unaligned y slice */
-            test_lora(dt, dt, "prefill r8 odd y", 3, len5, r7, 1000, 333, 5, 400, 0);
-            int r8[] = {32, 16, 3};
-            test_lora(dt, LG_F32, "prefill r32 odd cols", 3, len5, r8, 1024, 777, 4, 800, 0); /* pairs but the last column */
-            int r6[] = {96, 100, 7}; /* ranks past 64: two rank chunks in the shrink, the 8-token expand */
-            test_lora(dt, LG_F32, "prefill r100", 3, len5, r6, 512, 256, 0, 256, 0);
-            /* q,k,v of a prefill step: W1's shape (4 of its 32 segments) and GQA outputs with mixed ranks */
-            int lq[] = {128, 128, 128, 128}, rq[12], oq[] = {4096, 4096, 4096};
-            for (int i = 0; i < 12; i++) rq[i] = 16;
-            test_lora_multi_prefill(dt, "W1 prefill 4x128 r16", 4, lq, rq, 4096, oq, 0);
-            int lm_[] = {50, 3, 77, 9}, rm_[] = {8, 16, 0, 32, 0, 8, 16, 16, 16, 4, 13, 2}, om[] = {2048, 512, 512};
-            test_lora_multi_prefill(dt, "GQA ragged mixed ranks", 4, lm_, rm_, 2048, om, 0);
-            test_lora_multi_prefill(dt, "GQA ragged cap 64", 4, lm_, rm_, 2048, om, 64);
-            lg_cuda_sgmv_prefill(sgmv_mode = -1);
-            int lw1[32], rw1[96];
-            for (int i = 0; i < 32; i++) lw1[i] = 128, rw1[3 * i] = rw1[3 * i + 1] = rw1[3 * i + 2] = 16;
-            test_lora_multi_prefill(dt, "W1 prefill 32x128 default", 32, lw1, rw1, 4096, oq, 0);
+             * (small grids take the CUDA-core kernels by default), then W1's whole prefill by default;
+             * the shrink in its wide form (the default), then in its shared-memory form */
+            for (int wide = 1; wide >= 0; wide--) {
+                lg_cuda_shrink_wide(wide);
+                case_sfx = wide ? "" : " shm";
+                if (!sgmv_forced_off())
+                    lg_cuda_sgmv_prefill(sgmv_mode = 2);
+                int len3[] = {128, 128, 128, 128}, r3[] = {16, 16, 16, 16};
+                test_lora(dt, LG_F32, "prefill 4x128 r16", 4, len3, r3, 4096, 4096, 4096, 3 * 4096, 0);
+                int len4[] = {37, 1, 130, 6, 64, 5, 33}, r4[] = {16, 8, 13, 64, 0, 32, 1};
+                test_lora(dt, LG_F32, "prefill ragged", 7, len4, r4, 1024, 1000, 24, 1100, 0);
+                test_lora(dt, dt, "prefill ragged", 7, len4, r4, 1000, 333, 5, 400, 0); /* k tail, odd y column */
+                int len5[] = {100, 7, 33}, r5[] = {16, 16, 8};
+                lora_cap = 64; /* a server's cap above the step's ranks: step_max_rank picks the shapes */
+                test_lora(dt, LG_F32, "prefill cap64 r16", 3, len5, r5, 2048, 1536, 0, 1536, 0);
+                lora_a_off = 2; /* A not 16-byte aligned: copied element by element */
+                test_lora(dt, LG_F32, "prefill A unaligned", 3, len5, r5, 1024, 512, 0, 512, 0);
+                lora_cap = 0, lora_a_off = 0;
+                int r7[] = {8, 4, 0}; /* step rank 8 (RM 8, two columns per thread) on an odd, unaligned y slice */
+                test_lora(dt, dt, "prefill r8 odd y", 3, len5, r7, 1000, 333, 5, 400, 0);
+                int r8[] = {32, 16, 3};
+                test_lora(dt, LG_F32, "prefill r32 odd cols", 3, len5, r8, 1024, 777, 4, 800, 0); /* pairs but the last column */
+                int r6[] = {96, 100, 7}; /* ranks past 64: two rank chunks in the shrink, the 8-token expand */
+                test_lora(dt, LG_F32, "prefill r100", 3, len5, r6, 512, 256, 0, 256, 0);
+                /* q,k,v of a prefill step: W1's shape (4 of its 32 segments) and GQA outputs with mixed ranks */
+                int lq[] = {128, 128, 128, 128}, rq[12], oq[] = {4096, 4096, 4096};
+                for (int i = 0; i < 12; i++) rq[i] = 16;
+                test_lora_multi_prefill(dt, "W1 prefill 4x128 r16", 4, lq, rq, 4096, oq, 0);
+                int lm_[] = {50, 3, 77, 9}, rm_[] = {8, 16, 0, 32, 0, 8, 16, 16, 16, 4, 13, 2}, om[] = {2048, 512, 512};
+                test_lora_multi_prefill(dt, "GQA ragged mixed ranks", 4, lm_, rm_, 2048, om, 0);
+                test_lora_multi_prefill(dt, "GQA ragged cap 64", 4, lm_, rm_, 2048, om, 64);
+                lg_cuda_sgmv_prefill(sgmv_mode = -1);
+                int lw1[32], rw1[96];
+                for (int i = 0; i < 32; i++) lw1[i] = 128, rw1[3 * i] = rw1[3 * i + 1] = rw1[3 * i + 2] = 16;
+                test_lora_multi_prefill(dt, "W1 prefill 32x128 default", 32, lw1, rw1, 4096, oq, 0);
+            }
+            lg_cuda_shrink_wide(-1);
+            case_sfx = "";
             /* decode steps: W3's down shrink (in 11,008) and rows that are not 16-byte multiples */
-            int l1[32], rd[96], od[] = {512, 256, 128};
-            for (int i = 0; i < 96; i++) rd[i] = (int[]){8, 16, 0, 13, 8, 4}[i % 6];
-            for (int i = 0; i < 32; i++) l1[i] = 1;
+            int l1[128], rd[384], od[] = {512, 256, 128};
+            for (int i = 0; i < 384; i++) rd[i] = (int[]){8, 16, 0, 13, 8, 4}[i % 6];
+            for (int i = 0; i < 128; i++) l1[i] = 1;
             test_lora_multi_prefill(dt, "decode 32 in11008", 32, l1, rd, 11008, od, 0);
             test_lora_multi_prefill(dt, "decode 7 in1004", 7, l1, rd, 1004, od, 0);
+            const int o3[] = {4096, 4096, 4096};
+            test_lora_multi_prefill(dt, "decode 128 q,k,v", 128, l1, rd, 4096, o3, 0); /* W2's: several waves */
         }
         if (only("graph")) {
             test_graph(dt, 0);
