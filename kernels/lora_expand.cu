@@ -426,9 +426,12 @@ static void launch_tile(cuda_ctx *c, const ex_outs<T> &o, lg_tensor tmp, const l
 }
 
 /* The store form (cu_lora_expand_store: y = the expand, for matmul_lora's prefill order) on
- * tensor cores. Block = (EXM_WARPS warps x EXM_COLS output columns each, segment, EXM_TOK = 32
- * tokens). The block stages the tile's tmp rows in shared memory as the activation dtype (tmp
- * rounded, as peft computes lora_A's output; zeros past the segment's rank and tokens); a warp
+ * tensor cores. Block = (EXM_WARPS warps x EXM_COLS output columns each, segment, TPB tiles of
+ * EXM_TOK = 32 tokens: TPB = 4, 2 or 1 at ranks <= 16, the most that leave 6 blocks an SM, so that
+ * B's fragments serve more tokens: W1's q,k,v launch 51.8 -> 45.8 us, W2's 215.7 -> 167.5,
+ * thirty-fourth session). Per tile, the block stages the tile's tmp rows in shared memory as the
+ * activation dtype (tmp rounded, as peft computes lora_A's output; zeros past the segment's rank
+ * and tokens); a warp
  * holds the B fragments of its 8 n8 column tiles (KS k16 steps: the step's rank rounded up to
  * 16, zeros past the rank), loaded before pdl_wait, runs mma.sync m16n8k16 per column tile and
  * puts scale x the f32 sums, rounded, into a shared output tile, which the block then stores
@@ -443,7 +446,7 @@ template <typename T> __device__ __forceinline__ uint32_t exm_pack(float a, floa
     const T h[2] = {from_f32<T>(a), from_f32<T>(b)};
     return *(const uint32_t *)h;
 }
-template <typename T, typename TT_, int KS>
+template <typename T, typename TT_, int KS, int TPB = 1>
 __global__ void __launch_bounds__(EXM_WARPS * 32)
     lora_expand_mma_kernel(ex_outs<T> o, const TT_ *tmp, int64_t ldt, const int32_t *seg_indptr, const lg_lora_w *w,
                            int n_slots, bool y_vec)
@@ -459,7 +462,7 @@ __global__ void __launch_bounds__(EXM_WARPS * 32)
     const int s = blockIdx.y;
     const int r = lw.rank; /* <= RK (the host's bound) */
     int t0, nt;
-    if (!sgmv_tile(seg_indptr, s, blockIdx.z, EXM_TOK, &t0, &nt))
+    if (!sgmv_tile(seg_indptr, s, blockIdx.z * TPB, EXM_TOK, &t0, &nt))
         return;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c2 = (lane & 3) * 2;
     const int c0 = (blockIdx.x - b0) * EXM_BC, n0 = c0 + warp * EXM_COLS;
@@ -481,56 +484,81 @@ __global__ void __launch_bounds__(EXM_WARPS * 32)
                 bf[j][ks][h] = v;
             }
     pdl_wait();
-    const TT_ *tt = tmp + (int64_t)t0 * ldt + (int64_t)si * o.col_off; /* [nt, r], stride ldt */
-    for (int i = threadIdx.x; i < EXM_TOK * RK; i += EXM_WARPS * 32) {
-        const int row = i / RK, k = i % RK;
-        ts[row][k] = from_f32<T>(row < nt && k < r ? to_f32(tt[(int64_t)row * ldt + k]) : 0.0f);
-    }
-    __syncthreads();
-    uint32_t af[2][KS][4]; /* rows 16 m + g (+ 8), k = 16 ks + c2 (+ 8): the m16n8k16 A fragment */
-#pragma unroll
-    for (int m = 0; m < 2; m++)
-#pragma unroll
-        for (int ks = 0; ks < KS; ks++)
-#pragma unroll
-            for (int q = 0; q < 4; q++)
-                af[m][ks][q] = *(const uint32_t *)&ts[16 * m + g + 8 * (q & 1)][16 * ks + c2 + 8 * (q >> 1)];
-#pragma unroll
-    for (int j = 0; j < 8; j++) {
-        float d[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+    for (int tz = 0; tz < TPB; tz++) { /* the block's TPB token tiles, B's fragments loaded once */
+        if (tz > 0) {
+            if (!sgmv_tile(seg_indptr, s, blockIdx.z * TPB + tz, EXM_TOK, &t0, &nt))
+                break;
+            __syncthreads(); /* every thread is done with ts and os of the tile before */
+        }
+        const TT_ *tt = tmp + (int64_t)t0 * ldt + (int64_t)si * o.col_off; /* [nt, r], stride ldt */
+        for (int i = threadIdx.x; i < EXM_TOK * RK; i += EXM_WARPS * 32) {
+            const int row = i / RK, k = i % RK;
+            ts[row][k] = from_f32<T>(row < nt && k < r ? to_f32(tt[(int64_t)row * ldt + k]) : 0.0f);
+        }
+        __syncthreads();
+        uint32_t af[2][KS][4]; /* rows 16 m + g (+ 8), k = 16 ks + c2 (+ 8): the m16n8k16 A fragment */
 #pragma unroll
         for (int m = 0; m < 2; m++)
 #pragma unroll
-            for (int ks = 0; ks < KS; ks++) cu_mma16816<T>(d[m], af[m][ks], bf[j][ks][0], bf[j][ks][1]);
+            for (int ks = 0; ks < KS; ks++)
 #pragma unroll
-        for (int m = 0; m < 2; m++)
+                for (int q = 0; q < 4; q++)
+                    af[m][ks][q] = *(const uint32_t *)&ts[16 * m + g + 8 * (q & 1)][16 * ks + c2 + 8 * (q >> 1)];
 #pragma unroll
-            for (int h = 0; h < 2; h++)
-                *(uint32_t *)&os[16 * m + g + 8 * h][warp * EXM_COLS + 8 * j + c2] =
-                    exm_pack<T>(scale * d[m][2 * h], scale * d[m][2 * h + 1]);
-    }
-    __syncthreads();
-    /* the tile's rows, 8 columns (16 bytes) per lane and step */
-    for (int q = threadIdx.x; q < EXM_TOK * (EXM_BC / 8); q += EXM_WARPS * 32) {
-        const int row = q / (EXM_BC / 8), n = c0 + (q % (EXM_BC / 8)) * 8;
-        if (row >= nt || n >= cols)
-            continue;
-        T *p = y + (int64_t)(t0 + row) * ldy + n;
-        const T *v = &os[row][n - c0];
-        if (y_vec && n + 8 <= cols) {
-            *(uint4 *)p = *(const uint4 *)v;
-        } else {
-            for (int e = 0; e < 8 && n + e < cols; e++) p[e] = v[e];
+        for (int j = 0; j < 8; j++) {
+            float d[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+#pragma unroll
+            for (int m = 0; m < 2; m++)
+#pragma unroll
+                for (int ks = 0; ks < KS; ks++) cu_mma16816<T>(d[m], af[m][ks], bf[j][ks][0], bf[j][ks][1]);
+#pragma unroll
+            for (int m = 0; m < 2; m++)
+#pragma unroll
+                for (int h = 0; h < 2; h++)
+                    *(uint32_t *)&os[16 * m + g + 8 * h][warp * EXM_COLS + 8 * j + c2] =
+                        exm_pack<T>(scale * d[m][2 * h], scale * d[m][2 * h + 1]);
+        }
+        __syncthreads();
+        /* the tile's rows, 8 columns (16 bytes) per lane and step */
+        for (int q = threadIdx.x; q < EXM_TOK * (EXM_BC / 8); q += EXM_WARPS * 32) {
+            const int row = q / (EXM_BC / 8), n = c0 + (q % (EXM_BC / 8)) * 8;
+            if (row >= nt || n >= cols)
+                continue;
+            T *p = y + (int64_t)(t0 + row) * ldy + n;
+            const T *v = &os[row][n - c0];
+            if (y_vec && n + 8 <= cols) {
+                *(uint4 *)p = *(const uint4 *)v;
+            } else {
+                for (int e = 0; e < 8 && n + e < cols; e++) p[e] = v[e];
+            }
         }
     }
 }
+
+static int g_exm_tpb = -1;
+/* the store form's token tiles a block: 1, 2 or 4 forced, 0 by the launch's size, -1 LG_EXM_TPB again (op tests) */
+extern "C" void lg_cuda_exm_tpb(int tpb) { g_exm_tpb = tpb; }
 
 template <typename T, typename TT_>
 static void launch_mma(cuda_ctx *c, const ex_outs<T> &o, lg_tensor tmp, const lg_lora_meta *lm, int max_seg, int ks,
                        bool y_vec)
 {
-    const dim3 grid((unsigned)o.bstart[o.k], (unsigned)lm->n_segs, (unsigned)((max_seg + EXM_TOK - 1) / EXM_TOK));
+    /* token tiles a block at ranks <= 16: the most of 4, 2, 1 that leave at least 6 blocks an SM (W1's
+     * prefill: 4 for q,k,v, 2 for o; bench_sgmv, thirty-fourth session); LG_EXM_TPB=1|2|4 forces one */
+    int tpb = ks == 1 ? cu_switch(&g_exm_tpb, "LG_EXM_TPB", 0) : 1;
+    if (tpb != 1 && tpb != 2 && tpb != 4) {
+        tpb = 4;
+        while (tpb > 1 && cu_lora_tiles(lm, EXM_TOK * tpb) * o.bstart[o.k] < 6 * (int64_t)c->n_sm) tpb /= 2;
+    }
+    const int nz = (max_seg + EXM_TOK - 1) / EXM_TOK;
     const TT_ *td = (const TT_ *)tmp.data;
+    if (tpb == 2 || tpb == 4) {
+        const dim3 g2((unsigned)o.bstart[o.k], (unsigned)lm->n_segs, (unsigned)((nz + tpb - 1) / tpb));
+        (void)cu_launch(c, tpb == 2 ? lora_expand_mma_kernel<T, TT_, 1, 2> : lora_expand_mma_kernel<T, TT_, 1, 4>, g2,
+                        EXM_WARPS * 32, 0, o, td, tmp.stride, lm->seg_indptr, lm->w, lm->n_slots, y_vec);
+        return;
+    }
+    const dim3 grid((unsigned)o.bstart[o.k], (unsigned)lm->n_segs, (unsigned)nz);
     if (ks == 1)
         (void)cu_launch(c, lora_expand_mma_kernel<T, TT_, 1>, grid, EXM_WARPS * 32, 0, o, td, tmp.stride,
                         lm->seg_indptr, lm->w, lm->n_slots, y_vec);

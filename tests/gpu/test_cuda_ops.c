@@ -47,6 +47,7 @@ unsigned long lg_cuda_lora_store_launches(void); /* kernels/lora_expand.cu: stor
 unsigned long lg_cuda_lora_norm_launches(void);  /* kernels/lora_shrink.cu: norm-form shrinks so far */
 unsigned long lg_cuda_lora_rope_launches(void);  /* kernels/lora_expand.cu: rope-form expands so far */
 void lg_cuda_shrink_wide(int on);   /* kernels/lora_shrink_mma.cu: 0 = the prefill shrink's shared-memory form */
+void lg_cuda_exm_tpb(int tpb);       /* kernels/lora_expand.cu: the store form's token tiles a block (0 = by size) */
 void lg_cuda_sgmv_prefill(int mode); /* kernels/lora_shrink_mma.cu: 0 = segments > 4 tokens on the CUDA-core kernels,
                                        2 = on the prefill kernels at any grid size, -1 as LG_SGMV_PREFILL */
 static int n_fail, n_pass;
@@ -1307,6 +1308,16 @@ static void test_matmul_lora(lg_dtype dt)
     test_matmul_lora_case(dt, "prefill qkv", 24, l24, r24, 256, 3, pq, 0, 0, on);
     test_matmul_lora_case(dt, "prefill q,v gaps", 24, l24, r24, 256, 2, pv, 1, 512, -1);
     test_matmul_lora_case(dt, "prefill o", 24, l24, r24, 256, 1, po, 0, 0, on);
+    for (int tpb = 2; tpb <= 4; tpb += 2) { /* the store form's blocks of 2 and 4 token tiles (by size: 1 here) */
+        char sfx[16];
+        snprintf(sfx, sizeof sfx, " tpb%d", tpb);
+        lg_cuda_exm_tpb(tpb);
+        case_sfx = sfx;
+        test_matmul_lora_case(dt, "prefill qkv", 24, l24, r24, 256, 3, pq, 0, 0, on);
+        test_matmul_lora_case(dt, "prefill o", 24, l24, r24, 256, 1, po, 0, 0, on);
+    }
+    lg_cuda_exm_tpb(-1);
+    case_sfx = "";
     if (!sgmv_forced_off()) { /* the tile expand forced on (any grid): small and odd shapes in the store order */
         lg_cuda_sgmv_prefill(2);
         int r32[3] = {32, 0, 64};
