@@ -427,16 +427,15 @@ static void launch_tile(cuda_ctx *c, const ex_outs<T> &o, lg_tensor tmp, const l
 
 /* The store form (cu_lora_expand_store: y = the expand, for matmul_lora's prefill order) on
  * tensor cores. Block = (EXM_WARPS warps x EXM_COLS output columns each, segment, TPB tiles of
- * EXM_TOK = 32 tokens: TPB = 4, 2 or 1 at ranks <= 16, the most that leave 6 blocks an SM, so that
- * B's fragments serve more tokens: W1's q,k,v launch 51.8 -> 45.8 us, W2's 215.7 -> 167.5,
- * thirty-fourth session). Per tile, the block stages the tile's tmp rows in shared memory as the
- * activation dtype (tmp rounded, as peft computes lora_A's output; zeros past the segment's rank
- * and tokens); a warp
- * holds the B fragments of its 8 n8 column tiles (KS k16 steps: the step's rank rounded up to
- * 16, zeros past the rank), loaded before pdl_wait, runs mma.sync m16n8k16 per column tile and
- * puts scale x the f32 sums, rounded, into a shared output tile, which the block then stores
- * 16 bytes per lane, whole rows of 512 bytes. Rows of a segment without rank at the slot get
- * zeros. The flops are negligible; the kernel streams y's stores. */
+ * EXM_TOK = 32 tokens: TPB = 4, 2 or 1 at ranks <= 16, the most that keep the grid at 6 or more
+ * blocks per SM, so that B's fragments serve more tokens: W1's q,k,v launch 51.8 -> 45.8 us, W2's
+ * 215.7 -> 167.5, thirty-fourth session). Per tile, the block stages the tile's tmp rows in shared
+ * memory as the activation dtype (tmp rounded, as peft computes lora_A's output; zeros past the
+ * segment's rank and tokens); a warp holds the B fragments of its 8 n8 column tiles (KS k16
+ * steps: the step's rank rounded up to 16, zeros past the rank), loaded before pdl_wait, runs
+ * mma.sync m16n8k16 per column tile and puts scale x the f32 sums, rounded, into a shared output
+ * tile, which the block then stores 16 bytes per lane, whole rows of 512 bytes. Rows of a segment
+ * without rank at the slot get zeros. The flops are negligible; the kernel streams y's stores. */
 #define EXM_WARPS 4
 #define EXM_COLS 64
 #define EXM_TOK 32
@@ -543,8 +542,8 @@ template <typename T, typename TT_>
 static void launch_mma(cuda_ctx *c, const ex_outs<T> &o, lg_tensor tmp, const lg_lora_meta *lm, int max_seg, int ks,
                        bool y_vec)
 {
-    /* token tiles a block at ranks <= 16: the most of 4, 2, 1 that leave at least 6 blocks an SM (W1's
-     * prefill: 4 for q,k,v, 2 for o; bench_sgmv, thirty-fourth session); LG_EXM_TPB=1|2|4 forces one */
+    /* token tiles a block at ranks <= 16: the most of 4, 2, 1 that keep the grid at >= 6 blocks per SM
+     * (W1's prefill: 4 for q,k,v, 2 for o; bench_sgmv, thirty-fourth session); LG_EXM_TPB=1|2|4 forces one */
     int tpb = ks == 1 ? cu_switch(&g_exm_tpb, "LG_EXM_TPB", 0) : 1;
     if (tpb != 1 && tpb != 2 && tpb != 4) {
         tpb = 4;

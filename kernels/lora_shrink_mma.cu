@@ -220,8 +220,8 @@ static void launch_nt(cuda_ctx *c, lg_tensor tmp, lg_tensor x, const lg_lora_met
  *    g of each n8 tile, and feeds them to two m16n8k16 steps as its fragment elements. The sum runs
  *    over k, so any order of the columns that x and A share is the product: step 0 takes columns
  *    8c..8c+3 as the fragment's k {2c, 2c+1, 2c+8, 2c+9}, step 1 columns 8c+4..8c+7.
- *  - ST units of loads in flight a warp (registers), issued a unit ahead of their use; A's first
- *    ST units before pdl_wait, x's after.
+ *  - ST units of loads in flight a warp (registers): unit u + ST is loaded as soon as unit u is
+ *    used; A's first ST units before pdl_wait, x's after.
  *  - The warps' sums are added in a fixed tree through shared memory (w + w+4, then w + w+2, then
  *    w + w+1: graph replays stay bit-identical) and warp 0 stores the block's 32 x rank values.
  * Taken for k x nts <= 8 n8 tiles (the step's rank up to 64 for one slot, 16 for three); otherwise
@@ -417,9 +417,10 @@ static void launch_form(cuda_ctx *c, lg_tensor tmp, lg_tensor x, const lg_lora_m
 
 /* Called by cu_lora_shrink_multi after its checks (tmp, x, slots, segments within x, max_seg >= 1):
  * true when launched here, false when the segments are decode-sized, x is not 16-byte aligned
- * rows with in % 8 == 0, the grid would be under half the SMs (one 512-token segment, one slot:
- * 16 blocks, 2x slower than the CUDA-core kernel), or LG_SGMV_PREFILL=0 (then lora_shrink.cu's
- * kernel runs). */
+ * rows with in % 8 == 0, the ring form's grid would be under half the SMs (one 512-token segment,
+ * one slot: 16 blocks, 2x slower than the CUDA-core kernel; the gate counts the ring form's blocks
+ * also where the wide form, k x rank chunks fewer and larger blocks, takes the launch: not
+ * measured apart), or LG_SGMV_PREFILL=0 (then lora_shrink.cu's kernel runs). */
 bool cu_lora_shrink_mma(cuda_ctx *c, lg_tensor tmp, lg_tensor x, const lg_lora_meta *lm, const int *slots, int k,
                         int max_seg)
 {
