@@ -550,23 +550,14 @@ static void launch_mma(cuda_ctx *c, const ex_outs<T> &o, lg_tensor tmp, const lg
         while (tpb > 1 && cu_lora_tiles(lm, EXM_TOK * tpb) * o.bstart[o.k] < 6 * (int64_t)c->n_sm) tpb /= 2;
     }
     const int nz = (max_seg + EXM_TOK - 1) / EXM_TOK;
-    const TT_ *td = (const TT_ *)tmp.data;
-    if (tpb == 2 || tpb == 4) {
-        const dim3 g2((unsigned)o.bstart[o.k], (unsigned)lm->n_segs, (unsigned)((nz + tpb - 1) / tpb));
-        (void)cu_launch(c, tpb == 2 ? lora_expand_mma_kernel<T, TT_, 1, 2> : lora_expand_mma_kernel<T, TT_, 1, 4>, g2,
-                        EXM_WARPS * 32, 0, o, td, tmp.stride, lm->seg_indptr, lm->w, lm->n_slots, y_vec);
-        return;
-    }
-    const dim3 grid((unsigned)o.bstart[o.k], (unsigned)lm->n_segs, (unsigned)nz);
-    if (ks == 1)
-        (void)cu_launch(c, lora_expand_mma_kernel<T, TT_, 1>, grid, EXM_WARPS * 32, 0, o, td, tmp.stride,
-                        lm->seg_indptr, lm->w, lm->n_slots, y_vec);
-    else if (ks == 2)
-        (void)cu_launch(c, lora_expand_mma_kernel<T, TT_, 2>, grid, EXM_WARPS * 32, 0, o, td, tmp.stride,
-                        lm->seg_indptr, lm->w, lm->n_slots, y_vec);
-    else
-        (void)cu_launch(c, lora_expand_mma_kernel<T, TT_, 4>, grid, EXM_WARPS * 32, 0, o, td, tmp.stride,
-                        lm->seg_indptr, lm->w, lm->n_slots, y_vec);
+    const auto kern = tpb == 4 ? lora_expand_mma_kernel<T, TT_, 1, 4>
+                    : tpb == 2 ? lora_expand_mma_kernel<T, TT_, 1, 2>
+                    : ks == 1  ? lora_expand_mma_kernel<T, TT_, 1>
+                    : ks == 2  ? lora_expand_mma_kernel<T, TT_, 2>
+                               : lora_expand_mma_kernel<T, TT_, 4>;
+    const dim3 grid((unsigned)o.bstart[o.k], (unsigned)lm->n_segs, (unsigned)((nz + tpb - 1) / tpb));
+    (void)cu_launch(c, kern, grid, EXM_WARPS * 32, 0, o, (const TT_ *)tmp.data, tmp.stride, lm->seg_indptr, lm->w,
+                    lm->n_slots, y_vec);
 }
 
 /* rp: the rope form (tt == 1) when rp->kv.base, else the plain expand. */

@@ -380,14 +380,6 @@ __global__ void __launch_bounds__(SHW_THREADS, 1)
             }
 }
 
-template <typename T, typename TT_, int NT>
-static void launch_wide(cuda_ctx *c, lg_tensor tmp, lg_tensor x, const lg_lora_meta *lm, shw_args a, int max_seg)
-{
-    const dim3 grid((unsigned)((max_seg + SHW_TM - 1) / SHW_TM), 1, (unsigned)lm->n_segs);
-    (void)cu_launch(c, lora_shrink_wide_kernel<T, TT_, NT>, grid, SHW_THREADS, 0, (TT_ *)tmp.data, tmp.stride,
-                    (const T *)x.data, x.stride, (int)x.cols, lm->seg_indptr, lm->w, lm->n_slots, a);
-}
-
 /* The wide form for n8 tiles k x nts (rounded up to 2, 4, 6, 8; the extra tiles are zeros); false: not taken */
 template <typename T, typename TT_>
 static bool launch_wide_nt(cuda_ctx *c, lg_tensor tmp, lg_tensor x, const lg_lora_meta *lm, const int *slots, int k,
@@ -398,11 +390,15 @@ static bool launch_wide_nt(cuda_ctx *c, lg_tensor tmp, lg_tensor x, const lg_lor
     for (int i = 0; i < k; i++) a.slot[i] = slots[i];
     a.k = k, a.nts = (rank + 7) / 8, a.col_off = lm->max_rank;
     const int nt = k * a.nts;
-    if (nt <= 2) launch_wide<T, TT_, 2>(c, tmp, x, lm, a, max_seg);
-    else if (nt <= 4) launch_wide<T, TT_, 4>(c, tmp, x, lm, a, max_seg);
-    else if (nt <= 6) launch_wide<T, TT_, 6>(c, tmp, x, lm, a, max_seg);
-    else if (nt <= 8) launch_wide<T, TT_, 8>(c, tmp, x, lm, a, max_seg);
-    else return false;
+    if (nt > 8)
+        return false;
+    const auto kern = nt <= 2 ? lora_shrink_wide_kernel<T, TT_, 2>
+                    : nt <= 4 ? lora_shrink_wide_kernel<T, TT_, 4>
+                    : nt <= 6 ? lora_shrink_wide_kernel<T, TT_, 6>
+                              : lora_shrink_wide_kernel<T, TT_, 8>;
+    const dim3 grid((unsigned)((max_seg + SHW_TM - 1) / SHW_TM), 1, (unsigned)lm->n_segs);
+    (void)cu_launch(c, kern, grid, SHW_THREADS, 0, (TT_ *)tmp.data, tmp.stride, (const T *)x.data, x.stride,
+                    (int)x.cols, lm->seg_indptr, lm->w, lm->n_slots, a);
     return true;
 }
 
