@@ -14,7 +14,9 @@ and took longest. --chain I,J,..: for those decode steps after the last
 prefill, each kernel's time in the step's chain (previous kernel's end to its
 own end), summed by kernel; under programmatic dependent launch a kernel's
 own duration includes its wait, its chain time does not. --prefill-chain N:
-the same for the last N prefill-sized steps."""
+the same for the last N prefill-sized steps. --layer-chain I: decode step I
+after the last prefill cut into its layers (the period of its kernel sequence),
+each position's chain time as the median, lowest and highest over the layers."""
 import argparse
 import collections
 import re
@@ -91,9 +93,37 @@ def chain(step):
     ks = [r for r in step if r[4]]
     by, prev = collections.defaultdict(float), ks[0][0]
     for r in ks:
-        by[r[2][:32] + ("/" + r[4] if r[2].startswith(("gemm_tma", "nvjet")) else "")] += (r[1] - prev) / 1e3
+        by[kname(r)] += (r[1] - prev) / 1e3
         prev = r[1]
     return by, (ks[-1][1] - ks[0][0]) / 1e3
+
+
+def kname(r):
+    return r[2][:32] + ("/" + r[4] if r[2].startswith(("gemm_tma", "nvjet")) else "")
+
+
+def layer_chain(step, label):
+    """--layer-chain: the step's kernels repeat with a period (a layer's launches); each position's chain
+    time (previous kernel's end to its own end) over the layers: median, lowest, highest, in us."""
+    ks = [r for r in step if r[4]]
+    names = [kname(r) for r in ks]
+    n = len(names)
+    mid = names[n // 4: 3 * n // 4]
+    period = next((p for p in range(2, 41) if all(mid[i] == mid[i + p] for i in range(len(mid) - p))), 0)
+    if not period:
+        print(f"\n{label}: no layer period found")
+        return
+    s0 = next(s for s in range(1, n - period) if all(names[s + j] == names[s + j + period] for j in range(period)))
+    layers = (n - s0) // period
+    rows, total = [], 0.0
+    for p in range(period):
+        v = sorted((ks[s0 + k * period + p][1] - ks[s0 + k * period + p - 1][1]) / 1e3 for k in range(layers))
+        med = v[len(v) // 2]
+        total += med
+        rows.append(f"  {p:2d} {names[s0 + p]:<44s} {med:8.2f} {v[0]:8.2f} {v[-1]:8.2f}")
+    print(f"\n{label}: {layers} layers of {period} kernels; chain us a layer: median, lowest, highest")
+    print("\n".join(rows))
+    print(f"  layer (sum of medians) {total:.1f} us")
 
 
 def chain_table(decode, which, title="decode step after the last prefill"):
@@ -121,6 +151,7 @@ def main():
     ap.add_argument("--min-kernels", type=int, default=20, help="shorter steps: only those with this many kernels")
     ap.add_argument("--chain", default="", help="e.g. 0,1,4,14,62: those decode steps' chain by kernel")
     ap.add_argument("--prefill-chain", type=int, default=0, help="the last N prefill-sized steps' chain by kernel")
+    ap.add_argument("--layer-chain", default="", help="e.g. 30,60: those decode steps' chain by position in a layer")
     a = ap.parse_args()
     gpu, api, dropped = load(a.trace)
     ss = steps(gpu, a.gap_us * 1e3)
@@ -138,6 +169,11 @@ def main():
         chain_table(pf, list(range(len(pf))), "prefill-sized step (of the last %d)" % len(pf))
     if a.chain and big:
         chain_table([ss[i] for i in small if i > big[-1]], [int(x) for x in a.chain.split(",")])
+    if a.layer_chain and big:
+        dec = [ss[i] for i in small if i > big[-1]]
+        for i in [int(x) for x in a.layer_chain.split(",")]:
+            if i < len(dec):
+                layer_chain(dec[i], f"decode step {i} after the last prefill")
     if len(small) > 2:
         spans = sorted(chain(ss[i])[1] for i in small[-48:])  # first kernel's start to last kernel's end
         idle = [(ss[j][0][0] - max(r[1] for r in ss[i])) / 1e3 for i, j in zip(small[-48:], small[-47:]) if j == i + 1]
