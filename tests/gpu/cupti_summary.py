@@ -2,6 +2,7 @@
 """Summarise a cupti_trace.c timeline: the GPU's steps, where a step's span goes.
 
   python3 tests/gpu/cupti_summary.py trace.txt [--gap-us 15] [--prefill 2] [--decode 5] [--chain I,J] [--prefill-chain N]
+      [--layer-chain I,J]
 
 The GPU's records (kernels, copies, memsets) are cut into steps wherever the GPU
 idles longer than --gap-us. A step with a kernel of more than 300 us or more
@@ -87,14 +88,20 @@ def report(step, api, label, top):
         print(f"   host {a[2]:32s} {(a[1] - a[0]) / 1e3:9.1f} us, starts {(a[0] - t0) / 1e3:+9.1f} us from the step")
 
 
-def chain(step):
-    """Each kernel's time in the step's chain: from the previous kernel's end (or the step's first start) to its
-    own end, summed by name (the TMA matmul's by grid too); returns that and the step's kernel span, in us."""
+def chain_times(step):
+    """The step's kernels and each one's time in the step's chain, in us: from the previous kernel's end (or the
+    step's first start) to its own end."""
     ks = [r for r in step if r[4]]
-    by, prev = collections.defaultdict(float), ks[0][0]
-    for r in ks:
-        by[kname(r)] += (r[1] - prev) / 1e3
-        prev = r[1]
+    return ks, [(r[1] - (ks[i - 1][1] if i else ks[0][0])) / 1e3 for i, r in enumerate(ks)]
+
+
+def chain(step):
+    """The chain times summed by name (the TMA matmul's by grid too); returns that and the step's kernel span,
+    in us."""
+    ks, ct = chain_times(step)
+    by = collections.defaultdict(float)
+    for r, t in zip(ks, ct):
+        by[kname(r)] += t
     return by, (ks[-1][1] - ks[0][0]) / 1e3
 
 
@@ -105,7 +112,7 @@ def kname(r):
 def layer_chain(step, label):
     """--layer-chain: the step's kernels repeat with a period (a layer's launches); each position's chain
     time (previous kernel's end to its own end) over the layers: median, lowest, highest, in us."""
-    ks = [r for r in step if r[4]]
+    ks, ct = chain_times(step)
     names = [kname(r) for r in ks]
     n = len(names)
     mid = names[n // 4: 3 * n // 4]
@@ -113,11 +120,15 @@ def layer_chain(step, label):
     if not period:
         print(f"\n{label}: no layer period found")
         return
-    s0 = next(s for s in range(1, n - period) if all(names[s + j] == names[s + j + period] for j in range(period)))
+    s0 = next((s for s in range(1, n - period) if all(names[s + j] == names[s + j + period] for j in range(period))),
+              None)
+    if s0 is None:
+        print(f"\n{label}: no whole layer found")
+        return
     layers = (n - s0) // period
     rows, total = [], 0.0
     for p in range(period):
-        v = sorted((ks[s0 + k * period + p][1] - ks[s0 + k * period + p - 1][1]) / 1e3 for k in range(layers))
+        v = sorted(ct[s0 + k * period + p] for k in range(layers))
         med = v[len(v) // 2]
         total += med
         rows.append(f"  {p:2d} {names[s0 + p]:<44s} {med:8.2f} {v[0]:8.2f} {v[-1]:8.2f}")
@@ -167,10 +178,10 @@ def main():
     if a.prefill_chain and big:
         pf = [ss[i] for i in big[-a.prefill_chain:]]
         chain_table(pf, list(range(len(pf))), "prefill-sized step (of the last %d)" % len(pf))
-    if a.chain and big:
-        chain_table([ss[i] for i in small if i > big[-1]], [int(x) for x in a.chain.split(",")])
-    if a.layer_chain and big:
-        dec = [ss[i] for i in small if i > big[-1]]
+    dec = [ss[i] for i in small if i > big[-1]] if big else []  # decode steps after the last prefill
+    if a.chain and dec:
+        chain_table(dec, [int(x) for x in a.chain.split(",")])
+    if a.layer_chain:
         for i in [int(x) for x in a.layer_chain.split(",")]:
             if i < len(dec):
                 layer_chain(dec[i], f"decode step {i} after the last prefill")
