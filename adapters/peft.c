@@ -3,8 +3,17 @@
  *
  * Order of work (each step fails with one line, nothing is allocated for the
  * result before the last step):
+ *   0. adapter_config.json is bounded before jansson sees it: at most
+ *      LG_ADAPTER_MAX_CONFIG bytes (1 MiB), and a scan that allocates
+ *      nothing (lg_cfg_prescan) refuses nesting deeper than
+ *      LG_PEFT_MAX_DEPTH (32; PEFT writes 3), more than LG_PEFT_MAX_VALUES
+ *      (65,536) JSON values, and — naming the field, which jansson's own
+ *      error would not — the NaN / Infinity that Python's json writes and
+ *      numbers that overflow a double or a 64-bit integer. So the DOM is at
+ *      most ~65,536 small nodes (a few MiB) whatever the upload;
  *   1. adapter_config.json -> lg_peft_cfg (types checked, variants refused,
- *      regexes compiled);
+ *      regexes compiled; lora_alpha and every alpha_pattern value finite and
+ *      > 0, r and every rank_pattern value >= 1);
  *   2. every module path of a Llama causal LM ("model.layers.3.mlp.up_proj",
  *      but also "model.norm", "lm_head", ...) is run through PEFT's selection
  *      rules -> a selected[layer][target] table; selecting a non-linear or an
@@ -12,13 +21,20 @@
  *   3. every tensor name is parsed into (layer, target, A|B) -> slots table;
  *   4. slots vs selection vs base shapes vs ranks;
  *   5. one aligned block is filled, modules sorted by (layer, target) come
- *      out of the slot order for free.
+ *      out of the slot order for free; every element of every lora_A and
+ *      lora_B is checked to be finite in its stored dtype (F32, F16, BF16:
+ *      exponent bits all ones is NaN or +/-Inf), the first bad one named by
+ *      tensor and index.
+ * The safetensors header itself is parsed by engine/safetensors.c in memory
+ * bounded by 3 x its size (no JSON DOM), so nothing in an upload can make
+ * this parse cost more than a small multiple of the upload.
  * Regexes come from untrusted files: PCRE2 runs them under a match limit and
  * module paths are short, so a hostile pattern costs at most milliseconds.
  */
 #include "peft.h"
 #include "safetensors.h"
 
+#include <errno.h>
 #include <jansson.h>
 #include <limits.h>
 #include <math.h>
@@ -35,6 +51,9 @@
 #define LG_PEFT_MAX_LIST 4096      /* entries of any list / dict in the config */
 #define LG_PEFT_MAX_LAYERS 100000
 #define LG_PEFT_ALIGN 64
+#define LG_PEFT_MAX_DEPTH 32       /* nesting of adapter_config.json */
+#define LG_PEFT_MAX_VALUES 65536   /* JSON values in adapter_config.json */
+#define LG_PEFT_MAX_NUMBER 512     /* characters of one number in adapter_config.json */
 
 static const char *const lg_target_names[LG_LORA_N_TARGETS] = {
     "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj",
@@ -299,6 +318,9 @@ static int lg_cfg_patterns(json_t *root, const char *key, bool integer, lg_patte
             return lg_fail(err, "adapter_config.json: expected \"%s\"[\"%s\"] to be %s, found %s", key, k,
                            integer ? "an integer" : "a number", lg_json_kind(e));
         p->value = json_number_value(e);
+        if (!integer && (!isfinite(p->value) || p->value <= 0))
+            return lg_fail(err, "adapter_config.json: expected \"%s\"[\"%.60s\"] to be a finite number > 0, found %g",
+                           key, k, p->value);
         if (integer && (json_integer_value(e) < 1 || json_integer_value(e) > INT_MAX))
             return lg_fail(err, "adapter_config.json: expected \"%s\"[\"%s\"] >= 1, found %lld", key, k,
                            (long long)json_integer_value(e));
@@ -308,6 +330,142 @@ static int lg_cfg_patterns(json_t *root, const char *key, bool integer, lg_patte
         if (lg_rx_compile(what, "(.*\\.)?(", k, ")$", &p->re, err))
             return -1;
         (*n)++;
+    }
+    return 0;
+}
+
+/* ---- the config's bounds, before jansson -------------------------------------- */
+
+typedef struct lg_scan_level {
+    bool obj;           /* object (else list) */
+    const char *key;    /* current member's key (raw JSON text), objects only */
+    size_t key_len;
+    size_t index;       /* current element, lists only */
+} lg_scan_level;
+
+/* "lora_alpha", "alpha_pattern"["q_proj"], "target_modules"[2]: where the
+ * scan is, for messages; control bytes shown as '?'. */
+static void lg_scan_path(const lg_scan_level *lv, int depth, char *buf, size_t size)
+{
+    size_t o = 0;
+    for (int d = 0; d < depth && o + 80 < size; d++) { /* each level writes < 80 bytes */
+        if (lv[d].obj && !lv[d].key)
+            break;
+        if (!lv[d].obj) {
+            o += (size_t)snprintf(buf + o, size - o, "[%zu]", lv[d].index);
+            continue;
+        }
+        if (d > 0)
+            buf[o++] = '[';
+        buf[o++] = '"';
+        for (size_t i = 0; i < lv[d].key_len && i < 60; i++) {
+            unsigned char c = (unsigned char)lv[d].key[i];
+            buf[o++] = c < 0x20 || c == 0x7f ? '?' : (char)c;
+        }
+        buf[o++] = '"';
+        if (d > 0)
+            buf[o++] = ']';
+    }
+    buf[o] = 0;
+    if (!o)
+        snprintf(buf, size, "the document");
+}
+
+/* One pass over the raw bytes that allocates nothing: depth, value count,
+ * non-finite and overflowing numbers. Anything else that is wrong is left to
+ * jansson's parse, which reports it with a line and column. */
+static int lg_cfg_prescan(const char *s, size_t n, lg_err *err)
+{
+    lg_scan_level lv[LG_PEFT_MAX_DEPTH];
+    int depth = 0;
+    size_t values = 1;
+    const char *last = NULL; /* the last string's text, a key once ':' follows */
+    size_t last_len = 0;
+    char path[200];
+    for (size_t i = 0; i < n;) {
+        char c = s[i];
+        if (c == '"') {
+            size_t j = i + 1;
+            while (j < n && s[j] != '"')
+                j += s[j] == '\\' ? 2 : 1;
+            if (j >= n)
+                return 0; /* unterminated: jansson says where */
+            last = s + i + 1;
+            last_len = j - i - 1;
+            i = j + 1;
+            continue;
+        }
+        if (c == '[' || c == '{') {
+            if (depth == LG_PEFT_MAX_DEPTH) {
+                lg_scan_path(lv, depth, path, sizeof path);
+                return lg_fail(err, "adapter_config.json: nesting deeper than %d levels (at byte %zu, in %s)",
+                               LG_PEFT_MAX_DEPTH, i, path);
+            }
+            lv[depth++] = (lg_scan_level){.obj = c == '{'};
+            values++;
+        } else if (c == ']' || c == '}') {
+            if (depth > 0)
+                depth--;
+        } else if (c == ',') {
+            values++;
+            if (depth > 0) {
+                lv[depth - 1].index++;
+                lv[depth - 1].key = NULL;
+            }
+        } else if (c == ':') {
+            if (depth > 0) {
+                lv[depth - 1].key = last;
+                lv[depth - 1].key_len = last_len;
+            }
+        } else if (c == 'N' || c == 'I' || (c == '-' && i + 1 < n && s[i + 1] == 'I')) {
+            static const char *const words[] = {"NaN", "Infinity", "-Infinity"};
+            for (int w = 0; w < 3; w++) {
+                size_t len = strlen(words[w]);
+                if (n - i >= len && !memcmp(s + i, words[w], len)) {
+                    lg_scan_path(lv, depth, path, sizeof path);
+                    return lg_fail(err, "adapter_config.json: expected %s to be a finite number, found %s", path,
+                                   words[w]);
+                }
+            }
+        } else if (c == '-' || (c >= '0' && c <= '9')) {
+            size_t j = i;
+            bool real = false;
+            while (j < n && ((s[j] >= '0' && s[j] <= '9') || s[j] == '-' || s[j] == '+' || s[j] == '.' ||
+                             s[j] == 'e' || s[j] == 'E')) {
+                real |= s[j] == '.' || s[j] == 'e' || s[j] == 'E';
+                j++;
+            }
+            size_t len = j - i;
+            if (len > LG_PEFT_MAX_NUMBER) {
+                lg_scan_path(lv, depth, path, sizeof path);
+                return lg_fail(err,
+                               "adapter_config.json: expected %s to be a number of at most %d characters, found %zu",
+                               path, LG_PEFT_MAX_NUMBER, len);
+            }
+            char num[LG_PEFT_MAX_NUMBER + 1];
+            memcpy(num, s + i, len);
+            num[len] = 0;
+            errno = 0;
+            char *e = NULL;
+            bool bad;
+            if (real) {
+                double d = strtod(num, &e);
+                bad = !isfinite(d);
+            } else {
+                (void)strtoll(num, &e, 10);
+                bad = errno == ERANGE;
+            }
+            if (bad && e == num + len) {
+                lg_scan_path(lv, depth, path, sizeof path);
+                return lg_fail(err, "adapter_config.json: expected %s to be a %s, found %.40s%s (out of range)", path,
+                               real ? "finite number" : "64-bit integer", num, len > 40 ? "..." : "");
+            }
+            i = j;
+            continue;
+        }
+        if (values > LG_PEFT_MAX_VALUES)
+            return lg_fail(err, "adapter_config.json: more than %d JSON values (at byte %zu)", LG_PEFT_MAX_VALUES, i);
+        i++;
     }
     return 0;
 }
@@ -337,6 +495,9 @@ static int lg_cfg_parse(json_t *root, const lg_model_config *base, lg_peft_cfg *
         return lg_fail(err, "adapter_config.json: expected \"lora_alpha\" to be a number, found %s",
                        v ? lg_json_kind(v) : "none");
     c->alpha = json_number_value(v);
+    if (!isfinite(c->alpha) || c->alpha <= 0)
+        return lg_fail(err, "adapter_config.json: expected \"lora_alpha\" to be a finite number > 0, found %g",
+                       c->alpha);
 
     bool b;
     if (lg_cfg_bool(root, "use_rslora", &c->use_rslora, err) || lg_cfg_bool(root, "fan_in_fan_out", &b, err))
@@ -753,6 +914,32 @@ unknown:
 
 static size_t lg_round_up(size_t n) { return (n + LG_PEFT_ALIGN - 1) / LG_PEFT_ALIGN * LG_PEFT_ALIGN; }
 
+/* The first element of p[0..n) (dtype dt, aligned) that is NaN or +/-Inf:
+ * true and *at / *what ("NaN", "+Inf", "-Inf"), or false. Every element is
+ * read; the exponent bits all ones is the test in each format. */
+static bool lg_non_finite(const void *p, lg_dtype dt, size_t n, size_t *at, const char **what)
+{
+    if (dt == LG_F32) {
+        const uint32_t *u = p;
+        for (size_t i = 0; i < n; i++)
+            if ((u[i] & 0x7f800000u) == 0x7f800000u) {
+                *at = i;
+                *what = u[i] & 0x007fffffu ? "NaN" : u[i] >> 31 ? "-Inf" : "+Inf";
+                return true;
+            }
+        return false;
+    }
+    const uint16_t *h = p;
+    const uint16_t exp = dt == LG_F16 ? 0x7c00 : 0x7f80, man = dt == LG_F16 ? 0x03ff : 0x007f;
+    for (size_t i = 0; i < n; i++)
+        if ((h[i] & exp) == exp) {
+            *at = i;
+            *what = h[i] & man ? "NaN" : h[i] >> 15 ? "-Inf" : "+Inf";
+            return true;
+        }
+    return false;
+}
+
 static int lg_digest(const char *cfg, size_t cfg_len, const void *st, size_t st_len, char hex[65], lg_err *err)
 {
     unsigned char md[EVP_MAX_MD_SIZE];
@@ -936,7 +1123,16 @@ static int lg_build(const lg_peft_cfg *c, lg_rx *rx, const lg_model_config *b, c
         lg_slot *s = &slots[(size_t)m->layer * LG_LORA_N_TARGETS + m->target];
         for (int w = 0; w < 2; w++) {
             void *dst = (char *)a->data + off;
-            memcpy(dst, s->t[w]->data, s->t[w]->nbytes);
+            const lg_st_tensor *t = s->t[w];
+            memcpy(dst, t->data, t->nbytes);
+            size_t bad;
+            const char *what;
+            if (lg_non_finite(dst, a->dtype, t->n_elems, &bad, &what)) {
+                size_t cols = (size_t)t->shape[1]; /* n_elems > 0: no zero dimension */
+                lg_fail(err, "adapter_model.safetensors: tensor '%s': element %zu ([%zu, %zu]) is %s; expected finite "
+                        "LoRA weights", t->name, bad, bad / cols, bad % cols, what);
+                goto out;
+            }
             if (w == 0)
                 m->A = dst;
             else
@@ -971,8 +1167,15 @@ static int lg_parse_impl(const char *config_json, size_t config_len, const void 
     bool *selected = NULL;
     int rc = -1, n_sel;
 
+    json_t *root = NULL;
+    if (config_len > LG_ADAPTER_MAX_CONFIG) {
+        lg_fail(err, "adapter_config.json: %zu bytes, expected at most %u", config_len, LG_ADAPTER_MAX_CONFIG);
+        goto out;
+    }
+    if (lg_cfg_prescan(config_json, config_len, err))
+        goto out;
     json_error_t je;
-    json_t *root = json_loadb(config_json, config_len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &je);
+    root = json_loadb(config_json, config_len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &je);
     if (!root) {
         lg_fail(err, "adapter_config.json: invalid JSON at line %d column %d: %s", je.line, je.column, je.text);
         goto out;

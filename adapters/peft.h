@@ -43,7 +43,19 @@
  * or the config's ranks, ranks above max_rank, layers out of range, A
  * without B, duplicates, dtypes other than F32/F16/BF16 (all tensors must
  * share one), malformed JSON or JSON of the wrong types; file-level damage
- * is caught by engine/safetensors.c.
+ * is caught by engine/safetensors.c. Values: lora_alpha and every
+ * alpha_pattern value must be finite and > 0 (PEFT would accept 0 or a
+ * negative alpha, and the output then degenerates), r and every
+ * rank_pattern value >= 1, and every element of every lora_A / lora_B must
+ * be finite as stored (F32, F16 or BF16): the message names the tensor and
+ * the first NaN / +Inf / -Inf element (flat index and [row, col]).
+ *
+ * Bounds on untrusted input (adapters are uploaded by tenants): the config
+ * is at most LG_ADAPTER_MAX_CONFIG bytes, for lg_adapter_parse too, and is
+ * scanned before jansson builds a DOM of it: nesting deeper than 32 and
+ * more than 65,536 JSON values are refused, as are NaN / Infinity (which
+ * Python's json writes) and numbers that overflow, naming the field. The
+ * safetensors header costs at most 3 x its size (engine/safetensors.h).
  *
  * Result and ownership: lg_adapter owns everything it points to (the tensor
  * data is copied out of the file into one 64-byte-aligned heap block, so
@@ -93,7 +105,7 @@ typedef struct lg_lora_module {
 typedef struct lg_adapter lg_adapter;
 
 #define LG_ADAPTER_MAX_NAME 255
-#define LG_ADAPTER_MAX_CONFIG (1u << 20) /* adapter_config.json larger than 1 MiB is refused */
+#define LG_ADAPTER_MAX_CONFIG (1u << 20) /* adapter_config.json larger than 1 MiB is refused (load and parse) */
 
 /* Loads dir/adapter_config.json and dir/adapter_model.safetensors, checks them
  * against base (which must outlive nothing: it is only read here) and max_rank

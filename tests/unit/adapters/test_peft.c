@@ -4,9 +4,15 @@
  * on-disk layout), plus in-memory configs for the JSON type checks and a
  * mutation loop. Every rejection must give -1, *out == NULL and a message
  * naming the problem; run under ASan/UBSan to prove "no crash, no leak".
+ * test_values: NaN / Inf weights in each stored dtype (F32, F16, BF16) are
+ * refused naming the tensor and the first bad element; lora_alpha and
+ * alpha_pattern values that are not finite or not > 0, and ranks < 1, are
+ * refused naming the field; the config's size, nesting and value count are
+ * bounded before it is parsed.
  * Run from the repository root.
  */
 #include "adapters/peft.h"
+#include "safetensors.h"
 #include "test.h"
 
 #include <stdint.h>
@@ -391,11 +397,212 @@ static void test_mutations(void)
     free(cfg);
 }
 
+/* ---- values: weights, alpha, ranks; the config's bounds ----------------------------- */
+
+static int read_fix(const char *dir, const char *file, char **out, size_t *len)
+{
+    char path[256];
+    lg_err err = {{0}};
+    snprintf(path, sizeof path, FIX "%s/%s", dir, file);
+    int rc = lg_read_file(path, 1 << 24, out, len, &err);
+    CHECK_MSG(rc == 0, "%s", err.msg);
+    return rc;
+}
+
+/* dir's adapter with element el of its ti-th tensor (data order) set to the raw
+ * bits (2 or 4 bytes, as the tensor's dtype): refused naming the tensor, the
+ * element and what it is; or, with what == NULL, loaded. */
+static void expect_weight(const char *dir, int ti, size_t el, uint32_t bits, const char *what, const char *coords)
+{
+    char *cfg = NULL, *st = NULL;
+    size_t cl = 0, sl = 0;
+    if (read_fix(dir, "adapter_config.json", &cfg, &cl) || read_fix(dir, "adapter_model.safetensors", &st, &sl)) {
+        free(cfg);
+        free(st);
+        return;
+    }
+    lg_err err = {{0}};
+    lg_st_file *f = NULL;
+    char name[LG_ST_MAX_NAME + 1] = "";
+    if (lg_st_open_buffer(st, sl, "st", &f, &err) == 0) {
+        const lg_st_tensor *t = lg_st_at(f, ti);
+        size_t es = lg_dtype_size(t->dtype);
+        CHECK(el < t->n_elems);
+        snprintf(name, sizeof name, "%s", t->name);
+        if (es == 4)
+            memcpy(st + t->offset + el * 4, &bits, 4);
+        else {
+            uint16_t h = (uint16_t)bits;
+            memcpy(st + t->offset + el * 2, &h, 2);
+        }
+        lg_st_close(f);
+    }
+    CHECK_MSG(name[0], "%s: %s", dir, err.msg);
+    lg_model_config base = base_config();
+    lg_adapter *a = NULL;
+    int rc = lg_adapter_parse(cfg, cl, st, sl, "w", &base, 64, &a, &err);
+    if (!what) {
+        CHECK_MSG(rc == 0 && a, "%s: finite bits %08x refused: %s", dir, bits, err.msg);
+    } else {
+        char want[64];
+        snprintf(want, sizeof want, "element %zu (%s) is %s;", el, coords, what);
+        CHECK_MSG(rc == -1 && !a, "%s: %s at element %zu of '%s' loaded", dir, what, el, name);
+        CHECK_MSG(strstr(err.msg, name) && strstr(err.msg, want) && strstr(err.msg, "adapter_model.safetensors") &&
+                      !strchr(err.msg, '\n'),
+                  "%s: message '%s' lacks '%s' / '%s'", dir, err.msg, name, want);
+    }
+    lg_adapter_free(a);
+    free(cfg);
+    free(st);
+}
+
+static void test_values(void)
+{
+    /* NaN and Inf as stored: F32 (all_linear_f32), F16 (list_f16), BF16 (default_bf16);
+     * lora_A is [r, in] = [2 or 4, 64], so element 133 of an [4, 64] A is [2, 5] */
+    expect_weight("all_linear_f32", 0, 0, 0x7fc00000u, "NaN", "[0, 0]");
+    expect_weight("all_linear_f32", 3, 5, 0x7f800000u, "+Inf", "[2, 1]"); /* a lora_B [128, 2] */
+    expect_weight("all_linear_f32", 7, 1, 0xff800000u, "-Inf", "[0, 1]");
+    expect_weight("all_linear_f32", 2, 3, 0x7f800001u, "NaN", "[0, 3]"); /* signalling NaN */
+    expect_weight("list_f16", 0, 133, 0x7e00u, "NaN", "[2, 5]");
+    expect_weight("list_f16", 5, 0, 0x7c00u, "+Inf", "[0, 0]");
+    expect_weight("list_f16", 7, 1, 0xfc00u, "-Inf", "[0, 1]");
+    expect_weight("list_f16", 1, 2, 0xfe01u, "NaN", "[0, 2]");
+    expect_weight("default_bf16", 0, 70, 0x7fc0u, "NaN", "[1, 6]");
+    expect_weight("default_bf16", 2, 9, 0xff80u, "-Inf", "[0, 9]");
+    expect_weight("default_bf16", 4, 0, 0x7f80u, "+Inf", "[0, 0]");
+    expect_weight("default_bf16", 1, 1, 0xff81u, "NaN", "[0, 1]");
+    /* the last element of the last tensor is checked too */
+    {
+        char *st = NULL;
+        size_t sl = 0;
+        lg_err err = {{0}};
+        lg_st_file *f = NULL;
+        if (read_fix("list_f16", "adapter_model.safetensors", &st, &sl) == 0 &&
+            lg_st_open_buffer(st, sl, "st", &f, &err) == 0) {
+            int last = lg_st_count(f) - 1;
+            const lg_st_tensor *t = lg_st_at(f, last);
+            char coords[32];
+            snprintf(coords, sizeof coords, "[%lld, %lld]", (long long)t->shape[0] - 1, (long long)t->shape[1] - 1);
+            size_t n = t->n_elems;
+            lg_st_close(f);
+            expect_weight("list_f16", last, n - 1, 0x7c01u, "NaN", coords);
+        }
+        free(st);
+    }
+    /* the largest finite values, zeros, subnormals: fine */
+    expect_weight("all_linear_f32", 0, 0, 0x7f7fffffu, NULL, NULL);
+    expect_weight("all_linear_f32", 0, 0, 0x80000000u, NULL, NULL);
+    expect_weight("all_linear_f32", 0, 0, 0x00000001u, NULL, NULL);
+    expect_weight("list_f16", 0, 0, 0x7bffu, NULL, NULL);
+    expect_weight("list_f16", 0, 0, 0xfbffu, NULL, NULL);
+    expect_weight("list_f16", 0, 0, 0x0001u, NULL, NULL);
+    expect_weight("default_bf16", 0, 0, 0x7f7fu, NULL, NULL);
+    expect_weight("default_bf16", 0, 0, 0xff7fu, NULL, NULL);
+
+    /* lora_alpha and alpha_pattern: finite and > 0; r and rank_pattern >= 1 */
+    static const struct { const char *extra, *needle, *needle2; } cfgs[] = {
+        {"\"r\": 4, \"lora_alpha\": 0, \"target_modules\": [\"q_proj\", \"v_proj\"]",
+         "expected \"lora_alpha\" to be a finite number > 0, found 0", NULL},
+        {"\"r\": 4, \"lora_alpha\": -1, \"target_modules\": [\"q_proj\", \"v_proj\"]",
+         "expected \"lora_alpha\" to be a finite number > 0, found -1", NULL},
+        {"\"r\": 4, \"lora_alpha\": -0.0, \"target_modules\": [\"q_proj\", \"v_proj\"]", "\"lora_alpha\"", "> 0"},
+        {"\"r\": 4, \"lora_alpha\": 1e-320, \"target_modules\": [\"q_proj\", \"v_proj\"]", NULL, NULL}, /* tiny but > 0 */
+        {"\"r\": 4, \"lora_alpha\": NaN, \"target_modules\": [\"q_proj\", \"v_proj\"]",
+         "expected \"lora_alpha\" to be a finite number, found NaN", NULL},
+        {"\"r\": 4, \"lora_alpha\": Infinity, \"target_modules\": [\"q_proj\", \"v_proj\"]",
+         "expected \"lora_alpha\" to be a finite number, found Infinity", NULL},
+        {"\"r\": 4, \"lora_alpha\": -Infinity, \"target_modules\": [\"q_proj\", \"v_proj\"]",
+         "\"lora_alpha\"", "-Infinity"},
+        {"\"r\": 4, \"lora_alpha\": 1e999, \"target_modules\": [\"q_proj\", \"v_proj\"]",
+         "expected \"lora_alpha\" to be a finite number, found 1e999", NULL},
+        {STD ", \"alpha_pattern\": {\"q_proj\": 0}", "expected \"alpha_pattern\"[\"q_proj\"] to be a finite number > 0", NULL},
+        {STD ", \"alpha_pattern\": {\"v_proj\": 16, \"q_proj\": -2.5}", "\"alpha_pattern\"[\"q_proj\"]", "found -2.5"},
+        {STD ", \"alpha_pattern\": {\"q_proj\": NaN}", "expected \"alpha_pattern\"[\"q_proj\"] to be a finite number, found NaN", NULL},
+        {STD ", \"alpha_pattern\": {\"q_proj\": -Infinity}", "\"alpha_pattern\"[\"q_proj\"]", "-Infinity"},
+        {STD ", \"alpha_pattern\": {\"q_proj\": 1e400}", "\"alpha_pattern\"[\"q_proj\"]", "1e400"},
+        {"\"r\": -1, \"lora_alpha\": 8, \"target_modules\": [\"q_proj\", \"v_proj\"]", "\"r\" to be an integer >= 1", NULL},
+        {"\"r\": 99999999999999999999, \"lora_alpha\": 8, \"target_modules\": [\"q_proj\"]",
+         "expected \"r\" to be a 64-bit integer, found 99999999999999999999", NULL},
+        {STD ", \"rank_pattern\": {\"q_proj\": -4}", "\"rank_pattern\"[\"q_proj\"] >= 1", NULL},
+        {STD ", \"rank_pattern\": {\"q_proj\": 4.5}", "\"rank_pattern\"[\"q_proj\"] to be an integer", NULL},
+        {STD ", \"layers_to_transform\": [0, NaN]", "expected \"layers_to_transform\"[1] to be a finite number, found NaN", NULL},
+    };
+    for (size_t i = 0; i < sizeof cfgs / sizeof cfgs[0]; i++) {
+        if (!cfgs[i].needle) {
+            char json[512];
+            lg_adapter *a = NULL;
+            lg_err err = {{0}};
+            snprintf(json, sizeof json, "{\"peft_type\": \"LORA\", %s}", cfgs[i].extra);
+            CHECK_MSG(parse_cfg(json, &a, &err) == 0, "%s: %s", json, err.msg);
+            lg_adapter_free(a);
+            continue;
+        }
+        expect_fail_cfg(cfgs[i].extra, cfgs[i].needle);
+        if (cfgs[i].needle2)
+            expect_fail_cfg(cfgs[i].extra, cfgs[i].needle2);
+    }
+
+    /* the config's bounds: size, nesting, values, number length */
+    lg_model_config base = base_config();
+    lg_adapter *a = NULL;
+    lg_err err = {{0}};
+    size_t big = LG_ADAPTER_MAX_CONFIG + 1;
+    char *doc = malloc(big + 64);
+    if (!doc) {
+        CHECK_MSG(0, "out of memory");
+        return;
+    }
+    int o = sprintf(doc, "{\"peft_type\": \"LORA\", " STD ", \"x\": \"");
+    memset(doc + o, 'x', big - (size_t)o - 2);
+    memcpy(doc + big - 2, "\"}", 2);
+    CHECK(lg_adapter_parse(doc, big, g_st, g_st_len, "mem", &base, 64, &a, &err) == -1 && !a &&
+          strstr(err.msg, "adapter_config.json: 1048577 bytes, expected at most 1048576"));
+    /* 1 MiB exactly is fine */
+    memcpy(doc + big - 3, "\"}", 2);
+    CHECK_MSG(lg_adapter_parse(doc, big - 1, g_st, g_st_len, "mem", &base, 64, &a, &err) == 0, "%s", err.msg);
+    lg_adapter_free(a);
+    a = NULL;
+    /* nesting: 32 levels are fine (PEFT writes 3), 33 are not */
+    o = sprintf(doc, "{\"peft_type\": \"LORA\", " STD ", \"x\": ");
+    memset(doc + o, '[', 31);
+    memset(doc + o + 31, ']', 31);
+    strcpy(doc + o + 62, "}");
+    CHECK_MSG(lg_adapter_parse(doc, strlen(doc), g_st, g_st_len, "mem", &base, 64, &a, &err) == 0, "%s", err.msg);
+    lg_adapter_free(a);
+    a = NULL;
+    memset(doc + o, '[', 32);
+    memset(doc + o + 32, ']', 32);
+    strcpy(doc + o + 64, "}");
+    CHECK(lg_adapter_parse(doc, strlen(doc), g_st, g_st_len, "mem", &base, 64, &a, &err) == -1 &&
+          strstr(err.msg, "adapter_config.json: nesting deeper than 32 levels") && strstr(err.msg, "\"x\"[0][0]"));
+    memset(doc, '[', 500000);
+    CHECK(lg_adapter_parse(doc, 500000, g_st, g_st_len, "mem", &base, 64, &a, &err) == -1 &&
+          strstr(err.msg, "nesting deeper than 32 levels (at byte 32"));
+    memset(doc, '{', 500000);
+    CHECK(lg_adapter_parse(doc, 500000, g_st, g_st_len, "mem", &base, 64, &a, &err) == -1 &&
+          strstr(err.msg, "nesting deeper than 32 levels"));
+    /* values: the {"a":[[],[],...]} of the outside probe, within 1 MiB */
+    o = sprintf(doc, "{\"peft_type\": \"LORA\", " STD ", \"a\": [");
+    for (int i = 0; i < 300000; i++)
+        o += sprintf(doc + o, "%s[]", i ? "," : "");
+    o += sprintf(doc + o, "]}");
+    CHECK(lg_adapter_parse(doc, (size_t)o, g_st, g_st_len, "mem", &base, 64, &a, &err) == -1 &&
+          strstr(err.msg, "adapter_config.json: more than 65536 JSON values"));
+    o = sprintf(doc, "{\"peft_type\": \"LORA\", " STD ", \"x\": 1");
+    memset(doc + o, '0', 600);
+    strcpy(doc + o + 600, "}");
+    CHECK(lg_adapter_parse(doc, strlen(doc), g_st, g_st_len, "mem", &base, 64, &a, &err) == -1 &&
+          strstr(err.msg, "expected \"x\" to be a number of at most 512 characters"));
+    free(doc);
+}
+
 int main(void)
 {
     test_valid();
     test_reject_files();
     test_reject_json();
+    test_values();
     test_mutations();
     free(g_st);
     TEST_DONE();
