@@ -6,6 +6,9 @@
  * wait for fsync; reads through a tenant name are index lookups. Every
  * statement is prepared per call: the hot paths (auth, usage records) do not
  * come through here (key snapshots, the ledger).
+ *
+ * Files: a read-write open makes loragate.db (and its -wal, -shm) 0600
+ * whatever the umask, and a backup is 0600 too (lg_private_file).
  */
 #include "store_internal.h"
 
@@ -124,6 +127,43 @@ int lg_st_grow(void **arr, int *cap, int n, size_t elem, lg_err *err)
 
 /* ---- handles -------------------------------------------------------------- */
 
+/* The database holds every tenant's key hashes, prices and usage: the file
+ * and its -wal and -shm are private (0600), whatever the umask. SQLite
+ * creates a new main file 0644 & ~umask and gives -wal and -shm the main
+ * file's mode, so the main file is created here, 0600, before SQLite opens
+ * it; a main file (or -wal, -shm) that already exists with group/other bits
+ * (made by an older loragate) loses them. Best effort: a file that cannot be
+ * created or changed (read-only directory or disk, another owner) is left
+ * to lg_db_open, which says what is wrong. The admin handle opens first in
+ * `serve` (before the ledger writer, whose lg_db_open could also create the
+ * file), and readers never create it. */
+static void lg_private_file(const char *path, bool create)
+{
+    if (create) {
+        int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+        if (fd >= 0) {
+            fchmod(fd, 0600); /* the umask may have taken owner bits too */
+            close(fd);
+            return;
+        }
+        if (errno != EEXIST)
+            return;
+    }
+    struct stat sb;
+    if (lstat(path, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_uid == geteuid() && (sb.st_mode & 077))
+        chmod(path, sb.st_mode & 0700);
+}
+
+static void lg_private_db_files(const char *path)
+{
+    char p[PATH_MAX + 40];
+    lg_private_file(path, true);
+    snprintf(p, sizeof p, "%s-wal", path);
+    lg_private_file(p, false);
+    snprintf(p, sizeof p, "%s-shm", path);
+    lg_private_file(p, false);
+}
+
 static int lg_store_open_impl(const char *data_dir, bool read_only, lg_store **out, lg_err *err)
 {
     *out = NULL;
@@ -132,8 +172,10 @@ static int lg_store_open_impl(const char *data_dir, bool read_only, lg_store **o
         return LG_STORE_INVALID;
     if (strlen(data_dir) >= PATH_MAX)
         return lg_fail(err, "data directory path too long"), LG_STORE_INVALID;
-    if (!read_only && mkdir(data_dir, 0750) != 0 && errno != EEXIST)
+    if (!read_only && mkdir(data_dir, 0700) != 0 && errno != EEXIST)
         return lg_fail(err, "creating data directory %s: %s", data_dir, strerror(errno));
+    if (!read_only)
+        lg_private_db_files(path);
     lg_store *st = calloc(1, sizeof *st);
     if (!st)
         return lg_fail(err, "out of memory");
@@ -175,19 +217,21 @@ int lg_store_schema_latest(void) { return lg_store_n_migrations; }
 
 static bool lg_lower_alnum(char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); }
 
+/* A tenant name is its URL slug (/t/<name>/v1) and its Host label
+ * (<name>.<suffix>), so it is a DNS label: the same rule as the router's
+ * lg_tenant_slug_valid (gateway/router.c; db/ does not include gateway/, so
+ * the rule is written twice and tests/unit/gateway/test_tenant_names.c
+ * checks that the two agree). */
 int lg_store_check_tenant_name(const char *name, lg_err *err)
 {
     if (!name || !*name)
         return lg_fail(err, "expected a tenant name, got an empty one"), LG_STORE_INVALID;
     size_t n = strlen(name);
-    bool ok = n <= 63 && lg_lower_alnum(name[0]);
+    bool ok = n <= 63 && lg_lower_alnum(name[0]) && lg_lower_alnum(name[n - 1]);
     for (size_t i = 1; ok && i < n; i++)
         ok = lg_lower_alnum(name[i]) || name[i] == '-';
     if (!ok)
-        return lg_fail(err, "invalid tenant name '%.80s': expected 1-63 characters of a-z, 0-9 and '-', "
-                            "starting with a letter or digit",
-                       name),
-               LG_STORE_INVALID;
+        return lg_fail(err, "invalid tenant name '%.80s': " LG_STORE_TENANT_NAME_RULE, name), LG_STORE_INVALID;
     return 0;
 }
 
@@ -570,12 +614,19 @@ static int lg_backup_locked(lg_store *st, const char *dest, lg_err *err)
     if (stat(dest, &sb) == 0)
         return lg_fail(err, "backup target %s already exists", dest), LG_STORE_CONFLICT;
     unlink(tmp); /* a leftover of an interrupted backup */
+    /* a copy of the database is as private as the database (0600) */
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return lg_fail(err, "creating the backup file %s: %s", tmp, strerror(errno)), LG_STORE_ERROR;
+    fchmod(fd, 0600);
+    close(fd);
     sqlite3 *out = NULL;
     if (sqlite3_open_v2(tmp, &out, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL) !=
         SQLITE_OK) {
         lg_db_fail(err, out, "creating the backup file");
         lg_err_prefix(err, "%s", tmp);
         sqlite3_close(out);
+        unlink(tmp);
         return LG_STORE_ERROR;
     }
     /* one step copies everything inside one read transaction: a consistent

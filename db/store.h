@@ -69,7 +69,13 @@ int lg_store_schema_latest(void);
 
 #define LG_STORE_NAME_MAX 64 /* buffer size for tenant, adapter and key names */
 
-/* Tenant names: [a-z0-9][a-z0-9-]{0,62} (they appear in /t/<tenant>/ URLs). */
+/* Tenant names are DNS labels, [a-z0-9]([a-z0-9-]{0,61}[a-z0-9])? (they are
+ * the slug of /t/<tenant>/ URLs and the label of <tenant>.<suffix> Hosts):
+ * the router's rule, lg_tenant_slug_valid. LG_STORE_TENANT_NAME_RULE says
+ * it in words, for error messages. */
+#define LG_STORE_TENANT_NAME_RULE                                                                            \
+    "a tenant name is 1 to 63 characters of a-z, 0-9 and '-', starting and ending with a letter or digit " \
+    "(a DNS label: it is used in /t/<name>/v1 URLs and as a Host name label)"
 int lg_store_check_tenant_name(const char *name, lg_err *err);
 /* Adapter names: [A-Za-z0-9][A-Za-z0-9._-]{0,62} (the `model` clients send). */
 int lg_store_check_adapter_name(const char *name, lg_err *err);

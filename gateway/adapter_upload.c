@@ -455,6 +455,13 @@ static int mp_data(void *user, const lg_mp_part *p, const void *data, size_t len
 {
     upload *u = user;
     (void)p;
+    /* name and config are text that ends up in C strings (and JSON has no
+     * raw NUL): a NUL byte would silently cut the value ("a\0b" -> "a") */
+    if ((u->field == F_NAME || u->field == F_CONFIG) && memchr(data, 0, len)) {
+        lg_job_fail(&u->j, 400, "invalid_value", field_label(u->field),
+                    "The form field '%s' contains a NUL byte; it must be text.", field_label(u->field));
+        return lg_fail(err, "NUL byte");
+    }
     switch (u->field) {
     case F_NAME:
         if (u->name_len + len >= sizeof u->name) {

@@ -390,10 +390,13 @@ static int tenant_create(lg_request *r, void *user)
                          "`name` must be a string: the tenant's slug, as in /t/<name>/v1.");
         goto out;
     }
+    /* the router's slug rule (what /t/<name>/ and <name>.<suffix> accept),
+     * which the store's check repeats */
     if (strlen(json_string_value(jn)) != json_string_length(jn) ||
+        !lg_tenant_slug_valid(json_string_value(jn), json_string_length(jn)) ||
         lg_store_check_tenant_name(json_string_value(jn), &err) != 0) {
-        lg_respond_error(r, 400, "invalid_value", "name", "Invalid tenant name: %s",
-                         err.msg[0] ? err.msg : "NUL byte");
+        lg_respond_error(r, 400, "invalid_value", "name", "Invalid tenant name '%.80s': %s.",
+                         json_string_value(jn), LG_STORE_TENANT_NAME_RULE);
         goto out;
     }
     if (!(tj = tenant_job_new(r, app, TJ_CREATE, json_string_value(jn))))

@@ -1,5 +1,10 @@
 /*
- * serve.c — see serve.h.
+ * serve.c — see serve.h. Step 2 in detail (data_dir.h): DATA_DIR is
+ * created 0700, or, when the operator made it and others may enter it,
+ * left as it is with a one-line warning; then the leftovers of a previous
+ * process in DATA_DIR/tmp (upload-*, put-*, h2o.b.*) are removed, with one
+ * line giving their count. The start-up lines say where the operator key
+ * is (its file or $LORAGATE_ADMIN_KEY), never any part of it.
  */
 #include "serve.h"
 
@@ -8,6 +13,8 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+
+#include "data_dir.h"
 
 typedef struct serve_state {
     const lg_serve_app *app;
@@ -48,10 +55,17 @@ int lg_serve_run(const lg_serve_config *cfg, const lg_serve_app *app, lg_err *er
     lg_router *rt = NULL;
     lg_server *srv = NULL;
 
-    if (mkdir(cfg->data_dir, 0700) != 0 && errno != EEXIST) {
-        lg_fail(err, "cannot create the data directory %s: %s", cfg->data_dir, strerror(errno));
+    bool created;
+    if (lg_data_dir_prepare(cfg->data_dir, stderr, &created, err) != 0)
         goto out;
-    }
+    /* before anything can write tmp/: what is there was left by a previous process */
+    int removed = 0, failed = 0;
+    lg_err terr = {{0}};
+    if (lg_data_dir_clean_tmp(cfg->data_dir, &removed, &failed, &terr) != 0)
+        fprintf(stderr, "loragate: warning: cannot clean %s/tmp: %s\n", cfg->data_dir, terr.msg);
+    else if (removed || failed)
+        fprintf(stderr, "loragate: removed %d leftover temporary file(s) of a previous run from %s/tmp%s%s\n", removed,
+                cfg->data_dir, failed ? "; could not remove: " : "", failed ? terr.msg : "");
     if (lg_admin_key_load(cfg->data_dir, &key, err) != 0)
         goto out;
     st.env.admin_key = &key;
@@ -89,11 +103,12 @@ int lg_serve_run(const lg_serve_config *cfg, const lg_serve_app *app, lg_err *er
     for (int i = 0; i < lg_server_listener_count(srv); i++)
         printf("loragate: serving on %s (%s)\n", lg_server_listener_url(srv, i),
                lg_server_is_tls(srv) ? "TLS 1.2/1.3, HTTP/2 and HTTP/1.1" : "plain HTTP/1.1, loopback only");
+    /* where the key is, never any part of it */
     if (key.source == LG_ADMIN_KEY_FROM_ENV)
-        printf("loragate: operator key from $%s (%s)\n", LG_ADMIN_KEY_ENV, key.hint);
+        printf("loragate: operator key from $%s\n", LG_ADMIN_KEY_ENV);
     else
-        printf("loragate: operator key %s %s (%s)\n", key.source == LG_ADMIN_KEY_GENERATED ? "generated in" : "in",
-               key.path, key.hint);
+        printf("loragate: operator key %s %s\n", key.source == LG_ADMIN_KEY_GENERATED ? "generated in" : "in",
+               key.path);
     if (cfg->tenant_host_suffix)
         printf("loragate: tenants also by Host: <tenant>%s\n", cfg->tenant_host_suffix);
     if (lg_server_is_tls(srv))

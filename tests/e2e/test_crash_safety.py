@@ -310,7 +310,7 @@ def test_read_only_data_dir_is_a_clear_error(tmp_path):
     root = tmp_path / "ro"
     (root / "data").mkdir(parents=True)
     data = str(root / "data")
-    assert mount("-t", "tmpfs", "-o", "size=32m", "tmpfs", data).returncode == 0
+    assert mount("-t", "tmpfs", "-o", "size=32m,mode=700", "tmpfs", data).returncode == 0
     try:
         prepared_data_dir(root)
         r = mount("-o", "remount,ro", data)
@@ -354,7 +354,7 @@ def test_full_disk_gives_503_and_recovers_without_loss(tmp_path):
     root = tmp_path / "full"
     data = root / "data"
     data.mkdir(parents=True)
-    assert mount("-t", "tmpfs", "-o", "size=24m", "tmpfs", str(data)).returncode == 0
+    assert mount("-t", "tmpfs", "-o", "size=24m,mode=700", "tmpfs", str(data)).returncode == 0
     try:
         s = Serve(root, MODEL_PATH, *MODEL_ARGS)  # stderr and the access log stay off the tmpfs
         try:
@@ -374,7 +374,7 @@ def test_shutdown_that_loses_records_exits_non_zero(tmp_path):
     root = tmp_path / "lost"
     data = root / "data"
     data.mkdir(parents=True)
-    assert mount("-t", "tmpfs", "-o", "size=24m", "tmpfs", str(data)).returncode == 0
+    assert mount("-t", "tmpfs", "-o", "size=24m,mode=700", "tmpfs", str(data)).returncode == 0
     try:
         s = Serve(root, MODEL_PATH, *MODEL_ARGS, "--drain-timeout", "2")
         try:
