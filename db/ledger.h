@@ -62,12 +62,14 @@ typedef struct lg_usage_record {
     char model[LG_LEDGER_MODEL_MAX];           /* the model name the client asked for (may be "") */
     char adapter_name[LG_STORE_NAME_MAX];      /* "": the base model */
     char adapter_digest[65];                   /* "": the base model; else 64 hex */
-    int64_t prompt_tokens;                     /* including cached */
+    int64_t prompt_tokens;                     /* including cached; as far as the engine prefilled them */
     int64_t cached_tokens;                     /* <= prompt_tokens */
     int64_t completion_tokens;
     char finish_reason[LG_LEDGER_FINISH_MAX]; /* "": none */
     int32_t http_status;                      /* 0..999 (499: client went away) */
-    char error_type[LG_LEDGER_ERROR_TYPE_MAX]; /* "": success */
+    /* "": success; for a 499 how far it got: "cancelled_before_prefill" (queued:
+     * no tokens), "cancelled_during_prefill", "client_disconnected" (docs/api.md) */
+    char error_type[LG_LEDGER_ERROR_TYPE_MAX];
     int64_t received_at;                       /* Unix ms, >= 0: buckets of usage queries use it */
     int64_t first_token_at;                    /* Unix ms; 0: no token */
     int64_t finished_at;                       /* Unix ms */

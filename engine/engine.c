@@ -235,7 +235,11 @@ static void adapter_unref(lg_engine *e, int id)
 static void finish(lg_engine *e, request *r, lg_finish_reason reason, const char *msg)
 {
     lg_sched_drop(e, r);
-    r->usage.prompt_tokens = r->n_prompt;
+    /* billed: the prompt as far as it was prefilled (engine_internal.h, Billing) */
+    r->usage.prompt_tokens = r->prefilled;
+    r->usage.prompt_len = r->n_prompt;
+    if (r->counted && r->prefilled < r->n_prompt) /* VTC charged the whole prompt at admission: refund the rest */
+        lg_fair_charge(e->fair, r->ft, -LG_VTC_WP * (double)(r->n_prompt - r->prefilled));
     r->usage.completion_tokens = r->n_generated;
     r->usage.t_finished = lg_now();
     if (r->p.cb.on_finish)
@@ -499,6 +503,46 @@ int lg_engine_set_tenant_weight(lg_engine *e, const char *tenant, double weight,
     return lg_fair_set_weight(e->fair, tenant, weight, err);
 }
 
+const char *lg_tenant_key(int64_t id, char *buf)
+{
+    snprintf(buf, LG_TENANT_KEY_MAX, "t%lld", (long long)id);
+    return buf;
+}
+
+int lg_engine_purge_tenant(lg_engine *e, const char *tenant, lg_err *err)
+{
+    tenant = tenant ? tenant : "";
+    if (strlen(tenant) > LG_MAX_TENANT)
+        return lg_fail(err, "a tenant name has at most %d bytes", LG_MAX_TENANT);
+    engine_msg *m = calloc(1, sizeof *m);
+    if (!m)
+        return lg_fail(err, "out of memory");
+    m->kind = MSG_PURGE_TENANT;
+    snprintf(m->tenant, sizeof m->tenant, "%s", tenant);
+    pthread_mutex_lock(&e->mu);
+    m->before_id = e->next_id; /* ids are issued under mu: the requests submitted before this call */
+    post_msg_locked(e, m);
+    pthread_mutex_unlock(&e->mu);
+    return 0;
+}
+
+/* Owner thread: the tenant's namespaces leave the tree, and its requests
+ * submitted before the purge that use them stop using the prefix cache
+ * (they keep the pages they pin until they finish, then those go back to
+ * the pool). With a shared domain (global) that is its salted namespaces. */
+static void purge_tenant(lg_engine *e, const engine_msg *m)
+{
+    for (int i = 0; i < e->n_live; i++) {
+        request *r = e->live[i];
+        if (r->id < m->before_id && !strcmp(r->tenant, m->tenant) &&
+            (e->sharing == LG_PREFIX_TENANT || r->ns.salted))
+            r->use_cache = false;
+    }
+    const char *tenant = m->tenant;
+    if (e->prefix)
+        lg_prefix_cache_purge(e->prefix, e->sharing == LG_PREFIX_TENANT ? tenant : NULL, tenant);
+}
+
 /* ---- submit / cancel ------------------------------------------------------------------ */
 
 int lg_engine_submit(lg_engine *e, const lg_request_params *p, int64_t *id, lg_err *err)
@@ -581,8 +625,10 @@ int lg_engine_submit(lg_engine *e, const lg_request_params *p, int64_t *id, lg_e
                        need, max_total, lg_page_pool_n_pages(e->pool));
     }
     r->use_cache = e->sharing != LG_PREFIX_OFF;
-    if (r->use_cache)
+    if (r->use_cache) {
         lg_pc_ns_make(&r->ns, e->sharing == LG_PREFIX_TENANT ? tenant : "", digest, salt);
+        lg_pc_ns_set_user(&r->ns, tenant);
+    }
     r->id = e->next_id++;
     r->link.tenant = r->ft;
     r->link.arrival = r->id;
@@ -667,8 +713,15 @@ static void drain_inbox(lg_engine *e)
     e->woken = false;
     pthread_mutex_unlock(&e->mu);
 
+    engine_msg *purges = NULL, **purge_tail = &purges;
     for (engine_msg *m = msgs, *n; m; m = n) {
         n = m->next;
+        if (m->kind == MSG_PURGE_TENANT) { /* after the arrivals below, which may be the tenant's */
+            m->next = NULL;
+            *purge_tail = m;
+            purge_tail = &m->next;
+            continue;
+        }
         if (m->kind == MSG_ADAPTER_ADD) {
             lg_err aerr;
             if (lg_adapter_cache_add(e->adapters, m->id, m->spec, &aerr) != 0)
@@ -687,6 +740,11 @@ static void drain_inbox(lg_engine *e)
         }
         e->live[e->n_live++] = r;
         lg_fair_enqueue(e->fair, &r->link);
+    }
+    for (engine_msg *m = purges, *n; m; m = n) {
+        n = m->next;
+        purge_tenant(e, m);
+        free(m);
     }
     for (int c = 0; c < nc; c++)
         for (int i = 0; i < e->n_live; i++)
@@ -930,6 +988,8 @@ static int take_results(lg_engine *e, int n, bool dev_sample, bool want_logits)
             continue;
         }
         r->n_computed += e->chunk[s];
+        if (r->prefilled < r->n_prompt) /* billing: once, however often preemption made it recompute */
+            r->prefilled = r->n_computed < r->n_prompt ? r->n_computed : r->n_prompt;
         lg_sched_insert_prefix(e, r);
         if (!e->seqs[s].want_logits)
             continue;

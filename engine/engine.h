@@ -4,12 +4,17 @@
  * requests run; one engine thread (or a caller) drives the steps.
  *
  * What a request carries: prompt ids, sampling, a tenant (its isolation
- * domain for the prefix cache and its share for fairness), an adapter by id
+ * domain for the prefix cache and its share for fairness: an identity, not
+ * a display name — a string that is never given to another tenant, such as
+ * lg_tenant_key of a database id that is never reused; the gateway passes
+ * "t<tenant id>"), an adapter by id
  * (a *version*: lg_engine_add_adapter returns a new id each time, also when
  * it replaces a name), and an optional cache salt. What comes back: each
  * sampled token (on_token, with log-probabilities when asked), then exactly
  * one on_finish with the usage (prompt, cached and completion tokens, finish
- * reason, times).
+ * reason, times): what the engine did, so what may be billed — a request
+ * cancelled before its prompt was computed reports only the prompt tokens
+ * that were prefilled (none while it waited in the queue).
  *
  * The runtime behind it (one file each, with their design notes):
  *   engine/scheduler.c    — iteration-level continuous batching with a token
@@ -46,12 +51,21 @@ typedef enum lg_finish_reason {
 } lg_finish_reason;
 const char *lg_finish_reason_name(lg_finish_reason r);
 
-/* Usage of one request, given to on_finish. Times are lg_now() seconds
- * (CLOCK_MONOTONIC); 0 when the event did not happen (no token generated). */
+/* Usage of one request, given to on_finish: what the engine did. Times are
+ * lg_now() seconds (CLOCK_MONOTONIC); 0 when the event did not happen (no
+ * token generated). */
 typedef struct lg_usage {
+    /* prompt tokens prefilled: computed, or served from the prefix cache,
+     * each counted once (a prompt recomputed after preemption is not counted
+     * again); == prompt_len once the first token was sampled, less only for
+     * a request that ended before (cancelled, failed): 0 if it never left the
+     * queue, the chunks computed if it was cancelled during a chunked prefill */
     int prompt_tokens;
+    int prompt_len;          /* the prompt's length (n_prompt) */
     int completion_tokens;   /* tokens sampled (and passed to on_token) */
-    int cached_tokens;       /* prompt tokens whose KV came from the prefix cache (exact; at first admission) */
+    /* prompt tokens whose KV came from the prefix cache: the full pages
+     * matched at the first admission (exact; <= prompt_tokens) */
+    int cached_tokens;
     double t_queued;         /* lg_engine_submit accepted it */
     double t_first_token;    /* first on_token */
     double t_finished;       /* on_finish */
@@ -211,6 +225,24 @@ void lg_engine_evict_adapter(lg_engine *e, int adapter_id, bool host_too);
 /* Fair-share weight of a tenant (default 1; > 0). A tenant with weight 2
  * gets twice the service of a tenant with weight 1 when both are backlogged. */
 int lg_engine_set_tenant_weight(lg_engine *e, const char *tenant, double weight, lg_err *err);
+
+/* The engine's tenant string for a tenant id that is never reused (the
+ * store's tenant row id): "t<id>", written to buf (LG_TENANT_KEY_MAX bytes);
+ * returns buf. Any thread. */
+#define LG_TENANT_KEY_MAX 24
+const char *lg_tenant_key(int64_t id, char *buf);
+
+/* The tenant is gone (deleted): drops its cached prefixes. Posted to the
+ * owner thread like a cancel and applied at its next step (in order with
+ * submits posted before it): every prefix-cache namespace whose isolation
+ * domain is `tenant` (--prefix-sharing tenant) leaves the tree, and with a
+ * shared domain (global) every salted namespace the tenant inserted pages
+ * into; pages no running request pins go back to the pool then, the others
+ * when their requests finish. The tenant's requests already submitted stop
+ * using and filling those namespaces; they run to the end. (Unsalted
+ * namespaces of the shared global domain are shared by design and stay.)
+ * Returns 0, or -1 (out of memory, tenant too long). */
+int lg_engine_purge_tenant(lg_engine *e, const char *tenant, lg_err *err);
 
 /* ---- requests (any thread) ---------------------------------------------- */
 

@@ -19,6 +19,16 @@
  * cache, which kept the pages it had inserted), so greedy output does not
  * change.
  *
+ * Billing (lg_usage). `prefilled` is how far the prompt has been prefilled
+ * at most, ever: max over the request's life of min(n_computed, n_prompt),
+ * raised when a chunk is computed (engine.c, take_results) and when an
+ * admission starts it on cached pages (scheduler.c, try_admit). Preemption
+ * sets n_computed back to 0 but never lowers it, so a recomputed prompt is
+ * billed once; usage.prompt_tokens = prefilled <= n_prompt. Cached tokens
+ * are the pages matched at the first admission (a whole number of pages, <=
+ * prefilled from then on). A request cancelled in the queue was never
+ * admitted: 0 and 0.
+ *
  * Lists (owner thread): `live` has every request the owner thread knows;
  * `running` the admitted ones in admission order; `preempted` those waiting
  * to be re-admitted, in admission order (they go before new admissions);
@@ -58,6 +68,7 @@ typedef struct request {
     lg_fair_link link;       /* admission queue (never-admitted requests) */
     lg_fair_tenant *ft;
     int n_generated;
+    int prefilled;           /* prompt tokens prefilled (computed or from the cache), at most: billed */
     bool counted;            /* prompt/cached tokens counted (first admission) */
     const lg_lora_w *lora;   /* adapter slot table while pinned, else NULL */
     bool cancel;
@@ -80,9 +91,11 @@ typedef struct adapter_reg {
 
 /* Messages to the owner thread besides requests and cancels. */
 typedef struct engine_msg {
-    enum { MSG_ADAPTER_ADD, MSG_ADAPTER_REMOVE } kind;
+    enum { MSG_ADAPTER_ADD, MSG_ADAPTER_REMOVE, MSG_PURGE_TENANT } kind;
     int id;
     lg_adapter_spec *spec;   /* ADD: ownership passes to the adapter cache */
+    char tenant[LG_MAX_TENANT + 1]; /* PURGE_TENANT: whose namespaces, ... */
+    int64_t before_id;       /* ... and its requests submitted before it (ids below) stop using the cache */
     struct engine_msg *next;
 } engine_msg;
 

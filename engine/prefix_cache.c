@@ -8,13 +8,33 @@
  * to its parent and its children (first_child / sibling list) so an
  * eviction can detach it in O(1) and, if it ever had children, drop them.
  * Namespace roots live in a second small table keyed by the 32-byte
- * namespace; a root goes away with its last child.
+ * namespace; a root goes away with its last child. A root also has a
+ * root_info: its namespace (key, isolation domain, salted) and the tags of
+ * the tenants that inserted under it, which lg_prefix_cache_purge reads (an
+ * insert finds its root by walking up the parent links: a few pointer
+ * steps per computed page).
+ *
+ * Purged nodes. A purge takes every node of a dropped namespace out of the
+ * children table and the tree. Unpinned ones are freed with their pages at
+ * once; pinned ones are marked `purged` and detached (no parent, no
+ * children: each descendant is handled by itself): unreachable by match and
+ * insert, they are freed, page and all, when release drops their last pin.
  */
 #include "prefix_cache.h"
 
 #include <openssl/sha.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
+
+#define PC_USER_TAGS 8 /* tenants remembered per namespace; more: "many" (a purge of any of them drops it) */
+
+typedef struct root_info {
+    lg_pc_ns ns;
+    uint64_t users[PC_USER_TAGS]; /* tags of the tenants that inserted pages under this root */
+    int n_users;
+    bool many_users;
+} root_info;
 
 struct lg_pc_node {
     lg_pool_entry pe;          /* pages = &page, n_pages = 1; pe.owner = the cache */
@@ -22,11 +42,12 @@ struct lg_pc_node {
     uint64_t uid;
     uint64_t parent_uid;
     uint64_t hash;             /* of (parent_uid, tokens) */
-    lg_pc_node *parent;        /* NULL for roots and for detached (orphaned) nodes */
+    lg_pc_node *parent;        /* NULL for roots and for detached (orphaned, purged) nodes */
     lg_pc_node *first_child, *next_sib, *prev_sib;
     lg_pc_node *hnext;         /* bucket chain (children table, or roots table for roots) */
-    lg_pc_ns ns;               /* roots only */
+    root_info *ri;             /* roots only */
     bool in_table;
+    bool purged;               /* out of the tree, still pinned: freed by the release of its last pin */
     int32_t tokens[];          /* [page_tokens]; absent for roots */
 };
 
@@ -53,6 +74,15 @@ static void put_len_str(unsigned char *buf, size_t *n, const char *s)
     *n += len;
 }
 
+/* FNV-1a 64 of a tenant string: a tag (a collision only makes a purge drop
+ * more than it had to). */
+static uint64_t user_tag(const char *s)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p; p++) h = (h ^ *p) * 0x100000001b3ull;
+    return h;
+}
+
 void lg_pc_ns_make(lg_pc_ns *ns, const char *domain, const char *adapter_digest, const char *salt)
 {
     unsigned char buf[32 + 3 * (4 + 4096)];
@@ -63,7 +93,12 @@ void lg_pc_ns_make(lg_pc_ns *ns, const char *domain, const char *adapter_digest,
     put_len_str(buf, &n, adapter_digest);
     put_len_str(buf, &n, salt);
     SHA256(buf, n, ns->b);
+    snprintf(ns->domain, sizeof ns->domain, "%s", domain ? domain : "");
+    ns->salted = salt && salt[0];
+    ns->user = user_tag(domain);
 }
+
+void lg_pc_ns_set_user(lg_pc_ns *ns, const char *user) { ns->user = user_tag(user); }
 
 static uint64_t mix64(uint64_t x)
 {
@@ -168,7 +203,7 @@ static lg_pc_node *find_root(const lg_prefix_cache *pc, const lg_pc_ns *ns)
 {
     uint64_t h = ns_hash(ns);
     for (lg_pc_node *x = pc->roots[h & (pc->n_root_buckets - 1)]; x; x = x->hnext)
-        if (!memcmp(x->ns.b, ns->b, sizeof ns->b))
+        if (!memcmp(x->ri->ns.b, ns->b, sizeof ns->b))
             return x;
     return NULL;
 }
@@ -202,7 +237,23 @@ static void root_maybe_free(lg_prefix_cache *pc, lg_pc_node *root)
         return;
     table_del(pc->roots, pc->n_root_buckets, root);
     pc->n_roots--;
+    free(root->ri);
     free(root);
+}
+
+/* Remembers that `user` inserted under root. */
+static void root_add_user(lg_pc_node *root, uint64_t user)
+{
+    root_info *ri = root->ri;
+    if (ri->many_users)
+        return;
+    for (int i = 0; i < ri->n_users; i++)
+        if (ri->users[i] == user)
+            return;
+    if (ri->n_users == PC_USER_TAGS)
+        ri->many_users = true;
+    else
+        ri->users[ri->n_users++] = user;
 }
 
 static void on_evict(void *owner, lg_pool_entry *e);
@@ -278,11 +329,16 @@ lg_pc_node *lg_prefix_cache_insert(lg_prefix_cache *pc, const lg_pc_ns *ns, lg_p
         p = find_root(pc, ns);
         if (!p) {
             p = calloc(1, sizeof *p);
-            if (!p)
+            root_info *ri = calloc(1, sizeof *ri);
+            if (!p || !ri) {
+                free(p);
+                free(ri);
                 return NULL;
+            }
             p->page = -1;
             p->uid = pc->next_uid++;
-            p->ns = *ns;
+            p->ri = ri;
+            ri->ns = *ns;
             p->hash = ns_hash(ns);
             if (pc->n_roots + 1 > pc->n_root_buckets)
                 table_grow(&pc->roots, &pc->n_root_buckets);
@@ -290,6 +346,10 @@ lg_pc_node *lg_prefix_cache_insert(lg_prefix_cache *pc, const lg_pc_ns *ns, lg_p
             pc->n_roots++;
         }
     }
+    lg_pc_node *root = p;
+    while (root->parent) root = root->parent;
+    if (root->page < 0) /* always, for a chain in the tree */
+        root_add_user(root, ns->user);
     lg_pc_node *x = find_child(pc, p->uid, tokens);
     if (x) {
         lg_page_pool_pin(pc->pool, &x->pe);
@@ -325,8 +385,76 @@ void lg_prefix_cache_release(lg_prefix_cache *pc, lg_pc_node *const *nodes, int 
         lg_pc_node *x = nodes[i];
         if (!x)
             continue;
+        if (x->purged && x->pe.pins == 1) { /* the last pin of a purged node: its page goes back now */
+            lg_page_pool_entry_drop(pc->pool, &x->pe);
+            pc->st.purged_pinned--;
+            free(x);
+            continue;
+        }
         lg_page_pool_unpin(pc->pool, &x->pe);
     }
+}
+
+/* Takes x and its descendants out of the tree (x itself is already out of
+ * its parent's child list, or a root). */
+static void purge_subtree(lg_prefix_cache *pc, lg_pc_node *x)
+{
+    while (x->first_child) {
+        lg_pc_node *c = x->first_child;
+        unlink_child(c);
+        purge_subtree(pc, c);
+    }
+    if (x->page < 0) { /* the root */
+        table_del(pc->roots, pc->n_root_buckets, x);
+        pc->n_roots--;
+        free(x->ri);
+        free(x);
+        return;
+    }
+    if (x->in_table) {
+        table_del(pc->buckets, pc->n_buckets, x);
+        pc->n_nodes--;
+    }
+    pc->st.purged_nodes++;
+    if (x->pe.pins == 0) {
+        lg_page_pool_entry_drop(pc->pool, &x->pe);
+        free(x);
+    } else {
+        x->purged = true;
+        pc->st.purged_pinned++;
+    }
+}
+
+static bool root_purged_by(const root_info *ri, const char *domain, const char *salted_user, uint64_t tag)
+{
+    if (domain && !strcmp(ri->ns.domain, domain))
+        return true;
+    if (!salted_user || !ri->ns.salted)
+        return false;
+    if (ri->many_users)
+        return true;
+    for (int i = 0; i < ri->n_users; i++)
+        if (ri->users[i] == tag)
+            return true;
+    return false;
+}
+
+int lg_prefix_cache_purge(lg_prefix_cache *pc, const char *domain, const char *salted_user)
+{
+    if (!pc || (!domain && !salted_user))
+        return 0;
+    uint64_t tag = user_tag(salted_user);
+    int n = 0;
+    for (size_t b = 0; b < pc->n_root_buckets; b++)
+        for (lg_pc_node *r = pc->roots[b], *nr; r; r = nr) {
+            nr = r->hnext;
+            if (root_purged_by(r->ri, domain, salted_user, tag)) {
+                purge_subtree(pc, r);
+                n++;
+            }
+        }
+    pc->st.purged_namespaces += n;
+    return n;
 }
 
 void lg_prefix_cache_get_stats(const lg_prefix_cache *pc, lg_prefix_cache_stats *s)
@@ -345,6 +473,7 @@ static void free_subtree(lg_prefix_cache *pc, lg_pc_node *x)
     }
     if (x->page >= 0)
         lg_page_pool_entry_drop(pc->pool, &x->pe);
+    free(x->ri);
     free(x);
 }
 

@@ -21,7 +21,9 @@
  * Admission matches the prefix cache first: the longest run of cached full
  * pages of the request's tokens (never its last token, whose logits are
  * needed) becomes the start of its page table and n_computed starts there;
- * at first admission that count is the request's cached_tokens.
+ * at first admission that count is the request's cached_tokens (and, at
+ * any admission, the request's prompt is prefilled at least that far:
+ * engine_internal.h, Billing).
  *
  * Preemption (recompute): when a running request cannot get the page its
  * next chunk needs, the most recently admitted running request that is not
@@ -227,6 +229,10 @@ static admit_rc try_admit(lg_engine *e, request *r, int *budget, bool *any_prefi
     }
     if (!r->admit_seq)
         r->admit_seq = ++e->next_admit;
+    /* billing: the prompt tokens it starts on are prefilled (served from the cache) */
+    int served = m * P < r->n_prompt ? m * P : r->n_prompt;
+    if (served > r->prefilled)
+        r->prefilled = served;
     if (!r->counted) {
         r->counted = true;
         r->usage.cached_tokens = m * P;

@@ -132,8 +132,11 @@ int lg_app_reload_tenants(lg_app *app, lg_store *st, lg_err *err)
     pthread_rwlock_unlock(&app->tenants_lock);
     lg_strmap_free(by_name);
     if (rc == 0 && app->engine)
-        for (int i = 0; i < n; i++)
-            lg_engine_set_tenant_weight(app->engine, rows[i].name, rows[i].weight > 0 ? rows[i].weight : 1, NULL);
+        for (int i = 0; i < n; i++) {
+            char key[LG_TENANT_KEY_MAX]; /* the engine knows a tenant by its id, never reused */
+            lg_engine_set_tenant_weight(app->engine, lg_tenant_key(rows[i].id, key), rows[i].weight > 0 ? rows[i].weight : 1,
+                                        NULL);
+        }
     free(rows);
     if (rc == 0 && app->keys)
         rc = lg_key_cache_refresh(app->keys, st, err);

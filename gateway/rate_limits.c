@@ -21,7 +21,9 @@
  * is full again, "1s", "250ms", "1m30s"); a dimension without a limit sends
  * none of its headers.
  *
- * The monthly budget counts prompt + completion tokens of every request
+ * The monthly budget counts the billed prompt + completion tokens (the
+ * ledger's figures: a request cancelled before its prompt was computed
+ * counts only what was prefilled, often 0) of every request
  * whose engine work finished this calendar month (UTC), plus the estimates
  * of requests in flight: a request is admitted only if its estimate fits in
  * what is left, so the budget is never overrun by more than what requests

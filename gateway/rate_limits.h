@@ -25,7 +25,10 @@ void lg_limits_free(lg_limits *l); /* NULL: no-op */
  * Retry-After). Non-blocking. */
 int lg_limits_admit(lg_limits *l, lg_request *r, const lg_app_tenant *t, int64_t est_tokens);
 /* [any] The request admitted with est_tokens finished having used
- * actual_tokens (prompt + completion; 0 if it never ran). */
+ * actual_tokens: the billed prompt + completion tokens of its usage record
+ * (the prompt as far as the engine prefilled it: 0 for a request cancelled
+ * while queued or never run), which the monthly budget counts and the
+ * tokens-per-minute bucket settles its estimate against. */
 void lg_limits_finish(lg_limits *l, const lg_app_tenant *t, int64_t est_tokens, int64_t actual_tokens);
 
 /* [any] What the limits know of a tenant now (usage page, tests). */

@@ -5,7 +5,7 @@
  *   GET    /admin/v1/tenants
  *   GET    /admin/v1/tenants/{t}
  *   PATCH  /admin/v1/tenants/{t}                  {"weight"?, "pricing"?, "limits"?}
- *   DELETE /admin/v1/tenants/{t}                  keys stop at once, adapters removed
+ *   DELETE /admin/v1/tenants/{t}                  keys stop at once, adapters removed, cached prefixes purged
  *   POST   /admin/v1/tenants/{t}/keys             {"name"?, "scopes"?} -> the secret, once
  *   GET    /admin/v1/tenants/{t}/keys             no secrets (prefix only)
  *   DELETE /admin/v1/keys/{id}                    revoked from the next request on
@@ -271,11 +271,22 @@ static void tenant_work(lg_job *jb)
     lg_tenant row;
     int rc = 0;
     if (tj->op == TJ_DELETE) {
-        rc = lg_store_tenant_delete(st, tj->name, &err);
+        /* the id of the row this deletes (the store is ours until released:
+         * nobody deletes and recreates the name in between) */
+        rc = lg_store_tenant_get(st, tj->name, &row, &err);
+        if (rc == 0)
+            rc = lg_store_tenant_delete(st, tj->name, &err);
         if (rc == 0) {
+            tj->tenant_id = row.id;
             lg_err e2 = {{0}};
             if (lg_app_reload_tenants(app, st, &e2) != 0) /* the store changed: say so, still */
                 fprintf(stderr, "loragate serve: reloading tenants: %s\n", e2.msg);
+            /* committed: its cached prompt prefixes go now (the engine knows
+             * a tenant by its id, never reused: a new tenant of this name
+             * starts with an empty cache whatever happens here) */
+            char key[LG_TENANT_KEY_MAX];
+            if (app->engine && lg_engine_purge_tenant(app->engine, lg_tenant_key(row.id, key), &e2) != 0)
+                fprintf(stderr, "loragate serve: purging tenant %s's prefix cache: %s\n", tj->name, e2.msg);
             lg_app_adapter_uninstall_tenant(app, tj->tenant_id);
             jb->status = 200;
             jb->body = json_pack("{s:s,s:s,s:b}", "id", tj->name, "object", "tenant", "deleted", 1);

@@ -21,11 +21,25 @@
  * only once the request's ledger record is durable, so every response a
  * client saw complete is billed exactly once, also across kill -9. A client
  * that leaves cancels its engine requests at once (lg_stream on_cancel);
- * what was generated is still billed (status 499).
+ * what the engine did is still billed (status 499): the tokens generated,
+ * and the prompt as far as it was prefilled, so a request cancelled while
+ * it waited in the engine's queue costs nothing (error_type
+ * "cancelled_before_prefill"), one cancelled inside a chunked prefill the
+ * chunks computed ("cancelled_during_prefill"), and one cancelled after
+ * that its whole prompt ("client_disconnected").
  *
- * Usage: prompt_tokens counts each prompt once (OpenAI's rule for n > 1),
- * with the cached tokens of its first choice; completion_tokens sums every
- * choice's sampled tokens. The ledger record holds the same numbers.
+ * Usage: the engine's (engine.h lg_usage: prompt tokens prefilled, cached
+ * tokens, tokens generated). prompt_tokens counts each prompt once (OpenAI's
+ * rule for n > 1), from the choice that prefilled most of it (ties: the
+ * lowest index; so normally its first choice), with that choice's cached
+ * tokens; completion_tokens sums every choice's sampled tokens. The ledger
+ * record, the limits (lg_limits_finish: monthly budget, token buckets) and
+ * the metrics get the same numbers.
+ *
+ * Tenants reach the engine by id (lg_tenant_key: "t<tenant id>"), never by
+ * name: prefix-cache namespaces and fair-share state belong to the tenant
+ * row, and a tenant recreated under a deleted one's name shares nothing
+ * with it.
  */
 #include <inttypes.h>
 #include <math.h>
@@ -85,7 +99,12 @@ struct job {
     prod p[LG_OAI_MAX_N];
     /* engine thread after submit */
     atomic_int remaining; /* choices not finished, + 1 while submitting */
-    int64_t prompt_tokens, cached_tokens, completion_tokens;
+    int64_t completion_tokens;
+    /* per prompt: the usage of the choice that prefilled most of it */
+    int best_choice[LG_OAI_MAX_N]; /* -1: none finished */
+    int64_t best_prompt[LG_OAI_MAX_N], best_cached[LG_OAI_MAX_N];
+    int n_prompts;
+    int64_t prompt_len;   /* the prompts' tokens, all of them (set before submit) */
     double t_submit, t_first;
     bool any_error;
     char error[256];
@@ -469,20 +488,34 @@ static int64_t mono_to_ms(const job *j, double t)
     return t > 0 ? j->rec.received_at + (int64_t)((t - j->t_submit) * 1000.0 + 0.5) : 0;
 }
 
+/* The error_type of a request whose client left: how far its prompts got. */
+static const char *disconnect_type(int64_t prefilled, int64_t prompt_len)
+{
+    if (prefilled == 0)
+        return "cancelled_before_prefill"; /* never left the engine's queue: nothing billed for the prompt */
+    if (prefilled < prompt_len)
+        return "cancelled_during_prefill"; /* billed for the prompt tokens prefilled */
+    return "client_disconnected";          /* the whole prompt, and what was generated */
+}
+
 /* The last choice finished: the record, limits, metrics, the ledger. Engine thread. */
 static void finalize(job *j)
 {
     lg_app *app = j->app;
     lg_usage_record *rec = &j->rec;
-    rec->prompt_tokens = j->prompt_tokens;
-    rec->cached_tokens = j->cached_tokens;
+    rec->prompt_tokens = rec->cached_tokens = 0;
+    for (int i = 0; i < j->n_prompts; i++)
+        if (j->best_choice[i] >= 0) {
+            rec->prompt_tokens += j->best_prompt[i];
+            rec->cached_tokens += j->best_cached[i];
+        }
     rec->completion_tokens = j->completion_tokens;
     bool gone = atomic_load(&j->client_gone);
     rec->http_status = j->any_error ? 500 : gone ? 499 : 200;
     snprintf(rec->finish_reason, sizeof rec->finish_reason, "%s",
              gone ? "cancelled" : j->have_reason ? finish_name(j->first_reason) : "");
     snprintf(rec->error_type, sizeof rec->error_type, "%s",
-             j->any_error ? "server_error" : gone ? "client_disconnected" : "");
+             j->any_error ? "server_error" : gone ? disconnect_type(rec->prompt_tokens, j->prompt_len) : "");
     rec->first_token_at = mono_to_ms(j, j->t_first);
     rec->finished_at = lg_app_unix_ms();
     lg_err err = {{0}};
@@ -508,9 +541,12 @@ static void e_finish(void *user, int64_t id, lg_finish_reason reason, const lg_u
     prod *p = user;
     job *j = p->j;
     j->completion_tokens += u->completion_tokens;
-    if (p->choice % j->n_per_prompt == 0) {
-        j->prompt_tokens += u->prompt_tokens;
-        j->cached_tokens += u->cached_tokens;
+    int pi = p->choice / j->n_per_prompt;
+    int b = j->best_choice[pi];
+    if (b < 0 || u->prompt_tokens > j->best_prompt[pi] || (u->prompt_tokens == j->best_prompt[pi] && p->choice < b)) {
+        j->best_choice[pi] = p->choice;
+        j->best_prompt[pi] = u->prompt_tokens;
+        j->best_cached[pi] = u->cached_tokens;
     }
     if (u->t_first_token > 0 && (j->t_first == 0 || u->t_first_token < j->t_first))
         j->t_first = u->t_first_token;
@@ -599,6 +635,11 @@ static int generate(lg_request *r, lg_app *app, lg_oai_kind kind)
     j->tenant = t;
     j->n_per_prompt = q.n;
     j->n_choices = q.n_prompts * q.n;
+    j->n_prompts = q.n_prompts;
+    for (int i = 0; i < q.n_prompts; i++) {
+        j->best_choice[i] = -1;
+        j->prompt_len += q.n_prompt_tokens[i];
+    }
     j->est_tokens = est;
     lg_app_tenant_get(app, t, NULL, &j->pricing);
     lg_usage_record *rec = &j->rec;
@@ -650,6 +691,8 @@ static int generate(lg_request *r, lg_app *app, lg_oai_kind kind)
                                     : ((uint64_t)received * 0x9E3779B97F4A7C15ull) ^
                                           __atomic_add_fetch(&seed_counter, 0x632BE59BD9B4E019ull, __ATOMIC_RELAXED);
     j->t_submit = lg_now();
+    char tenant_key[LG_TENANT_KEY_MAX];
+    lg_tenant_key(t->id, tenant_key);
     atomic_init(&j->remaining, j->n_choices + 1); /* + 1: the submit loop's guard */
     lg_err err = {{0}};
     int failed_at = -1;
@@ -664,7 +707,7 @@ static int generate(lg_request *r, lg_app *app, lg_oai_kind kind)
             .logprobs = q.logprobs,
             .top_logprobs = q.top_logprobs,
             .adapter_id = q.is_adapter ? q.adapter.engine_id : 0,
-            .tenant = t->name,
+            .tenant = tenant_key, /* the id, never the name (names are reused) */
             .cache_salt = q.cache_salt[0] ? q.cache_salt : NULL,
             .cb = {e_token, e_finish},
             .user = &j->p[i],

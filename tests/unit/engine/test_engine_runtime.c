@@ -8,12 +8,16 @@
  *   (a) seeded random workloads — random prompts (some sharing long
  *       prefixes), lengths, adapters, tenants, salts, sampling (greedy and
  *       seeded temperature), stop ids, submit times, cancels from the test
- *       and from inside on_token, adapter evictions — on a small pool so
+ *       and from inside on_token, adapter evictions, tenant purges of the
+ *       prefix cache (lg_engine_purge_tenant) — on a small pool so
  *       preemption and eviction happen. Invariants: every accepted request
  *       gets on_finish exactly once and nothing after it; on_token indices
  *       are contiguous from 0; usage.completion_tokens == tokens delivered,
- *       prompt_tokens exact, cached_tokens a whole number of pages below the
- *       prompt; a cancel finishes the request (CANCELLED) at the very next
+ *       prompt_tokens exact (the whole prompt once a token came, however
+ *       often it was recomputed; a request cancelled before that, at most
+ *       the prompt: test_engine_billing.c checks the figures), cached_tokens
+ *       a whole number of pages below the prompt and not above prompt_tokens;
+ *       a cancel finishes the request (CANCELLED) at the very next
  *       step; every request's tokens equal (cancelled: are a prefix of) the
  *       tokens the same request produces alone on a big pool with no prefix
  *       cache; no page leaks once all finish: nothing pinned, every KV page
@@ -284,7 +288,7 @@ static void fill_random(int32_t *p, int n, uint64_t *s)
 static void random_workload(uint64_t seed0, int n_req, int n_pages, int budget, int max_seqs, lg_prefix_sharing sh,
                             bool pressure, eng *ref)
 {
-    uint64_t seed = seed0;
+    uint64_t seed = seed0, pseed = seed0 ^ 0x5bd1e9955bd1e995ull;
     eng g;
     mk_engine(&g, n_pages, budget, max_seqs, sh);
     int32_t shared[3][64];
@@ -349,6 +353,10 @@ static void random_workload(uint64_t seed0, int n_req, int n_pages, int budget, 
         /* an adapter drops out of the pool (and sometimes the host tier) */
         if (rnd(&seed, 0, 30) == 0)
             lg_engine_evict_adapter(g.e, g.ad[rnd(&seed, 0, N_AD - 1)], rnd(&seed, 0, 1));
+        /* a tenant's cached prefixes are purged (a deleted tenant, whose
+         * requests in flight run on: outputs and usage must not change) */
+        if (rnd(&pseed, 0, 60) == 0) /* its own generator: the workload is the one it was before purges */
+            CHECK(lg_engine_purge_tenant(g.e, TEN[rnd(&pseed, 0, 2)], &err) == 0);
 
         int rc = lg_engine_step(g.e, &err);
         CHECK_MSG(rc >= 0, "step: %s", err.msg);
@@ -383,8 +391,14 @@ static void random_workload(uint64_t seed0, int n_req, int n_pages, int budget, 
                        (t->n_tok > 0 && (t->toks[t->n_tok - 1] == t->stop_id ||
                                          (!t->ignore_eos && t->toks[t->n_tok - 1] == 2)));
         bool times_ok = u->t_finished >= u->t_queued && (t->n_tok == 0 || u->t_first_token >= u->t_queued);
-        if (u->completion_tokens != t->n_tok || u->prompt_tokens != t->n_prompt || u->cached_tokens % 16 ||
-            u->cached_tokens < 0 || u->cached_tokens >= t->n_prompt || !len_ok || !stop_ok || !times_ok ||
+        /* billed prompt: all of it once a token came (also after preemptions); a
+         * request cancelled before that, what was prefilled (0 in the queue) */
+        bool prompt_ok = t->n_tok > 0 ? u->prompt_tokens == t->n_prompt
+                                      : t->reason == LG_FINISH_CANCELLED && u->prompt_tokens >= 0 &&
+                                            u->prompt_tokens <= t->n_prompt;
+        if (u->completion_tokens != t->n_tok || !prompt_ok || u->prompt_len != t->n_prompt || u->cached_tokens % 16 ||
+            u->cached_tokens < 0 || u->cached_tokens >= t->n_prompt || u->cached_tokens > u->prompt_tokens ||
+            !len_ok || !stop_ok || !times_ok ||
             (t->reason == LG_FINISH_CANCELLED && !t->cancelled) || t->reason == LG_FINISH_ERROR) {
             bad_usage++;
             fprintf(stderr, "request %lld: reason %s (%s), %d tokens, usage %d/%d/%d, prompt %d, max %d\n",
