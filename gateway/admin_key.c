@@ -184,14 +184,17 @@ bool lg_admin_key_matches(const lg_admin_key *k, const char *presented, size_t l
     return CRYPTO_memcmp(h, k->sha256, 32) == 0;
 }
 
-int lg_auth_admin(lg_request *r, void *admin_key)
+int lg_auth_admin(const lg_auth_in *in, void *admin_key, lg_auth_result *out)
 {
-    size_t len;
-    const char *tok = lg_request_bearer(r, &len);
-    if (!tok)
-        return lg_respond_unauthorized(r, NULL), -1;
-    if (!lg_admin_key_matches(admin_key, tok, len))
-        return lg_respond_unauthorized(r, "Incorrect operator key provided."), -1;
-    lg_request_set_principal(r, admin_key);
+    if (!in->bearer) {
+        out->status = 401;
+        return -1;
+    }
+    if (!lg_admin_key_matches(admin_key, in->bearer, in->bearer_len)) {
+        out->status = 401;
+        out->message = "Incorrect operator key provided.";
+        return -1;
+    }
+    out->principal_ptr = admin_key;
     return 0;
 }

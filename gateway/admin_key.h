@@ -23,8 +23,7 @@
 #include <stdint.h>
 
 #include "engine/common.h"
-
-typedef struct lg_request lg_request;
+#include "router.h"
 
 #define LG_ADMIN_KEY_ENV "LORAGATE_ADMIN_KEY"
 #define LG_ADMIN_KEY_MIN_LEN 32
@@ -53,6 +52,6 @@ bool lg_admin_key_matches(const lg_admin_key *k, const char *presented, size_t l
 /* lg_auth_fn for operator routes (user: the lg_admin_key): 401
  * invalid_api_key when the bearer token is missing or is not the operator
  * key; sets the principal to the lg_admin_key. */
-int lg_auth_admin(lg_request *r, void *admin_key);
+int lg_auth_admin(const lg_auth_in *in, void *admin_key, lg_auth_result *out);
 
 #endif

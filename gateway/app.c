@@ -3,6 +3,7 @@
  * event loops read, the tenant-key auth hooks, and adapter installation.
  */
 #include "app.h"
+#include "upload_quota.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -149,18 +150,16 @@ int lg_app_reload_keys(lg_app *app, lg_store *st, lg_err *err) { return lg_key_c
 
 const lg_app_principal *lg_app_principal_of(const lg_request *r) { return lg_request_principal(r); }
 
-static int auth_key(lg_request *r, lg_app *app, unsigned scope)
+static int auth_key(const lg_auth_in *in, lg_app *app, unsigned scope, lg_auth_result *out)
 {
-    size_t len;
-    const char *tok = lg_request_bearer(r, &len);
-    if (!tok) {
-        lg_respond_unauthorized(r, NULL);
+    if (!in->bearer) {
+        out->status = 401;
         return -1;
     }
     lg_key_entry k;
-    if (!lg_key_cache_find(app->keys, tok, len, &k)) {
-        lg_respond_unauthorized(r, "Incorrect API key provided. You can find your API key in your loragate operator's "
-                                   "tenant settings.");
+    if (!lg_key_cache_find(app->keys, in->bearer, in->bearer_len, &k)) {
+        out->status = 401;
+        out->message = "Incorrect API key provided. You can find your API key in your loragate operator's tenant settings.";
         return -1;
     }
     /* by name (a hash lookup), not by id: this runs on every request */
@@ -168,38 +167,47 @@ static int auth_key(lg_request *r, lg_app *app, unsigned scope)
     lg_app_resolve_tenant(app, k.tenant_name, &tv);
     lg_app_tenant *t = tv;
     if (!t || t->id != k.tenant_id) {
-        lg_respond_unauthorized(r, "Incorrect API key provided: its tenant no longer exists.");
+        out->status = 401;
+        out->message = "Incorrect API key provided: its tenant no longer exists.";
         return -1;
     }
-    lg_app_tenant *addressed = lg_request_tenant(r);
-    if (lg_request_tenant_via(r) != LG_TENANT_NONE && addressed != t) {
-        /* a key of another tenant at this tenant's base URL: as if unknown */
-        lg_respond_unauthorized(r, "Incorrect API key provided for this tenant's endpoint.");
+    if (in->tenant_via != LG_TENANT_NONE && in->tenant != t) {
+        /* a key of another tenant at this tenant's base URL, or a tenant
+         * name that does not exist: the same answer (no name probing) */
+        out->status = 401;
+        out->message = "Incorrect API key provided for this tenant's endpoint.";
         return -1;
     }
     if (scope && !(k.scopes & scope)) {
-        lg_respond_forbidden(r, scope == LG_SCOPE_ADAPTERS
-                                    ? "You have insufficient permissions for this operation. Missing scope: adapters."
-                                    : "You have insufficient permissions for this operation. Missing scope: inference.");
+        out->status = 403;
+        out->message = scope == LG_SCOPE_ADAPTERS
+                           ? "You have insufficient permissions for this operation. Missing scope: adapters."
+                           : "You have insufficient permissions for this operation. Missing scope: inference.";
         return -1;
     }
-    lg_app_principal *p = lg_request_alloc(r, sizeof *p);
-    if (!p) {
-        lg_respond_error(r, 500, NULL, NULL, "out of memory");
-        return -1;
-    }
+    _Static_assert(sizeof(lg_app_principal) <= LG_PRINCIPAL_MAX, "principal too large");
+    lg_app_principal *p = (lg_app_principal *)out->principal;
+    memset(p, 0, sizeof *p);
     p->tenant = t;
     p->scopes = k.scopes;
     snprintf(p->key_id, sizeof p->key_id, "%s", k.id);
-    lg_request_set_principal(r, p);
-    lg_request_log_set(r, "tenant", json_string(t->name));
-    lg_request_log_set(r, "key_id", json_string(p->key_id));
+    out->principal_len = sizeof *p;
+    out->log[0].key = "tenant";
+    snprintf(out->log[0].value, sizeof out->log[0].value, "%s", t->name);
+    out->log[1].key = "key_id";
+    snprintf(out->log[1].value, sizeof out->log[1].value, "%s", p->key_id);
     return 0;
 }
 
-int lg_app_auth_inference(lg_request *r, void *app) { return auth_key(r, app, LG_SCOPE_INFERENCE); }
-int lg_app_auth_adapters(lg_request *r, void *app) { return auth_key(r, app, LG_SCOPE_ADAPTERS); }
-int lg_app_auth_any(lg_request *r, void *app) { return auth_key(r, app, 0); }
+int lg_app_auth_inference(const lg_auth_in *in, void *app, lg_auth_result *out)
+{
+    return auth_key(in, app, LG_SCOPE_INFERENCE, out);
+}
+int lg_app_auth_adapters(const lg_auth_in *in, void *app, lg_auth_result *out)
+{
+    return auth_key(in, app, LG_SCOPE_ADAPTERS, out);
+}
+int lg_app_auth_any(const lg_auth_in *in, void *app, lg_auth_result *out) { return auth_key(in, app, 0, out); }
 
 /* ---- adapters --------------------------------------------------------------- */
 
@@ -468,6 +476,10 @@ int lg_app_create(const lg_serve_config *cfg, lg_serve_env *env, lg_app **out, l
         return -1;
     if (lg_limits_create(app, &app->limits, err) != 0)
         return -1;
+    if (lg_upload_quota_create(cfg->data_dir, (int)cfg->max_uploads_per_tenant,
+                               (uint64_t)cfg->upload_tmp_mb_per_tenant << 20, (uint64_t)cfg->min_free_disk_mb << 20,
+                               (uint64_t)cfg->max_upload_mb << 20, &app->uploads, err) != 0)
+        return -1;
     app->ready = true;
     return 0;
 }
@@ -501,6 +513,7 @@ void lg_app_free(lg_app *app)
     lg_app_shutdown(app);
     lg_limits_free(app->limits);
     lg_metrics_free(app->metrics);
+    lg_upload_quota_free(app->uploads);
     lg_engine_free(app->engine);
     lg_chat_template_free(app->chat);
     lg_backend_free(app->backend);

@@ -102,6 +102,7 @@ typedef struct lg_app {
     /* metering and observation (metrics.h, rate_limits.h) */
     lg_metrics *metrics;
     lg_limits *limits;
+    struct lg_upload_quota *uploads; /* upload_quota.h: uploads in flight per tenant, the disk floor */
     bool ready;
     bool shut_down;
 } lg_app;
@@ -137,9 +138,9 @@ int lg_app_reload_keys(lg_app *app, lg_store *st, lg_err *err);
 /* ---- auth hooks (router.h lg_auth_fn; user = the app) ---- */
 /* A live key of the addressed tenant (or of any tenant on /v1/...) with the
  * scope; sets an lg_app_principal. 401 / 403 otherwise. */
-int lg_app_auth_inference(lg_request *r, void *app);
-int lg_app_auth_adapters(lg_request *r, void *app);
-int lg_app_auth_any(lg_request *r, void *app);
+int lg_app_auth_inference(const lg_auth_in *in, void *app, lg_auth_result *out);
+int lg_app_auth_adapters(const lg_auth_in *in, void *app, lg_auth_result *out);
+int lg_app_auth_any(const lg_auth_in *in, void *app, lg_auth_result *out);
 const lg_app_principal *lg_app_principal_of(const lg_request *r);
 
 /* ---- adapters ---- */

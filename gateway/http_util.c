@@ -37,6 +37,7 @@ const char *lg_http_reason(int status)
     case 501: return "Not Implemented";
     case 503: return "Service Unavailable";
     case 504: return "Gateway Timeout";
+    case 507: return "Insufficient Storage";
     }
     return "Unknown";
 }

@@ -15,12 +15,15 @@
 #define LG_GW_LOOP_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 
 #define H2O_USE_LIBUV 0
 #include <h2o.h>
 
 typedef struct lg_server lg_server;
+typedef struct lg_router lg_router;
+struct lg_verdict;
 
 typedef struct lg_loop {
     h2o_context_t ctx; /* first: h2o hands us &ctx (req->conn->ctx) */
@@ -36,9 +39,25 @@ typedef struct lg_loop {
     h2o_socket_t **listeners;
     int n_listeners;
     h2o_accept_ctx_t accept_ctx;
+    /* this loop's copy of the server's h2o configuration (ctx.globalconf
+     * points here): the connection guard sets max_request_entity_size to a
+     * route's limit around each HTTP/1 body read (conn.c) */
+    h2o_globalconf_t gconf;
+    size_t max_body;           /* the server's limit, gconf's value otherwise */
+    const lg_router *router;
+    atomic_int *srv_conns;     /* the server's connection count */
 
-    h2o_linklist_t conns; /* struct lg_conn: accepted sockets still open */
+    h2o_linklist_t conns; /* struct lg_conn (conn.c): accepted sockets still open */
     int n_conns;
+    /* conn.c: a request the guard refused from its head while h2o
+     * dispatches it (synchronously, inside the guard's call into h2o) */
+    h2o_socket_t *withheld_sock; /* HTTP/1: the connection */
+    h2o_req_t *withheld_req;     /* HTTP/2: the stream's request */
+    const struct lg_verdict *withheld;
+    /* conn.c: lingering closes after early refusals */
+    h2o_linklist_t lingering;
+    int n_lingering;
+    h2o_timeout_t linger_timeout;
     int inflight;         /* requests dispatched and not yet disposed */
     h2o_linklist_t requests; /* those requests (lg_request.loop_link), for the drain */
     int jobs_pending;     /* worker jobs whose completion has not been delivered */
@@ -61,7 +80,5 @@ void lg__probe_dispose(lg_loop *L);
 /* true when a request on sock is dispatched and not yet disposed: the
  * drain must not close that HTTP/1 connection as idle */
 bool lg__loop_sock_busy(lg_loop *L, h2o_socket_t *sock);
-/* server.c: the connection of sock carries HTTP/2 (left to GOAWAY at drain) */
-void lg__conn_mark_h2(h2o_socket_t *sock);
 
 #endif

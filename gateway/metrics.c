@@ -35,8 +35,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <openssl/crypto.h>
+#include <openssl/sha.h>
+
 #include "access_log.h"
+#include "admin_key.h"
 #include "app.h"
+#include "server.h"
 #include "cli/cli.h"
 #include "engine/strmap.h"
 #include "request.h"
@@ -84,6 +89,7 @@ struct lg_metrics {
     size_t cap_reqs, n_reqs;
     hist ttft, tpot, e2e;
     uint64_t generations_untenanted;
+    void *auth; /* --metrics-auth's state, freed with the metrics */
 };
 
 /* ---- growing text ------------------------------------------------------------ */
@@ -151,6 +157,7 @@ void lg_metrics_free(lg_metrics *m)
     free(m->tenants);
     lg_strmap_free(m->tenant_index);
     pthread_mutex_destroy(&m->mu);
+    free(m->auth);
     free(m);
 }
 
@@ -490,6 +497,9 @@ static char *render(lg_metrics *m, size_t *len)
               es.prefix_lookups ? (double)es.prefix_hits / (double)es.prefix_lookups : NAN);
         counter(&b, "loragate_engine_prompt_tokens_total", "Prompt tokens of admitted sequences.",
                 (uint64_t)es.prompt_tokens);
+        counter(&b, "loragate_engine_prefill_tokens_total",
+                "Prompt tokens the engine computed (prefill work, recomputation after preemption included).",
+                (uint64_t)es.prefill_tokens);
         counter(&b, "loragate_prefix_cache_cached_tokens_total",
                 "Prompt tokens of admitted sequences served from the prefix cache.", (uint64_t)es.cached_tokens);
         gauge(&b, "loragate_prefix_cache_token_ratio",
@@ -556,6 +566,15 @@ static char *render(lg_metrics *m, size_t *len)
         gauge(&b, "loragate_ledger_healthy", "1 while the ledger commits; 0 after a failed commit (requests get 503).",
               ls.healthy ? 1 : 0);
     }
+    lg_conn_stats cs;
+    lg_conn_stats_get(&cs);
+    counter(&b, "loragate_http_early_refusals_total",
+            "Requests refused from their head (route, key, size, upload quota) without reading their body.",
+            cs.early_refusals);
+    counter(&b, "loragate_http2_reset_flood_closes_total",
+            "HTTP/2 connections closed with GOAWAY for resetting too many streams (rapid reset).", cs.h2_reset_goaways);
+    counter(&b, "loragate_http_lingering_closes_total",
+            "Connections that drained a refused request's unread body before closing.", cs.lingering_closes);
     if (app && app->env && app->env->access_log)
         counter(&b, "loragate_access_log_dropped_lines_total", "Access-log lines dropped because the sink was stuck.",
                 lg_access_log_dropped(app->env->access_log));
@@ -582,10 +601,61 @@ static int get_metrics(lg_request *r, void *user)
 /* Exposed for unit tests and for processes without routes. */
 char *lg_metrics_render(lg_metrics *m, size_t *len) { return m ? render(m, len) : NULL; }
 
+/* --metrics-auth on: the bearer is $LORAGATE_METRICS_KEY (when set: a
+ * scraper's own key, kept as its SHA-256) or the operator key. */
+typedef struct metrics_auth {
+    const lg_admin_key *admin;
+    bool has_key;
+    uint8_t key_sha256[32];
+} metrics_auth;
+
+static int auth_metrics(const lg_auth_in *in, void *user, lg_auth_result *out)
+{
+    metrics_auth *a = user;
+    if (!in->bearer) {
+        out->status = 401;
+        return -1;
+    }
+    if (a->has_key) {
+        uint8_t h[32];
+        SHA256((const unsigned char *)in->bearer, in->bearer_len, h);
+        if (CRYPTO_memcmp(h, a->key_sha256, 32) == 0) {
+            out->principal_ptr = a;
+            return 0;
+        }
+    }
+    if (a->admin && lg_admin_key_matches(a->admin, in->bearer, in->bearer_len)) {
+        out->principal_ptr = (void *)a->admin;
+        return 0;
+    }
+    out->status = 401;
+    out->message = "Incorrect metrics key provided.";
+    return -1;
+}
+
 int lg_routes_metrics(lg_router *rt, lg_app *app, lg_err *err)
 {
     if (!app || !app->metrics)
         return lg_fail(err, "metrics: no metrics object");
     lg_route r = {.method = "GET", .pattern = "/metrics", .fn = get_metrics, .user = app->metrics, .name = "metrics"};
+    if (app->cfg && app->cfg->metrics_auth && !strcmp(app->cfg->metrics_auth, "on")) {
+        metrics_auth *a = calloc(1, sizeof *a);
+        if (!a)
+            return lg_fail(err, "out of memory");
+        a->admin = app->env ? app->env->admin_key : NULL;
+        const char *k = getenv(LG_METRICS_KEY_ENV);
+        if (k && *k) {
+            if (strlen(k) < LG_ADMIN_KEY_MIN_LEN) {
+                free(a);
+                return lg_fail(err, "$%s must be at least %d characters", LG_METRICS_KEY_ENV, LG_ADMIN_KEY_MIN_LEN);
+            }
+            SHA256((const unsigned char *)k, strlen(k), a->key_sha256);
+            a->has_key = true;
+        }
+        r.auth = auth_metrics;
+        r.auth_user = a;
+        r.free_user = NULL;
+        app->metrics->auth = a;
+    }
     return lg_router_add(rt, &r, err);
 }

@@ -36,8 +36,11 @@ void lg_metrics_limited(lg_metrics *m, const char *tenant, const char *reason);
 /* The exposition text (malloc'd; *len its length), as GET /metrics answers. */
 char *lg_metrics_render(lg_metrics *m, size_t *len);
 
-/* GET /metrics (public on loopback deployments; put it behind the proxy's
- * auth otherwise). */
+/* GET /metrics. Public by default (it lists tenant names as label values
+ * unless `--metrics-tenant-labels off`); with `--metrics-auth on` it needs
+ * a bearer token: $LORAGATE_METRICS_KEY (a scraper's own key, at least 32
+ * characters) or the operator key. */
+#define LG_METRICS_KEY_ENV "LORAGATE_METRICS_KEY"
 int lg_routes_metrics(lg_router *rt, lg_app *app, lg_err *err);
 
 #endif

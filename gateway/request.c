@@ -28,6 +28,8 @@
 #include <time.h>
 
 #include "access_log.h"
+#include "conn.h"
+#include "head_check.h"
 #include "json_body.h"
 #include "loop.h"
 #include "server.h"
@@ -59,6 +61,10 @@ struct lg_request {
 
     h2o_linklist_t loop_link; /* on loop->requests from dispatch to dispose */
     h2o_socket_t *sock;       /* the connection's socket (NULL if h2o has none) */
+    bool http1;
+    /* an upload reservation (route admit_body), released at dispose */
+    const lg_route *hold_route;
+    void *hold;
 
     /* tenancy (router.h) */
     lg_tenant_via tenant_via;
@@ -234,6 +240,11 @@ static void anchor_dispose(void *p)
     atomic_store_explicit(&r->closed, true, memory_order_release);
     r->loop->inflight--;
     r->req = NULL;
+    if (r->hold && r->hold_route->release_body)
+        r->hold_route->release_body(r->hold);
+    r->hold = NULL;
+    if (r->http1 && r->sock)
+        lg__conn_h1_request_done(r->loop, r->sock);
     lg_request_release(r);
 }
 
@@ -664,10 +675,37 @@ int lg_request_defer(lg_request *r, void (*work)(void *arg), void (*done)(lg_req
 
 /* ---- dispatch ---------------------------------------------------------------------------------- */
 
-static bool method_has_body(h2o_iovec_t m)
+static void respond_verdict(lg_request *r, const lg_verdict *v)
 {
-    return h2o_memis(m.base, m.len, H2O_STRLIT("POST")) || h2o_memis(m.base, m.len, H2O_STRLIT("PUT")) ||
-           h2o_memis(m.base, m.len, H2O_STRLIT("PATCH"));
+    if (v->allow[0])
+        lg_request_add_header(r, "allow", v->allow);
+    if (v->www_authenticate)
+        lg_request_add_header(r, "www-authenticate", "Bearer");
+    lg_respond_error_ex(r, v->status, NULL, v->code, v->param, v->retry_after_s, v->message);
+}
+
+/* The head as the checks read it (head_check.h), from the whole request. */
+static void head_of(h2o_req_t *req, lg_head *h)
+{
+    memset(h, 0, sizeof *h);
+    h->method = req->method.base;
+    h->method_len = req->method.len;
+    h->path = req->path.base;
+    h->path_len = req->path.len;
+    h->authority = req->authority.base;
+    h->authority_len = req->authority.len;
+    ssize_t i = h2o_find_header(&req->headers, H2O_TOKEN_AUTHORIZATION, -1);
+    if (i >= 0) {
+        h->authorization = req->headers.entries[i].value.base;
+        h->authorization_len = req->headers.entries[i].value.len;
+    }
+    i = h2o_find_header(&req->headers, H2O_TOKEN_CONTENT_TYPE, -1);
+    if (i >= 0) {
+        h->content_type = req->headers.entries[i].value.base;
+        h->content_type_len = req->headers.entries[i].value.len;
+    }
+    h->body_len = req->entity.base ? (int64_t)req->entity.len : 0;
+    h->whole = true;
 }
 
 int lg__dispatch(lg_loop *L, const lg_router *rt, h2o_req_t *req)
@@ -686,9 +724,10 @@ int lg__dispatch(lg_loop *L, const lg_router *rt, h2o_req_t *req)
     a->r = r;
     L->inflight++;
     r->sock = req->conn->callbacks->get_socket ? req->conn->callbacks->get_socket(req->conn) : NULL;
+    r->http1 = req->version < 0x200;
     h2o_linklist_insert(&L->requests, &r->loop_link);
-    if (req->version >= 0x200)
-        lg__conn_mark_h2(r->sock);
+    if (r->http1)
+        lg__conn_h1_dispatched(L, req);
 
     size_t plen = req->query_at != SIZE_MAX ? req->query_at : req->path.len;
     snprintf(r->log_method, sizeof r->log_method, "%.*s", (int)(req->method.len < 15 ? req->method.len : 15),
@@ -698,94 +737,72 @@ int lg__dispatch(lg_loop *L, const lg_router *rt, h2o_req_t *req)
     socklen_t peer_len = req->conn->callbacks->get_peername ? req->conn->callbacks->get_peername(req->conn, (struct sockaddr *)&peer) : 0;
     if (peer_len == 0 || h2o_socket_getnumerichost((struct sockaddr *)&peer, peer_len, r->log_peer) == SIZE_MAX)
         strcpy(r->log_peer, "-");
-    lg_route_match m;
-    lg_match_result mr = lg_router_route(rt, req->method.base, req->method.len, req->path.base, plen,
-                                         req->authority.base, req->authority.len, &m);
-    if (mr == LG_MATCH_TENANT_CONFLICT) {
-        lg_respond_error(r, 400, "tenant_mismatch", NULL,
-                         "The tenant in the URL path (/t/%.*s/) and the one in the Host header differ.",
-                         (int)m.tenant_len, m.tenant);
-        return 0;
-    }
-    if (mr == LG_MATCH_NOT_FOUND) {
-        lg_respond_error(r, 404, "unknown_url", NULL,
-                         "Unknown request URL: %.*s %.*s. Please check the URL for typos, or see docs/api.md.",
-                         (int)req->method.len, req->method.base, (int)(plen > 200 ? 200 : plen), req->path.base);
-        return 0;
-    }
-    if (mr == LG_MATCH_METHOD_NOT_ALLOWED) {
-        lg_request_add_header(r, "allow", m.allow);
-        lg_respond_error(r, 405, "method_not_allowed", NULL, "Method %.*s is not allowed on %.*s (allowed: %s).",
-                         (int)(req->method.len > 16 ? 16 : req->method.len), req->method.base,
-                         (int)(plen > 200 ? 200 : plen), req->path.base, m.allow);
-        return 0;
-    }
-    const lg_route *route = m.route;
-    r->route = route;
-    r->n_params = m.n_params;
-    for (int i = 0; i < m.n_params; i++) {
-        char *v = h2o_mem_alloc_pool(&req->pool, m.params[i].len + 1);
-        if (lg_percent_decode(m.params[i].value, m.params[i].len, v, m.params[i].len + 1) < 0) {
-            lg_respond_error(r, 400, "invalid_path", m.params[i].name,
-                             "Invalid percent-encoding in the path parameter '%s'.", m.params[i].name);
-            return 0;
-        }
-        r->param_names[i] = m.params[i].name;
-        r->param_values[i] = v;
-    }
 
-    size_t body_len = req->entity.base ? req->entity.len : 0;
-    if (body_len > route->max_body) {
-        lg_respond_error(r, 413, "request_too_large", NULL,
-                         "The request body is %zu bytes; %s %s accepts at most %zu bytes.", body_len, route->method,
-                         route->pattern, route->max_body);
+    /* the head checks: the connection guard's verdict when it refused the
+     * request from its head (its body was never read), else run here */
+    const lg_verdict *withheld = lg__conn_withheld(L, req);
+    lg_verdict own;
+    const lg_verdict *v = withheld;
+    if (!v) {
+        lg_head h;
+        head_of(req, &h);
+        lg__head_check(rt, &h, &own);
+        v = &own;
+    }
+    if (v->m.route)
+        r->route = v->m.route;
+    if (v->m.tenant_via != LG_TENANT_NONE && v->tenant_slug[0]) {
+        r->tenant_via = v->m.tenant_via;
+        r->tenant_slug = h2o_mem_alloc_pool(&req->pool, strlen(v->tenant_slug) + 1);
+        strcpy(r->tenant_slug, v->tenant_slug);
+        r->tenant = v->tenant;
+    }
+    if (withheld) {
+        lg_request_log_set(r, "body_withheld", json_true());
+        if (r->http1)
+            lg__conn_linger(L, req);
+    }
+    if (v->status) {
+        respond_verdict(r, v);
         return 0;
     }
-    if (route->body_required && body_len == 0 && method_has_body(req->method)) {
-        lg_respond_error(r, 400, "missing_body", NULL, "%s %s needs a request body.", route->method, route->pattern);
-        return 0;
+    const lg_route *route = v->m.route;
+    r->n_params = v->m.n_params;
+    for (int i = 0; i < v->m.n_params; i++) {
+        char *val = h2o_mem_alloc_pool(&req->pool, v->m.params[i].len + 1);
+        lg_percent_decode(v->m.params[i].value, v->m.params[i].len, val, v->m.params[i].len + 1); /* checked */
+        r->param_names[i] = v->m.params[i].name;
+        r->param_values[i] = val;
     }
-    if (route->content_type && (body_len > 0 || route->body_required)) {
-        ssize_t ci = h2o_find_header(&req->headers, H2O_TOKEN_CONTENT_TYPE, -1);
-        if (ci < 0) {
-            lg_respond_error(r, 415, "unsupported_media_type", NULL,
-                             "The request has no Content-Type header; %s %s expects %s.", route->method,
-                             route->pattern, route->content_type);
-            return 0;
+    /* who called (auth), for the route and the access log */
+    if (route->auth) {
+        const lg_auth_result *au = &v->auth;
+        if (au->principal_len) {
+            void *p = h2o_mem_alloc_pool(&req->pool, au->principal_len);
+            memcpy(p, au->principal, au->principal_len);
+            r->principal = p;
+        } else {
+            r->principal = au->principal_ptr;
         }
-        h2o_iovec_t ct = req->headers.entries[ci].value;
-        if (!lg_media_type_is(ct.base, ct.len, route->content_type)) {
-            lg_respond_error(r, 415, "unsupported_media_type", NULL,
-                             "Content-Type '%.*s' is not supported by %s %s; it expects %s.",
-                             (int)(ct.len > 100 ? 100 : ct.len), ct.base, route->method, route->pattern,
-                             route->content_type);
-            return 0;
-        }
+        for (int i = 0; i < 2; i++)
+            if (au->log[i].key)
+                lg_request_log_set(r, au->log[i].key, json_string(au->log[i].value));
     }
-    if (m.tenant_via != LG_TENANT_NONE) {
-        char *slug = h2o_mem_alloc_pool(&req->pool, m.tenant_len + 1);
-        for (size_t i = 0; i < m.tenant_len; i++)
-            slug[i] = (m.tenant[i] >= 'A' && m.tenant[i] <= 'Z') ? m.tenant[i] + 32 : m.tenant[i];
-        slug[m.tenant_len] = 0;
-        r->tenant_via = m.tenant_via;
-        r->tenant_slug = slug;
-        const lg_tenancy *ten = lg_router_tenancy(rt);
-        if (ten->resolve) {
-            int found = ten->resolve(ten->user, slug, &r->tenant);
-            if (found < 0) {
-                lg_respond_unavailable(r, 1, "The tenant directory is not available right now; please retry.");
+    /* the upload reservation the guard made for this body, or one now */
+    if (route->admit_body) {
+        r->hold = lg__conn_take_hold(L, req);
+        r->hold_route = route;
+        if (!r->hold && req->entity.len > 0) {
+            lg_auth_result out = {0};
+            if (route->admit_body(&v->auth, (int64_t)req->entity.len, route->admit_user, &r->hold, &out) != 0) {
+                r->hold = NULL;
+                int st = out.status ? out.status : 429;
+                lg_respond_error_ex(r, st, NULL,
+                                    st == 507 ? "insufficient_storage" : st == 429 ? "rate_limit_exceeded" : NULL, NULL,
+                                    st == 507 ? 0 : 1, out.message ? out.message : "Too many uploads in flight.");
                 return 0;
             }
-            if (found == 0) {
-                lg_respond_error(r, 404, "tenant_not_found", NULL, "Unknown tenant '%s'.", slug);
-                return 0;
-            }
         }
-    }
-    if (route->auth && route->auth(r, route->auth_user) != 0) {
-        if (!r->answered)
-            lg_respond_unauthorized(r, "Authentication failed.");
-        return 0;
     }
     if (route->fn(r, route->user) != 0 && !r->answered)
         lg_respond_error(r, 500, NULL, NULL, "Internal error while handling %s %s.", route->method, route->pattern);

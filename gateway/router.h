@@ -9,8 +9,8 @@
  * (server.c embeds it) that calls lg_router_match, and route families (one
  * file each: route_health.c now; route_openai.c, route_admin.c later)
  * register lg_route entries: a function, a user pointer, and the per-route
- * policy the dispatcher applies before the function runs (body size limit ->
- * 413, required content type -> 415, auth hook -> 401/403).
+ * policy applied before the function runs (auth hook -> 401/403, body size
+ * limit -> 413, required content type -> 415).
  *
  * Patterns. Segments separated by '/'; a segment is a literal, "{name}"
  * (exactly one non-empty segment, percent-decoded, never containing '/') or,
@@ -29,32 +29,36 @@
  * prefix on a route that is not tenant-scoped matches nothing (404); a
  * tenant Host on such a route is ignored (health probes, admin API); a path
  * slug and a Host slug that differ are a conflict (400). lg_router_route
- * only finds the slug; the dispatcher resolves it with the tenancy's
- * resolve function (unknown: 404, store unavailable: 503) before auth runs,
+ * only finds the slug; the head checks resolve it with the tenancy's
+ * resolve function before auth runs (store unavailable: 503; unknown: auth
+ * sees no tenant and answers as for a key of another tenant, 401; a route
+ * without auth answers 404),
  * and route code reads it with lg_request_tenant / lg_request_tenant_slug.
  * Slugs are DNS labels: 1..63 of [a-z0-9-], not starting or ending with
  * '-' (Host labels are compared lowercased).
  *
  * Registering a route family (one file per family, e.g. routes_openai.c):
  *
- *     int lg_routes_openai(lg_router *rt, openai_ctx *ctx, lg_err *err) {
- *         lg_route r[] = {
- *             {.method = "POST", .pattern = "/v1/chat/completions", .fn = chat, .user = ctx,
+ *     int lg_routes_openai(lg_router *rt, lg_app *app, lg_err *err) {
+ *         lg_route routes[] = {
+ *             {.method = "POST", .pattern = "/v1/chat/completions", .fn = chat, .user = app,
  *              .content_type = "application/json", .body_required = true,
- *              .auth = tenant_key_auth, .auth_user = ctx, .tenant_scoped = true,
- *              .name = "chat_completions"},
+ *              .auth = lg_app_auth_inference, .auth_user = app, .tenant_scoped = true,
+ *              .name = "chat.completions"},
  *             ...
  *         };
- *         return lg_router_add_all(rt, r, sizeof r / sizeof r[0], err);
+ *         return lg_router_add_all(rt, routes, (int)(sizeof routes / sizeof routes[0]), err);
  *     }
  *
- * and cmd_serve.c calls lg_routes_openai(rt, ...) before lg_server_create.
- * The dispatcher (request.c) then applies, in order: 404/405 (with Allow),
- * tenant conflict (400), path-parameter decoding (400), body size (413),
- * missing body (400), content type (415), tenant resolution (404/503),
- * route->auth (401/403/429, or whatever the hook answers), and calls
- * route->fn on the loop thread. Every answer, error or not, carries
- * x-request-id and produces one access-log line (access_log.h).
+ * and cmd_serve.c's setup calls it before lg_server_create. The head checks
+ * (head_check.h, run by the connection guard as soon as a request's headers
+ * arrive and again by the dispatcher) apply, in order: 404/405 (with
+ * Allow), tenant conflict (400), path-parameter decoding (400), tenant
+ * resolution (503; an unknown tenant goes to auth as "none"), route->auth
+ * (401/403), body size (413), missing body (400), content type (415); then
+ * the dispatcher calls route->fn on the loop thread. Every answer, error or
+ * not, carries x-request-id and produces one access-log line
+ * (access_log.h).
  *
  * Workload: a few dozen routes, matched once per request by a linear scan
  * over pre-split segments (well under a microsecond); built once at startup,
@@ -77,11 +81,55 @@ typedef struct lg_router lg_router;
  * answer 500. */
 typedef int (*lg_route_fn)(lg_request *r, void *user);
 
-/* Auth hook slot (implemented by the auth work): runs after the body checks
- * and before the route's function. Returns 0 to let the request through
- * (after lg_request_set_principal if it wants), -1 after answering it
- * (401/403/429). */
-typedef int (*lg_auth_fn)(lg_request *r, void *user);
+/* Auth hooks decide from the request head alone, before any body byte is
+ * read (the connection guard, conn.c, runs them as soon as a request's
+ * headers arrive, so that an unauthenticated body is never read). A hook is
+ * a pure decision: it reads `in`, fills `out`, and answers nothing itself.
+ *
+ * in->tenant is what the tenancy's resolver returned for the addressed
+ * tenant (NULL both for "not addressed" and for "no such tenant": a hook
+ * must answer an unknown tenant exactly as a tenant whose key does not
+ * match, so that tenant names cannot be probed without a key). */
+typedef struct lg_auth_in {
+    const char *bearer; /* the Authorization header's bearer token (not NUL-terminated); NULL: none */
+    size_t bearer_len;
+    int tenant_via;     /* lg_tenant_via below */
+    void *tenant;       /* the addressed tenant; NULL: none or unknown */
+} lg_auth_in;
+
+#define LG_PRINCIPAL_MAX 128
+
+typedef struct lg_auth_result {
+    /* refused: the answer (401 adds WWW-Authenticate: Bearer) */
+    int status;              /* 401, 403, ... */
+    const char *message;     /* static text; NULL: the status's usual wording */
+    /* allowed: who called, as lg_request_principal returns it. Either
+     * principal_len bytes of `principal` (copied into request memory), or,
+     * with principal_len 0, the pointer principal_ptr (an object that
+     * outlives the request, such as the operator key). */
+    void *principal_ptr;
+    size_t principal_len;
+    _Alignas(16) unsigned char principal[LG_PRINCIPAL_MAX];
+    /* allowed: up to two access-log fields (key NULL: none), e.g. the
+     * tenant and the key id; never secrets */
+    struct {
+        const char *key;
+        char value[72];
+    } log[2];
+} lg_auth_result;
+
+/* Returns 0 to admit (principal and log fields set), -1 to refuse (status
+ * and message set). Runs on a loop thread: it must not block. */
+typedef int (*lg_auth_fn)(const lg_auth_in *in, void *user, lg_auth_result *out);
+
+/* Optional, for routes that take large bodies (uploads): decides, after
+ * auth and still before the body is read, whether this caller may send a
+ * body of `declared` bytes (-1: unknown length, chunked) now. Returns 0 and
+ * sets *hold (released with release_body once the request is over, or the
+ * body never completed), or -1 with out->status / out->message set (429:
+ * too many uploads in flight for this tenant, 507: not enough disk). */
+typedef int (*lg_body_admit_fn)(const lg_auth_result *who, int64_t declared, void *user, void **hold,
+                                lg_auth_result *out);
 
 #define LG_ROUTE_DEFAULT_MAX_BODY (4u << 20) /* 4 MiB: JSON bodies */
 #define LG_ROUTE_MAX_PARAMS 8
@@ -96,6 +144,9 @@ typedef struct lg_route {
     bool body_required;       /* refuse a missing/empty body (400) */
     lg_auth_fn auth;          /* NULL: public route */
     void *auth_user;
+    lg_body_admit_fn admit_body;        /* NULL: any body within max_body */
+    void (*release_body)(void *hold);   /* with admit_body */
+    void *admit_user;
     bool tenant_scoped;       /* also at /t/<slug>/... and by tenant Host (see above) */
     const char *name;         /* short name for logs and metrics; NULL: the pattern */
     void (*free_user)(void *user); /* optional: lg_router_free calls it on user (set it on one route of a family) */

@@ -17,6 +17,7 @@
  * here (404), never forbidden.
  */
 #include "adapter_upload.h"
+#include "upload_quota.h"
 #include "app.h"
 #include "routes.h"
 
@@ -36,7 +37,8 @@ int lg_routes_adapters(lg_router *rt, lg_app *app, lg_err *err)
     lg_route routes[] = {
         {.method = "POST", .pattern = "/v1/adapters", .fn = upload, .user = app, .max_body = max_upload,
          .content_type = "multipart/form-data", .body_required = true, .auth = lg_app_auth_adapters,
-         .auth_user = app, .tenant_scoped = true, .name = "adapters.upload"},
+         .auth_user = app, .admit_body = lg_upload_quota_admit, .release_body = lg_upload_quota_release,
+         .admit_user = app->uploads, .tenant_scoped = true, .name = "adapters.upload"},
         {.method = "GET", .pattern = "/v1/adapters", .fn = list, .user = app, .auth = lg_app_auth_adapters,
          .auth_user = app, .tenant_scoped = true, .name = "adapters.list"},
         {.method = "GET", .pattern = "/v1/adapters/{name}", .fn = get, .user = app, .auth = lg_app_auth_adapters,

@@ -46,6 +46,7 @@
 #include "admin_key.h"
 #include "app.h"
 #include "routes.h"
+#include "upload_quota.h"
 
 /* ---- JSON answers -------------------------------------------------------------- */
 
@@ -807,7 +808,8 @@ int lg_routes_admin(lg_router *rt, lg_app *app, lg_err *err)
         ADMIN_BODY("PUT", "/admin/v1/pricing", pricing_put, "admin.pricing.set"),
         {.method = "POST", .pattern = "/admin/v1/tenants/{t}/adapters", .fn = adapters_upload, .user = app,
          .max_body = max_upload, .content_type = "multipart/form-data", .body_required = true,
-         .auth = lg_auth_admin, .auth_user = key, .name = "admin.adapters.upload"},
+         .auth = lg_auth_admin, .auth_user = key, .admit_body = lg_upload_quota_admit,
+         .release_body = lg_upload_quota_release, .admit_user = app->uploads, .name = "admin.adapters.upload"},
         ADMIN_BODY("POST", "/admin/v1/tenants/{t}/adapters/import", adapters_import, "admin.adapters.import"),
         ADMIN("GET", "/admin/v1/tenants/{t}/adapters", adapters_list, "admin.adapters.list"),
         ADMIN("GET", "/admin/v1/tenants/{t}/adapters/{name}", adapters_get, "admin.adapters.get"),

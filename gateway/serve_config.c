@@ -31,6 +31,9 @@ static const opt opts[] = {
     {"threads", K_INT, O(threads), 1, 256, NULL, "N", "HTTP event-loop threads (default 2)"},
     {"insecure-http", K_FLAG, O(insecure_http), 0, 0, NULL, NULL, "plain HTTP (behind a TLS proxy); refused unless every --listen is loopback"},
     {"max-upload-mb", K_INT, O(max_upload_mb), 1, 1 << 20, NULL, "N", "largest request body, e.g. an adapter upload (default 1024)"},
+    {"max-uploads-per-tenant", K_INT, O(max_uploads_per_tenant), 1, 1 << 16, NULL, "N", "adapter uploads one tenant may have in flight (default 2)"},
+    {"upload-tmp-mb-per-tenant", K_INT, O(upload_tmp_mb_per_tenant), 1, 1 << 24, NULL, "N", "bytes of uploads in flight one tenant may hold (default 2 x --max-upload-mb)"},
+    {"min-free-disk-mb", K_INT, O(min_free_disk_mb), 0, 1 << 24, NULL, "N", "free space the data dir's disk keeps (for the ledger): an upload that would go below it gets 507 (default 256, 0: none)"},
     {"drain-timeout", K_SECONDS, O(drain_timeout_s), 0, 0, NULL, "S", "on SIGTERM, how long in-flight requests may take (default 30)"},
     {"served-model-name", K_STR, O(served_model_name), 0, 0, NULL, "NAME", "the base model's id in the API (default: the model's name)"},
     {"tenant-host-suffix", K_STR, O(tenant_host_suffix), 0, 0, NULL, ".SUFFIX", "route by Host too: acme.SUFFIX is tenant acme (e.g. .api.example.com)"},
@@ -50,6 +53,7 @@ static const opt opts[] = {
     {"scheduler", K_CHOICE, O(scheduler), 0, 0, "vtc|fcfs", "vtc|fcfs", "admission order across tenants: fair share (default) or arrival order"},
     {"decode-bursts", K_CHOICE, O(decode_bursts), 0, 0, "on|off", "on|off", "enqueue each decode step before the last one's tokens are read (default on; off: no extra step before an arriving request's prefill)"},
     {"metrics-tenant-labels", K_CHOICE, O(metrics_tenant_labels), 0, 0, "on|off", "on|off", "tenant label on /metrics series (default on)"},
+    {"metrics-auth", K_CHOICE, O(metrics_auth), 0, 0, "off|on", "off|on", "GET /metrics needs the metrics key ($LORAGATE_METRICS_KEY or DATA_DIR/metrics.key) or the operator key (default off)"},
     {"config", K_CONFIG, 0, 0, 0, NULL, "FILE", "JSON object of these options (long names); command-line options win"},
 };
 #undef O
@@ -205,6 +209,7 @@ static int apply_file(lg_serve_config *c, const char *path, const bool *set, lg_
 int lg_serve_config_parse(lg_serve_config *c, int argc, char **argv, lg_err *err)
 {
     memset(c, 0, sizeof *c);
+    c->min_free_disk_mb = -1; /* 0 is a value: no floor */
     bool set[N_OPTS] = {0};
     const char *config = NULL;
     for (int i = 1; i < argc; i++) {
@@ -266,6 +271,12 @@ int lg_serve_config_parse(lg_serve_config *c, int argc, char **argv, lg_err *err
         c->threads = 2;
     if (!c->max_upload_mb)
         c->max_upload_mb = 1024;
+    if (!c->max_uploads_per_tenant)
+        c->max_uploads_per_tenant = 2;
+    if (!c->upload_tmp_mb_per_tenant)
+        c->upload_tmp_mb_per_tenant = 2 * c->max_upload_mb;
+    if (c->min_free_disk_mb < 0)
+        c->min_free_disk_mb = 256;
     if (!c->drain_timeout_s)
         c->drain_timeout_s = 30;
     if (!c->access_log)
@@ -286,6 +297,8 @@ int lg_serve_config_parse(lg_serve_config *c, int argc, char **argv, lg_err *err
         c->scheduler = "vtc";
     if (!c->metrics_tenant_labels)
         c->metrics_tenant_labels = "on";
+    if (!c->metrics_auth)
+        c->metrics_auth = "off";
     if (!c->decode_bursts)
         c->decode_bursts = "on";
     if (c->gpu_memory_utilization) {

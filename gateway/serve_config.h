@@ -33,6 +33,9 @@ typedef struct lg_serve_config {
     long threads;                     /* HTTP event loops, default 2 */
     bool insecure_http;
     long max_upload_mb;               /* default 1024 */
+    long max_uploads_per_tenant;      /* default 2 */
+    long upload_tmp_mb_per_tenant;    /* default 2 x max_upload_mb */
+    long min_free_disk_mb;            /* default 256; 0: no floor */
     double drain_timeout_s;           /* default 30 */
     const char *served_model_name;    /* default: the model's name */
     const char *tenant_host_suffix;   /* NULL: no Host routing */
@@ -52,6 +55,7 @@ typedef struct lg_serve_config {
     const char *prefix_sharing;       /* tenant|global|off */
     const char *scheduler;            /* vtc|fcfs */
     const char *metrics_tenant_labels; /* on|off */
+    const char *metrics_auth;          /* off|on */
     const char *decode_bursts;         /* on|off */
 
     json_t *file_json;                /* the --config file (strings above may point into it) */

@@ -1,9 +1,8 @@
 /*
- * server.c — see server.h. One lg_loop per thread (loop.h). Connection
- * bookkeeping: every accepted socket gets an lg_conn on its loop's list,
- * removed by the socket's on_close callback (h2o calls it synchronously
- * when it closes the socket), so the drain knows which connections remain
- * and can shut them down without touching h2o's private structures.
+ * server.c — see server.h. One lg_loop per thread (loop.h), each with its
+ * own copy of the h2o configuration. Accepted sockets go to conn.c (the
+ * connection list the drain walks, the TLS handshake, and the guard that
+ * screens request heads before h2o reads their bodies).
  */
 #include "server.h"
 
@@ -20,6 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "conn.h"
 #include "loop.h"
 #include "request.h"
 #include "tls.h"
@@ -27,14 +27,6 @@
 
 #define DRAIN_TICK_MS 50
 #define FORCE_GRACE_S 3.0
-
-typedef struct lg_conn {
-    h2o_linklist_t link;
-    h2o_socket_t *sock;
-    lg_loop *loop;
-    bool shut;
-    bool is_h2; /* an HTTP/2 request was seen on it (lg__conn_mark_h2) */
-} lg_conn;
 
 typedef struct root_handler {
     h2o_handler_t super;
@@ -305,6 +297,9 @@ int lg_server_create(const lg_server_config *cfg, const lg_router *rt, lg_server
     s->globalconf_inited = true;
     s->globalconf.server_name = h2o_iovec_init(H2O_STRLIT("loragate"));
     s->globalconf.max_request_entity_size = s->cfg.max_body;
+    /* no h2c: an HTTP/1 "Upgrade: h2c" or prior-knowledge preface would hand
+     * the connection to HTTP/2 inside h2o, past the connection guard */
+    s->globalconf.http1.upgrade_to_http2 = 0;
     s->globalconf.http1.req_timeout = (uint64_t)s->cfg.request_timeout_s * 1000;
     s->globalconf.http2.graceful_shutdown_timeout = (uint64_t)(s->cfg.drain_timeout_s * 1000);
     h2o_hostconf_t *host = h2o_config_register_host(&s->globalconf, h2o_iovec_init(H2O_STRLIT("default")), 65535);
@@ -327,15 +322,6 @@ fail:
 
 /* ---- connections --------------------------------------------------------------------- */
 
-static void on_conn_close(void *p)
-{
-    lg_conn *c = p;
-    h2o_linklist_unlink(&c->link);
-    c->loop->n_conns--;
-    atomic_fetch_sub(&c->loop->srv->n_conns, 1);
-    free(c);
-}
-
 static void on_accept(h2o_socket_t *listener_sock, const char *err)
 {
     lg_loop *L = listener_sock->data;
@@ -345,51 +331,11 @@ static void on_accept(h2o_socket_t *listener_sock, const char *err)
         h2o_socket_t *sock = h2o_evloop_socket_accept(listener_sock);
         if (!sock)
             return;
-        lg_conn *c = calloc(1, sizeof *c);
-        if (!c || atomic_load(&L->srv->n_conns) >= L->srv->cfg.max_connections) {
-            free(c);
+        if (atomic_load(&L->srv->n_conns) >= L->srv->cfg.max_connections) {
             h2o_socket_close(sock);
             continue;
         }
-        c->sock = sock;
-        c->loop = L;
-        c->shut = false;
-        h2o_linklist_insert(&L->conns, &c->link);
-        L->n_conns++;
-        atomic_fetch_add(&L->srv->n_conns, 1);
-        sock->on_close.cb = on_conn_close;
-        sock->on_close.data = c;
-        h2o_accept(&L->accept_ctx, sock);
-    }
-}
-
-static void shut_conn(lg_conn *c)
-{
-    if (!c->shut) {
-        c->shut = true;
-        shutdown(h2o_socket_get_fd(c->sock), SHUT_RDWR); /* h2o sees EOF/EPIPE and closes it its own way */
-    }
-}
-
-void lg__conn_mark_h2(h2o_socket_t *sock)
-{
-    if (sock && sock->on_close.cb == on_conn_close)
-        ((lg_conn *)sock->on_close.data)->is_h2 = true;
-}
-
-/* Connections with nothing buffered and no request in flight are between
- * requests (or never sent one: a TLS handshake in progress counts as idle):
- * close them. HTTP/2 ones are left to h2o's GOAWAY handling. (Asking the
- * socket for its ALPN protocol here is not safe: h2o 2.2 crashes on a
- * connection whose handshake has not finished.) */
-static void close_idle_http1(lg_loop *L)
-{
-    for (h2o_linklist_t *l = L->conns.next; l != &L->conns; l = l->next) {
-        lg_conn *c = H2O_STRUCT_FROM_MEMBER(lg_conn, link, l);
-        if (c->shut || c->is_h2)
-            continue;
-        if ((c->sock->input == NULL || c->sock->input->size == 0) && !lg__loop_sock_busy(L, c->sock))
-            shut_conn(c);
+        lg__conn_accept(L, sock);
     }
 }
 
@@ -422,12 +368,16 @@ static void *loop_main(void *p)
     lg_loop *L = p;
     lg_server *s = L->srv;
     h2o_evloop_t *evloop = h2o_evloop_create();
-    h2o_context_init(&L->ctx, evloop, &s->globalconf);
+    L->gconf = s->globalconf;
+    L->max_body = s->cfg.max_body;
+    L->router = s->router;
+    L->srv_conns = &s->n_conns;
+    h2o_context_init(&L->ctx, evloop, &L->gconf);
     pthread_mutex_init(&L->post_lock, NULL);
     L->open = true;
     h2o_multithread_register_receiver(L->ctx.queue, &L->post_rx, lg__request_on_messages);
     h2o_multithread_register_receiver(L->ctx.queue, &L->ctl_rx, on_ctl);
-    h2o_linklist_init_anchor(&L->conns);
+    lg__conns_loop_init(L);
     lg__probe_init(L);
     L->accept_ctx.ctx = &L->ctx;
     L->accept_ctx.hosts = s->globalconf.hosts;
@@ -464,15 +414,14 @@ static void *loop_main(void *p)
         if (!hard && t >= deadline) {
             if (!h2o_linklist_is_empty(&L->conns))
                 notice(s, "drain timeout: closing %d connection(s) with requests in flight", L->n_conns);
-            for (h2o_linklist_t *l = L->conns.next; l != &L->conns; l = l->next)
-                shut_conn(H2O_STRUCT_FROM_MEMBER(lg_conn, link, l));
+            lg__conns_shut_all(L);
             hard = t + FORCE_GRACE_S;
         } else if (hard && t >= hard) {
             notice(s, "loop %d: %d connection(s), %d job(s) still open after the drain; leaving them", L->index,
                    L->n_conns, L->jobs_pending);
             break;
         }
-        close_idle_http1(L);
+        lg__conns_close_idle_http1(L);
         h2o_evloop_run(evloop, DRAIN_TICK_MS);
     }
 
@@ -480,6 +429,7 @@ static void *loop_main(void *p)
     pthread_mutex_lock(&L->post_lock);
     L->open = false;
     pthread_mutex_unlock(&L->post_lock);
+    lg__conns_loop_dispose(L); /* lingering closes end now */
     h2o_evloop_run(evloop, 0);
     lg__loop_drop_queued(L);
     lg__probe_dispose(L);

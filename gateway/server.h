@@ -10,20 +10,23 @@
  * to a request through lg_request_post (request.h). Loop and worker threads
  * block all asynchronous signals: the application's thread takes SIGTERM.
  *
- * Request bodies (h2o 2.2.5, checked in its source): the handler runs only
- * once the whole body is buffered. The one limit h2o applies before that is
- * globalconf.max_request_entity_size, which we set to config.max_body (the
- * upload limit, 1 GiB by default): an HTTP/1.1 Content-Length above it gets
- * h2o's own 413 (text/plain, connection closed) before a byte of body is
- * read; a chunked HTTP/1.1 body is cut with 413 as soon as it passes the
- * limit; an HTTP/2 stream gets RST_STREAM(REFUSED_STREAM) then. Smaller
- * per-route limits (4 MiB for JSON) can only be applied once the handler
- * runs, i.e. after h2o has read the body (up to max_body): they answer an
- * OpenAI 413. Buffers above 32 MiB move to an unlinked, mmap'd file in
- * DATA_DIR/tmp (h2o_socket_buffer_mmap_settings), so large bodies live in
- * the page cache, not the heap. h2o's HTTP/1 request timeout covers headers
- * *and* body, so it is request_timeout_s (default 120 s) rather than h2o's
- * 10 s, or a 1 GiB upload could never finish.
+ * Request bodies. h2o 2.2.5 runs a handler only once the whole body is
+ * buffered, so the connection guard (conn.c) reads ahead of it: a request
+ * that announces a body is checked from its head (route, declared size,
+ * content type, tenant, key, upload admission; head_check.h) as soon as
+ * its headers arrive, and a refusal is answered at once without reading
+ * the body (OpenAI error object; HTTP/1 closes the connection after it,
+ * HTTP/2 resets only the stream). An admitted body is read with its route's
+ * own limit (413 past it). config.max_body (the upload limit, 1 GiB by
+ * default) is the most any route may take. Buffers above 32 MiB move to an
+ * unlinked, mmap'd file in DATA_DIR/tmp (h2o_socket_buffer_mmap_settings),
+ * so large authenticated bodies live in the page cache, not the heap.
+ * h2o's HTTP/1 request timeout covers headers *and* body, so it is
+ * request_timeout_s (default 120 s) rather than h2o's 10 s, or a 1 GiB
+ * upload could never finish. HTTP/2 stream resets are budgeted per
+ * connection (rapid reset, CVE-2023-44487): past the budget the connection
+ * gets GOAWAY(ENHANCE_YOUR_CALM) and closes. h2c (cleartext HTTP/2 by
+ * upgrade or prior knowledge) is off.
  *
  * Shutdown (lg_server_shutdown, from any non-loop thread): every loop stops
  * accepting and closes its listeners; h2o sends HTTP/2 GOAWAY; idle HTTP/1
@@ -93,6 +96,15 @@ void lg_server_free(lg_server *s);
 /* Parses "host:port" / "[v6]:port"; "localhost" is 127.0.0.1, "*" 0.0.0.0. */
 int lg_parse_listen(const char *spec, struct sockaddr_storage *ss, int *len, lg_err *err);
 bool lg_addr_is_loopback(const struct sockaddr_storage *ss);
+
+/* What the connection guard did, since the process started (any thread;
+ * /metrics reads it). */
+typedef struct lg_conn_stats {
+    unsigned long long early_refusals;   /* requests answered from their head, body unread */
+    unsigned long long h2_reset_goaways; /* HTTP/2 connections closed for too many stream resets */
+    unsigned long long lingering_closes; /* closes that drained the client's unread body first */
+} lg_conn_stats;
+void lg_conn_stats_get(lg_conn_stats *out);
 
 /* internal */
 lg_workers *lg__server_workers(lg_server *s);

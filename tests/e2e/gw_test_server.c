@@ -17,6 +17,11 @@
  *   GET  /test/stats         cancels, producers that stopped early / finished, slow requests running
  *   GET  /test/slow?ms=      answers after ms (sleep on a worker), for drain tests
  *   GET  /admin/v1/ping      operator key (lg_auth_admin)
+ *   POST /v1/sink            tenant-scoped, key auth, any body <= 64 MiB: {"bytes": n};
+ *                            admit_body allows one body in flight per tenant (429
+ *                            otherwise), so the connection guard's reservations can be
+ *                            watched in /test/stats ("holds": reservations held now,
+ *                            "dispatched": requests that reached a route function)
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -30,7 +35,8 @@
 #include "gateway/sse.h"
 #include "gateway/stream.h"
 
-static atomic_int n_cancels, n_stopped_early, n_producers_done, n_active, n_slow;
+static atomic_int n_cancels, n_stopped_early, n_producers_done, n_active, n_slow, n_holds, n_dispatched;
+static atomic_int holds_acme, holds_globex;
 
 /* ---- tenants and keys ---------------------------------------------------- */
 
@@ -60,25 +66,25 @@ static const key keys[] = {
     {"tk-globex", "key_globex1", T_GLOBEX, true},
 };
 
-static int key_auth(lg_request *r, void *user)
+static int key_auth(const lg_auth_in *in, void *user, lg_auth_result *out)
 {
-    size_t len;
-    const char *tok = lg_request_bearer(r, &len);
-    if (!tok)
-        return lg_respond_unauthorized(r, NULL), -1;
+    (void)user;
+    if (!in->bearer)
+        return out->status = 401, -1;
     const key *k = NULL;
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
-        if (strlen(keys[i].token) == len && !memcmp(keys[i].token, tok, len))
+        if (strlen(keys[i].token) == in->bearer_len && !memcmp(keys[i].token, in->bearer, in->bearer_len))
             k = &keys[i];
     if (!k)
-        return lg_respond_unauthorized(r, "Incorrect API key provided."), -1;
+        return out->status = 401, out->message = "Incorrect API key provided.", -1;
     /* a key of another tenant at this tenant's URL is not a key here */
-    if (lg_request_tenant_via(r) != LG_TENANT_NONE && lg_request_tenant(r) != k->tenant)
-        return lg_respond_unauthorized(r, "Incorrect API key provided."), -1;
+    if (in->tenant_via != LG_TENANT_NONE && in->tenant != k->tenant)
+        return out->status = 401, out->message = "Incorrect API key provided.", -1;
     if (!k->inference)
-        return lg_respond_forbidden(r, "This key lacks the 'inference' scope."), -1;
-    lg_request_set_principal(r, (void *)k);
-    lg_request_log_set(r, "key_id", json_string(k->id));
+        return out->status = 403, out->message = "This key lacks the 'inference' scope.", -1;
+    out->principal_ptr = (void *)k;
+    out->log[0].key = "key_id";
+    snprintf(out->log[0].value, sizeof out->log[0].value, "%s", k->id);
     return 0;
 }
 
@@ -86,6 +92,7 @@ static int key_auth(lg_request *r, void *user)
 
 static int echo(lg_request *r, void *user)
 {
+    atomic_fetch_add(&n_dispatched, 1);
     json_t *body = lg_request_json(r);
     if (!body)
         return 0;
@@ -156,6 +163,7 @@ static const lg_stream_handler stream_handler = {on_event, on_cancel};
 
 static int stream(lg_request *r, void *user)
 {
+    atomic_fetch_add(&n_dispatched, 1);
     char v[32];
     int n = lg_request_query(r, "n", v, sizeof v) > 0 ? atoi(v) : 10;
     int delay = lg_request_query(r, "delay_ms", v, sizeof v) > 0 ? atoi(v) : 0;
@@ -203,9 +211,41 @@ static int fail(lg_request *r, void *user)
 
 static int stats(lg_request *r, void *user)
 {
-    return lg_respond_json(r, 200, json_pack("{s:i, s:i, s:i, s:i, s:i}", "slow", atomic_load(&n_slow), "cancels", atomic_load(&n_cancels),
-                                             "stopped_early", atomic_load(&n_stopped_early), "producers_done",
-                                             atomic_load(&n_producers_done), "active", atomic_load(&n_active)));
+    return lg_respond_json(r, 200, json_pack("{s:i, s:i, s:i, s:i, s:i, s:i, s:i}", "slow", atomic_load(&n_slow), "cancels",
+                                             atomic_load(&n_cancels), "stopped_early", atomic_load(&n_stopped_early),
+                                             "producers_done", atomic_load(&n_producers_done), "active",
+                                             atomic_load(&n_active), "holds", atomic_load(&n_holds), "dispatched",
+                                             atomic_load(&n_dispatched)));
+}
+
+/* one body in flight per tenant: the hold is the tenant's counter */
+static int sink_admit(const lg_auth_result *who, int64_t declared, void *user, void **hold, lg_auth_result *out)
+{
+    (void)declared, (void)user;
+    const key *k = who->principal_ptr;
+    atomic_int *c = k->tenant == T_ACME ? &holds_acme : &holds_globex;
+    if (atomic_fetch_add(c, 1) != 0) {
+        atomic_fetch_sub(c, 1);
+        out->status = 429;
+        out->message = "One upload at a time.";
+        return -1;
+    }
+    atomic_fetch_add(&n_holds, 1);
+    *hold = c;
+    return 0;
+}
+
+static void sink_release(void *hold)
+{
+    atomic_fetch_sub((atomic_int *)hold, 1);
+    atomic_fetch_sub(&n_holds, 1);
+}
+
+static int sink(lg_request *r, void *user)
+{
+    size_t n;
+    lg_request_body(r, &n);
+    return lg_respond_json(r, 200, json_pack("{s:I}", "bytes", (json_int_t)n));
 }
 
 static void slow_work(void *arg)
@@ -248,6 +288,8 @@ static int setup(void *user, lg_router *rt, lg_serve_env *env, lg_err *err)
         {.method = "POST", .pattern = "/v1/echo", .fn = echo, .max_body = 4096, .content_type = "application/json",
          .body_required = true, .auth = key_auth, .tenant_scoped = true, .name = "echo"},
         {.method = "GET", .pattern = "/v1/stream", .fn = stream, .auth = key_auth, .tenant_scoped = true, .name = "stream"},
+        {.method = "POST", .pattern = "/v1/sink", .fn = sink, .max_body = 64u << 20, .auth = key_auth,
+         .tenant_scoped = true, .admit_body = sink_admit, .release_body = sink_release, .name = "sink"},
         {.method = "GET", .pattern = "/v1/fail/{status}", .fn = fail, .tenant_scoped = true, .name = "fail"},
         {.method = "GET", .pattern = "/test/stats", .fn = stats, .name = "stats"},
         {.method = "GET", .pattern = "/test/slow", .fn = slow, .name = "slow"},

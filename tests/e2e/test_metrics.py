@@ -66,7 +66,7 @@ def test_metrics_count_requests_tokens_and_pass_promtool(srv):
     with srv.client(srv.keys["acme"]) as c:
         assert c.get("/t/acme/v1/models").status_code == 200
         assert c.get("/no/such/path").status_code == 404
-        assert c.get("/t/nosuchtenant/v1/models").status_code == 404
+        assert c.get("/t/nosuchtenant/v1/models").status_code == 401  # as a key of another tenant
     with srv.client("lg-wrong") as c:
         assert c.get("/v1/models").status_code == 401
 
@@ -77,7 +77,7 @@ def test_metrics_count_requests_tokens_and_pass_promtool(srv):
     assert metric(m, "loragate_http_requests_total", route="chat.completions", status="200", tenant="acme") == 4
     assert metric(m, "loragate_http_requests_total", route="completions", status="200", tenant="beta") == 1
     assert metric(m, "loragate_http_requests_total", route="models", status="200", tenant="acme") == 1
-    assert metric(m, "loragate_http_requests_total", route="models", status="401", tenant="") == 1
+    assert metric(m, "loragate_http_requests_total", route="models", status="401", tenant="") == 2
     # unknown paths share one series; an unknown tenant slug is no label value
     assert metric(m, "loragate_http_requests_total", route="unmatched", status="404", tenant="") == 1
     assert metric_sum(m, "loragate_http_requests_total", tenant="nosuchtenant") == 0

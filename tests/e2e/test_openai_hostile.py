@@ -131,7 +131,8 @@ TABLE = [
     case("bearer_8k_garbage", C, cbody(), key="lg-" + "~!" * 4000, status=401, code="invalid_api_key"),
     case("other_tenants_key_at_tenant_url", "/t/acme/v1/completions", cbody(), key="beta", status=401,
          code="invalid_api_key"),
-    case("unknown_tenant_url", "/t/nosuch/v1/models", method="GET", status=404, code="tenant_not_found"),
+    # an unknown tenant answers as a key that does not match it: tenant names cannot be probed
+    case("unknown_tenant_url", "/t/nosuch/v1/models", method="GET", status=401, code="invalid_api_key"),
     case("no_inference_scope", C, cbody(), key="beta-adapters-only", status=403, type_=IRE),
     case("get_on_chat", H, method="GET", status=405, code="method_not_allowed"),
     case("put_on_completions", C, cbody(), method="PUT", status=405, code="method_not_allowed"),
