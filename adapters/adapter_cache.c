@@ -13,9 +13,9 @@
  * Versions with a load or a copy in flight are listed in `inflight` so a
  * step polls them without scanning every version.
  */
-#include "adapter_cache.h"
-#include "adapter_loader.h"
-#include "peft.h"
+#include "adapters/adapter_cache.h"
+#include "adapters/adapter_loader.h"
+#include "adapters/peft.h"
 
 #include <stddef.h>
 #include <stdio.h>

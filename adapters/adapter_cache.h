@@ -11,7 +11,7 @@
  *           loader thread (adapters/adapter_loader.h); idle images are
  *           evicted LRU;
  *   pool  — the image copied into pages of the unified page pool
- *           (engine/page_pool.h) as one entry of kind ADAPTER: pinned while
+ *           (engine/backend/page_pool.h) as one entry of kind ADAPTER: pinned while
  *           a running sequence uses it, cached (evictable, in the LRU shared
  *           with prefix-cache KV pages) when idle. The copy runs on the
  *           backend's upload stream when it has one (upload_async), so the
@@ -39,10 +39,10 @@
 #ifndef LG_ADAPTER_CACHE_H
 #define LG_ADAPTER_CACHE_H
 
-#include "adapter_image.h"
-#include "backend.h"
-#include "model_config.h"
-#include "page_pool.h"
+#include "adapters/adapter_image.h"
+#include "engine/backend/backend.h"
+#include "engine/model/model_config.h"
+#include "engine/backend/page_pool.h"
 
 typedef struct lg_adapter_cache lg_adapter_cache;
 

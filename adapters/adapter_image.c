@@ -7,8 +7,8 @@
  * same layout. A module's tensor is at most page_bytes (checked), so one
  * slot adds at most two pages: 2 * n_slots + 1 bounds the page count.
  */
-#include "adapter_image.h"
-#include "peft.h"
+#include "adapters/adapter_image.h"
+#include "adapters/peft.h"
 
 #include <openssl/sha.h>
 #include <stdio.h>

@@ -23,9 +23,9 @@
 #ifndef LG_ADAPTER_IMAGE_H
 #define LG_ADAPTER_IMAGE_H
 
-#include "backend.h"
-#include "common.h"
-#include "model_config.h"
+#include "engine/backend/backend.h"
+#include "engine/base/common.h"
+#include "engine/model/model_config.h"
 
 /* What an adapter's pages are laid out for. */
 typedef struct lg_adapter_geom {

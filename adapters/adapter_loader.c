@@ -2,7 +2,7 @@
  * adapter_loader.c — see adapter_loader.h. One mutex, two lists (queued,
  * done) and a condition variable the thread sleeps on when idle.
  */
-#include "adapter_loader.h"
+#include "adapters/adapter_loader.h"
 
 #include <pthread.h>
 #include <stdio.h>

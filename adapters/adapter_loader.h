@@ -19,7 +19,7 @@
 #ifndef LG_ADAPTER_LOADER_H
 #define LG_ADAPTER_LOADER_H
 
-#include "adapter_image.h"
+#include "adapters/adapter_image.h"
 
 typedef struct lg_load_job {
     int id;                         /* the caller's key */

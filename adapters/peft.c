@@ -25,14 +25,14 @@
  *      lora_B is checked to be finite in its stored dtype (F32, F16, BF16:
  *      exponent bits all ones is NaN or +/-Inf), the first bad one named by
  *      tensor and index.
- * The safetensors header itself is parsed by engine/safetensors.c in memory
+ * The safetensors header itself is parsed by engine/model/safetensors.c in memory
  * bounded by 3 x its size (no JSON DOM), so nothing in an upload can make
  * this parse cost more than a small multiple of the upload.
  * Regexes come from untrusted files: PCRE2 runs them under a match limit and
  * module paths are short, so a hostile pattern costs at most milliseconds.
  */
-#include "peft.h"
-#include "safetensors.h"
+#include "adapters/peft.h"
+#include "engine/model/safetensors.h"
 
 #include <errno.h>
 #include <jansson.h>

@@ -43,7 +43,7 @@
  * or the config's ranks, ranks above max_rank, layers out of range, A
  * without B, duplicates, dtypes other than F32/F16/BF16 (all tensors must
  * share one), malformed JSON or JSON of the wrong types; file-level damage
- * is caught by engine/safetensors.c. Values: lora_alpha and every
+ * is caught by engine/model/safetensors.c. Values: lora_alpha and every
  * alpha_pattern value must be finite and > 0 (PEFT would accept 0 or a
  * negative alpha, and the output then degenerates), r and every
  * rank_pattern value >= 1, and every element of every lora_A / lora_B must
@@ -55,7 +55,7 @@
  * scanned before jansson builds a DOM of it: nesting deeper than 32 and
  * more than 65,536 JSON values are refused, as are NaN / Infinity (which
  * Python's json writes) and numbers that overflow, naming the field. The
- * safetensors header costs at most 3 x its size (engine/safetensors.h).
+ * safetensors header costs at most 3 x its size (engine/model/safetensors.h).
  *
  * Result and ownership: lg_adapter owns everything it points to (the tensor
  * data is copied out of the file into one 64-byte-aligned heap block, so
@@ -71,8 +71,8 @@
 #ifndef LG_PEFT_H
 #define LG_PEFT_H
 
-#include "common.h"
-#include "model_config.h"
+#include "engine/base/common.h"
+#include "engine/model/model_config.h"
 
 typedef enum lg_lora_target {
     LG_LORA_Q = 0,    /* self_attn.q_proj: in d_model,             out n_heads * head_dim */

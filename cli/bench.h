@@ -7,7 +7,7 @@
 #ifndef LG_BENCH_H
 #define LG_BENCH_H
 
-#include "engine.h"
+#include "engine/runtime/engine.h"
 
 #include <stdio.h>
 

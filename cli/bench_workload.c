@@ -33,7 +33,7 @@
 #include <unistd.h>
 
 #include "adapters/adapter_cache.h"
-#include "bench.h"
+#include "cli/bench.h"
 
 typedef struct wreq {
     double t_arrival;        /* seconds after the start */

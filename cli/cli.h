@@ -6,7 +6,7 @@
 #ifndef LG_CLI_H
 #define LG_CLI_H
 
-#define LG_VERSION "0.1.0"
+#include "engine/base/version.h"
 
 int lg_cmd_generate(int argc, char **argv);
 int lg_cmd_bench(int argc, char **argv);

@@ -37,11 +37,11 @@
 #include <unistd.h>
 
 #include "adapters/peft.h"
-#include "backend.h"
-#include "bench.h"
-#include "cli.h"
-#include "engine.h"
-#include "weights.h"
+#include "engine/backend/backend.h"
+#include "cli/bench.h"
+#include "cli/cli.h"
+#include "engine/runtime/engine.h"
+#include "engine/model/weights.h"
 
 static void usage(FILE *f)
 {

@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "chat_template.h"
+#include "engine/model/chat_template.h"
 
 static void ct_emit(const char *key, const char *val)
 {

@@ -32,13 +32,13 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "backend.h"
-#include "chat_template.h"
-#include "cli.h"
-#include "engine.h"
-#include "stop_strings.h"
-#include "tokenizer.h"
-#include "weights.h"
+#include "engine/backend/backend.h"
+#include "engine/model/chat_template.h"
+#include "cli/cli.h"
+#include "engine/runtime/engine.h"
+#include "engine/model/stop_strings.h"
+#include "engine/model/tokenizer.h"
+#include "engine/model/weights.h"
 
 #define MAX_STOPS 16
 #define MAX_LORAS 256

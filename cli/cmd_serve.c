@@ -1,7 +1,7 @@
 /*
  * cmd_serve.c — `loragate serve`: the HTTPS gateway. Options and the
- * config file: gateway/serve_config.h (loragate serve --help). The process
- * life (operator key, TLS, signals, drain): gateway/serve.h. This file is
+ * config file: gateway/http/serve_config.h (loragate serve --help). The process
+ * life (operator key, TLS, signals, drain): gateway/http/serve.h. This file is
  * the wiring: it checks the model path and, in setup, loads the engine and
  * opens the store (gateway/app.h) and registers the route families
  * (routes_openai.c, routes_admin.c, routes_adapters.c, routes_usage.c,
@@ -17,11 +17,11 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "cli.h"
+#include "cli/cli.h"
 #include "gateway/app.h"
 #include "gateway/metrics.h"
 #include "gateway/routes.h"
-#include "gateway/serve.h"
+#include "gateway/http/serve.h"
 
 typedef struct app_ctx {
     const lg_serve_config *cfg;

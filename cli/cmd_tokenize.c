@@ -15,12 +15,12 @@
  * in the text as plain text. A bad line yields {"error": "..."}; the exit
  * status is 1 if any line failed.
  *
- * For --gguf only the tokenizer.* metadata is read (engine/gguf.h; tensor
+ * For --gguf only the tokenizer.* metadata is read (engine/model/gguf.h; tensor
  * data is never touched), with llama.cpp's defaults for absent keys.
  */
-#include "common.h"
-#include "gguf.h"
-#include "tokenizer.h"
+#include "engine/base/common.h"
+#include "engine/model/gguf.h"
+#include "engine/model/tokenizer.h"
 
 #include <jansson.h>
 #include <stdio.h>

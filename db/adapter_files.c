@@ -17,7 +17,7 @@
  * A crash anywhere leaves either no adapters/<digest> or a complete one,
  * plus perhaps a stray tmp/put-* directory (harmless).
  */
-#include "adapter_files.h"
+#include "db/adapter_files.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -29,8 +29,8 @@
 #ifndef LG_ADAPTER_FILES_H
 #define LG_ADAPTER_FILES_H
 
-#include "common.h"
-#include "store.h"
+#include "engine/base/common.h"
+#include "db/store.h"
 
 #define LG_ADAPTER_CONFIG_FILE "adapter_config.json"
 #define LG_ADAPTER_WEIGHTS_FILE "adapter_model.safetensors"

@@ -13,7 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "store_internal.h"
+#include "db/store_internal.h"
 
 #define LG_ADAPTER_COLS                                                                                     \
     "a.id, a.tenant_id, t.name, a.name, a.created_at, a.updated_at, a.deleted_at, v.id, v.version, v.digest, " \

@@ -21,7 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "store_internal.h"
+#include "db/store_internal.h"
 
 #define LG_KEY_COLS                                                                                             \
     "k.id, k.tenant_id, t.name, k.name, k.scopes, k.secret_prefix, k.created_at, k.revoked_at, k.secret_sha256"

@@ -24,7 +24,7 @@
  * several event-loop threads; one fsync per batch. The writer connection
  * has a 64 MiB page cache (see lg_open_db) and reuses one prepared INSERT.
  */
-#include "ledger.h"
+#include "db/ledger.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -34,7 +34,7 @@
 #include <stdlib.h>
 #include <time.h>
 
-#include "schema.h"
+#include "db/schema.h"
 
 #define LG_CHUNK 64
 #define LG_FREE_CHUNKS_MAX 256 /* ~11 MiB of recycled chunks at most */

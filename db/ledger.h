@@ -39,8 +39,8 @@
 #ifndef LG_LEDGER_H
 #define LG_LEDGER_H
 
-#include "common.h"
-#include "store.h"
+#include "engine/base/common.h"
+#include "db/store.h"
 
 typedef struct lg_ledger lg_ledger;
 

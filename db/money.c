@@ -8,7 +8,7 @@
  * decimals) and fit int64. No double is involved unless the caller hands
  * one in (lg_money_price_from_double, which checks exactness).
  */
-#include "money.h"
+#include "db/money.h"
 
 #include <math.h>
 #include <stdio.h>

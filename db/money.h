@@ -22,7 +22,7 @@
 #ifndef LG_MONEY_H
 #define LG_MONEY_H
 
-#include "common.h"
+#include "engine/base/common.h"
 
 /* Prices of one tenant (or the server default), micro-USD per 1M tokens. */
 typedef struct lg_pricing {

@@ -4,7 +4,7 @@
  * Expected workload: a handful of opens per process (the admin handle, the
  * ledger writer, one reader per gateway thread), so clarity beats speed.
  */
-#include "schema.h"
+#include "db/schema.h"
 
 #include <errno.h>
 #include <limits.h>

@@ -27,7 +27,7 @@
 
 #include <sqlite3.h>
 
-#include "common.h"
+#include "engine/base/common.h"
 
 typedef struct lg_store_migration {
     int version;      /* 1, 2, ... */

@@ -10,7 +10,7 @@
  * Files: a read-write open makes loragate.db (and its -wal, -shm) 0600
  * whatever the umask, and a backup is 0600 too (lg_private_file).
  */
-#include "store_internal.h"
+#include "db/store_internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -219,7 +219,7 @@ static bool lg_lower_alnum(char c) { return (c >= 'a' && c <= 'z') || (c >= '0' 
 
 /* A tenant name is its URL slug (/t/<name>/v1) and its Host label
  * (<name>.<suffix>), so it is a DNS label: the same rule as the router's
- * lg_tenant_slug_valid (gateway/router.c; db/ does not include gateway/, so
+ * lg_tenant_slug_valid (gateway/http/router.c; db/ does not include gateway/, so
  * the rule is written twice and tests/unit/gateway/test_tenant_names.c
  * checks that the two agree). */
 int lg_store_check_tenant_name(const char *name, lg_err *err)

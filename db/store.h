@@ -37,8 +37,8 @@
 #ifndef LG_STORE_H
 #define LG_STORE_H
 
-#include "common.h"
-#include "money.h"
+#include "engine/base/common.h"
+#include "db/money.h"
 
 typedef struct lg_store lg_store;
 

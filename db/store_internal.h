@@ -12,8 +12,8 @@
 #include <pthread.h>
 #include <sqlite3.h>
 
-#include "schema.h"
-#include "store.h"
+#include "db/schema.h"
+#include "db/store.h"
 
 struct lg_store {
     sqlite3 *db;

@@ -9,13 +9,13 @@
  * by bucket, so each bucket's results are one contiguous run of a single
  * array.
  */
-#include "usage.h"
+#include "db/usage.h"
 
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "store_internal.h"
+#include "db/store_internal.h"
 
 #define LG_USAGE_MAX_TIME 253402300800LL /* 10000-01-01: keeps ms arithmetic far from overflow */
 

@@ -21,9 +21,9 @@
 #ifndef LG_USAGE_H
 #define LG_USAGE_H
 
-#include "common.h"
-#include "ledger.h"
-#include "store.h"
+#include "engine/base/common.h"
+#include "db/ledger.h"
+#include "db/store.h"
 
 enum {
     LG_USAGE_1H = 3600,

@@ -2,7 +2,7 @@
  * adapter_upload.c — see adapter_upload.h: adapter upload / import / list /
  * get / delete for a tenant, and the blocking-job helper.
  */
-#include "adapter_upload.h"
+#include "gateway/adapter_upload.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -17,8 +17,8 @@
 
 #include "adapters/peft.h"
 #include "db/adapter_files.h"
-#include "http_util.h"
-#include "multipart.h"
+#include "gateway/http/http_util.h"
+#include "gateway/http/multipart.h"
 
 /* ---- jobs ------------------------------------------------------------------ */
 

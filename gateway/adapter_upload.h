@@ -45,8 +45,8 @@
 
 #include <jansson.h>
 
-#include "app.h"
-#include "request.h"
+#include "gateway/app.h"
+#include "gateway/http/request.h"
 
 /* ---- blocking jobs --------------------------------------------------------
  * A job runs work(j) on the worker pool, then answers on the loop thread:

@@ -2,8 +2,8 @@
  * app.c — see app.h: the serve context, the tenant and adapter views the
  * event loops read, the tenant-key auth hooks, and adapter installation.
  */
-#include "app.h"
-#include "upload_quota.h"
+#include "gateway/app.h"
+#include "gateway/upload_quota.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -14,9 +14,9 @@
 #include <time.h>
 
 #include "adapters/peft.h"
-#include "engine/strmap.h"
-#include "metrics.h"
-#include "rate_limits.h"
+#include "engine/base/strmap.h"
+#include "gateway/metrics.h"
+#include "gateway/rate_limits.h"
 
 int64_t lg_app_unix_now(void) { return (int64_t)time(NULL); }
 

@@ -39,12 +39,12 @@
 #include "db/ledger.h"
 #include "db/money.h"
 #include "db/store.h"
-#include "engine/chat_template.h"
-#include "engine/engine.h"
-#include "engine/tokenizer.h"
-#include "engine/weights.h"
-#include "request.h"
-#include "serve.h"
+#include "engine/model/chat_template.h"
+#include "engine/runtime/engine.h"
+#include "engine/model/tokenizer.h"
+#include "engine/model/weights.h"
+#include "gateway/http/request.h"
+#include "gateway/http/serve.h"
 
 typedef struct lg_metrics lg_metrics; /* metrics.h */
 typedef struct lg_limits lg_limits;   /* rate_limits.h */

@@ -24,7 +24,7 @@
  * (`--metrics-tenant-labels off`) no series has a tenant label at all.
  * Histograms never carry one (buckets x tenants grows too fast).
  */
-#include "metrics.h"
+#include "gateway/metrics.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -38,13 +38,13 @@
 #include <openssl/crypto.h>
 #include <openssl/sha.h>
 
-#include "access_log.h"
-#include "admin_key.h"
-#include "app.h"
-#include "server.h"
-#include "cli/cli.h"
-#include "engine/strmap.h"
-#include "request.h"
+#include "gateway/http/access_log.h"
+#include "gateway/http/admin_key.h"
+#include "gateway/app.h"
+#include "gateway/http/server.h"
+#include "engine/base/version.h"
+#include "engine/base/strmap.h"
+#include "gateway/http/request.h"
 
 #define LG_METRICS_MAX_TENANTS 1000
 #define OTHER_TENANT "_other"

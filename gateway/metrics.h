@@ -12,7 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "router.h"
+#include "gateway/http/router.h"
 
 typedef struct lg_app lg_app;
 typedef struct lg_metrics lg_metrics;

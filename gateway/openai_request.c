@@ -3,7 +3,7 @@
  * error wording follow OpenAI's API reference for /v1/chat/completions and
  * /v1/completions.
  */
-#include "openai_request.h"
+#include "gateway/openai_request.h"
 
 #include <math.h>
 #include <stdlib.h>

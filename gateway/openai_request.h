@@ -12,7 +12,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "app.h"
+#include "gateway/app.h"
 
 #define LG_OAI_MAX_N 128
 #define LG_OAI_MAX_PROMPTS 64

@@ -39,7 +39,7 @@
  * retry-after-ms, which the OpenAI SDKs read first) says when a retry can
  * succeed (the budget: the start of next month).
  */
-#include "rate_limits.h"
+#include "gateway/rate_limits.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -49,9 +49,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "app.h"
+#include "gateway/app.h"
 #include "db/usage.h"
-#include "metrics.h"
+#include "gateway/metrics.h"
 
 typedef struct bucket {
     bool init;

@@ -9,7 +9,7 @@
 
 #include <stdint.h>
 
-#include "request.h"
+#include "gateway/http/request.h"
 
 typedef struct lg_app lg_app;
 typedef struct lg_app_tenant lg_app_tenant;

@@ -1,24 +1,14 @@
 /*
- * routes.h — the route families of the gateway, one file each, each with
- * one registration function. Later: route_openai.c, route_admin.c.
+ * routes.h — the product's route families, one file each, each with one
+ * registration function (the health routes are the HTTP core's:
+ * gateway/http/route_health.h).
  */
 #ifndef LG_GW_ROUTES_H
 #define LG_GW_ROUTES_H
 
-#include <jansson.h>
 #include <stdbool.h>
 
-#include "router.h"
-
-/* Readiness: fills `checks` with one member per dependency,
- * {"model": {"ok": true, "detail": "..."}, ...}, and returns true when all
- * are ready. Runs on a loop thread for every GET /readyz: it must be cheap
- * and must not block (read flags that the owners of those dependencies set). */
-typedef bool (*lg_readiness_fn)(void *user, json_t *checks);
-
-/* route_health.c: GET /healthz (200 while the process serves), GET /readyz
- * (200 when ready(user, checks) says so, else 503 with Retry-After). */
-int lg_routes_health(lg_router *rt, lg_readiness_fn ready, void *user, lg_err *err);
+#include "gateway/http/router.h"
 
 typedef struct lg_app lg_app; /* app.h */
 /* routes_openai.c: /v1/models, /v1/models/{id}, /v1/chat/completions, /v1/completions */

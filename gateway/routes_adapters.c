@@ -16,10 +16,10 @@
  * from the key (lg_app_auth_adapters). Another tenant's adapter is unknown
  * here (404), never forbidden.
  */
-#include "adapter_upload.h"
-#include "upload_quota.h"
-#include "app.h"
-#include "routes.h"
+#include "gateway/adapter_upload.h"
+#include "gateway/upload_quota.h"
+#include "gateway/app.h"
+#include "gateway/routes.h"
 
 static lg_app_tenant *tenant_of(lg_request *r) { return lg_app_principal_of(r)->tenant; }
 

@@ -42,11 +42,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "adapter_upload.h"
-#include "admin_key.h"
-#include "app.h"
-#include "routes.h"
-#include "upload_quota.h"
+#include "gateway/adapter_upload.h"
+#include "gateway/http/admin_key.h"
+#include "gateway/app.h"
+#include "gateway/routes.h"
+#include "gateway/upload_quota.h"
 
 /* ---- JSON answers -------------------------------------------------------------- */
 

@@ -47,14 +47,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "app.h"
-#include "engine/stop_strings.h"
-#include "metrics.h"
-#include "openai_request.h"
-#include "rate_limits.h"
-#include "routes.h"
-#include "sse.h"
-#include "stream.h"
+#include "gateway/app.h"
+#include "engine/model/stop_strings.h"
+#include "gateway/metrics.h"
+#include "gateway/openai_request.h"
+#include "gateway/rate_limits.h"
+#include "gateway/routes.h"
+#include "gateway/http/sse.h"
+#include "gateway/http/stream.h"
 
 enum { EV_TOKEN = 1, EV_FINISH = 2, EV_BILLED = 3 };
 

@@ -39,12 +39,12 @@
 
 #include <h2o.h>
 
-#include "admin_key.h"
-#include "app.h"
+#include "gateway/http/admin_key.h"
+#include "gateway/app.h"
 #include "db/usage.h"
-#include "request.h"
-#include "routes.h"
-#include "usage_page.h"
+#include "gateway/http/request.h"
+#include "gateway/routes.h"
+#include "gateway/usage_page.h"
 
 /* ---- form / query decoding (shared with usage_page.c) ---------------------- */
 

@@ -3,7 +3,7 @@
  * open-addressing table (tenant ids are never reused; an entry whose
  * counters are back at zero is reused by any tenant).
  */
-#include "upload_quota.h"
+#include "gateway/upload_quota.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -11,7 +11,7 @@
 #include <string.h>
 #include <sys/statvfs.h>
 
-#include "app.h"
+#include "gateway/app.h"
 
 typedef struct slot {
     int64_t tenant_id; /* -1: free */

@@ -24,8 +24,8 @@
 
 #include <stdint.h>
 
-#include "engine/common.h"
-#include "router.h"
+#include "engine/base/common.h"
+#include "gateway/http/router.h"
 
 typedef struct lg_upload_quota lg_upload_quota;
 

@@ -43,13 +43,13 @@
 #include <openssl/evp.h>
 #include <openssl/rand.h>
 
-#include "admin_key.h"
-#include "app.h"
+#include "gateway/http/admin_key.h"
+#include "gateway/app.h"
 #include "db/usage.h"
-#include "rate_limits.h"
-#include "request.h"
-#include "server.h"
-#include "usage_page.h"
+#include "gateway/rate_limits.h"
+#include "gateway/http/request.h"
+#include "gateway/http/server.h"
+#include "gateway/usage_page.h"
 
 #define MAX_SESSIONS 4096
 #define SESSION_SECONDS (8 * 3600)

@@ -7,7 +7,7 @@
 
 #include <stddef.h>
 
-#include "router.h"
+#include "gateway/http/router.h"
 
 typedef struct lg_app lg_app;
 typedef struct lg_request lg_request;

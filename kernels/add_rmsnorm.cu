@@ -22,7 +22,7 @@
  * Both launch with programmatic dependent launch (cuda_common.cuh) and wait
  * for their predecessor before the first load.
  */
-#include "ops.cuh"
+#include "kernels/ops.cuh"
 
 #define NORM_THREADS 256
 #define NORM_VEC_MAX_THREADS 1024

@@ -14,7 +14,7 @@
  * which handles any query length and any head_dim % 8 == 0 up to 256 on
  * CUDA cores. LG_ATTN_FA2=0 sends prefill to the wmma kernel always.
  */
-#include "ops.cuh"
+#include "kernels/ops.cuh"
 
 #include <stdlib.h>
 

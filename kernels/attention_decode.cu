@@ -73,7 +73,7 @@
  * Works for any query length (it is also the prefill fallback for head_dim
  * % 16 != 0) and any head_dim % 8 == 0 up to 256.
  */
-#include "ops.cuh"
+#include "kernels/ops.cuh"
 
 #include <stdlib.h>
 

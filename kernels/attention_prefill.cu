@@ -21,7 +21,7 @@
  * layouts) and pipeline the K/V loads (cp.async); this one is the simple,
  * correct tensor-core baseline.
  */
-#include "ops.cuh"
+#include "kernels/ops.cuh"
 
 #include <mma.h>
 

@@ -40,8 +40,8 @@
  * tile (the most keys), so the longest tiles of all heads start first.
  * Programmatic dependent launch (cuda_common.cuh): waits before any load.
  */
-#include "mma.cuh"
-#include "ops.cuh"
+#include "kernels/mma.cuh"
+#include "kernels/ops.cuh"
 
 #include <limits.h>
 

@@ -16,8 +16,8 @@
  *
  * Activation dtype: F16, or BF16 when opts->act_dtype_hint == LG_BF16.
  */
-#include "ops.cuh"
-#include "sample_ops.cuh" /* optional slots: sample.cu, host_mem.cu */
+#include "kernels/ops.cuh"
+#include "kernels/sample_ops.cuh" /* optional slots: sample.cu, host_mem.cu */
 
 #include <stdarg.h>
 #include <stdio.h>

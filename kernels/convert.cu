@@ -3,7 +3,7 @@
  *
  *   for r < rows, j < cols:  dst[r, j] = round_to(dst.dtype, float(src[r, j]))
  */
-#include "ops.cuh"
+#include "kernels/ops.cuh"
 
 template <typename TO, typename TI>
 __global__ void convert_kernel(TO *dst, int64_t ldd, const TI *src, int64_t lds, int cols)

@@ -24,7 +24,7 @@
 #include <stdint.h>
 
 extern "C" {
-#include "backend.h"
+#include "engine/backend/backend.h"
 }
 
 #define CU_ST_SAMPLES 4096 /* steps kept for LG_STEP_TIMING's quantiles */

@@ -7,7 +7,7 @@
  * f32 when they differ). One block per token; a 16-byte copy loop when
  * both sides are the same half type and aligned.
  */
-#include "ops.cuh"
+#include "kernels/ops.cuh"
 
 template <typename TO, typename TI>
 __global__ void embed_kernel(TO *out, int64_t ldo, const TI *table, int64_t ldt, int64_t n_rows, const int32_t *tok,

@@ -22,7 +22,7 @@
  * Note: when y is half precision, y is rounded once after the GEMM and once
  * more after the bias (the bias pass reads the rounded value).
  */
-#include "ops.cuh"
+#include "kernels/ops.cuh"
 
 template <typename TY>
 __global__ void bias_add_kernel(TY *y, int64_t ldy, const void *bias, lg_dtype bdt, int N, int T)

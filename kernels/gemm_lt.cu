@@ -24,7 +24,7 @@
  * OLD=LG_BLASLT=1 OLD_LABEL=blaslt bash tests/gpu/run_device.sh bench puts
  * the engine workloads next to it.
  */
-#include "ops.cuh"
+#include "kernels/ops.cuh"
 
 #include <cublasLt.h>
 #include <stdlib.h>

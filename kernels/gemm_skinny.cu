@@ -61,7 +61,7 @@
  * LG_SKINNY (read once) or lg_cuda_skinny_mode(): 0 = off (default, cuBLAS),
  * 1 = auto, 10 + v = variant v for every call it can take.
  */
-#include "gemm_streamk.cuh" /* skm_call: the call's fields */
+#include "kernels/gemm_streamk.cuh" /* skm_call: the call's fields */
 
 #include <stdlib.h>
 #include <string.h>

@@ -45,8 +45,8 @@
  * 2 (the default) and 20 + v select the TMA + wgmma kernel of gemm_tma.cu
  * instead. This kernel measured slower than cuBLAS from T = 16 up.
  */
-#include "gemm_streamk.cuh"
-#include "mma.cuh"
+#include "kernels/gemm_streamk.cuh"
+#include "kernels/mma.cuh"
 
 #include <stdlib.h>
 

@@ -34,7 +34,7 @@
 #ifndef LG_GEMM_STREAMK_CUH
 #define LG_GEMM_STREAMK_CUH
 
-#include "ops.cuh"
+#include "kernels/ops.cuh"
 
 /* A decode matmul call as the stream-K kernels, the skinny matmul (gemm_skinny.cu) and the GEMV (gemv.cuh) take
  * it: skm_set_call. */

@@ -39,8 +39,8 @@
  * for 2..64 rows (LG_TMA_MIN_T and LG_TMA_MAX_T move the bounds); 20 + v = variant v for every call of 1..64
  * rows it can take; 0 = cuBLAS (and the GEMV for up to 4 rows).
  */
-#include "gemm_streamk.cuh"
-#include "mma.cuh"
+#include "kernels/gemm_streamk.cuh"
+#include "kernels/mma.cuh"
 
 #include <cuda.h>
 #include <cudaTypedefs.h>

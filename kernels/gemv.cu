@@ -52,7 +52,7 @@
  * 2 = auto with programmatic dependent launch; 10 + v = variant v for every
  * T <= 4 call it can take (v = 0..3: R x U = 1x8, 2x4, 2x8, 4x4).
  */
-#include "gemv.cuh"
+#include "kernels/gemv.cuh"
 
 #include <stdlib.h>
 

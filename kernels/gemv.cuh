@@ -21,7 +21,7 @@
 #ifndef LG_GEMV_CUH
 #define LG_GEMV_CUH
 
-#include "gemm_streamk.cuh" /* skm_call: the call's fields */
+#include "kernels/gemm_streamk.cuh" /* skm_call: the call's fields */
 
 #define GEMV_WARPS 4
 #define GEMV_NORM_J 4 /* PRO: emulated norm warps per real warp; rows of at most 32 * 4 * 4 * 8 = 4096 */

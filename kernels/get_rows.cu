@@ -3,7 +3,7 @@
  *
  *   for i < n:  out[i, :] = x[rows[i], :]        (same dtype: a byte copy)
  */
-#include "ops.cuh"
+#include "kernels/ops.cuh"
 
 template <typename W>
 __global__ void get_rows_kernel(char *out, size_t ldo_bytes, const char *x, size_t ldx_bytes, const int32_t *rows,

@@ -16,7 +16,7 @@
  * Invariants: c->capturing is 1 exactly between a recording graph_begin and
  * its graph_end; a replay leaves it 0. Keys are compared bytewise.
  */
-#include "ops.cuh"
+#include "kernels/ops.cuh"
 
 #include <stdio.h>
 #include <stdlib.h>

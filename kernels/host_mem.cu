@@ -23,7 +23,7 @@
  * cuda_ctx and a call in cuda_free replace the table and the wrap.
  * Not thread-safe per backend (like every slot); the table itself is locked.
  */
-#include "sample_ops.cuh"
+#include "kernels/sample_ops.cuh"
 
 #include <pthread.h>
 #include <string.h>

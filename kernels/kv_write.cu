@@ -13,7 +13,7 @@
  * copy costs about one memory round trip. Launched with programmatic
  * dependent launch (cuda_common.cuh): the slot is read before the wait.
  */
-#include "ops.cuh"
+#include "kernels/ops.cuh"
 
 #define KV_THREADS_MAX 256
 #define KV_UNROLL 4 /* words per thread per pass, all loaded before any store */

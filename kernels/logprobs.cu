@@ -29,7 +29,7 @@
  * NaN logits are never listed, and they (like +inf, or a row of only -inf)
  * make L NaN, as on the host.
  */
-#include "sample_ops.cuh"
+#include "kernels/sample_ops.cuh"
 
 #include <limits.h>
 

@@ -68,8 +68,8 @@
  * docs/benchmarks.md).
  * LG_EXPAND_ROPE=0: not taken (matmul_lora runs the two launches).
  */
-#include "mma.cuh"
-#include "ops.cuh"
+#include "kernels/mma.cuh"
+#include "kernels/ops.cuh"
 
 #define EX_THREADS 256
 #define EX_WARPS (EX_THREADS / 32)

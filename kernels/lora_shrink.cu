@@ -47,7 +47,7 @@
  * layer loses the add_rmsnorm launch; the results are the two ops' bit for
  * bit (op tests). LG_SHRINK_NORM=0: not taken.
  */
-#include "ops.cuh"
+#include "kernels/ops.cuh"
 
 #define SH_THREADS 256
 #define SH_WARPS (SH_THREADS / 32)

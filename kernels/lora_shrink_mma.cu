@@ -35,8 +35,8 @@
  * and lora_expand.cu's 8-token tiles (benchmarks); 2 takes both prefill kernels whatever the grid
  * size (tests).
  */
-#include "mma.cuh"
-#include "ops.cuh"
+#include "kernels/mma.cuh"
+#include "kernels/ops.cuh"
 
 #define SHM_THREADS 128 /* 4 warps: one k-step of a chunk each */
 #define SHM_TM 32       /* tokens per block: two m16 tiles */

@@ -43,7 +43,7 @@
  * tolerance of the CPU backend, and a given shape always takes the same path
  * (graph replay == eager).
  */
-#include "ops.cuh"
+#include "kernels/ops.cuh"
 
 /* Zeroes the columns of y outside every range [col0[i], col0[i] + ncols[i]) (k <= 3 disjoint
  * ranges, checked by the caller), so that the store-form expand and the zeros cover y. */

@@ -1,7 +1,7 @@
 /*
  * norm_matmul.cu — add_rmsnorm + matmul (+ silu_mul) in one launch for
  * decode batches of T <= LG_NORM_MATMUL_MAX_T rows (the backend's optional
- * norm_matmul slot; contract in engine/backend.h):
+ * norm_matmul slot; contract in engine/backend/backend.h):
  *
  *   h = resid (+ delta, rounded; block 0 stores it to rout)
  *   xn = rmsnorm(h) * w                  in shared memory, never stored
@@ -42,7 +42,7 @@
  * on Hopper a separate 2-row matmul (what LG_NORM_MATMUL_T=2 compares with) and every matmul under a
  * forced TMA variant (LG_STREAMK=20 + v) run on the TMA matmul, whose sums differ in the last bits.
  */
-#include "gemv.cuh"
+#include "kernels/gemv.cuh"
 
 #define NM_MAX_T 2 /* rows the kernel takes (the engine offers LG_NORM_MATMUL_MAX_T) */
 

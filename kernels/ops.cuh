@@ -2,12 +2,12 @@
  * ops.cuh — the host launchers of the CUDA backend, one per file in
  * kernels/. Each checks shapes and dtypes, enqueues on the backend's
  * compute stream and returns 0 or -1 (see cuda_common.cuh). Signatures
- * follow lg_backend_i in engine/backend.h; backend_cuda.cu wires them in.
+ * follow lg_backend_i in engine/backend/backend.h; backend_cuda.cu wires them in.
  */
 #ifndef LG_CUDA_OPS_CUH
 #define LG_CUDA_OPS_CUH
 
-#include "cuda_common.cuh"
+#include "kernels/cuda_common.cuh"
 
 int cu_embed(lg_backend *be, lg_tensor out, lg_tensor table, const int32_t *tok);
 int cu_add_rmsnorm(lg_backend *be, lg_tensor resid, lg_tensor delta, lg_tensor w, lg_tensor out, float eps);

@@ -21,7 +21,7 @@
  * dependent launch (cuda_common.cuh) that overlaps the qkv matmul's tail.
  * Decode (32 tokens x 40 heads x 128) is ~0.8 MB moved: latency-bound.
  */
-#include "ops.cuh"
+#include "kernels/ops.cuh"
 
 #define ROPE_MAX_THREADS 512 /* rope_cos_sin: cuda_common.cuh (shared with rope_kv.cu) */
 

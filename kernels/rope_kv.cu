@@ -19,7 +19,7 @@
  * rope only. Only the 16-bit, 16-byte aligned case (head_dim % 16 == 0)
  * runs here; anything else falls back to the two ops.
  */
-#include "ops.cuh"
+#include "kernels/ops.cuh"
 
 #define RK_MAX_THREADS 512
 

@@ -2,11 +2,11 @@
  * sample.cu — the device sampler (backend.h slot `sample`): one thread
  * block cluster of C blocks of 1024 threads per row (C = 8, 4, 2 or 1, as
  * many as keep the batch's clusters in one wave; see row_part), the exact
- * rules of engine/sampling.h, bit-identical to lg_sampler_sample_u given
+ * rules of engine/backend/sampling.h, bit-identical to lg_sampler_sample_u given
  * the same u, for any C.
  *
  * Why it can be exact: token weights come from lg_sample_weight
- * (engine/sampling_weight.h, shared with the host) as integers, every sum is
+ * (engine/backend/sampling_weight.h, shared with the host) as integers, every sum is
  * an exact uint64, and each remaining floating-point step (T = top_p * Z,
  * target = u * Z', the comparisons) is one IEEE operation on exact inputs.
  * So no reduction order or split of the row matters, and no threshold is
@@ -34,12 +34,12 @@
  * add theirs through distributed shared memory. Worst case (top-k + top-p, ties cut) is about 11 sweeps,
  * W (a few FMAs) recomputed where needed.
  */
-#include "sample_ops.cuh"
+#include "kernels/sample_ops.cuh"
 
 #include <cooperative_groups.h>
 
 extern "C" {
-#include "sampling_weight.h"
+#include "engine/backend/sampling_weight.h"
 }
 
 #define SM_THREADS 1024
@@ -533,7 +533,7 @@ sample_kernel(int32_t *out_ids, const float *logits, int V, const lg_sample_row 
      * Only tokens of W > 0 are counted: {logit : W > 0} is an up-set (W = 0
      * below one cutoff: d = logit - lmax and d * inv_t round monotonically,
      * and lg_sample_weight is 0 exactly below x ~ -21.49, checked over every
-     * float by tests/unit/engine/test_sampling.c), so when more than k tokens
+     * float by tests/unit/engine/backend/test_sampling.c), so when more than k tokens
      * weigh, the k largest logits are among them and the walk over them finds
      * the same k-th logit; when k or fewer weigh, the cut removes only tokens
      * of W = 0, which no later filter counts and no draw can pick, so it is

@@ -7,12 +7,12 @@
 #ifndef LG_CUDA_SAMPLE_OPS_CUH
 #define LG_CUDA_SAMPLE_OPS_CUH
 
-#include "cuda_common.cuh"
+#include "kernels/cuda_common.cuh"
 
 /* backend.h `sample`, on the compute stream:
  *   with pen: each row's penalties applied to its logits in place (see
  *              lg_sample_row), then
- *   for i < n: out_ids[i] = the token of engine/sampling.h's rules for
+ *   for i < n: out_ids[i] = the token of engine/backend/sampling.h's rules for
  *              logits[i * V .. i * V + V) with rows[i] (u = rows[i].u),
  *   bit-identical to lg_sampler_sample_u(logits row, (double)rows[i].u),
  *   then with lp: cu_logprobs.

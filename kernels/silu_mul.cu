@@ -8,7 +8,7 @@
  * consecutive f of one token: two 16-byte loads, one 16-byte store; one
  * thread per element otherwise. Decode (32 x 11008 f16): 2 MB moved.
  */
-#include "ops.cuh"
+#include "kernels/ops.cuh"
 
 template <typename T>
 __global__ void silu_mul_kernel(T *out, int64_t ldo, const T *gu, int64_t ldg, int F, int T_)

@@ -33,9 +33,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "ledger.h"
-#include "money.h"
-#include "store.h"
+#include "db/ledger.h"
+#include "db/money.h"
+#include "db/store.h"
 
 static int64_t now_ns(void)
 {

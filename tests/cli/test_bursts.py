@@ -6,7 +6,7 @@ exactly what step-by-step decoding gives: the same tokens, logprobs, finish
 reasons and usage, for requests that stop, hit their length or run long.
 
 The CPU backend samples on the host unless LG_CPU_DEVICE_SAMPLE=1 gives it
-the backend `sample` slot (engine/sampling.h's own functions); with it, the
+the backend `sample` slot (engine/backend/sampling.h's own functions); with it, the
 CPU runs the engine's device-sampling paths, bursts included. The reference
 is the same batch sampled on the host, and the device path with bursts off
 (LG_BURST=0).

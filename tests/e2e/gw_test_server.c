@@ -1,5 +1,5 @@
 /*
- * gw_test_server.c — `loragate serve`'s process life (gateway/serve.h: the
+ * gw_test_server.c — `loragate serve`'s process life (gateway/http/serve.h: the
  * same option parser, operator key, TLS, access log, signals and drain)
  * with test routes instead of the engine, for tests/e2e/test_gateway_core.py.
  * Takes the serve options (--model is required: give any existing path).
@@ -30,10 +30,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "gateway/request.h"
-#include "gateway/serve.h"
-#include "gateway/sse.h"
-#include "gateway/stream.h"
+#include "gateway/http/request.h"
+#include "gateway/http/serve.h"
+#include "gateway/http/sse.h"
+#include "gateway/http/stream.h"
 
 static atomic_int n_cancels, n_stopped_early, n_producers_done, n_active, n_slow, n_holds, n_dispatched;
 static atomic_int holds_acme, holds_globex;

@@ -1,4 +1,4 @@
-"""The connection guard (gateway/conn.c) over real TLS on loopback, against
+"""The connection guard (gateway/http/conn.c) over real TLS on loopback, against
 tests/e2e/gw_test_server.c: request bodies are not read until the route and
 the key are known, each route's limit applies while reading, upload
 reservations are held and released, HTTP/2 rapid reset ends in GOAWAY, and

@@ -1,6 +1,6 @@
 /*
  * fuzz_adapter.c — libFuzzer harness for the PEFT adapter parser
- * (adapters/peft.c over engine/safetensors.c): the bytes a tenant uploads
+ * (adapters/peft.c over engine/model/safetensors.c): the bytes a tenant uploads
  * (adapter_config.json and adapter_model.safetensors) are untrusted.
  *
  * Input layout: bytes 0-1 (little endian) the config's length L (clamped to

@@ -1,6 +1,6 @@
 /*
  * fuzz_chat.c — libFuzzer harness for chat template rendering
- * (engine/chat_template.c): the messages of /v1/chat/completions come from
+ * (engine/model/chat_template.c): the messages of /v1/chat/completions come from
  * tenants; the template from the model.
  *
  * Input layout: byte 0 picks one of the real templates of tests/chat/templates
@@ -22,7 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/chat_template.h"
+#include "engine/model/chat_template.h"
 
 static const char *const k_files[] = {
     "chatml-openhermes.jinja",   "llama2-chat-xinference.jinja", "llama2-transformers-default.jinja",

@@ -1,6 +1,6 @@
 /*
- * fuzz_gguf.c — libFuzzer harness for the GGUF reader (engine/gguf.c) and
- * the dequantizers it feeds (engine/quant.c): a model file is the operator's,
+ * fuzz_gguf.c — libFuzzer harness for the GGUF reader (engine/model/gguf.c) and
+ * the dequantizers it feeds (engine/model/quant.c): a model file is the operator's,
  * but a bad one must get a clear error, never a crash.
  *
  * The input is the file. When it parses: every key is read with the getter
@@ -18,8 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/gguf.h"
-#include "engine/quant.h"
+#include "engine/model/gguf.h"
+#include "engine/model/quant.h"
 
 static void read_kv(const lg_gguf *g, int i)
 {

@@ -1,5 +1,5 @@
 /*
- * fuzz_multipart.c — libFuzzer harness for gateway/multipart.c.
+ * fuzz_multipart.c — libFuzzer harness for gateway/http/multipart.c.
  *
  * Input layout: byte 0 picks the boundary length (1..70) taken from the
  * following bytes (mapped onto RFC 2046 bchars), byte 1 the feed chunk size
@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gateway/multipart.h"
+#include "gateway/http/multipart.h"
 
 typedef struct acc {
     uint64_t hash; /* FNV-1a over (part index, name, content) */

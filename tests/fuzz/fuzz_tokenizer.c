@@ -19,8 +19,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/tokenizer.h"
-#include "engine/tokenizer_impl.h" /* lg_utf8_next */
+#include "engine/model/tokenizer.h"
+#include "engine/model/tokenizer_impl.h" /* lg_utf8_next */
 
 static lg_tokenizer *g_tok[2];
 

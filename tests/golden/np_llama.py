@@ -8,7 +8,7 @@ torch needed), so a fixture edited by hand, or a loader-visible format detail
 (config keys, tensor names, bf16 layout) that this file and HF read differently,
 shows up as a failing test rather than as a mystery in the engine.
 
-Covers exactly what the engine supports (engine/model_config.h): llama
+Covers exactly what the engine supports (engine/model/model_config.h): llama
 (incl. Llama-3 rope scaling, tied embeddings, head_dim != hidden/heads),
 mistral (sliding window wider than the prompt), qwen2 (q/k/v bias).
 Reads safetensors itself (F32, F16, BF16) so it needs only numpy.

@@ -20,7 +20,7 @@
  * The reads before the wait are a hint of what the engine's kernels do before pdl_wait (weights): with
  * pre = 1 each block loads its bytes before the wait and only the store after it.
  */
-#include "bench_cuda.cuh"
+#include "tests/gpu/bench_cuda.cuh"
 
 #include <stdlib.h>
 

@@ -2,7 +2,7 @@
  * device helpers (cuda_common.cuh: ld_stream16, the engine's load past L1) and a status check that
  * reports and returns 1 from the caller. */
 #pragma once
-#include "cuda_common.cuh"
+#include "kernels/cuda_common.cuh"
 
 #include <stdio.h>
 

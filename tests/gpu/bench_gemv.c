@@ -19,7 +19,7 @@
  *
  * Usage: bench_gemv   (built and run by tests/gpu/bench_gemv.sh)
  */
-#include "backend.h"
+#include "engine/backend/backend.h"
 
 #include <cuda_runtime.h>
 #include <stdio.h>
@@ -37,7 +37,7 @@ void lg_cuda_gemv_mode(int mode);                    /* kernels/gemv.cu */
 
 static lg_backend *G;
 static char *arena;
-#include "bench_util.h" /* rnd64, CK, CKC, dev_random_f16, rot_copies, cmp_f */
+#include "tests/gpu/bench_util.h" /* rnd64, CK, CKC, dev_random_f16, rot_copies, cmp_f */
 
 /* Median us per launch of REPS matmuls (rotating W copies) in one graph, path `mode`. */
 static double time_mm(int mode, int T, int N, int K, lg_dtype ydt, void *x, void *y)

@@ -24,7 +24,7 @@
  *   ceilings)   (tests/gpu/run_device.sh bench and kernels run it)
  * Output: tables on stdout. Exits on a failed check (a benchmark program).
  */
-#include "backend.h"
+#include "engine/backend/backend.h"
 
 #include <cuda_runtime.h>
 #include <math.h>
@@ -45,7 +45,7 @@ void lg_cuda_blaslt(int on);                         /* kernels/gemm_lt.cu: 1 on
 
 static lg_backend *G;
 static char *arena;
-#include "bench_util.h" /* rnd64, CK, CKC, dev_random_f16, bench_setup, rot_copies, cmp_f */
+#include "tests/gpu/bench_util.h" /* rnd64, CK, CKC, dev_random_f16, bench_setup, rot_copies, cmp_f */
 
 typedef struct {
     cudaEvent_t e0, e1;

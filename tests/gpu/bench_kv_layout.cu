@@ -14,7 +14,7 @@
  * Eight pools rotated so that L2 (50 MB) holds none of a launch's bytes from the one before. TB/s counts
  * the K and V bytes read.
  */
-#include "bench_cuda.cuh"
+#include "tests/gpu/bench_cuda.cuh"
 
 #include <stdlib.h>
 

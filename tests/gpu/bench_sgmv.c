@@ -32,7 +32,7 @@
  *
  * Usage: bench_sgmv   (built and run by tests/gpu/bench_sgmv.sh)
  */
-#include "backend.h"
+#include "engine/backend/backend.h"
 
 #include <cuda_runtime.h>
 #include <stdio.h>
@@ -53,7 +53,7 @@ int lg_cuda_lora_expand_store(lg_backend *be, const lg_tensor *ys, lg_tensor tmp
 
 static lg_backend *G;
 static char *arena;
-#include "bench_util.h" /* rnd64, CK, CKC, dev_random_f16, cmp_f */
+#include "tests/gpu/bench_util.h" /* rnd64, CK, CKC, dev_random_f16, cmp_f */
 
 typedef struct {
     int T, n_ad, rank, k; /* tokens, distinct adapters (= segments), rank, slots per launch */

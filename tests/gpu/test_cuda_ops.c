@@ -21,7 +21,7 @@
  * graph, matmul: gemv, skinny, matmul_lora; rope_kv; norm: norm_matmul) — for kernel work.
  * Needs a GPU; a CMake target of CUDA builds, run by tests/gpu/run_device.sh.
  */
-#include "backend.h"
+#include "engine/backend/backend.h"
 
 #include <cuda_runtime_api.h>
 #include <math.h>
@@ -1546,7 +1546,7 @@ static void test_norm_matmul_rope(lg_dtype dt, int T, int nh, int nkv, int hd, i
 /* ---- step graphs and multi-slot LoRA ------------------------------------------------ */
 
 /* A one-layer decode step over the backend ops (embed .. logits), as
- * engine/model.c enqueues it; every per-step input sits in fixed device
+ * engine/model/model.c enqueues it; every per-step input sits in fixed device
  * buffers. Graph replays must give bit-identical logits to eager runs while
  * tokens, positions, kv lengths, pages and adapter weights change. */
 typedef struct {

@@ -23,8 +23,8 @@
  * Usage: test_cuda_sample. Exit status 0 only if all passed. Needs a GPU;
  * built and run by tests/gpu/run_sample_test.sh.
  */
-#include "backend.h"
-#include "sampling.h"
+#include "engine/backend/backend.h"
+#include "engine/backend/sampling.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -9,7 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "model_config.h"
+#include "engine/model/model_config.h"
 
 static inline lg_model_config base_config(void)
 {

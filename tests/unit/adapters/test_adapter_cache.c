@@ -18,7 +18,7 @@
  */
 #include "adapters/adapter_cache.h"
 #include "adapters/peft.h"
-#include "test.h"
+#include "tests/unit/test.h"
 
 #include <stdint.h>
 #include <time.h>
@@ -28,7 +28,7 @@
 #define MAX_RANK 8
 #define PAGE_BYTES 4096 /* >= 8 * 128 * 4: the largest tensor at MAX_RANK in f32 */
 
-#include "peft_base.h" /* base_config(): the fixtures' tiny base model */
+#include "tests/unit/adapters/peft_base.h" /* base_config(): the fixtures' tiny base model */
 
 static const char *VALID[] = {"list_f16", "all_linear_f32", "regex", "patterns", "layers_int",
                               "layers_list", "fan_in_fan_out", "rslora", "default_bf16"};
@@ -326,7 +326,7 @@ static void test_slots(void)
     CHECK_MSG(n_overlaps(spans, n_spans) == 0, "overlapping tensors in the pool");
     void *base = lg_page_pool_base(pool);
     CHECK_MSG((uintptr_t)base % 256 == 0, "pool arena base %p is not 256-byte aligned, so adapter tensors are "
-              "not either (engine/backend_cpu.c cpu_alloc aligns to 64)", base);
+              "not either (engine/backend/backend_cpu.c cpu_alloc aligns to 64)", base);
 
     /* a second acquire of a resident adapter gives the same table, no load */
     const lg_lora_w *again = NULL;

@@ -12,14 +12,14 @@
  * Run from the repository root.
  */
 #include "adapters/peft.h"
-#include "safetensors.h"
-#include "test.h"
+#include "engine/model/safetensors.h"
+#include "tests/unit/test.h"
 
 #include <stdint.h>
 
 #define FIX "tests/fixtures/peft/"
 
-#include "peft_base.h" /* base_config(): the fixtures' tiny base model */
+#include "tests/unit/adapters/peft_base.h" /* base_config(): the fixtures' tiny base model */
 
 /* value(key, i) of make_fixtures.py, key = "<layer>.<proj>.<A|B>". */
 static float fixture_value(const char *key, size_t i)

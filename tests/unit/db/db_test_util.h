@@ -13,8 +13,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "ledger.h"
-#include "test.h"
+#include "db/ledger.h"
+#include "tests/unit/test.h"
 
 /* mkdtemp under $TMPDIR (or /tmp) into buf. */
 static inline void tu_tmpdir(char *buf, size_t size, const char *tag)

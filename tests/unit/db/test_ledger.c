@@ -7,9 +7,9 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
-#include "db_test_util.h"
-#include "ledger.h"
-#include "store.h"
+#include "tests/unit/db/db_test_util.h"
+#include "db/ledger.h"
+#include "db/store.h"
 
 static char dir[512];
 

@@ -13,9 +13,9 @@
 #include <signal.h>
 #include <sys/wait.h>
 
-#include "db_test_util.h"
-#include "ledger.h"
-#include "store.h"
+#include "tests/unit/db/db_test_util.h"
+#include "db/ledger.h"
+#include "db/store.h"
 
 enum { MAX_ACK = 1 << 22 };
 

@@ -32,9 +32,9 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 
-#include "db_test_util.h"
-#include "ledger.h"
-#include "store.h"
+#include "tests/unit/db/db_test_util.h"
+#include "db/ledger.h"
+#include "db/store.h"
 
 /* ---- the fault-injecting VFS ---- */
 

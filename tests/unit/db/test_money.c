@@ -6,8 +6,8 @@
  */
 #include <stdint.h>
 
-#include "money.h"
-#include "test.h"
+#include "db/money.h"
+#include "tests/unit/test.h"
 
 static int64_t parse_ok(const char *s)
 {

@@ -6,9 +6,9 @@
  */
 #include <sqlite3.h>
 
-#include "db_test_util.h"
-#include "schema.h"
-#include "store.h"
+#include "tests/unit/db/db_test_util.h"
+#include "db/schema.h"
+#include "db/store.h"
 
 static sqlite3 *raw_open(const char *dir)
 {

@@ -12,9 +12,9 @@
 #include <stdatomic.h>
 #include <sys/stat.h>
 
-#include "adapter_files.h"
-#include "db_test_util.h"
-#include "store.h"
+#include "db/adapter_files.h"
+#include "tests/unit/db/db_test_util.h"
+#include "db/store.h"
 
 static lg_store *st;
 static char dir[512];

@@ -7,9 +7,9 @@
  */
 #include <sys/stat.h>
 
-#include "db_test_util.h"
-#include "ledger.h"
-#include "store.h"
+#include "tests/unit/db/db_test_util.h"
+#include "db/ledger.h"
+#include "db/store.h"
 
 static unsigned mode_of(const char *dir, const char *name)
 {

@@ -7,10 +7,10 @@
  * record by record in C. Also totals, top adapters, argument checks, and an
  * aggregate past int64 reported as an error.
  */
-#include "db_test_util.h"
-#include "ledger.h"
-#include "store.h"
-#include "usage.h"
+#include "tests/unit/db/db_test_util.h"
+#include "db/ledger.h"
+#include "db/store.h"
+#include "db/usage.h"
 
 enum { N_REC = 4000 };
 

@@ -1,14 +1,14 @@
 /*
  * test_head_check.c — the checks the gateway runs on a request head
- * (gateway/head_check.h): their order, the answers, unknown tenants
+ * (gateway/http/head_check.h): their order, the answers, unknown tenants
  * answered exactly as keys that do not match, principals and log fields;
  * and the upload quota (gateway/upload_quota.h): per-tenant count and
  * bytes, the disk floor, releases.
  */
-#include "test.h"
+#include "tests/unit/test.h"
 
 #include "gateway/app.h"
-#include "gateway/head_check.h"
+#include "gateway/http/head_check.h"
 #include "gateway/upload_quota.h"
 
 static int fn(lg_request *r, void *u) { return 0; }

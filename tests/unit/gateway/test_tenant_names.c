@@ -1,7 +1,7 @@
 /*
  * test_tenant_names.c — one rule for tenant names: the store's check
  * (db/store.c, what the admin API and the store refuse) and the router's
- * slug rule (gateway/router.c, what /t/<name>/ and <name>.<suffix> can
+ * slug rule (gateway/http/router.c, what /t/<name>/ and <name>.<suffix> can
  * reach) agree on every string up to 3 characters over an alphabet with
  * the edge cases, and at the length limits. A name the store accepts is
  * always routable: no "bad-" tenant that no URL reaches.
@@ -9,8 +9,8 @@
 #include <string.h>
 
 #include "db/store.h"
-#include "router.h"
-#include "test.h"
+#include "gateway/http/router.h"
+#include "tests/unit/test.h"
 
 static bool store_ok(const char *s)
 {

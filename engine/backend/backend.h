@@ -1,0 +1,409 @@
+/*
+ * backend.h — the compute backend interface (CPU, CUDA).
+ *
+ * Shaped after ggml-backend: a struct of function pointers (lg_backend_i)
+ * plus an opaque context. The engine (engine/model/model.c) describes the Llama
+ * forward pass as a sequence of these ops over device buffers; nothing in
+ * engine/ knows which backend it runs on. All ops are asynchronous on the
+ * backend's compute stream: they enqueue and return; lg_backend_sync waits.
+ * The CPU backend runs them immediately on its thread pool (its "stream" is
+ * the calling thread) and is the oracle every CUDA kernel is tested against.
+ *
+ * Memory: buffers come from be->alloc (device memory for CUDA) and are
+ * addressed by plain pointers. Tensor arguments are non-owning views passed
+ * by value (lg_tensor); the engine owns all memory.
+ *
+ * Batch layout: every step is one flattened varlen batch (vLLM V1 / SGLang
+ * style): the tokens of all scheduled sequences concatenated — prefill
+ * chunks and single decode tokens together — with per-sequence metadata in
+ * lg_step_meta (device-resident arrays, uploaded once per step). Linear
+ * layers run once over all tokens; attention walks each sequence's pages.
+ *
+ * Activations are in be->act_dtype (F32 on CPU; F16/BF16 on CUDA). Weights
+ * are in the model's weight dtype. Matmul accumulates in f32 everywhere.
+ */
+#ifndef LG_BACKEND_H
+#define LG_BACKEND_H
+
+#include "engine/base/common.h"
+
+/* A 2-D row-major view: rows x cols, `stride` elements between rows. */
+typedef struct lg_tensor {
+    void *data;
+    lg_dtype dtype;
+    int64_t rows, cols, stride;
+} lg_tensor;
+
+static inline lg_tensor lg_tensor_2d(void *data, lg_dtype dt, int64_t rows, int64_t cols)
+{
+    lg_tensor t = {data, dt, rows, cols, cols};
+    return t;
+}
+/* Rows [r0, r0 + n) of t. */
+static inline lg_tensor lg_tensor_rows(lg_tensor t, int64_t r0, int64_t n)
+{
+    t.data = (char *)t.data + (size_t)r0 * (size_t)t.stride * lg_dtype_size(t.dtype);
+    t.rows = n;
+    return t;
+}
+/* Columns [c0, c0 + n) of every row of t (a strided view). */
+static inline lg_tensor lg_tensor_cols(lg_tensor t, int64_t c0, int64_t n)
+{
+    t.data = (char *)t.data + (size_t)c0 * lg_dtype_size(t.dtype);
+    t.cols = n;
+    return t;
+}
+
+/* Paged KV cache view for one layer. The pool is an array of equal pages; a
+ * page holds `page_tokens` consecutive token slots of one sequence for all
+ * layers. Inside a page, this layer's K block starts at k_off and V at
+ * v_off, each [page_tokens, n_kv_heads * head_dim] in `dtype`.
+ *   K(page p, slot s) = base + p * page_bytes + k_off + s * kv_dim * esize
+ */
+typedef struct lg_kv_view {
+    void *base;
+    size_t page_bytes;
+    size_t k_off, v_off;
+    int page_tokens;
+    int n_kv_heads, head_dim;
+    lg_dtype dtype;
+} lg_kv_view;
+
+/* rope_kv_write's arguments after q, k, v (norm_matmul's qkv form). */
+typedef struct lg_rope_kv {
+    const int32_t *pos;     /* [T] positions */
+    const float *inv_freq;  /* [head_dim / 2] */
+    int n_heads, n_kv_heads, head_dim;
+    lg_kv_view kv;          /* the layer's K and V pages */
+    const int32_t *slot;    /* [T] cache slots (< 0: no cache row) */
+} lg_rope_kv;
+
+/* add_rmsnorm's inputs for an op that norms its own input (norm_matmul_lora):
+ * h = delta.data ? round(resid + delta) : resid, stored to rout when delta.data;
+ * xn = rmsnorm(h) * w. */
+typedef struct lg_norm_in {
+    lg_tensor resid, delta, w, rout;
+    float eps;
+} lg_norm_in;
+
+/* Per-step metadata for the flattened batch. Arrays live in backend memory.
+ * Token t belongs to the sequence s with q_indptr[s] <= t < q_indptr[s+1];
+ * its position is pos[t]; positions of one sequence's new tokens are
+ * consecutive and end at kv_len[s] - 1 (its KV for this step is written
+ * before attention runs). The KV rows before a sequence's first new token
+ * were written by earlier steps and nothing of this step writes them, so a
+ * kernel may read them before the kernels ahead of it in the step complete
+ * (the CUDA decode attention does: kernels/attention_decode.cu). */
+typedef struct lg_step_meta {
+    int n_tokens, n_seqs;
+    int max_q_len;               /* host-side maximum of the query runs, for launch shapes */
+    int max_kv_len;              /* host-side upper bound of every kv_len, for launch shapes; not
+                                  * necessarily tight (decode steps round it up to a bucket, see
+                                  * model.c); kernels take each sequence's length from kv_len/pos */
+    const int32_t *tok;          /* [n_tokens] token ids */
+    const int32_t *pos;          /* [n_tokens] positions */
+    const int32_t *slot;         /* [n_tokens] KV slot: page * page_tokens + offset */
+    const int32_t *q_indptr;     /* [n_seqs + 1] */
+    const int32_t *kv_len;       /* [n_seqs] */
+    const int32_t *page_indptr;  /* [n_seqs + 1] into page_ids */
+    const int32_t *page_ids;     /* pages of each sequence, in logical order */
+    const int32_t *logit_rows;   /* [n_logits] token rows that produce logits */
+    int n_logits;
+} lg_step_meta;
+
+/* LoRA weights of one (adapter, layer, module) as the kernels see them:
+ * pointers into pool pages (never gathered), the adapter's own rank.
+ * rank == 0 means "no LoRA here" (a no-adapter segment, or a module the
+ * adapter does not target). */
+typedef struct lg_lora_w {
+    const void *A;   /* [rank, in] row-major, act dtype */
+    const void *B;   /* [out, rank] row-major, act dtype */
+    int32_t rank;
+    float scale;     /* alpha / rank, or alpha / sqrt(rank) with rsLoRA */
+} lg_lora_w;
+
+/* Segmented-LoRA metadata for one step (Punica SGMV layout). The step's
+ * tokens are grouped by adapter into n_segs segments: segment s covers
+ * token rows [seg_indptr[s], seg_indptr[s+1]). w is a device array
+ * [n_segs][n_slots] with n_slots = n_layers * LG_LORA_N_MODULES; the
+ * weights of segment s for (layer l, module m) are
+ * w[s * n_slots + l * LG_LORA_N_MODULES + m]. max_rank bounds every rank in
+ * this step (the scratch width); it is never a padding size. */
+#define LG_LORA_N_MODULES 7 /* q, k, v, o, gate, up, down */
+typedef struct lg_lora_meta {
+    int n_segs;
+    int n_slots;
+    int max_rank;
+    const int32_t *seg_indptr; /* device [n_segs + 1] */
+    const lg_lora_w *w;        /* device [n_segs * n_slots] */
+    const int32_t *seg_indptr_host; /* host copy, for launch shapes */
+    /* The largest rank of any segment at any slot in this step (<= max_rank), for launch shapes;
+     * 0 = not given (max_rank bounds them). It must bound every rank of the table: kernels sized
+     * by it do not compute ranks above it. Columns of tmp stay max_rank apart either way. */
+    int step_max_rank;
+} lg_lora_meta;
+
+/* Per-row sampling parameters for the device sampler (see sampling.h for the
+ * rules; u is the request's next uniform in [0, 1), drawn on the host). */
+typedef struct lg_sample_row {
+    float temperature; /* 0: greedy */
+    int32_t top_k;     /* <= 0: off */
+    float top_p;       /* >= 1: off */
+    float min_p;       /* <= 0: off */
+    float u;
+    /* OpenAI's presence and frequency penalties, applied to the row in place
+     * before it is sampled: for each of the pen_n pairs (token, count) at
+     * pen[2 * pen_off ...] (distinct tokens; count >= 1 occurrences among
+     * the request's generated tokens, pairs in order of first occurrence),
+     * logit -= frequency, logit -= presence, then count - 1 more times
+     * logit -= frequency: per token the host's sequence of float
+     * subtractions (engine.c penalised()), so the same floats. pen_n = 0:
+     * the row is not changed. */
+    float presence, frequency;
+    int32_t pen_off, pen_n;
+    /* logprobs != 0: the backend also reports the row's log-softmax (at
+     * temperature 1, of the logits it sampled from: after the penalties)
+     * in an lg_logprob_row: the chosen token's logprob and the
+     * top_logprobs (0..LG_LOGPROB_TOP) best alternatives. */
+    int32_t logprobs, top_logprobs;
+} lg_sample_row;
+
+#define LG_LOGPROB_TOP 20
+/* One row's logprobs from the device sampler: logprob = logit(token) - L
+ * with L = log(sum_i exp(logit_i)) (max-shifted, summed in double), and the
+ * n_top (<= the row's top_logprobs; fewer only when fewer logits are not
+ * NaN) largest logits, ordered by logit descending then id ascending (the
+ * host's lg_logprobs order, sampling.h), each minus L. NaN logits are never
+ * listed; a NaN anywhere in the row (or +inf, or a row of -inf) makes L,
+ * and so every logprob, NaN, as on the host. */
+typedef struct lg_logprob_row {
+    float logprob;
+    int32_t n_top;
+    int32_t top_ids[LG_LOGPROB_TOP];
+    float top_logprobs[LG_LOGPROB_TOP];
+} lg_logprob_row;
+
+typedef struct lg_backend lg_backend;
+
+typedef struct lg_backend_i {
+    const char *name;
+    void (*free)(lg_backend *be);
+
+    /* memory */
+    void *(*alloc)(lg_backend *be, size_t size);           /* NULL on failure */
+    void (*dealloc)(lg_backend *be, void *p);
+    int (*upload)(lg_backend *be, void *dst, const void *src, size_t n);   /* host -> device */
+    int (*download)(lg_backend *be, void *dst, const void *src, size_t n); /* device -> host, synchronous */
+    int (*copy)(lg_backend *be, void *dst, const void *src, size_t n);     /* device -> device */
+    int (*sync)(lg_backend *be);
+
+    /* ops; each returns 0 or -1 (shape/dtype errors are programming errors,
+     * reported, never fatal) */
+
+    /* out[t, :] = table[tok[t], :] */
+    int (*embed)(lg_backend *be, lg_tensor out, lg_tensor table, const int32_t *tok);
+    /* if delta.data: resid += delta; out = resid / rms(resid) * w  (per row) */
+    int (*add_rmsnorm)(lg_backend *be, lg_tensor resid, lg_tensor delta, lg_tensor w, lg_tensor out,
+                       float eps);
+    /* y[T, N] (+)= x[T, K] @ W[N, K]^T (+ bias[N] when bias.data). */
+    int (*matmul)(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tensor bias, bool accumulate);
+    /* rotate-half RoPE in place on q [T, n_heads*hd] and k [T, n_kv*hd];
+     * inv_freq [hd/2] f32 (scaling already folded in) */
+    int (*rope)(lg_backend *be, lg_tensor q, lg_tensor k, const int32_t *pos, const float *inv_freq,
+                int n_heads, int n_kv_heads, int head_dim);
+    /* K/V rows of this step into their slots */
+    int (*kv_write)(lg_backend *be, lg_kv_view kv, lg_tensor k, lg_tensor v, const int32_t *slot,
+                    int n_tokens);
+    /* causal attention of the step's queries over each sequence's pages */
+    int (*attention)(lg_backend *be, lg_tensor out, lg_tensor q, lg_kv_view kv, const lg_step_meta *m,
+                     int n_heads, float scale);
+    /* out[T, F] = silu(gu[T, :F]) * gu[T, F:] */
+    int (*silu_mul)(lg_backend *be, lg_tensor out, lg_tensor gate_up);
+    /* out[i, :] = x[rows[i], :] for i < n */
+    int (*get_rows)(lg_backend *be, lg_tensor out, lg_tensor x, const int32_t *rows, int n);
+    /* converts between dtypes, same shape */
+    int (*convert)(lg_backend *be, lg_tensor dst, lg_tensor src);
+
+    /* SGMV shrink for slot `slot` (= layer * LG_LORA_N_MODULES + module):
+     *   for s, t in segment s, w = lm->w[s * n_slots + slot], w.rank > 0:
+     *     tmp[t, 0:w.rank] = x[t, :] @ w.A^T
+     * Rows of segments with rank 0 are left untouched. */
+    int (*lora_shrink)(lg_backend *be, lg_tensor tmp, lg_tensor x, const lg_lora_meta *lm, int slot);
+    /* SGMV expand, accumulating into y (a column slice of a fused output is fine):
+     *   for s, t in segment s, w.rank > 0:  y[t, :] += w.scale * tmp[t, 0:w.rank] @ w.B^T */
+    int (*lora_expand)(lg_backend *be, lg_tensor y, lg_tensor tmp, const lg_lora_meta *lm, int slot);
+
+    /* ---- optional slots (NULL: the engine falls back as noted) ---- */
+
+    /* Page-locked host memory for data that is copied to the device often
+     * (the adapter host tier). NULL: malloc/free. */
+    void *(*alloc_host)(lg_backend *be, size_t size);
+    void (*free_host)(lg_backend *be, void *p);
+    /* Asynchronous host-to-device copy on the backend's upload stream (not the
+     * compute stream), from memory of alloc_host that must stay untouched until
+     * the copy is done; *ticket identifies it. upload_done: 1 when finished,
+     * 0 while in flight, -1 on error. The engine launches no op that reads dst
+     * before upload_done says 1. NULL: the engine uses `upload`. */
+    int (*upload_async)(lg_backend *be, void *dst, const void *src, size_t n, uint64_t *ticket);
+    int (*upload_done)(lg_backend *be, uint64_t ticket);
+    /* Device-to-host copy enqueued on the compute stream after every op
+     * enqueued so far, into page-locked memory of alloc_host, without waiting
+     * for it; *ticket identifies it. download_wait(ticket) blocks until the
+     * copy is done (0, or -1 on error); dst must not be read before. Waits
+     * come in ticket order, one per ticket, with at most
+     * LG_DOWNLOAD_IN_FLIGHT copies not yet waited for. A step can so be
+     * enqueued before the previous step's results are read (engine.c's decode
+     * bursts). NULL: the engine downloads synchronously and never enqueues
+     * a step before reading the previous one's results. */
+    int (*download_async)(lg_backend *be, void *dst, const void *src, size_t n, uint64_t *ticket);
+    int (*download_wait)(lg_backend *be, uint64_t ticket);
+    /* Sampling on the device: for each row i < n of logits (f32 [n, V]),
+     * params rows[i] (device memory), out_ids[i] (device) = the token chosen
+     * by exactly the rules of engine/backend/sampling.h given the uniform rows[i].u,
+     * after the row's penalties (pen: device (token, count) pairs that the
+     * rows index; NULL: no row has any) are applied to logits in place;
+     * then for rows with rows[i].logprobs != 0, lp[i] (device; NULL when no
+     * row asks) = the row's lg_logprob_row for token out_ids[i]. Other
+     * rows' lp entries are left as they were.
+     * NULL: logits are downloaded and sampled on the host. */
+    int (*sample)(lg_backend *be, int32_t *out_ids, float *logits, int n, int V, const struct lg_sample_row *rows,
+                  const int32_t *pen, struct lg_logprob_row *lp);
+
+    /* Several LoRA slots over one input in one launch (q,k,v; gate,up). With
+     * R = lm->max_rank and tmp [T, k * R]:
+     *   for i < k:  lora_shrink(be, cols [i*R, i*R + R) of tmp, x, lm, slots[i])
+     * and
+     *   for i < k:  lora_expand(be, ys[i], cols [i*R, i*R + R) of tmp, lm, slots[i])
+     * k <= LG_LORA_MULTI_MAX; the ys are disjoint (column slices of one fused
+     * output, typically). Results equal the single-slot ops'. NULL: model.c
+     * calls lora_shrink/lora_expand once per slot. */
+    int (*lora_shrink_multi)(lg_backend *be, lg_tensor tmp, lg_tensor x, const lg_lora_meta *lm, const int *slots,
+                             int k);
+    int (*lora_expand_multi)(lg_backend *be, const lg_tensor *ys, lg_tensor tmp, const lg_lora_meta *lm,
+                             const int *slots, int k);
+
+    /* Step graphs (CUDA graphs): record a step's ops once per shape, replay after.
+     * graph_begin looks up `key` (key_len <= LG_GRAPH_KEY_MAX bytes, compared
+     * exactly). Found: the recorded ops are launched on the compute stream,
+     * *replayed = true, and the caller enqueues nothing until graph_end.
+     * Not found: the backend starts recording (*replayed = false); the caller
+     * enqueues the ops as usual (recorded, not run) and graph_end(be, true)
+     * keeps the recording (LRU of LG_GRAPH_CACHE) and launches it;
+     * graph_end(be, false) drops a recording after an op failed (nothing ran).
+     * graph_end after a replay returns 0.
+     * Caller's contract: (1) equal keys mean equal op arguments: the same
+     * pointers, and every host value a launch shape depends on (token and
+     * sequence counts, n_logits, LoRA segment count and lengths, max_kv_len)
+     * is in the key; (2) what changes between steps lives in fixed device
+     * buffers uploaded before graph_begin (ordered before the replay on the
+     * stream); (3) no upload/download/sync between begin and end.
+     * A replay computes bit-identical results to running the ops eagerly.
+     * graph_reset drops every recording: call it before freeing a buffer that
+     * a recording names. NULL: no graphs, ops run eagerly. */
+    int (*graph_begin)(lg_backend *be, const void *key, size_t key_len, bool *replayed);
+    int (*graph_end)(lg_backend *be, bool ok);
+    void (*graph_reset)(lg_backend *be);
+    /* For step-graph keys: the value of a decode step's max_kv_len (its
+     * n_tokens rows one query each, n_heads query heads over kv's layout)
+     * that the step's launches depend on. Decode steps that differ only in
+     * max_kv_len and get equal values here enqueue the same launches with the
+     * same arguments, so one recording serves them all. NULL: max_kv_len
+     * itself. (CUDA: 0 where decode attention runs one chunk of its split
+     * form, whatever the length: a batch of 32 sequences records once as its
+     * sequences grow instead of once per bucket of kv_bucket.) */
+    int (*decode_kv_key)(lg_backend *be, int n_tokens, int n_heads, const lg_kv_view *kv, int max_kv_len);
+
+    /* Device memory now free and in total, in bytes (cudaMemGetInfo), for
+     * sizing the page pool. NULL: the backend's memory is host memory. */
+    int (*mem_info)(lg_backend *be, size_t *free_bytes, size_t *total_bytes);
+
+    /* rope followed by kv_write, in one op (one launch on CUDA):
+     *   rope(be, q, k, pos, inv_freq, n_heads, n_kv_heads, head_dim);
+     *   kv_write(be, kv, k, v, slot, q.rows);
+     * Results equal the two ops'. NULL: model.c calls both. */
+    int (*rope_kv_write)(lg_backend *be, lg_tensor q, lg_tensor k, lg_tensor v, const int32_t *pos,
+                         const float *inv_freq, int n_heads, int n_kv_heads, int head_dim, lg_kv_view kv,
+                         const int32_t *slot);
+
+    /* A matmul with the LoRA of k <= LG_LORA_MULTI_MAX slots whose outputs
+     * are column ranges of its output, in one op (CUDA: for prefill the
+     * expand stores y first and the matmul adds into it; opt-in, the expand
+     * in the skinny matmul's epilogue):
+     *   lora_shrink_multi(be, tmp, x, lm, slots, k);
+     *   matmul(be, y, x, W, bias, false);
+     *   for i < k:  lora_expand(be, cols [col0[i], col0[i] + ncols[i]) of y,
+     *                           cols [i*R, i*R + R) of tmp, lm, slots[i])     R = lm->max_rank
+     * tmp is scratch (left holding the shrink when a segment has tokens). y
+     * may be rounded in another order (base + round(lora), or once; within
+     * the ops' rounding, not bit for bit); a given shape always computes the
+     * same way.
+     * With rope (y's first columns q | k | v of rope's heads): then also
+     *   rope_kv_write(be, q, k, v of y, rope->pos, ...)
+     * with the same results as that op after this one (CUDA: a decode step's
+     * q,k,v expand does it in its launch). NULL: model.c calls the ops. */
+    int (*matmul_lora)(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tensor bias, lg_tensor tmp,
+                       const lg_lora_meta *lm, const int *slots, const int *col0, const int *ncols, int k,
+                       const lg_rope_kv *rope);
+
+    /* add_rmsnorm followed by the matmul of the normed rows (and SwiGLU), in
+     * one op (CUDA: steps of 1-2 rows, one launch instead of two or three;
+     * model.c offers steps of up to LG_NORM_MATMUL_MAX_T rows):
+     *   h = delta.data ? resid + delta (rounded; stored to rout) : resid
+     *   xn = rmsnorm(h) * w
+     *   silu ? y = silu_mul(xn W^T (+ bias))    W [2F, K], y [T, F]
+     *        : y = xn W^T (+ bias)
+     * resid is not written (rout must not overlap resid or delta) and xn is
+     * not stored. Results equal add_rmsnorm + matmul (+ silu_mul) bit for bit
+     * where the backend's matmul of those rows is the same kernel (CUDA: the
+     * engine's one-row steps; see kernels/norm_matmul.cu).
+     * With rope (not with silu; y = the q|k|v columns [T, (n_heads + 2 n_kv_heads) head_dim]):
+     * then also rope_kv_write(q, k, v of y, rope->...), as one op (CUDA: in the GEMV's
+     * epilogue) or as the two.
+     * 0 done, -1 error, 1 shape not taken (the caller runs the separate ops).
+     * NULL: model.c runs the separate ops. */
+    int (*norm_matmul)(lg_backend *be, lg_tensor y, lg_tensor resid, lg_tensor delta, lg_tensor w, float eps,
+                       lg_tensor rout, lg_tensor W, lg_tensor bias, bool silu, const lg_rope_kv *rope);
+
+    /* add_rmsnorm followed by matmul_lora of the normed rows, in one op (CUDA: in a decode step
+     * the LoRA shrink norms the rows itself, so the layer has no add_rmsnorm launch):
+     *   h = nm->delta.data ? nm->resid + nm->delta (rounded; stored to nm->rout) : nm->resid
+     *   xn = rmsnorm(h) * nm->w                    (stored to xn, which the matmul reads)
+     *   matmul_lora(be, y, xn, W, bias, tmp, lm, slots, col0, ncols, k, rope)
+     * nm->resid is not written (nm->rout must not overlap it, nm->delta or xn). Results equal
+     * add_rmsnorm + matmul_lora bit for bit (y, xn, h, tmp, the KV pages with rope).
+     * 0 done, -1 error, 1 shape not taken (nothing run; the caller runs the two ops).
+     * NULL: model.c runs the two ops. */
+    int (*norm_matmul_lora)(lg_backend *be, const lg_norm_in *nm, lg_tensor y, lg_tensor xn, lg_tensor W,
+                            lg_tensor bias, lg_tensor tmp, const lg_lora_meta *lm, const int *slots, const int *col0,
+                            const int *ncols, int k, const lg_rope_kv *rope);
+} lg_backend_i;
+
+#define LG_LORA_MULTI_MAX 3
+#define LG_NORM_MATMUL_MAX_T 1 /* rows model.c offers to norm_matmul (batch 1: the measured case) */
+#define LG_GRAPH_KEY_MAX 64
+#define LG_GRAPH_CACHE 32
+#define LG_DOWNLOAD_IN_FLIGHT 4 /* download_async copies not yet waited for, at most */
+
+struct lg_backend {
+    lg_backend_i i;
+    void *ctx;
+    lg_dtype act_dtype;  /* activation / KV dtype this backend computes in */
+    int n_threads;       /* CPU: worker threads */
+};
+
+typedef struct lg_backend_opts {
+    int n_threads;   /* CPU: 0 = number of online cores */
+    int device;      /* CUDA: device ordinal */
+    lg_dtype act_dtype_hint; /* CUDA: F16 or BF16; ignored by CPU */
+} lg_backend_opts;
+
+/* Factory: "cpu" or "cuda". A backend that was not built returns a clear error. */
+int lg_backend_create(const char *name, const lg_backend_opts *opts, lg_backend **out, lg_err *err);
+void lg_backend_free(lg_backend *be); /* NULL is a no-op */
+
+int lg_backend_cpu_create(const lg_backend_opts *opts, lg_backend **out, lg_err *err);
+#ifdef LG_HAVE_CUDA
+int lg_backend_cuda_create(const lg_backend_opts *opts, lg_backend **out, lg_err *err);
+#endif
+
+#endif

@@ -1,0 +1,608 @@
+/*
+ * backend_cpu.c — the CPU backend: the reference implementation of every op
+ * in backend.h, multithreaded over a fork-join pool. Activations and the KV
+ * cache are f32; weights stay in their stored dtype (f32/f16/bf16) and are
+ * widened inside the matmul. "Device" memory is host memory (64-byte
+ * aligned), upload/download are memcpy, and every op completes before it
+ * returns, so sync is a no-op.
+ *
+ * This is the oracle for the CUDA kernels: keep each op a readable loop over
+ * the math its comment in backend.h states; speed comes from the matmul
+ * (cpu_matmul.c) and from splitting work across threads.
+ */
+#include "engine/backend/backend.h"
+#include "engine/backend/cpu_matmul.h"
+#include "engine/backend/sampling.h"
+#include "engine/base/threadpool.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+typedef struct cpu_ctx {
+    lg_threadpool *tp;
+    int nt;
+    float **panels;      /* [nt] matmul panels */
+    int64_t panel_k;     /* capacity in K */
+    float **scratch;     /* [nt] attention scratch */
+    size_t scratch_n;    /* capacity in floats */
+    int32_t *seq_of_tok; /* attention: sequence of each token of the step */
+    int seq_of_tok_n;    /* capacity */
+    uint64_t down_issued, down_waited; /* download_async tickets */
+} cpu_ctx;
+
+#define CTX(be) ((cpu_ctx *)(be)->ctx)
+
+static void *cpu_alloc(lg_backend *be, size_t size)
+{
+    void *p = NULL;
+    if (posix_memalign(&p, 256, size ? size : 256) != 0) /* cudaMalloc-like alignment */
+        return NULL;
+    return p;
+}
+static void cpu_dealloc(lg_backend *be, void *p) { free(p); }
+static int cpu_memcpy(lg_backend *be, void *dst, const void *src, size_t n)
+{
+    if (n)
+        memmove(dst, src, n);
+    return 0;
+}
+static int cpu_sync(lg_backend *be) { return 0; }
+
+/* The copy is done when download_async returns; the tickets keep the contract's order checks. */
+static int cpu_download_async(lg_backend *be, void *dst, const void *src, size_t n, uint64_t *ticket)
+{
+    cpu_ctx *c = CTX(be);
+    if (!ticket || c->down_issued - c->down_waited >= LG_DOWNLOAD_IN_FLIGHT)
+        return -1;
+    cpu_memcpy(be, dst, src, n);
+    *ticket = ++c->down_issued;
+    return 0;
+}
+
+static int cpu_download_wait(lg_backend *be, uint64_t ticket)
+{
+    cpu_ctx *c = CTX(be);
+    if (ticket != c->down_waited + 1 || ticket > c->down_issued)
+        return -1;
+    c->down_waited = ticket;
+    return 0;
+}
+
+/* backend.h's `sample` through engine/backend/sampling.h's own functions, so the engine's device-sampling paths (its
+ * decode bursts among them) run in CPU tests. Off by default (LG_CPU_DEVICE_SAMPLE=1 turns it on): without
+ * it the engine samples the downloaded logits itself, by the same rules. */
+static int cpu_sample(lg_backend *be, int32_t *out_ids, float *logits, int n, int V, const lg_sample_row *rows,
+                      const int32_t *pen, lg_logprob_row *lp)
+{
+    (void)be;
+    for (int i = 0; i < n; i++) {
+        const lg_sample_row *r = &rows[i];
+        float *row = logits + (size_t)i * V;
+        for (int j = 0; j < r->pen_n; j++) { /* the host's order of float subtractions (lg_sample_row) */
+            const int32_t tok = pen[2 * (r->pen_off + j)], count = pen[2 * (r->pen_off + j) + 1];
+            row[tok] -= r->frequency;
+            row[tok] -= r->presence;
+            for (int k = 1; k < count; k++) row[tok] -= r->frequency;
+        }
+        lg_sampling_params sp;
+        lg_sampling_params_default(&sp);
+        sp.temperature = r->temperature;
+        sp.top_k = r->top_k;
+        sp.top_p = r->top_p;
+        sp.min_p = r->min_p;
+        lg_sampler *smp = lg_sampler_new(V, &sp);
+        if (!smp)
+            return -1;
+        out_ids[i] = lg_sampler_sample_u(smp, row, (double)r->u);
+        lg_sampler_free(smp);
+        if (lp && r->logprobs)
+            lg_logprobs(row, V, out_ids[i], r->top_logprobs, &lp[i]);
+    }
+    return 0;
+}
+
+static int grow_per_thread(float **arr, int nt, size_t *cap, size_t need)
+{
+    if (need <= *cap)
+        return 0;
+    for (int i = 0; i < nt; i++) {
+        free(arr[i]);
+        arr[i] = NULL;
+        if (posix_memalign((void **)&arr[i], 64, need * sizeof(float)) != 0)
+            return -1;
+    }
+    *cap = need;
+    return 0;
+}
+
+/* ---- embed ---------------------------------------------------------------- */
+typedef struct {
+    lg_tensor out, table;
+    const int32_t *tok;
+} embed_job;
+static void embed_task(void *arg, int tid, int64_t i0, int64_t i1)
+{
+    embed_job *j = arg;
+    size_t es = lg_dtype_size(j->table.dtype);
+    for (int64_t t = i0; t < i1; t++) {
+        int32_t id = j->tok[t];
+        float *o = (float *)j->out.data + t * j->out.stride;
+        if (id < 0 || id >= j->table.rows) {
+            memset(o, 0, (size_t)j->out.cols * 4);
+            continue;
+        }
+        lg_to_f32(o, (const char *)j->table.data + (size_t)id * j->table.stride * es, j->table.dtype,
+                  (size_t)j->out.cols);
+    }
+}
+static int cpu_embed(lg_backend *be, lg_tensor out, lg_tensor table, const int32_t *tok)
+{
+    if (out.dtype != LG_F32 || out.cols != table.cols)
+        return -1;
+    embed_job j = {out, table, tok};
+    lg_threadpool_for(CTX(be)->tp, out.rows, 16, embed_task, &j);
+    return 0;
+}
+
+/* ---- add + rmsnorm ---------------------------------------------------------- */
+typedef struct {
+    lg_tensor resid, delta, w, out;
+    float eps;
+    const float *wf;
+} norm_job;
+static void norm_task(void *arg, int tid, int64_t i0, int64_t i1)
+{
+    norm_job *j = arg;
+    int64_t d = j->resid.cols;
+    for (int64_t t = i0; t < i1; t++) {
+        float *r = (float *)j->resid.data + t * j->resid.stride;
+        if (j->delta.data) {
+            const float *dl = (const float *)j->delta.data + t * j->delta.stride;
+            for (int64_t k = 0; k < d; k++) r[k] += dl[k];
+        }
+        double ss = 0;
+        for (int64_t k = 0; k < d; k++) ss += (double)r[k] * r[k];
+        float inv = (float)(1.0 / sqrt(ss / (double)d + (double)j->eps));
+        float *o = (float *)j->out.data + t * j->out.stride;
+        for (int64_t k = 0; k < d; k++) o[k] = r[k] * inv * j->wf[k];
+    }
+}
+static int cpu_add_rmsnorm(lg_backend *be, lg_tensor resid, lg_tensor delta, lg_tensor w, lg_tensor out, float eps)
+{
+    if (resid.dtype != LG_F32 || out.dtype != LG_F32 || (delta.data && delta.dtype != LG_F32))
+        return -1;
+    float *wf = NULL;
+    if (w.dtype != LG_F32) {
+        wf = malloc((size_t)w.cols * 4);
+        if (!wf)
+            return -1;
+        lg_to_f32(wf, w.data, w.dtype, (size_t)w.cols);
+    }
+    norm_job j = {resid, delta, w, out, eps, wf ? wf : (const float *)w.data};
+    lg_threadpool_for(CTX(be)->tp, resid.rows, 8, norm_task, &j);
+    free(wf);
+    return 0;
+}
+
+/* ---- matmul ------------------------------------------------------------------ */
+static int cpu_matmul_op(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tensor bias, bool accumulate)
+{
+    cpu_ctx *c = CTX(be);
+    if (y.dtype != LG_F32 || x.dtype != LG_F32 || x.cols != W.cols || y.cols != W.rows || y.rows != x.rows)
+        return -1;
+    size_t cap = (size_t)c->panel_k * 4;
+    if (grow_per_thread(c->panels, c->nt, &cap, (size_t)W.cols * 4) != 0)
+        return -1;
+    c->panel_k = (int64_t)(cap / 4);
+    float *bf = NULL;
+    const float *b = NULL;
+    if (bias.data) {
+        if (bias.dtype == LG_F32) {
+            b = bias.data;
+        } else {
+            bf = malloc((size_t)W.rows * 4);
+            if (!bf)
+                return -1;
+            lg_to_f32(bf, bias.data, bias.dtype, (size_t)W.rows);
+            b = bf;
+        }
+    }
+    lg_cpu_matmul(c->tp, c->panels, y.data, y.stride, x.data, x.stride, W.data, W.dtype, W.stride, b, x.rows,
+                  W.rows, W.cols, accumulate);
+    free(bf);
+    return 0;
+}
+
+/* ---- rope --------------------------------------------------------------------- */
+typedef struct {
+    lg_tensor q, k;
+    const int32_t *pos;
+    const float *inv_freq;
+    int nh, nkv, hd;
+} rope_job;
+static void rope_rows(float *x, int nheads, int hd, const float *cs, const float *sn)
+{
+    int half = hd / 2;
+    for (int h = 0; h < nheads; h++) {
+        float *v = x + h * hd;
+        for (int i = 0; i < half; i++) {
+            float a = v[i], b = v[i + half];
+            v[i] = a * cs[i] - b * sn[i];
+            v[i + half] = b * cs[i] + a * sn[i];
+        }
+    }
+}
+static void rope_task(void *arg, int tid, int64_t i0, int64_t i1)
+{
+    rope_job *j = arg;
+    int half = j->hd / 2;
+    float cs[512], sn[512];
+    for (int64_t t = i0; t < i1; t++) {
+        double p = (double)j->pos[t];
+        for (int i = 0; i < half; i++) {
+            double ang = p * (double)j->inv_freq[i];
+            cs[i] = (float)cos(ang);
+            sn[i] = (float)sin(ang);
+        }
+        rope_rows((float *)j->q.data + t * j->q.stride, j->nh, j->hd, cs, sn);
+        rope_rows((float *)j->k.data + t * j->k.stride, j->nkv, j->hd, cs, sn);
+    }
+}
+static int cpu_rope(lg_backend *be, lg_tensor q, lg_tensor k, const int32_t *pos, const float *inv_freq,
+                    int n_heads, int n_kv_heads, int head_dim)
+{
+    if (q.dtype != LG_F32 || k.dtype != LG_F32 || head_dim > 1024 || head_dim % 2)
+        return -1;
+    rope_job j = {q, k, pos, inv_freq, n_heads, n_kv_heads, head_dim};
+    lg_threadpool_for(CTX(be)->tp, q.rows, 4, rope_task, &j);
+    return 0;
+}
+
+/* ---- kv write ---------------------------------------------------------------- */
+static inline float *kv_ptr(const lg_kv_view *kv, int32_t slot, size_t off)
+{
+    int32_t page = slot / kv->page_tokens, s = slot % kv->page_tokens;
+    return (float *)((char *)kv->base + (size_t)page * kv->page_bytes + off +
+                     (size_t)s * (size_t)(kv->n_kv_heads * kv->head_dim) * 4);
+}
+static int cpu_kv_write(lg_backend *be, lg_kv_view kv, lg_tensor k, lg_tensor v, const int32_t *slot, int n_tokens)
+{
+    if (kv.dtype != LG_F32 || k.dtype != LG_F32 || v.dtype != LG_F32)
+        return -1;
+    size_t row = (size_t)(kv.n_kv_heads * kv.head_dim) * 4;
+    for (int t = 0; t < n_tokens; t++) {
+        if (slot[t] < 0)
+            continue;
+        memcpy(kv_ptr(&kv, slot[t], kv.k_off), (const float *)k.data + (size_t)t * k.stride, row);
+        memcpy(kv_ptr(&kv, slot[t], kv.v_off), (const float *)v.data + (size_t)t * v.stride, row);
+    }
+    return 0;
+}
+
+/* ---- attention ---------------------------------------------------------------
+ * For token t of sequence s at position p, query head h (kv head h / group):
+ *   out[t, h] = sum_{j <= p} softmax_j(scale * q[t,h] . K_s[j, kvh]) V_s[j, kvh]
+ * K_s[j] is slot j % page_tokens of page page_ids[page_indptr[s] + j / page_tokens].
+ * Work item = (token, kv head): the K/V rows are read once for the group. */
+typedef struct {
+    lg_tensor out, q;
+    lg_kv_view kv;
+    const lg_step_meta *m;
+    const int32_t *seq_of_tok;
+    int nh, group;
+    float scale;
+    float **scratch;
+} attn_job;
+static void attn_task(void *arg, int tid, int64_t i0, int64_t i1)
+{
+    attn_job *j = arg;
+    const lg_kv_view *kv = &j->kv;
+    const int hd = kv->head_dim, nkv = kv->n_kv_heads, g = j->group;
+    const size_t kvdim = (size_t)nkv * hd;
+    for (int64_t it = i0; it < i1; it++) {
+        int64_t t = it / nkv;
+        int kvh = (int)(it % nkv);
+        int s = j->seq_of_tok[t];
+        int n_ctx = j->m->pos[t] + 1;
+        const int32_t *pages = j->m->page_ids + j->m->page_indptr[s];
+        float *sc = j->scratch[tid]; /* [g][n_ctx] scores */
+        const float *qv = (const float *)j->q.data + t * j->q.stride + (size_t)kvh * g * hd;
+        float mx[64];
+        for (int r = 0; r < g; r++) mx[r] = -INFINITY;
+        for (int pos = 0; pos < n_ctx; pos++) {
+            int32_t slot = pages[pos / kv->page_tokens] * kv->page_tokens + pos % kv->page_tokens;
+            const float *kr = kv_ptr(kv, slot, kv->k_off) + (size_t)kvh * hd;
+            for (int r = 0; r < g; r++) {
+                const float *qr = qv + r * hd;
+                float d = 0;
+                for (int e = 0; e < hd; e++) d += qr[e] * kr[e];
+                d *= j->scale;
+                sc[(size_t)r * n_ctx + pos] = d;
+                if (d > mx[r]) mx[r] = d;
+            }
+        }
+        float *o = (float *)j->out.data + t * j->out.stride + (size_t)kvh * g * hd;
+        memset(o, 0, (size_t)g * hd * 4);
+        float sum[64];
+        for (int r = 0; r < g; r++) {
+            double ssum = 0;
+            float *sr = sc + (size_t)r * n_ctx;
+            for (int pos = 0; pos < n_ctx; pos++) {
+                sr[pos] = expf(sr[pos] - mx[r]);
+                ssum += sr[pos];
+            }
+            sum[r] = (float)ssum;
+        }
+        for (int pos = 0; pos < n_ctx; pos++) {
+            int32_t slot = pages[pos / kv->page_tokens] * kv->page_tokens + pos % kv->page_tokens;
+            const float *vr = kv_ptr(kv, slot, kv->v_off) + (size_t)kvh * hd;
+            for (int r = 0; r < g; r++) {
+                float w = sc[(size_t)r * n_ctx + pos];
+                float *orow = o + r * hd;
+                for (int e = 0; e < hd; e++) orow[e] += w * vr[e];
+            }
+        }
+        for (int r = 0; r < g; r++) {
+            float inv = 1.0f / sum[r];
+            for (int e = 0; e < hd; e++) o[r * hd + e] *= inv;
+        }
+        (void)kvdim;
+    }
+}
+static int cpu_attention(lg_backend *be, lg_tensor out, lg_tensor q, lg_kv_view kv, const lg_step_meta *m,
+                         int n_heads, float scale)
+{
+    cpu_ctx *c = CTX(be);
+    if (kv.dtype != LG_F32 || q.dtype != LG_F32 || out.dtype != LG_F32 || n_heads % kv.n_kv_heads)
+        return -1;
+    int group = n_heads / kv.n_kv_heads;
+    if (group > 64)
+        return -1;
+    if (grow_per_thread(c->scratch, c->nt, &c->scratch_n, (size_t)group * (size_t)(m->max_kv_len + 1)) != 0)
+        return -1;
+    if (m->n_tokens > c->seq_of_tok_n) { /* grows to the largest step, then stays */
+        int32_t *p = realloc(c->seq_of_tok, (size_t)m->n_tokens * sizeof(int32_t));
+        if (!p)
+            return -1;
+        c->seq_of_tok = p;
+        c->seq_of_tok_n = m->n_tokens;
+    }
+    int32_t *seq_of_tok = c->seq_of_tok;
+    for (int s = 0; s < m->n_seqs; s++)
+        for (int t = m->q_indptr[s]; t < m->q_indptr[s + 1]; t++) seq_of_tok[t] = s;
+    attn_job j = {out, q, kv, m, seq_of_tok, n_heads, group, scale, c->scratch};
+    lg_threadpool_for(c->tp, (int64_t)m->n_tokens * kv.n_kv_heads, 1, attn_task, &j);
+    return 0;
+}
+
+/* ---- silu * mul ---------------------------------------------------------------- */
+typedef struct {
+    lg_tensor out, gu;
+} silu_job;
+static void silu_task(void *arg, int tid, int64_t i0, int64_t i1)
+{
+    silu_job *j = arg;
+    int64_t F = j->out.cols;
+    for (int64_t t = i0; t < i1; t++) {
+        const float *g = (const float *)j->gu.data + t * j->gu.stride, *u = g + F;
+        float *o = (float *)j->out.data + t * j->out.stride;
+        for (int64_t k = 0; k < F; k++) o[k] = g[k] / (1.0f + expf(-g[k])) * u[k];
+    }
+}
+static int cpu_silu_mul(lg_backend *be, lg_tensor out, lg_tensor gate_up)
+{
+    if (out.dtype != LG_F32 || gate_up.dtype != LG_F32 || gate_up.cols != 2 * out.cols)
+        return -1;
+    silu_job j = {out, gate_up};
+    lg_threadpool_for(CTX(be)->tp, out.rows, 4, silu_task, &j);
+    return 0;
+}
+
+static int cpu_get_rows(lg_backend *be, lg_tensor out, lg_tensor x, const int32_t *rows, int n)
+{
+    size_t es = lg_dtype_size(x.dtype);
+    if (out.dtype != x.dtype || out.cols != x.cols)
+        return -1;
+    for (int i = 0; i < n; i++)
+        memcpy((char *)out.data + (size_t)i * out.stride * es, (const char *)x.data + (size_t)rows[i] * x.stride * es,
+               (size_t)x.cols * es);
+    return 0;
+}
+
+static int cpu_convert(lg_backend *be, lg_tensor dst, lg_tensor src)
+{
+    if (dst.rows != src.rows || dst.cols != src.cols)
+        return -1;
+    float *tmp = malloc((size_t)src.cols * 4);
+    if (!tmp)
+        return -1;
+    for (int64_t r = 0; r < src.rows; r++) {
+        lg_to_f32(tmp, (const char *)src.data + (size_t)r * src.stride * lg_dtype_size(src.dtype), src.dtype,
+                  (size_t)src.cols);
+        lg_from_f32((char *)dst.data + (size_t)r * dst.stride * lg_dtype_size(dst.dtype), dst.dtype, tmp,
+                    (size_t)src.cols);
+    }
+    free(tmp);
+    return 0;
+}
+
+/* ---- segmented LoRA (the reference semantics for the CUDA SGMV kernels) ---------
+ * Work item = (segment, block of 4 output columns / 4 ranks); each segment
+ * uses its own adapter's rank, A and B are read in place (pool pages). */
+typedef struct {
+    lg_tensor y, tmp, x;
+    const lg_lora_meta *lm;
+    int slot;
+    float **panels;
+} lora_job;
+
+/* Segment s's weights at the job's slot and its token rows [*r0, *r1);
+ * NULL when the segment has no LoRA there or no tokens. */
+static const lg_lora_w *seg_weights(const lora_job *j, int64_t s, int *r0, int *r1)
+{
+    const lg_lora_w *w = &j->lm->w[s * j->lm->n_slots + j->slot];
+    *r0 = j->lm->seg_indptr[s];
+    *r1 = j->lm->seg_indptr[s + 1];
+    return w->rank > 0 && *r1 > *r0 ? w : NULL;
+}
+
+static void shrink_task(void *arg, int tid, int64_t i0, int64_t i1)
+{
+    lora_job *j = arg;
+    for (int64_t s = i0; s < i1; s++) {
+        int r0, r1;
+        const lg_lora_w *w = seg_weights(j, s, &r0, &r1);
+        if (!w)
+            continue;
+        lg_tensor x = lg_tensor_rows(j->x, r0, r1 - r0), t = lg_tensor_rows(j->tmp, r0, r1 - r0);
+        /* tmp[rows, 0:rank] = x @ A^T ; single-threaded inside a segment */
+        lg_cpu_matmul(NULL, &j->panels[tid], t.data, t.stride, x.data, x.stride, w->A, LG_F32, x.cols, NULL,
+                      r1 - r0, w->rank, x.cols, false);
+    }
+}
+
+static void expand_task(void *arg, int tid, int64_t i0, int64_t i1)
+{
+    lora_job *j = arg;
+    for (int64_t s = i0; s < i1; s++) {
+        int r0, r1;
+        const lg_lora_w *w = seg_weights(j, s, &r0, &r1);
+        if (!w)
+            continue;
+        int64_t out = j->y.cols, rank = w->rank;
+        const float *B = w->B; /* [out, rank] */
+        for (int r = r0; r < r1; r++) {
+            const float *tr = (const float *)j->tmp.data + (size_t)r * j->tmp.stride;
+            float *yr = (float *)j->y.data + (size_t)r * j->y.stride;
+            for (int64_t o = 0; o < out; o++) {
+                const float *br = B + o * rank;
+                float acc = 0;
+                for (int64_t k = 0; k < rank; k++) acc += tr[k] * br[k];
+                yr[o] += w->scale * acc;
+            }
+        }
+    }
+}
+
+static int lora_check(lg_backend *be, lg_tensor a, lg_tensor b, const lg_lora_meta *lm, int slot)
+{
+    if (a.dtype != LG_F32 || b.dtype != LG_F32 || slot < 0 || slot >= lm->n_slots)
+        return -1;
+    for (int s = 0; s < lm->n_segs; s++)
+        if (lm->w[s * lm->n_slots + slot].rank > lm->max_rank)
+            return -1;
+    return 0;
+}
+
+static int cpu_lora_shrink(lg_backend *be, lg_tensor tmp, lg_tensor x, const lg_lora_meta *lm, int slot)
+{
+    cpu_ctx *c = CTX(be);
+    if (lora_check(be, tmp, x, lm, slot) != 0 || tmp.cols < lm->max_rank)
+        return -1;
+    size_t cap = (size_t)c->panel_k * 4;
+    if (grow_per_thread(c->panels, c->nt, &cap, (size_t)x.cols * 4) != 0)
+        return -1;
+    c->panel_k = (int64_t)(cap / 4);
+    lora_job j = {.tmp = tmp, .x = x, .lm = lm, .slot = slot, .panels = c->panels};
+    lg_threadpool_for(c->tp, lm->n_segs, 1, shrink_task, &j);
+    return 0;
+}
+
+static int cpu_lora_expand(lg_backend *be, lg_tensor y, lg_tensor tmp, const lg_lora_meta *lm, int slot)
+{
+    if (lora_check(be, y, tmp, lm, slot) != 0)
+        return -1;
+    lora_job j = {.y = y, .tmp = tmp, .lm = lm, .slot = slot};
+    lg_threadpool_for(CTX(be)->tp, lm->n_segs, 1, expand_task, &j);
+    return 0;
+}
+
+static void cpu_free(lg_backend *be)
+{
+    cpu_ctx *c = CTX(be);
+    if (c) {
+        lg_threadpool_free(c->tp);
+        for (int i = 0; i < c->nt; i++) {
+            free(c->panels[i]);
+            free(c->scratch[i]);
+        }
+        free(c->panels);
+        free(c->scratch);
+        free(c->seq_of_tok);
+        free(c);
+    }
+    free(be);
+}
+
+int lg_backend_cpu_create(const lg_backend_opts *opts, lg_backend **out, lg_err *err)
+{
+    int nt = opts && opts->n_threads > 0 ? opts->n_threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    if (nt < 1)
+        nt = 1;
+    lg_backend *be = calloc(1, sizeof *be);
+    cpu_ctx *c = calloc(1, sizeof *c);
+    if (!be || !c) {
+        free(be);
+        free(c);
+        return lg_fail(err, "out of memory creating the CPU backend");
+    }
+    c->tp = lg_threadpool_new(nt);
+    c->nt = lg_threadpool_size(c->tp);
+    c->panels = calloc((size_t)c->nt, sizeof(float *));
+    c->scratch = calloc((size_t)c->nt, sizeof(float *));
+    be->ctx = c;
+    be->act_dtype = LG_F32;
+    be->n_threads = c->nt;
+    be->i = (lg_backend_i){
+        .name = "cpu",
+        .free = cpu_free,
+        .alloc = cpu_alloc,
+        .dealloc = cpu_dealloc,
+        .upload = cpu_memcpy,
+        .download = cpu_memcpy,
+        .copy = cpu_memcpy,
+        .sync = cpu_sync,
+        .alloc_host = cpu_alloc,     /* host memory is the device's: nothing to lock */
+        .free_host = cpu_dealloc,
+        .download_async = cpu_download_async,
+        .download_wait = cpu_download_wait,
+        .embed = cpu_embed,
+        .add_rmsnorm = cpu_add_rmsnorm,
+        .matmul = cpu_matmul_op,
+        .rope = cpu_rope,
+        .kv_write = cpu_kv_write,
+        .attention = cpu_attention,
+        .silu_mul = cpu_silu_mul,
+        .get_rows = cpu_get_rows,
+        .convert = cpu_convert,
+        .lora_shrink = cpu_lora_shrink,
+        .lora_expand = cpu_lora_expand,
+    };
+    const char *ds = getenv("LG_CPU_DEVICE_SAMPLE");
+    if (ds && *ds == '1')
+        be->i.sample = cpu_sample;
+    *out = be;
+    return 0;
+}
+
+int lg_backend_create(const char *name, const lg_backend_opts *opts, lg_backend **out, lg_err *err)
+{
+    if (!strcmp(name, "cpu"))
+        return lg_backend_cpu_create(opts, out, err);
+    if (!strcmp(name, "cuda")) {
+#ifdef LG_HAVE_CUDA
+        return lg_backend_cuda_create(opts, out, err);
+#else
+        return lg_fail(err, "backend 'cuda' is not built into this binary (configure on a machine with nvcc)");
+#endif
+    }
+    return lg_fail(err, "unknown backend '%s' (expected cpu or cuda)", name);
+}
+
+void lg_backend_free(lg_backend *be)
+{
+    if (be)
+        be->i.free(be);
+}

@@ -1,0 +1,15 @@
+/*
+ * cpu_matmul.h — the CPU backend's GEMM (see cpu_matmul.c for the math).
+ * panels: one scratch buffer per pool thread, each >= 4 * K floats.
+ */
+#ifndef LG_CPU_MATMUL_H
+#define LG_CPU_MATMUL_H
+
+#include "engine/base/common.h"
+#include "engine/base/threadpool.h"
+
+int lg_cpu_matmul(lg_threadpool *tp, float **panels, float *y, int64_t ldy, const float *x, int64_t ldx,
+                  const void *W, lg_dtype wdt, int64_t ldw, const float *bias, int64_t T, int64_t N,
+                  int64_t K, bool accumulate);
+
+#endif

@@ -1,0 +1,1038 @@
+/*
+ * model.c — Llama forward pass over the backend ops (see model.h).
+ *
+ * Per layer, for the T tokens of the step (x is the f32/act residual stream):
+ *   xn  = rmsnorm(x (+ previous mlp out)) * ln1        add_rmsnorm
+ *   qkv = xn @ Wqkv^T (+ bqkv)                          matmul
+ *   rope(q, k); kv_write(k, v -> pages)                 rope, kv_write (or rope_kv_write)
+ *   a   = attention(q, pages)                           attention
+ *   o   = a @ Wo^T                                      matmul
+ *   xn  = rmsnorm(x += o) * ln2                         add_rmsnorm
+ *   gu  = xn @ Wgu^T;  h = silu(g) * u                  matmul, silu_mul
+ *   m   = h @ Wdown^T                                   matmul (added next layer)
+ * then xn = rmsnorm(x += m) * norm, gather the rows that need logits, and
+ * logits = rows @ lm_head^T. Where the backend has norm_matmul (CUDA; steps
+ * of LG_NORM_MATMUL_MAX_T = 1 row) and no adapter of the step targets the projection,
+ * each add_rmsnorm runs inside the matmul after it, silu_mul inside the
+ * gate,up matmul, and rope + KV write inside the q,k,v matmul: five
+ * launches per layer instead of nine (norm_linear()).
+ *
+ * Memory: weights in one backend allocation (carved, llm.c style);
+ * activations in a second one sized for max_step_tokens; step metadata in a
+ * third, filled by one upload per step.
+ *
+ * Step graphs: a decode-shaped step (every query run 1 token) is recorded
+ * by the backend the first time its shape key is seen and replayed after
+ * (backend.h graph_begin). The key holds every host value a launch shape
+ * depends on: token/sequence/logit counts, max_kv_len rounded up to a
+ * bucket (kv_bucket; attention's split count derives from it) where the
+ * backend's decode_kv_key says the launches depend on it, the LoRA
+ * segment count and longest segment, the set of LoRA modules in use, and the
+ * KV pool. Everything else a step changes is in the metadata buffers,
+ * uploaded before the replay. Prefill steps run eagerly. LG_NO_GRAPHS=1
+ * turns graphs off (eager and replayed steps compute bit-identical results).
+ *
+ * LoRA: q,k,v share one shrink and one expand launch (lora_*_multi), and so
+ * do gate,up; modules that no adapter of the step targets are skipped. With
+ * the backend's matmul_lora (CUDA: for prefill-shaped launches the expand
+ * stores y before the matmul adds into it), matmul, shrink and expand are
+ * one op (see linear()), and for q,k,v rope + KV write too (CUDA: a decode
+ * step's expand does it in its launch).
+ */
+#include "engine/model/model.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define STEP_T_MAX 8192 /* LG_STEP_TIMING: decode steps kept for the medians */
+
+/* the sampling rows travel in the int32 metadata buffer */
+#define SAMPLE_ROW_INTS (sizeof(lg_sample_row) / sizeof(int32_t))
+_Static_assert(sizeof(lg_sample_row) % sizeof(int32_t) == 0 && _Alignof(lg_sample_row) <= _Alignof(int32_t),
+               "lg_sample_row: whole int32 words");
+
+typedef struct layer_w {
+    lg_tensor ln1, ln2;  /* [1, d] f32 */
+    lg_tensor wqkv;      /* [(H + 2 Hkv) hd, d] */
+    lg_tensor bqkv;      /* [1, (H + 2 Hkv) hd] f32 or data NULL */
+    lg_tensor wo;        /* [d, H hd] */
+    lg_tensor wgu;       /* [2 F, d] */
+    lg_tensor wdown;     /* [d, F] */
+} layer_w;
+
+struct lg_model {
+    lg_backend *be;
+    lg_model_config cfg;
+    lg_model_opts opts;
+    void *wbuf;          /* all weights */
+    lg_tensor embed;     /* [V, d] */
+    lg_tensor norm;      /* [1, d] f32 */
+    lg_tensor lm_head;   /* [V, d] (may alias embed) */
+    layer_w *layers;
+    float *inv_freq;     /* device [hd/2] */
+    /* activations */
+    void *abuf;
+    lg_tensor x, xn, qkv, attn, o, gu, act, mlp, rows, logits;
+    lg_tensor x2;        /* [LG_NORM_MATMUL_MAX_T or max_seqs, d]: the residual's second buffer (norm_linear) */
+    int norm_matmul_t;   /* steps of at most this many rows are offered to norm_matmul */
+    lg_tensor lora_tmp;  /* [T, lora_max_rank] */
+    lg_lora_w *lora_w_dev, *lora_w_host; /* [max_seqs * n_slots] */
+    int32_t *lora_seg_dev, *lora_seg_host; /* [max_seqs + 1] */
+    unsigned *lora_seg_mods; /* [max_seqs]: bit m when segment s has rank > 0 at module m in some layer */
+    int *lora_seg_rank;      /* [max_seqs]: segment s's largest rank at any slot */
+    int lora_synced;         /* segments [0, lora_synced) of lora_w_host equal lora_w_dev (see lg_model_launch) */
+    lg_lora_w *lora_w_zero;  /* [n_slots] zeros: the table of a segment without adapter */
+    bool lora_table_rebuild; /* LG_LORA_TABLE=0: no comparison with the device's table (benchmarks) */
+    /* LG_STEP_TIMING=1: where a step's host time goes, printed by lg_model_free (diagnostic) */
+    bool timing;
+    long t_steps, t_table_uploads;
+    double t_table_bytes;
+    float *t_us; /* [4][STEP_T_MAX]: metadata, LoRA table, forward launch, sampling + download, us */
+    /* step metadata (device) + host staging */
+    int32_t *meta_dev;
+    int32_t *meta_host;
+    bool dev_sample;                /* the backend samples: the step's rows ride in the metadata upload */
+    int32_t *sample_ids_dev;        /* [max_seqs] ids, then [max_seqs] lg_logprob_row (one download) */
+    int32_t *sample_out_host;       /* [2] x the same layout on the host: the downloads' destinations, by launch parity */
+    bool out_pinned;                /* sample_out_host from alloc_host (download_async can write it) */
+    size_t out_ints;                /* int32 words of one sample_out_host slot */
+    /* steps launched and not yet collected (lg_model_launch / lg_model_collect), oldest first */
+    struct inflight {
+        int n_logits;
+        bool sample, lp, logits;     /* sampled on the device; logprobs, logits downloaded */
+        bool decode;                 /* one token a sequence (LG_STEP_TIMING's host times) */
+        int slot;                    /* sample_out_host slot */
+        uint64_t ticket;             /* download_async's, 0: download at collect */
+        double t[4];                 /* LG_STEP_TIMING: the launch's host times */
+    } fl[2];
+    int n_fl;
+    long n_launched;
+    int last_sampled;               /* rows the last launched step sampled into sample_ids_dev (a continuation's tokens) */
+    int32_t *pen_dev;               /* [2 * pen_cap]: the step's penalty pairs, grown on demand */
+    int pen_cap;
+    size_t meta_cap;     /* int32 elements */
+    size_t page_bytes;
+    bool no_graphs;      /* step graphs off: backend lacks them, LG_NO_GRAPHS is set, or recording failed */
+};
+
+const lg_model_config *lg_model_cfg(const lg_model *m) { return &m->cfg; }
+const lg_model_opts *lg_model_options(const lg_model *m) { return &m->opts; }
+size_t lg_model_kv_page_bytes(const lg_model *m) { return m->page_bytes; }
+
+/* ---- weight upload ------------------------------------------------------------ */
+
+typedef struct upload_ctx {
+    lg_backend *be;
+    char *base;
+    size_t off, cap;
+    lg_err *err;
+} upload_ctx;
+
+static void *carve(upload_ctx *u, size_t n)
+{
+    size_t off = (u->off + 255) & ~(size_t)255;
+    if (off + n > u->cap)
+        return NULL;
+    u->off = off + n;
+    return u->base + off;
+}
+
+/* Uploads rows of `src` (any float dtype) converted to `dt` at dst + row offset. */
+static int upload_rows(upload_ctx *u, void *dst, lg_dtype dt, const lg_wtensor *src)
+{
+    int64_t rows = src->n_dims == 1 ? 1 : src->shape[0];
+    int64_t cols = src->n_dims == 1 ? src->shape[0] : src->shape[1];
+    size_t n = (size_t)rows * (size_t)cols;
+    if (src->dtype == dt)
+        return u->be->i.upload(u->be, dst, src->data, n * lg_dtype_size(dt));
+    /* convert in chunks of rows to bound host memory */
+    size_t chunk_rows = (size_t)(1 << 20) / (size_t)cols + 1;
+    float *tmp = malloc(chunk_rows * (size_t)cols * 4);
+    void *out = malloc(chunk_rows * (size_t)cols * lg_dtype_size(dt));
+    if (!tmp || !out) {
+        free(tmp);
+        free(out);
+        return lg_fail(u->err, "out of memory converting %s", src->name);
+    }
+    int rc = 0;
+    for (size_t r = 0; r < (size_t)rows && rc == 0; r += chunk_rows) {
+        size_t nr = (size_t)rows - r < chunk_rows ? (size_t)rows - r : chunk_rows;
+        size_t ne = nr * (size_t)cols;
+        lg_to_f32(tmp, (const char *)src->data + r * (size_t)cols * lg_dtype_size(src->dtype), src->dtype, ne);
+        lg_from_f32(out, dt, tmp, ne);
+        rc = u->be->i.upload(u->be, (char *)dst + r * (size_t)cols * lg_dtype_size(dt), out, ne * lg_dtype_size(dt));
+    }
+    free(tmp);
+    free(out);
+    return rc;
+}
+
+static const lg_wtensor *need(const lg_weights *w, lg_err *err, const char *fmt, int layer)
+{
+    char name[160];
+    snprintf(name, sizeof name, fmt, layer);
+    const lg_wtensor *t = lg_weights_get(w, name);
+    if (!t)
+        lg_fail(err, "model is missing tensor %s", name);
+    return t;
+}
+
+/* Concatenates tensors (same cols) along rows into one backend matrix of dtype dt. */
+static int upload_cat(upload_ctx *u, lg_tensor *out, lg_dtype dt, const lg_wtensor **parts, int n)
+{
+    int64_t rows = 0, cols = parts[0]->n_dims == 1 ? parts[0]->shape[0] : parts[0]->shape[1];
+    for (int i = 0; i < n; i++) rows += parts[i]->n_dims == 1 ? 1 : parts[i]->shape[0];
+    if (parts[0]->n_dims == 1) { /* biases: concatenate along cols into one row */
+        cols = 0;
+        for (int i = 0; i < n; i++) cols += parts[i]->shape[0];
+        rows = 1;
+    }
+    char *dst = carve(u, (size_t)rows * (size_t)cols * lg_dtype_size(dt));
+    if (!dst)
+        return lg_fail(u->err, "weight buffer overflow (internal size mismatch)");
+    *out = lg_tensor_2d(dst, dt, rows, cols);
+    size_t off = 0;
+    for (int i = 0; i < n; i++) {
+        if (upload_rows(u, dst + off, dt, parts[i]) != 0)
+            return lg_fail(u->err, "uploading %s failed", parts[i]->name);
+        off += parts[i]->nbytes / lg_dtype_size(parts[i]->dtype) * lg_dtype_size(dt);
+    }
+    return 0;
+}
+
+static size_t tensor_elems(const lg_wtensor *t)
+{
+    size_t n = 1;
+    for (int i = 0; i < t->n_dims; i++) n *= (size_t)t->shape[i];
+    return n;
+}
+
+/* Weight dtype on the backend for a stored dtype: the CPU keeps it as stored;
+ * a backend with 16-bit activations takes 16-bit weights. */
+static lg_dtype backend_wdtype(const lg_backend *be, lg_dtype stored)
+{
+    if (be->act_dtype == LG_F32)
+        return stored;
+    return be->act_dtype;
+}
+
+static void compute_inv_freq(const lg_model_config *c, const lg_weights *w, float *out)
+{
+    int half = c->head_dim / 2;
+    const lg_wtensor *rf = lg_weights_get(w, "rope_freqs");
+    float rfv[1024];
+    if (rf && (int)tensor_elems(rf) == half)
+        lg_to_f32(rfv, rf->data, rf->dtype, (size_t)half);
+    else
+        rf = NULL;
+    for (int i = 0; i < half; i++) {
+        double inv = 1.0 / pow((double)c->rope_theta, (double)(2 * i) / (double)c->head_dim);
+        if (c->rope_scaling == LG_ROPE_LINEAR) {
+            inv /= c->rope_factor;
+        } else if (c->rope_scaling == LG_ROPE_LLAMA3) {
+            double old = c->rope_orig_max_pos, lf = c->rope_low_freq_factor, hf = c->rope_high_freq_factor;
+            double low_wl = old / lf, high_wl = old / hf;
+            double wl = 2.0 * M_PI / inv;
+            if (wl > low_wl) {
+                inv = inv / c->rope_factor;
+            } else if (wl >= high_wl) {
+                double smooth = (old / wl - lf) / (hf - lf);
+                inv = (1.0 - smooth) * inv / c->rope_factor + smooth * inv;
+            }
+        }
+        if (rf)
+            inv /= rfv[i];
+        out[i] = (float)inv;
+    }
+}
+
+int lg_model_create(lg_backend *be, const lg_weights *w, const lg_model_opts *opts, lg_model **out, lg_err *err)
+{
+    *out = NULL;
+    const lg_model_config *c = lg_weights_config(w);
+    if (lg_model_config_validate(c, err) != 0)
+        return -1;
+    if (lg_weights_check_llama(w, err) != 0)
+        return -1;
+    lg_model *m = calloc(1, sizeof *m);
+    if (!m)
+        return lg_fail(err, "out of memory");
+    m->be = be;
+    m->cfg = *c;
+    m->opts = *opts;
+    if (m->opts.page_tokens <= 0) m->opts.page_tokens = 16;
+    if (m->opts.max_step_tokens <= 0) m->opts.max_step_tokens = 512;
+    if (m->opts.max_seqs <= 0) m->opts.max_seqs = 64;
+    if (m->opts.max_seqs > m->opts.max_step_tokens) m->opts.max_seqs = m->opts.max_step_tokens;
+    if (m->opts.max_context <= 0 || m->opts.max_context > c->max_pos) m->opts.max_context = c->max_pos;
+    m->layers = calloc((size_t)c->n_layers, sizeof(layer_w));
+    if (!m->layers) {
+        free(m);
+        return lg_fail(err, "out of memory");
+    }
+
+    const int L = c->n_layers, d = c->d_model, hd = c->head_dim;
+    const int64_t qdim = (int64_t)c->n_heads * hd, kvdim = (int64_t)c->n_kv_heads * hd;
+    const lg_wtensor *emb = lg_weights_get(w, "model.embed_tokens.weight");
+    const lg_wtensor *head = c->tie_embeddings ? NULL : lg_weights_get(w, "lm_head.weight");
+
+    /* sizes first: one allocation */
+    size_t total = 0;
+    for (int i = 0; i < lg_weights_count(w); i++) {
+        const lg_wtensor *t = lg_weights_at(w, i);
+        total += tensor_elems(t) * 4 + 256; /* upper bound: every tensor at 4 bytes */
+    }
+    total += (size_t)hd * 4 + 4096;
+    upload_ctx u = {be, NULL, 0, total, err};
+    u.base = be->i.alloc(be, total);
+    if (!u.base) {
+        lg_model_free(m);
+        return lg_fail(err, "cannot allocate %zu bytes of weights on backend %s", total, be->i.name);
+    }
+    m->wbuf = u.base;
+
+    lg_dtype edt = backend_wdtype(be, emb->dtype);
+    if (upload_cat(&u, &m->embed, edt, &emb, 1) != 0)
+        goto fail;
+    if (head) {
+        if (upload_cat(&u, &m->lm_head, backend_wdtype(be, head->dtype), &head, 1) != 0)
+            goto fail;
+    } else {
+        m->lm_head = m->embed;
+    }
+    const lg_wtensor *nw = lg_weights_get(w, "model.norm.weight");
+    if (upload_cat(&u, &m->norm, LG_F32, &nw, 1) != 0)
+        goto fail;
+
+    for (int l = 0; l < L; l++) {
+        layer_w *lw = &m->layers[l];
+        const lg_wtensor *ln1 = need(w, err, "model.layers.%d.input_layernorm.weight", l);
+        const lg_wtensor *ln2 = need(w, err, "model.layers.%d.post_attention_layernorm.weight", l);
+        const lg_wtensor *qkv[3] = {need(w, err, "model.layers.%d.self_attn.q_proj.weight", l),
+                                    need(w, err, "model.layers.%d.self_attn.k_proj.weight", l),
+                                    need(w, err, "model.layers.%d.self_attn.v_proj.weight", l)};
+        const lg_wtensor *wo = need(w, err, "model.layers.%d.self_attn.o_proj.weight", l);
+        const lg_wtensor *gu[2] = {need(w, err, "model.layers.%d.mlp.gate_proj.weight", l),
+                                   need(w, err, "model.layers.%d.mlp.up_proj.weight", l)};
+        const lg_wtensor *dn = need(w, err, "model.layers.%d.mlp.down_proj.weight", l);
+        if (!ln1 || !ln2 || !qkv[0] || !qkv[1] || !qkv[2] || !wo || !gu[0] || !gu[1] || !dn)
+            goto fail;
+        lg_dtype wdt = backend_wdtype(be, qkv[0]->dtype);
+        if (upload_cat(&u, &lw->ln1, LG_F32, &ln1, 1) || upload_cat(&u, &lw->ln2, LG_F32, &ln2, 1) ||
+            upload_cat(&u, &lw->wqkv, wdt, qkv, 3) || upload_cat(&u, &lw->wo, wdt, &wo, 1) ||
+            upload_cat(&u, &lw->wgu, wdt, gu, 2) || upload_cat(&u, &lw->wdown, wdt, &dn, 1))
+            goto fail;
+        if (c->qkv_bias) {
+            const lg_wtensor *b[3] = {need(w, err, "model.layers.%d.self_attn.q_proj.bias", l),
+                                      need(w, err, "model.layers.%d.self_attn.k_proj.bias", l),
+                                      need(w, err, "model.layers.%d.self_attn.v_proj.bias", l)};
+            if (!b[0] || !b[1] || !b[2])
+                goto fail;
+            if (upload_cat(&u, &lw->bqkv, LG_F32, b, 3) != 0)
+                goto fail;
+        }
+    }
+    {
+        float inv[1024];
+        compute_inv_freq(c, w, inv);
+        m->inv_freq = carve(&u, (size_t)(hd / 2) * 4);
+        if (!m->inv_freq || be->i.upload(be, m->inv_freq, inv, (size_t)(hd / 2) * 4) != 0)
+            goto fail;
+    }
+
+    /* activations */
+    {
+        const int64_t T = m->opts.max_step_tokens, S = m->opts.max_seqs, F = c->d_ff, V = c->vocab_size;
+        lg_dtype a = be->act_dtype;
+        size_t es = lg_dtype_size(a);
+        /* LG_NORM_MATMUL_T=2: offer norm_matmul two-row steps too (measurements; the kernel takes 1-2) */
+        const char *nt = getenv("LG_NORM_MATMUL_T");
+        const int nt_v = nt ? atoi(nt) : 0;
+        const int64_t nm_t = nt_v == 1 || nt_v == 2 ? nt_v : LG_NORM_MATMUL_MAX_T;
+        /* decode steps (a row a sequence) with norm_matmul_lora alternate the residual too */
+        const int64_t r2 = be->i.norm_matmul_lora && S > nm_t ? S : nm_t, T2 = T < r2 ? T : r2;
+        m->norm_matmul_t = (int)nm_t;
+        int64_t sizes[] = {T * d, T * d, T * (qdim + 2 * kvdim), T * qdim, T * d, T * 2 * F, T * F, T * d, S * d,
+                           S * V, T2 * d};
+        size_t tot = 0;
+        for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) tot += ((size_t)sizes[i] * es + 255) & ~(size_t)255;
+        upload_ctx ua = {be, be->i.alloc(be, tot), 0, tot, err};
+        if (!ua.base) {
+            lg_fail(err, "cannot allocate %zu bytes of activations", tot);
+            goto fail;
+        }
+        m->abuf = ua.base;
+        m->x = lg_tensor_2d(carve(&ua, (size_t)sizes[0] * es), a, T, d);
+        m->xn = lg_tensor_2d(carve(&ua, (size_t)sizes[1] * es), a, T, d);
+        m->qkv = lg_tensor_2d(carve(&ua, (size_t)sizes[2] * es), a, T, qdim + 2 * kvdim);
+        m->attn = lg_tensor_2d(carve(&ua, (size_t)sizes[3] * es), a, T, qdim);
+        m->o = lg_tensor_2d(carve(&ua, (size_t)sizes[4] * es), a, T, d);
+        m->gu = lg_tensor_2d(carve(&ua, (size_t)sizes[5] * es), a, T, 2 * F);
+        m->act = lg_tensor_2d(carve(&ua, (size_t)sizes[6] * es), a, T, F);
+        m->mlp = lg_tensor_2d(carve(&ua, (size_t)sizes[7] * es), a, T, d);
+        m->rows = lg_tensor_2d(carve(&ua, (size_t)sizes[8] * es), a, S, d);
+        m->x2 = lg_tensor_2d(carve(&ua, (size_t)sizes[10] * es), a, T2, d);
+        m->logits = lg_tensor_2d(carve(&ua, (size_t)sizes[9] * 4), LG_F32, S, V);
+        /* logits are always f32: carve was sized with es; re-carve if es < 4 */
+        if (es < 4) {
+            void *lb = be->i.alloc(be, (size_t)S * V * 4);
+            if (!lb) {
+                lg_fail(err, "cannot allocate logits");
+                goto fail;
+            }
+            m->logits.data = lb;
+        }
+    }
+    /* metadata: tok, pos, slot [T]; q_indptr, page_indptr [S+1]; kv_len [S];
+     * logit_rows [S]; page ids [S * max pages per seq]; with device sampling,
+     * the sampling rows [S] (one upload for both) */
+    {
+        size_t max_pages = (size_t)m->opts.max_seqs *
+                           ((size_t)(m->opts.max_context + m->opts.page_tokens - 1) / m->opts.page_tokens + 1);
+        m->meta_cap = 3 * (size_t)m->opts.max_step_tokens + 4 * ((size_t)m->opts.max_seqs + 1) + max_pages;
+        const char *hs = getenv("LG_HOST_SAMPLE"); /* 1: sample on the host from downloaded logits (comparisons) */
+        if (be->i.sample && !(hs && *hs == '1')) {
+            m->dev_sample = true;
+            m->meta_cap += (size_t)m->opts.max_seqs * SAMPLE_ROW_INTS;
+            const size_t out_bytes = (size_t)m->opts.max_seqs * (sizeof(int32_t) + sizeof(lg_logprob_row));
+            m->out_ints = out_bytes / sizeof(int32_t);
+            m->sample_ids_dev = be->i.alloc(be, out_bytes);
+            if (be->i.alloc_host && be->i.free_host && be->i.download_async && be->i.download_wait) {
+                m->sample_out_host = be->i.alloc_host(be, 2 * out_bytes);
+                m->out_pinned = m->sample_out_host != NULL;
+            }
+            if (!m->sample_out_host)
+                m->sample_out_host = malloc(2 * out_bytes);
+            /* penalty pairs: room for 512 distinct generated tokens per sequence up front, so that
+             * a step grows the buffer (a free, which waits for the device) only beyond that */
+            m->pen_cap = m->opts.max_seqs * 512;
+            m->pen_dev = be->i.alloc(be, (size_t)m->pen_cap * 2 * sizeof(int32_t));
+            if (!m->pen_dev)
+                m->pen_cap = 0;
+            if (!m->sample_ids_dev || !m->sample_out_host) {
+                lg_fail(err, "cannot allocate sampling buffers");
+                goto fail;
+            }
+        }
+        m->meta_dev = be->i.alloc(be, m->meta_cap * 4);
+        m->meta_host = malloc(m->meta_cap * 4);
+        if (!m->meta_dev || !m->meta_host) {
+            lg_fail(err, "cannot allocate step metadata");
+            goto fail;
+        }
+    }
+    if (m->opts.lora_max_rank > 0) {
+        size_t n_slots = (size_t)L * LG_LORA_N_MODULES, S = (size_t)m->opts.max_seqs;
+        /* shrink output kept in f32 whatever the act dtype (more accurate expand) */
+        /* LG_LORA_MULTI_MAX slots side by side for the multi-slot ops */
+        size_t tmp_bytes = (size_t)m->opts.max_step_tokens * LG_LORA_MULTI_MAX * (size_t)m->opts.lora_max_rank *
+                           sizeof(float);
+        void *tmp = be->i.alloc(be, tmp_bytes);
+        m->lora_w_dev = be->i.alloc(be, S * n_slots * sizeof(lg_lora_w));
+        m->lora_w_host = malloc(S * n_slots * sizeof(lg_lora_w));
+        m->lora_seg_dev = be->i.alloc(be, (S + 1) * sizeof(int32_t));
+        m->lora_seg_host = malloc((S + 1) * sizeof(int32_t));
+        m->lora_seg_mods = malloc(S * sizeof(unsigned));
+        m->lora_seg_rank = malloc(S * sizeof(int));
+        m->lora_w_zero = calloc(n_slots, sizeof(lg_lora_w));
+        m->lora_tmp = lg_tensor_2d(tmp, LG_F32, m->opts.max_step_tokens, LG_LORA_MULTI_MAX * m->opts.lora_max_rank);
+        if (!tmp || !m->lora_w_dev || !m->lora_w_host || !m->lora_seg_dev || !m->lora_seg_host || !m->lora_seg_mods || !m->lora_seg_rank || !m->lora_w_zero) {
+            lg_fail(err, "cannot allocate LoRA step buffers");
+            goto fail;
+        }
+        if (!be->i.lora_shrink || !be->i.lora_expand) {
+            lg_fail(err, "backend %s has no LoRA ops", be->i.name);
+            goto fail;
+        }
+    }
+    {
+        const char *ng = getenv("LG_NO_GRAPHS");
+        m->no_graphs = !be->i.graph_begin || !be->i.graph_end || (ng && *ng && strcmp(ng, "0") != 0);
+        if (be->i.graph_reset)
+            be->i.graph_reset(be); /* recordings of an earlier model name other buffers */
+        const char *lt = getenv("LG_LORA_TABLE"); /* 0: rebuild and upload the LoRA table every step (comparisons) */
+        m->lora_table_rebuild = lt && strcmp(lt, "0") == 0;
+        const char *st = getenv("LG_STEP_TIMING");
+        m->timing = st && *st == '1' && (m->t_us = calloc(4 * (size_t)STEP_T_MAX, sizeof *m->t_us)) != NULL;
+    }
+    m->page_bytes = (size_t)m->opts.page_tokens * (size_t)L * 2 * (size_t)kvdim * lg_dtype_size(be->act_dtype);
+    *out = m;
+    return 0;
+fail:
+    lg_model_free(m);
+    return -1;
+}
+
+static int cmp_float(const void *a, const void *b)
+{
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
+void lg_model_free(lg_model *m)
+{
+    if (!m)
+        return;
+    lg_backend *be = m->be;
+    if (m->timing && m->t_steps > 0) {
+        const int n = m->t_steps < STEP_T_MAX ? (int)m->t_steps : STEP_T_MAX;
+        float med[4], p90[4];
+        for (int k = 0; k < 4; k++) {
+            float *v = m->t_us + (size_t)k * STEP_T_MAX;
+            qsort(v, (size_t)n, sizeof *v, cmp_float);
+            med[k] = v[n / 2];
+            p90[k] = v[n - 1 - n / 10];
+        }
+        fprintf(stderr,
+                "decode step host time (LG_STEP_TIMING), us, median / p90 over %d steps: metadata %.1f / %.1f,"
+                " LoRA table %.1f / %.1f (uploaded in %ld steps, %.1f KB per upload), forward launch %.1f / %.1f,"
+                " sampling + download (waits for the GPU) %.1f / %.1f\n",
+                n, med[0], p90[0], med[1], p90[1], m->t_table_uploads,
+                m->t_table_uploads ? m->t_table_bytes / 1024.0 / m->t_table_uploads : 0.0, med[2], p90[2], med[3],
+                p90[3]);
+    }
+    free(m->t_us);
+    if (be->i.graph_reset)
+        be->i.graph_reset(be); /* recordings name this model's buffers */
+    if (m->wbuf) be->i.dealloc(be, m->wbuf);
+    if (m->abuf) be->i.dealloc(be, m->abuf);
+    if (m->abuf && lg_dtype_size(be->act_dtype) < 4 && m->logits.data) be->i.dealloc(be, m->logits.data);
+    if (m->meta_dev) be->i.dealloc(be, m->meta_dev);
+    if (m->sample_ids_dev) be->i.dealloc(be, m->sample_ids_dev);
+    if (m->out_pinned)
+        be->i.free_host(be, m->sample_out_host);
+    else
+        free(m->sample_out_host);
+    if (m->pen_dev) be->i.dealloc(be, m->pen_dev);
+    free(m->meta_host);
+    if (m->lora_tmp.data) be->i.dealloc(be, m->lora_tmp.data);
+    if (m->lora_w_dev) be->i.dealloc(be, m->lora_w_dev);
+    if (m->lora_seg_dev) be->i.dealloc(be, m->lora_seg_dev);
+    free(m->lora_w_host);
+    free(m->lora_seg_host);
+    free(m->lora_seg_mods);
+    free(m->lora_seg_rank);
+    free(m->lora_w_zero);
+    free(m->layers);
+    free(m);
+}
+
+/* ---- forward step ------------------------------------------------------------------ */
+
+/* tmp = x A^T for k slots over one x (slot slots[i] into tmp columns from
+ * i * max_rank), then y_i += scale * tmp_i B^T: one launch each with the
+ * backend's multi-slot ops, the single-slot op when k == 1. */
+static int lora_shrink_k(lg_backend *be, lg_tensor tmp, lg_tensor x, const lg_lora_meta *lm, const int *slots, int k)
+{
+    return k == 1 ? be->i.lora_shrink(be, tmp, x, lm, slots[0]) : be->i.lora_shrink_multi(be, tmp, x, lm, slots, k);
+}
+
+static int lora_expand_k(lg_backend *be, const lg_tensor *ys, lg_tensor tmp, const lg_lora_meta *lm, const int *slots,
+                         int k)
+{
+    return k == 1 ? be->i.lora_expand(be, ys[0], tmp, lm, slots[0]) : be->i.lora_expand_multi(be, ys, tmp, lm, slots, k);
+}
+
+/* The LoRA slots of modules [m0, m0 + count) that the step uses (bit m of mods): their outputs
+ * (column slices of y), slots, first columns in y and widths; returns how many. */
+static int lora_slots(lg_tensor y, const lg_lora_meta *lm, const lg_tensor *ys_all, int m0, int count, int sl,
+                      unsigned mods, lg_tensor *ys, int *slots, int *col0, int *ncols)
+{
+    int n = 0;
+    for (int j = 0; lm && j < count; j++)
+        if (mods & (1u << (m0 + j))) {
+            ys[n] = ys_all[j];
+            col0[n] = (int)(((const char *)ys_all[j].data - (const char *)y.data) / (ptrdiff_t)lg_dtype_size(y.dtype));
+            ncols[n] = (int)ys_all[j].cols;
+            slots[n++] = sl + m0 + j;
+        }
+    return n;
+}
+
+/* y = x W^T (+ bias) plus the LoRA of modules [m0, m0 + count) of layer slot
+ * base sl, whose outputs ys_all are column slices of y; modules no segment
+ * of the step uses (bit m of mods) are skipped. With the backend's
+ * matmul_lora: one op. Else shrink, matmul, expand, in that order: the
+ * shrink reads only x, and ahead of the matmul its small launch overlaps
+ * the matmul's start (CUDA: the decode matmul issues its weight copies
+ * before it waits on the kernel before it), where after the matmul it sat
+ * between two dependent launches (H100, docs/benchmarks.md, seventh session:
+ * W3 decode -0.08 ms/step). Results do not depend on the order. A backend
+ * without the multi-slot ops and k > 1 slots: matmul, then a shrink/expand
+ * pair per slot (one tmp). rope (the q,k,v form): matmul_lora also does
+ * rope_kv_write (CUDA: a decode step's expand in the same launch) and sets
+ * *roped; otherwise the caller runs it. */
+static int linear(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tensor bias, lg_tensor tmp,
+                  const lg_lora_meta *lm, const lg_tensor *ys_all, int m0, int count, int sl, unsigned mods,
+                  const lg_rope_kv *rope, bool *roped)
+{
+    lg_tensor ys[3];
+    int slots[3], col0[3], ncols[3];
+    const int n = lora_slots(y, lm, ys_all, m0, count, sl, mods, ys, slots, col0, ncols);
+    if (n == 0)
+        return be->i.matmul(be, y, x, W, bias, false);
+    if (be->i.matmul_lora) {
+        if (roped)
+            *roped = rope != NULL;
+        return be->i.matmul_lora(be, y, x, W, bias, tmp, lm, slots, col0, ncols, n, rope);
+    }
+    if (n > 1 && !(be->i.lora_shrink_multi && be->i.lora_expand_multi)) {
+        if (be->i.matmul(be, y, x, W, bias, false) != 0)
+            return -1;
+        for (int i = 0; i < n; i++)
+            if (lora_shrink_k(be, tmp, x, lm, &slots[i], 1) != 0 || lora_expand_k(be, &ys[i], tmp, lm, &slots[i], 1) != 0)
+                return -1;
+        return 0;
+    }
+    if (lora_shrink_k(be, tmp, x, lm, slots, n) != 0 || be->i.matmul(be, y, x, W, bias, false) != 0)
+        return -1;
+    return lora_expand_k(be, ys, tmp, lm, slots, n);
+}
+
+/* After a fused norm op took the step: with a delta the residual is now the other buffer; with rope
+ * the op did rope_kv_write too. */
+static void norm_op_done(lg_tensor delta, int *cur, const lg_rope_kv *rope, bool *roped)
+{
+    if (delta.data)
+        *cur = 1 - *cur;
+    if (roped)
+        *roped = rope != NULL;
+}
+
+/* xn = rmsnorm(x (+ delta)) * g, y = xn W^T (+ bias) with the LoRA of modules
+ * [m0, m0 + count), then act = silu_mul(y) when act.data. The residual x is
+ * xs[*cur]. One norm_matmul op where the backend fuses them (CUDA, decode
+ * batches of up to nm_t = LG_NORM_MATMUL_MAX_T rows: one launch instead of
+ * two or three) and no adapter of the step targets these modules (the shrink
+ * reads xn): it stores x + delta to the other buffer, which becomes the
+ * residual (the op's blocks all read x, so none may write it in place).
+ * With rope (the q,k,v form), the op also does rope_kv_write and *roped is
+ * set. Else add_rmsnorm in place, linear(), silu_mul. Results are the same
+ * for the one-row steps offered by default (CUDA: kernels/norm_matmul.cu).
+ * With adapters on these modules, the backend's norm_matmul_lora where it
+ * takes the step (CUDA: decode steps; the LoRA shrink norms the rows, one
+ * launch fewer), storing x + delta to the other buffer the same way; the
+ * same results as add_rmsnorm + linear(). */
+static int norm_linear(lg_backend *be, lg_tensor *xs, int *cur, int nm_t, lg_tensor delta, lg_tensor g, float eps,
+                       lg_tensor xn, lg_tensor y, lg_tensor W, lg_tensor bias, lg_tensor act, lg_tensor tmp,
+                       const lg_lora_meta *lm, const lg_tensor *ys, int m0, int count, int sl, unsigned mods,
+                       const lg_rope_kv *rope, bool *roped)
+{
+    const unsigned mine = ((1u << count) - 1u) << m0;
+    if (be->i.norm_matmul && xs[1 - *cur].data && xs[0].rows <= nm_t && !(lm && (mods & mine))) {
+        const int rc = be->i.norm_matmul(be, act.data ? act : y, xs[*cur], delta, g, eps, xs[1 - *cur], W, bias,
+                                         act.data != NULL, rope);
+        if (rc < 0)
+            return -1;
+        if (rc == 0) {
+            norm_op_done(delta, cur, rope, roped);
+            return 0;
+        }
+    }
+    if (be->i.norm_matmul_lora && be->i.matmul_lora && xs[1 - *cur].data && lm && (mods & mine)) {
+        lg_tensor ls[3];
+        int slots[3], col0[3], ncols[3];
+        const int n = lora_slots(y, lm, ys, m0, count, sl, mods, ls, slots, col0, ncols);
+        const lg_norm_in nm = {xs[*cur], delta, g, xs[1 - *cur], eps};
+        const int rc = be->i.norm_matmul_lora(be, &nm, y, xn, W, bias, tmp, lm, slots, col0, ncols, n, rope);
+        if (rc < 0)
+            return -1;
+        if (rc == 0) {
+            norm_op_done(delta, cur, rope, roped);
+            return act.data ? be->i.silu_mul(be, act, y) : 0;
+        }
+    }
+    if (be->i.add_rmsnorm(be, xs[*cur], delta, g, xn, eps) != 0 ||
+        linear(be, y, xn, W, bias, tmp, lm, ys, m0, count, sl, mods, rope, roped) != 0)
+        return -1;
+    return act.data ? be->i.silu_mul(be, act, y) : 0;
+}
+
+#define TRY(call)                                                                         \
+    do {                                                                                  \
+        if ((call) != 0)                                                                  \
+            return lg_fail(err, "backend %s: op %s failed", be->i.name, #call);            \
+    } while (0)
+
+/* Upper bound of a decode step's kv lengths for launch shapes: rounded up
+ * to 256 (to 512 past 4096, ...) so that a recorded graph serves many steps. */
+static int kv_bucket(int kv)
+{
+    int g = 256;
+    while (kv > 16 * g) g *= 2;
+    return (kv + g - 1) / g * g;
+}
+
+/* Shape key of a recorded decode step (see the file comment). */
+typedef struct step_key {
+    int32_t n_tokens, n_seqs, n_logits, max_kv_len;
+    int32_t lora_segs, lora_max_seg, lora_mods;
+    int32_t lora_rank;  /* the step's largest rank: picks launch shapes */
+    int32_t lora_tiles; /* 32-token tiles over the segments: the CUDA SGMV kernels and matmul_lora's order
+                           depend on it when a segment has more than 4 tokens */
+    uint64_t kv_base, kv_page_bytes;
+} step_key;
+
+/* Everything from embed to the logits matmul, enqueued on the backend.
+ * lora_mods: bit m set when some segment uses module m (else skipped). */
+static int forward(lg_model *m, const lg_kv_view *kv0, const lg_step_meta *meta, const lg_lora_meta *lora,
+                   unsigned lora_mods, lg_err *err)
+{
+    lg_backend *be = m->be;
+    const lg_model_config *c = &m->cfg;
+    const int T = meta->n_tokens, n_logits = meta->n_logits, pt = m->opts.page_tokens;
+    const int hd = c->head_dim;
+    const int64_t qdim = (int64_t)c->n_heads * hd, kvdim = (int64_t)c->n_kv_heads * hd;
+    lg_tensor xn = lg_tensor_rows(m->xn, 0, T), qkv = lg_tensor_rows(m->qkv, 0, T);
+    lg_tensor q = lg_tensor_cols(qkv, 0, qdim), k = lg_tensor_cols(qkv, qdim, kvdim),
+              v = lg_tensor_cols(qkv, qdim + kvdim, kvdim);
+    lg_tensor attn = lg_tensor_rows(m->attn, 0, T), o = lg_tensor_rows(m->o, 0, T), gu = lg_tensor_rows(m->gu, 0, T),
+              act = lg_tensor_rows(m->act, 0, T), mlp = lg_tensor_rows(m->mlp, 0, T);
+    lg_tensor none = {0};
+    const float scale = 1.0f / sqrtf((float)hd);
+    lg_kv_view kv = *kv0;
+    const size_t kv_block = (size_t)pt * (size_t)kvdim * lg_dtype_size(be->act_dtype);
+    const lg_tensor qkv_ys[3] = {q, k, v};
+    const lg_tensor gu_ys[2] = {lg_tensor_cols(gu, 0, c->d_ff), lg_tensor_cols(gu, c->d_ff, c->d_ff)};
+
+    lg_tensor tmp = lora ? lg_tensor_rows(m->lora_tmp, 0, T) : none;
+    /* the residual stream: xs[xi]; norm_linear may move it to the other buffer */
+    lg_tensor xs[2] = {lg_tensor_rows(m->x, 0, T), T <= m->x2.rows ? lg_tensor_rows(m->x2, 0, T) : none};
+    int xi = 0;
+    TRY(be->i.embed(be, xs[0], m->embed, meta->tok));
+    for (int l = 0; l < c->n_layers; l++) {
+        const layer_w *lw = &m->layers[l];
+        const int sl = l * LG_LORA_N_MODULES;
+        kv.k_off = (size_t)l * 2 * kv_block;
+        kv.v_off = kv.k_off + kv_block;
+        const lg_rope_kv rk = {.pos = meta->pos, .inv_freq = m->inv_freq, .n_heads = c->n_heads,
+                               .n_kv_heads = c->n_kv_heads, .head_dim = hd, .kv = kv, .slot = meta->slot};
+        bool roped = false;
+        TRY(norm_linear(be, xs, &xi, m->norm_matmul_t, l ? mlp : none, lw->ln1, c->rms_eps, xn, qkv, lw->wqkv,
+                        lw->bqkv, none, tmp, lora, qkv_ys, 0, 3, sl, lora_mods, &rk, &roped));
+        if (roped) {
+            /* norm_matmul or matmul_lora did rope + KV write too */
+        } else if (be->i.rope_kv_write) {
+            TRY(be->i.rope_kv_write(be, q, k, v, meta->pos, m->inv_freq, c->n_heads, c->n_kv_heads, hd, kv,
+                                    meta->slot));
+        } else {
+            TRY(be->i.rope(be, q, k, meta->pos, m->inv_freq, c->n_heads, c->n_kv_heads, hd));
+            TRY(be->i.kv_write(be, kv, k, v, meta->slot, T));
+        }
+        TRY(be->i.attention(be, attn, q, kv, meta, c->n_heads, scale));
+        TRY(linear(be, o, attn, lw->wo, none, tmp, lora, &o, 3, 1, sl, lora_mods, NULL, NULL));
+        TRY(norm_linear(be, xs, &xi, m->norm_matmul_t, o, lw->ln2, c->rms_eps, xn, gu, lw->wgu, none, act, tmp,
+                        lora, gu_ys, 4, 2, sl, lora_mods, NULL, NULL));
+        TRY(linear(be, mlp, act, lw->wdown, none, tmp, lora, &mlp, 6, 1, sl, lora_mods, NULL, NULL));
+    }
+    if (n_logits > 0) {
+        lg_tensor rows = lg_tensor_rows(m->rows, 0, n_logits);
+        lg_tensor lg = lg_tensor_rows(m->logits, 0, n_logits);
+        TRY(be->i.add_rmsnorm(be, xs[xi], mlp, m->norm, xn, c->rms_eps));
+        TRY(be->i.get_rows(be, rows, xn, meta->logit_rows, n_logits));
+        TRY(be->i.matmul(be, lg, rows, m->lm_head, none, false));
+    }
+    return 0;
+}
+
+bool lg_model_samples_on_device(const lg_model *m) { return m->dev_sample; }
+
+bool lg_model_can_chain(const lg_model *m) { return m->dev_sample && m->out_pinned; }
+
+/* Bytes of a sampled step's one download: its ids, or with logprobs all max_seqs id slots and then
+ * its rows' lg_logprob_row (sample_ids_dev's layout). */
+static size_t sample_out_bytes(const lg_model *m, int n_logits, bool lp)
+{
+    return lp ? (size_t)m->opts.max_seqs * sizeof(int32_t) + (size_t)n_logits * sizeof(lg_logprob_row)
+              : (size_t)n_logits * sizeof(int32_t);
+}
+
+int lg_model_launch(lg_model *m, lg_page_pool *pool, const lg_step_seq *seqs, int n_seqs,
+                    const lg_sample_row *sample_rows, const int32_t *pen, int n_pen, bool want_ids, bool want_lp,
+                    bool want_logits, lg_err *err)
+{
+    lg_backend *be = m->be;
+    const lg_model_config *c = &m->cfg;
+    const int pt = m->opts.page_tokens;
+    if (n_seqs <= 0 || n_seqs > m->opts.max_seqs)
+        return lg_fail(err, "step has %d sequences; the model was set up for 1..%d", n_seqs, m->opts.max_seqs);
+    if (m->n_fl >= 2 || (m->n_fl == 1 && (!lg_model_can_chain(m) || m->fl[0].logits)))
+        return lg_fail(err, "a step was launched while %s", m->n_fl >= 2 ? "two await collection"
+                                                                         : "the previous one's results are needed first");
+    /* tokens NULL: the ids the previous launched step sampled, row s for sequence s */
+    const bool from_dev = seqs[0].tokens == NULL;
+    for (int s = 0; s < n_seqs; s++)
+        if ((seqs[s].tokens == NULL) != from_dev || (from_dev && seqs[s].n_tokens != 1))
+            return lg_fail(err, "sequence %d: expected %s", s, from_dev ? "one token from the device, as every sequence"
+                                                                        : "its tokens, as every sequence");
+    if (from_dev && (m->last_sampled != n_seqs || !m->dev_sample))
+        return lg_fail(err, "tokens from the device: the previous step sampled %d rows, this step has %d sequences",
+                       m->last_sampled, n_seqs);
+    if (lg_page_pool_page_bytes(pool) < m->page_bytes)
+        return lg_fail(err, "page pool pages (%zu bytes) are smaller than a KV page (%zu)",
+                       lg_page_pool_page_bytes(pool), m->page_bytes);
+
+    const double t0 = m->timing ? lg_now() : 0;
+    /* --- host metadata, laid out in one staging buffer --- */
+    int T = 0, n_pages = 0, n_logits = 0, max_q = 0, max_kv = 0;
+    for (int s = 0; s < n_seqs; s++) {
+        const lg_step_seq *q = &seqs[s];
+        if (q->n_tokens <= 0 || q->pos0 < 0 || q->pos0 + q->n_tokens > m->opts.max_context)
+            return lg_fail(err, "sequence %d: %d tokens at position %d exceed the context of %d", s, q->n_tokens,
+                           q->pos0, m->opts.max_context);
+        if ((int64_t)q->n_pages * pt < q->pos0 + q->n_tokens)
+            return lg_fail(err, "sequence %d: %d pages cannot hold %d positions", s, q->n_pages, q->pos0 + q->n_tokens);
+        T += q->n_tokens;
+        n_pages += (q->pos0 + q->n_tokens + pt - 1) / pt;
+        n_logits += q->want_logits;
+        if (q->n_tokens > max_q) max_q = q->n_tokens;
+        if (q->pos0 + q->n_tokens > max_kv) max_kv = q->pos0 + q->n_tokens;
+    }
+    if (T > m->opts.max_step_tokens)
+        return lg_fail(err, "step has %d tokens; the budget is %d", T, m->opts.max_step_tokens);
+    const bool sample = n_logits > 0 && sample_rows && want_ids;
+    const bool lp = sample && want_lp;
+    if (sample && !m->dev_sample)
+        return lg_fail(err, "backend %s does not sample on the device", be->i.name);
+    if (n_pen < 0 || (n_pen > 0 && !pen))
+        return lg_fail(err, "expected %d penalty pairs, found %s", n_pen, pen ? "a negative count" : "none");
+    for (int i = 0; sample && i < n_logits; i++) /* the kernel reads pen[pen_off .. pen_off + pen_n) unchecked */
+        if (sample_rows[i].pen_n != 0 &&
+            (sample_rows[i].pen_n < 0 || sample_rows[i].pen_off < 0 || sample_rows[i].pen_off > n_pen - sample_rows[i].pen_n))
+            return lg_fail(err, "sampling row %d: penalty pairs [%d, +%d) outside the step's %d", i,
+                           sample_rows[i].pen_off, sample_rows[i].pen_n, n_pen);
+    if (sample && n_pen > 0) { /* the pairs: their own buffer (any length), uploaded before the step */
+        if (n_pen > m->pen_cap) {
+            int cap = m->pen_cap ? m->pen_cap : 4096;
+            while (cap < n_pen) cap *= 2;
+            if (m->pen_dev) be->i.dealloc(be, m->pen_dev); /* the last step that read it has finished */
+            m->pen_dev = be->i.alloc(be, (size_t)cap * 2 * sizeof(int32_t));
+            m->pen_cap = m->pen_dev ? cap : 0;
+            if (!m->pen_dev)
+                return lg_fail(err, "cannot allocate %d penalty pairs on the device", cap);
+        }
+        TRY(be->i.upload(be, m->pen_dev, pen, (size_t)n_pen * 2 * sizeof(int32_t)));
+    }
+    const size_t rows_at = 3 * (size_t)T + 2 * ((size_t)n_seqs + 1) + 2 * (size_t)n_seqs + (size_t)n_pages;
+    const size_t need = rows_at + (sample ? (size_t)n_logits * SAMPLE_ROW_INTS : 0);
+    if (need > m->meta_cap)
+        return lg_fail(err, "step metadata too large (%zu > %zu)", need, m->meta_cap);
+    int32_t *h = m->meta_host;
+    int32_t *tok = h, *pos = tok + T, *slot = pos + T, *q_indptr = slot + T, *page_indptr = q_indptr + n_seqs + 1,
+            *kv_len = page_indptr + n_seqs + 1, *logit_rows = kv_len + n_seqs, *page_ids = logit_rows + n_seqs;
+    int t = 0, pg = 0, lr = 0;
+    for (int s = 0; s < n_seqs; s++) {
+        const lg_step_seq *q = &seqs[s];
+        q_indptr[s] = t;
+        page_indptr[s] = pg;
+        int np = (q->pos0 + q->n_tokens + pt - 1) / pt;
+        for (int i = 0; i < np; i++) page_ids[pg + i] = q->pages[i];
+        for (int i = 0; i < q->n_tokens; i++) {
+            int p = q->pos0 + i;
+            if (from_dev) {
+                tok[t + i] = 0; /* replaced on the device below */
+            } else {
+                if (q->tokens[i] < 0 || q->tokens[i] >= c->vocab_size)
+                    return lg_fail(err, "token id %d out of range [0, %d)", q->tokens[i], c->vocab_size);
+                tok[t + i] = q->tokens[i];
+            }
+            pos[t + i] = p;
+            slot[t + i] = q->pages[p / pt] * pt + p % pt;
+        }
+        t += q->n_tokens;
+        pg += np;
+        kv_len[s] = q->pos0 + q->n_tokens;
+        if (q->want_logits)
+            logit_rows[lr++] = t - 1;
+    }
+    q_indptr[n_seqs] = t;
+    page_indptr[n_seqs] = pg;
+    if (sample)
+        memcpy(h + rows_at, sample_rows, (size_t)n_logits * sizeof(lg_sample_row));
+    TRY(be->i.upload(be, m->meta_dev, h, need * 4));
+    if (from_dev) /* ordered after the previous step's sampler and its download, before this step's sampler */
+        TRY(be->i.copy(be, m->meta_dev, m->sample_ids_dev, (size_t)n_seqs * sizeof(int32_t)));
+    int32_t *dv = m->meta_dev;
+    lg_step_meta meta = {
+        .n_tokens = T, .n_seqs = n_seqs, .max_q_len = max_q, .max_kv_len = max_q == 1 ? kv_bucket(max_kv) : max_kv,
+        .tok = dv, .pos = dv + (pos - h), .slot = dv + (slot - h), .q_indptr = dv + (q_indptr - h),
+        .kv_len = dv + (kv_len - h), .page_indptr = dv + (page_indptr - h), .page_ids = dv + (page_ids - h),
+        .logit_rows = dv + (logit_rows - h), .n_logits = n_logits,
+    };
+
+    const double t1 = m->timing ? lg_now() : 0;
+    /* --- LoRA segments: runs of adjacent sequences with the same adapter --- */
+    lg_lora_meta lm = {0};
+    const lg_lora_meta *lora = NULL;
+    unsigned lora_mods = 0; /* bit m: some segment has rank > 0 at module m in some layer */
+    int lora_max_seg = 0, lora_rank = 0, lora_tiles = 0; /* lora_tiles: 32-token tiles over the segments */
+    for (int s = 0; s < n_seqs; s++)
+        if (seqs[s].lora)
+            lora = &lm;
+    if (lora) {
+        if (m->opts.lora_max_rank <= 0)
+            return lg_fail(err, "a sequence uses an adapter but the model was set up without LoRA");
+        /* The weight table ([segment][slot] lg_lora_w) is the same from one decode step to the
+         * next while the batch keeps its adapters, and rebuilding and uploading it cost the GPU
+         * 0.06-0.3 ms of idle time per step (H100, docs/benchmarks.md: 5 KB per segment with 7
+         * modules on 32 layers; W2's 128 segments are 688 KB). So segment s's rows are compared
+         * with what the device holds (lora_synced) and only a changed range is copied and
+         * uploaded. The comparison is of the contents, not of adapter identities: a table at a
+         * reused address with other pages is a change. LG_LORA_TABLE=0: every step rebuilds. */
+        const int n_slots = c->n_layers * LG_LORA_N_MODULES;
+        const size_t seg_bytes = (size_t)n_slots * sizeof(lg_lora_w);
+        int ns = 0, tt = 0, lo = -1, hi = -1;
+        const int synced = m->lora_table_rebuild ? 0 : m->lora_synced;
+        m->lora_synced = 0; /* until the changed rows below are uploaded (an early return leaves 0) */
+        for (int s = 0; s < n_seqs; s++) {
+            if (s == 0 || seqs[s].lora != seqs[s - 1].lora) {
+                m->lora_seg_host[ns] = tt;
+                lg_lora_w *dst = m->lora_w_host + (size_t)ns * n_slots;
+                const lg_lora_w *src = seqs[s].lora ? seqs[s].lora : m->lora_w_zero;
+                if (ns >= synced || memcmp(dst, src, seg_bytes) != 0) {
+                    memcpy(dst, src, seg_bytes);
+                    unsigned mods = 0;
+                    int rank = 0;
+                    for (int k = 0; k < n_slots; k++) {
+                        if (dst[k].rank > m->opts.lora_max_rank)
+                            return lg_fail(err, "adapter rank %d exceeds the step's maximum %d", dst[k].rank,
+                                           m->opts.lora_max_rank);
+                        if (dst[k].rank > 0)
+                            mods |= 1u << (k % LG_LORA_N_MODULES);
+                        if (dst[k].rank > rank)
+                            rank = dst[k].rank;
+                    }
+                    m->lora_seg_mods[ns] = mods;
+                    m->lora_seg_rank[ns] = rank;
+                    if (lo < 0)
+                        lo = ns;
+                    hi = ns;
+                }
+                lora_mods |= m->lora_seg_mods[ns];
+                if (m->lora_seg_rank[ns] > lora_rank)
+                    lora_rank = m->lora_seg_rank[ns];
+                ns++;
+            }
+            tt += seqs[s].n_tokens;
+        }
+        m->lora_seg_host[ns] = tt;
+        for (int i = 0; i < ns; i++) {
+            const int len = m->lora_seg_host[i + 1] - m->lora_seg_host[i];
+            if (len > lora_max_seg)
+                lora_max_seg = len;
+            lora_tiles += (len + 31) / 32;
+        }
+        if (lo >= 0) {
+            TRY(be->i.upload(be, m->lora_w_dev + (size_t)lo * n_slots, m->lora_w_host + (size_t)lo * n_slots,
+                             (size_t)(hi - lo + 1) * seg_bytes));
+            m->t_table_uploads++;
+            m->t_table_bytes += (double)(hi - lo + 1) * (double)seg_bytes;
+        }
+        m->lora_synced = lo < 0 || synced > hi + 1 ? synced : hi + 1;
+        TRY(be->i.upload(be, m->lora_seg_dev, m->lora_seg_host, (size_t)(ns + 1) * sizeof(int32_t)));
+        lm = (lg_lora_meta){.n_segs = ns, .n_slots = n_slots, .max_rank = m->opts.lora_max_rank,
+                            .seg_indptr = m->lora_seg_dev, .w = m->lora_w_dev, .seg_indptr_host = m->lora_seg_host,
+                            .step_max_rank = lora_rank};
+    }
+
+    const double t2 = m->timing ? lg_now() : 0;
+    /* --- forward: recorded/replayed for decode-shaped steps, else eager --- */
+    lg_kv_view kv = {
+        .base = lg_page_pool_base(pool), .page_bytes = lg_page_pool_page_bytes(pool), .page_tokens = pt,
+        .n_kv_heads = c->n_kv_heads, .head_dim = c->head_dim, .dtype = be->act_dtype,
+    };
+    bool eager = true;
+    if (max_q == 1 && !m->no_graphs) {
+        step_key key;
+        memset(&key, 0, sizeof key);
+        key.n_tokens = T;
+        key.n_seqs = n_seqs;
+        key.n_logits = n_logits;
+        key.max_kv_len = be->i.decode_kv_key ? be->i.decode_kv_key(be, T, c->n_heads, &kv, meta.max_kv_len)
+                                             : meta.max_kv_len;
+        key.lora_segs = lora ? lm.n_segs : -1;
+        key.lora_max_seg = lora ? lora_max_seg : -1;
+        key.lora_mods = (int32_t)lora_mods;
+        /* the prefill SGMV kernels (segments of > 4 tokens: an adapter shared by several sequences)
+         * take their shapes from the rank's bucket: 8, 16, 32, then multiples of 64 */
+        int rank_bucket = 8;
+        while (rank_bucket < lora_rank)
+            rank_bucket = rank_bucket < 64 ? 2 * rank_bucket : rank_bucket + 64;
+        key.lora_rank = !lora ? -1 : lora_max_seg <= 4 ? 0 : rank_bucket;
+        key.lora_tiles = lora && lora_max_seg > 4 ? lora_tiles : 0;
+        key.kv_base = (uint64_t)(uintptr_t)kv.base;
+        key.kv_page_bytes = (uint64_t)kv.page_bytes;
+        bool replayed = false;
+        if (be->i.graph_begin(be, &key, sizeof key, &replayed) == 0) {
+            eager = false;
+            if (!replayed) {
+                int rc = forward(m, &kv, &meta, lora, lora_mods, err);
+                if (be->i.graph_end(be, rc == 0) != 0) {
+                    if (rc != 0)
+                        return -1; /* err says which op */
+                    /* the recording failed, nothing ran: eager from now on */
+                    m->no_graphs = true;
+                    eager = true;
+                }
+            }
+        } else {
+            m->no_graphs = true;
+        }
+    }
+    if (eager && forward(m, &kv, &meta, lora, lora_mods, err) != 0)
+        return -1;
+    const double t3 = m->timing ? lg_now() : 0;
+    struct inflight *f = &m->fl[m->n_fl];
+    *f = (struct inflight){.n_logits = n_logits, .sample = sample, .lp = lp, .logits = want_logits && n_logits > 0,
+                           .decode = max_q == 1, .slot = (int)(m->n_launched & 1),
+                           .t = {t1 - t0, t2 - t1, t3 - t2, t3}};
+    m->last_sampled = 0;
+    if (sample) {
+        const size_t ms = (size_t)m->opts.max_seqs; /* the logprobs follow max_seqs ids */
+        TRY(be->i.sample(be, m->sample_ids_dev, m->logits.data, n_logits, c->vocab_size,
+                         (const lg_sample_row *)(m->meta_dev + rows_at), n_pen > 0 ? m->pen_dev : NULL,
+                         lp ? (lg_logprob_row *)(m->sample_ids_dev + ms) : NULL));
+        m->last_sampled = n_logits == n_seqs ? n_logits : 0;
+        if (m->out_pinned)
+            TRY(be->i.download_async(be, m->sample_out_host + (size_t)f->slot * m->out_ints, m->sample_ids_dev,
+                                     sample_out_bytes(m, n_logits, lp), &f->ticket));
+    }
+    m->n_fl++;
+    m->n_launched++;
+    return 0;
+}
+
+int lg_model_collect(lg_model *m, int32_t *ids, lg_logprob_row *lp, float *logits, lg_err *err)
+{
+    lg_backend *be = m->be;
+    if (m->n_fl == 0)
+        return lg_fail(err, "no launched step to collect");
+    const struct inflight f = m->fl[0];
+    m->fl[0] = m->fl[1];
+    m->n_fl--;
+    const size_t ms = (size_t)m->opts.max_seqs;
+    if (f.sample) {
+        int32_t *out = m->sample_out_host + (size_t)f.slot * m->out_ints;
+        if (f.ticket)
+            TRY(be->i.download_wait(be, f.ticket));
+        else
+            TRY(be->i.download(be, out, m->sample_ids_dev, sample_out_bytes(m, f.n_logits, f.lp)));
+        if (ids)
+            memcpy(ids, out, (size_t)f.n_logits * sizeof(int32_t));
+        if (lp && f.lp)
+            memcpy(lp, out + ms, (size_t)f.n_logits * sizeof(lg_logprob_row));
+    }
+    if (f.logits && logits)
+        TRY(be->i.download(be, logits, m->logits.data, (size_t)f.n_logits * (size_t)m->cfg.vocab_size * 4));
+    if (m->timing && f.decode) { /* decode steps */
+        const double t4 = lg_now();
+        if (m->t_steps < STEP_T_MAX) {
+            const double d[4] = {f.t[0], f.t[1], f.t[2], t4 - f.t[3]};
+            for (int k = 0; k < 4; k++) m->t_us[(size_t)k * STEP_T_MAX + m->t_steps] = (float)(1e6 * d[k]);
+        }
+        m->t_steps++;
+    }
+    return 0;
+}

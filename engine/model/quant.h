@@ -1,0 +1,72 @@
+/*
+ * quant.h — GGML tensor element types (as stored in GGUF) and their
+ * dequantization to float.
+ *
+ * Every ggml type id is known here by name and block geometry (elements per
+ * block, bytes per block), so the GGUF reader can size and bounds-check any
+ * tensor, even one we cannot decode. Decoding is supported for
+ *   F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K
+ * with block layouts exactly as ggml's ggml-common.h / ggml-quants.c and the
+ * same float operation order, so results match ggml and gguf-py bit for bit
+ * (barring FMA contraction by the compiler: within 1 ulp). Other types are
+ * refused with an error naming them.
+ *
+ * Workload: runs once per tensor at model load (135M..7B elements in all);
+ * lg_dequant splits a tensor's rows over a few pthreads.
+ */
+#ifndef LG_QUANT_H
+#define LG_QUANT_H
+
+#include "engine/base/common.h"
+
+/* ggml_type ids (ggml.h); gaps are ids ggml has retired. */
+enum {
+    LG_GGML_F32 = 0,
+    LG_GGML_F16 = 1,
+    LG_GGML_Q4_0 = 2,
+    LG_GGML_Q4_1 = 3,
+    LG_GGML_Q5_0 = 6,
+    LG_GGML_Q5_1 = 7,
+    LG_GGML_Q8_0 = 8,
+    LG_GGML_Q8_1 = 9,
+    LG_GGML_Q2_K = 10,
+    LG_GGML_Q3_K = 11,
+    LG_GGML_Q4_K = 12,
+    LG_GGML_Q5_K = 13,
+    LG_GGML_Q6_K = 14,
+    LG_GGML_Q8_K = 15,
+    LG_GGML_I8 = 24,
+    LG_GGML_I16 = 25,
+    LG_GGML_I32 = 26,
+    LG_GGML_I64 = 27,
+    LG_GGML_F64 = 28,
+    LG_GGML_BF16 = 30,
+};
+
+/* Name of a ggml type id ("Q4_K"), or NULL for an id ggml does not define. */
+const char *lg_ggml_type_name(uint32_t type);
+
+/* Block geometry of a type: elements per block and bytes per block. Returns
+ * false for an unknown id. */
+bool lg_ggml_type_info(uint32_t type, uint32_t *block_elems, uint32_t *block_bytes);
+
+/* Whether lg_dequant_row / lg_dequant can decode the type. */
+bool lg_quant_supported(uint32_t type);
+
+/* Bytes taken by n elements of the type. Fails (-1) for an unknown type, n
+ * not a multiple of the block size, or overflow. */
+int lg_ggml_nbytes(uint32_t type, uint64_t n, size_t *out, lg_err *err);
+
+/* Decodes n elements (a multiple of the block size) at src to dst floats.
+ * src may be unaligned. Returns -1 for an unsupported type or bad n. */
+int lg_dequant_row(uint32_t type, const void *src, float *dst, int64_t n, lg_err *err);
+
+/* Decodes a [n_rows, row_len] tensor of the type to dst of type dt (F32, F16
+ * or BF16), row r of the source going to row row_map[r] of dst (row_map may
+ * be NULL for the identity; the caller guarantees it is a permutation).
+ * Splits rows over up to n_threads threads (<= 0: one per online CPU, at
+ * most 8). */
+int lg_dequant(uint32_t type, const void *src, int64_t n_rows, int64_t row_len, lg_dtype dt,
+               void *dst, const int64_t *row_map, int n_threads, lg_err *err);
+
+#endif

@@ -1,0 +1,97 @@
+/*
+ * weights.h — a loaded model on the host, independent of its file format:
+ * config, named weight tensors (HF names, HF layouts), tokenizer description
+ * and chat template. Produced by one of two loaders:
+ *
+ *   engine/model/weights_hf.c   — Hugging Face directory (config.json,
+ *                           model.safetensors or sharded + index,
+ *                           tokenizer.json, tokenizer_config.json,
+ *                           generation_config.json)
+ *   engine/model/weights_gguf.c — a GGUF file (llama.cpp / Ollama)
+ *
+ * Tensor naming and layout contract (what the engine relies on):
+ *   names are the HF ones, e.g. "model.embed_tokens.weight",
+ *   "model.layers.3.self_attn.q_proj.weight", "model.norm.weight",
+ *   "lm_head.weight" (absent when tie_embeddings). Linear weights are
+ *   [out_features, in_features] row-major, as torch stores them. GGUF q/k
+ *   weights are un-permuted back to the HF rotate-half layout at load.
+ *   dtype is F32, F16 or BF16: quantized GGUF tensors are dequantized to F16
+ *   (or F32 when asked) at load.
+ *
+ * Ownership: lg_weights owns every tensor's memory (mmap'd file regions or
+ * heap buffers); pointers stay valid until lg_weights_free.
+ */
+#ifndef LG_WEIGHTS_H
+#define LG_WEIGHTS_H
+
+#include "engine/base/common.h"
+#include "engine/model/model_config.h"
+#include "engine/model/tokenizer.h"
+
+typedef struct lg_wtensor {
+    char *name;        /* HF name */
+    lg_dtype dtype;    /* F32, F16, BF16 */
+    int n_dims;
+    int64_t shape[4];  /* shape[0] is the outermost (rows) */
+    const void *data;  /* host memory, contiguous row-major */
+    size_t nbytes;
+} lg_wtensor;
+
+typedef struct lg_weights lg_weights;
+
+typedef struct lg_load_opts {
+    /* dtype quantized GGUF tensors are dequantized to (default F16). */
+    lg_dtype dequant_dtype;
+    /* Dummy weights: only config.json (+ tokenizer if present) is read and
+     * every tensor is filled with deterministic random values of dummy_dtype. */
+    bool dummy;
+    lg_dtype dummy_dtype;
+    uint64_t dummy_seed;
+    /* Print a progress bar to stderr if it is a terminal. */
+    bool progress;
+    /* Load only config, tokenizer and chat template: no tensors. */
+    bool vocab_only;
+} lg_load_opts;
+
+/* Opens a model from a path: a directory (HF) or a .gguf file; picks the
+ * loader by what the path is. Returns 0 or -1 with err set. */
+int lg_weights_load(const char *path, const lg_load_opts *opts, lg_weights **out, lg_err *err);
+
+int lg_weights_load_hf(const char *dir, const lg_load_opts *opts, lg_weights **out, lg_err *err);
+int lg_weights_load_gguf(const char *path, const lg_load_opts *opts, lg_weights **out, lg_err *err);
+
+void lg_weights_free(lg_weights *w); /* NULL is a no-op */
+
+const lg_model_config *lg_weights_config(const lg_weights *w);
+/* NULL if absent. */
+const lg_wtensor *lg_weights_get(const lg_weights *w, const char *name);
+int lg_weights_count(const lg_weights *w);
+const lg_wtensor *lg_weights_at(const lg_weights *w, int i);
+/* Tokenizer built from tokenizer.json / GGUF vocab; NULL if the model has
+ * none. Owned by w. */
+lg_tokenizer *lg_weights_tokenizer(const lg_weights *w);
+/* Jinja chat template text as shipped with the model, NULL if none. */
+const char *lg_weights_chat_template(const lg_weights *w);
+
+/* --- for loader implementations (engine/model/weights.c) --- */
+lg_weights *lg_weights_new(void);
+/* Adds a tensor. name is copied. If owned_buf is non-NULL it is freed with
+ * the weights (data should point into it). Rejects duplicate names. */
+int lg_weights_add(lg_weights *w, const char *name, lg_dtype dt, int n_dims, const int64_t *shape,
+                   const void *data, void *owned_buf, lg_err *err);
+/* Keeps a mapping alive for the lifetime of w (takes ownership). */
+int lg_weights_keep_mmap(lg_weights *w, lg_mmap *m, lg_err *err);
+lg_model_config *lg_weights_config_mut(lg_weights *w);
+void lg_weights_set_tokenizer(lg_weights *w, lg_tokenizer *t);       /* takes ownership */
+void lg_weights_set_chat_template(lg_weights *w, const char *tmpl);  /* copies */
+
+/* Checks that every tensor the Llama forward needs is present with the right
+ * shape for the config. Clear error naming the first missing/misshapen one. */
+int lg_weights_check_llama(const lg_weights *w, lg_err *err);
+
+/* Adds every tensor the config needs (names and shapes as check_llama expects),
+ * filled with deterministic pseudo-random values (~N(0, 0.02); norms 1.0) of
+ * dtype dt, a function of seed only. For loaders honouring opts->dummy. */
+int lg_weights_fill_dummy(lg_weights *w, lg_dtype dt, uint64_t seed, bool progress, lg_err *err);
+
+#endif

@@ -1,0 +1,632 @@
+/*
+ * weights_hf.c — loads a Hugging Face model directory into lg_weights.
+ *
+ *   config.json                    -> lg_model_config (llama, mistral, qwen2)
+ *   generation_config.json         -> extra eos ids (unioned in), bos fallback
+ *   model.safetensors              -> tensors, or
+ *   model.safetensors.index.json   -> weight_map name -> shard; every shard is
+ *                                     mmap'd once and kept alive by the weights
+ *   tokenizer.json (+ tokenizer_config.json) -> lg_tokenizer (optional)
+ *   chat_template.jinja > chat_template.json > tokenizer_config.json
+ *                                  -> chat template (optional)
+ *
+ * Tensors are zero-copy views into the mappings (copied only if a writer left
+ * one misaligned for its dtype). Names are normalised to the HF Llama names:
+ * checkpoints saved from the bare model lack the "model." prefix; it is added.
+ * rotary_emb.inv_freq buffers are skipped. The index is authoritative: every
+ * name it lists must be in the shard it names; shard entries it does not list
+ * are ignored.
+ *
+ * Defaults follow transformers' LlamaConfig / MistralConfig / Qwen2Config
+ * (num_key_value_heads = heads, head_dim = hidden / heads, rope_theta 10000,
+ * rms_norm_eps 1e-6, tie_word_embeddings false). Anything the engine cannot
+ * run exactly (o_proj / mlp biases, rope types other than default, linear and
+ * llama3, activations other than silu) is refused with a message naming it.
+ */
+#include "engine/model/safetensors.h"
+#include "engine/model/weights.h"
+
+#include <jansson.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define MAX_CONFIG_BYTES ((size_t)16 << 20)
+#define MAX_TOKENIZER_BYTES ((size_t)256 << 20)
+#define MAX_INDEX_BYTES ((size_t)64 << 20)
+
+static int join(char *buf, size_t cap, const char *dir, const char *name, lg_err *err)
+{
+    int n = snprintf(buf, cap, "%s/%s", dir, name);
+    if (n < 0 || (size_t)n >= cap)
+        return lg_fail(err, "path %s/%s is longer than %zu bytes", dir, name, cap - 1);
+    return 0;
+}
+
+static bool file_exists(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+/* Loads dir/name as JSON. *out NULL and 0 returned if absent and optional. */
+static int load_json(const char *dir, const char *name, bool required, size_t max, json_t **out, lg_err *err)
+{
+    *out = NULL;
+    char path[4096];
+    if (join(path, sizeof path, dir, name, err))
+        return -1;
+    if (!file_exists(path)) {
+        if (required)
+            return lg_fail(err, "expected %s in the model directory, found none", name);
+        return 0;
+    }
+    char *text;
+    size_t len;
+    if (lg_read_file(path, max, &text, &len, err))
+        return -1;
+    json_error_t je;
+    *out = json_loadb(text, len, 0, &je);
+    free(text);
+    if (!*out)
+        return lg_fail(err, "%s is not valid JSON: %s (line %d)", name, je.text, je.line);
+    if (!json_is_object(*out)) {
+        json_decref(*out);
+        *out = NULL;
+        return lg_fail(err, "%s: expected a JSON object at the top level", name);
+    }
+    return 0;
+}
+
+/* ---- config.json --------------------------------------------------------- */
+
+static bool absent(json_t *v) { return !v || json_is_null(v); }
+
+/* Integer field; absent/null -> def (or an error when required). */
+static int get_int(json_t *o, const char *key, bool required, int def, int *out, lg_err *err)
+{
+    json_t *v = json_object_get(o, key);
+    if (absent(v)) {
+        if (required)
+            return lg_fail(err, "config.json: expected an integer \"%s\", found none", key);
+        *out = def;
+        return 0;
+    }
+    double d;
+    if (json_is_integer(v))
+        d = (double)json_integer_value(v);
+    else if (json_is_real(v) && json_real_value(v) == floor(json_real_value(v)))
+        d = json_real_value(v);
+    else
+        return lg_fail(err, "config.json: \"%s\" is not an integer", key);
+    if (d < INT_MIN || d > INT_MAX)
+        return lg_fail(err, "config.json: \"%s\" = %g is out of the int range", key, d);
+    *out = (int)d;
+    return 0;
+}
+
+static int get_num(json_t *o, const char *key, const char *where, bool required, double def, double *out,
+                   lg_err *err)
+{
+    json_t *v = json_object_get(o, key);
+    if (absent(v)) {
+        if (required)
+            return lg_fail(err, "%s: expected a number \"%s\", found none", where, key);
+        *out = def;
+        return 0;
+    }
+    if (!json_is_number(v))
+        return lg_fail(err, "%s: \"%s\" is not a number", where, key);
+    *out = json_number_value(v);
+    return 0;
+}
+
+static int get_bool(json_t *o, const char *key, bool def, bool *out, lg_err *err)
+{
+    json_t *v = json_object_get(o, key);
+    if (absent(v)) {
+        *out = def;
+        return 0;
+    }
+    if (!json_is_boolean(v))
+        return lg_fail(err, "config.json: \"%s\" is not true/false", key);
+    *out = json_is_true(v);
+    return 0;
+}
+
+static int add_eos(lg_model_config *c, json_t *v, const char *where, lg_err *err)
+{
+    if (absent(v))
+        return 0;
+    size_t n = json_is_array(v) ? json_array_size(v) : 1;
+    for (size_t i = 0; i < n; i++) {
+        json_t *e = json_is_array(v) ? json_array_get(v, i) : v;
+        if (!json_is_integer(e) || json_integer_value(e) < 0 || json_integer_value(e) > INT_MAX)
+            return lg_fail(err, "%s: eos_token_id must be a non-negative integer or a list of them", where);
+        int id = (int)json_integer_value(e);
+        bool seen = false;
+        for (int k = 0; k < c->n_eos; k++)
+            seen |= c->eos_ids[k] == id;
+        if (seen)
+            continue;
+        if (c->n_eos == LG_MAX_EOS)
+            return lg_fail(err, "%s: more than %d distinct eos_token_id values", where, LG_MAX_EOS);
+        c->eos_ids[c->n_eos++] = id;
+    }
+    return 0;
+}
+
+static int parse_rope_scaling(lg_model_config *c, json_t *rs, lg_err *err)
+{
+    c->rope_scaling = LG_ROPE_NONE;
+    if (absent(rs))
+        return 0;
+    if (!json_is_object(rs))
+        return lg_fail(err, "config.json: rope_scaling is not an object");
+    json_t *ty = json_object_get(rs, "rope_type");
+    if (absent(ty))
+        ty = json_object_get(rs, "type");
+    const char *t = json_is_string(ty) ? json_string_value(ty) : "default";
+    if (!absent(ty) && !json_is_string(ty))
+        return lg_fail(err, "config.json: rope_scaling.rope_type is not a string");
+    double f, lo, hi;
+    int orig;
+    if (!strcmp(t, "default"))
+        return 0;
+    if (!strcmp(t, "linear")) {
+        if (get_num(rs, "factor", "config.json rope_scaling", true, 0, &f, err))
+            return -1;
+        c->rope_scaling = LG_ROPE_LINEAR;
+        c->rope_factor = (float)f;
+        return 0;
+    }
+    if (!strcmp(t, "llama3")) {
+        if (get_num(rs, "factor", "config.json rope_scaling", true, 0, &f, err) ||
+            get_num(rs, "low_freq_factor", "config.json rope_scaling", true, 0, &lo, err) ||
+            get_num(rs, "high_freq_factor", "config.json rope_scaling", true, 0, &hi, err) ||
+            get_int(rs, "original_max_position_embeddings", true, 0, &orig, err))
+            return -1;
+        c->rope_scaling = LG_ROPE_LLAMA3;
+        c->rope_factor = (float)f;
+        c->rope_low_freq_factor = (float)lo;
+        c->rope_high_freq_factor = (float)hi;
+        c->rope_orig_max_pos = orig;
+        return 0;
+    }
+    return lg_fail(err, "config.json: rope_scaling type '%s' is not supported (expected default, linear or llama3)", t);
+}
+
+static int parse_config(const char *dir, lg_weights *w, lg_err *err)
+{
+    lg_model_config *c = lg_weights_config_mut(w);
+    json_t *j = NULL, *gen = NULL;
+    int rc = -1;
+    if (load_json(dir, "config.json", true, MAX_CONFIG_BYTES, &j, err))
+        goto done;
+
+    /* architecture: architectures[0] if present, else model_type */
+    static const struct {
+        const char *cls, *type;
+    } archs[] = {{"LlamaForCausalLM", "llama"}, {"MistralForCausalLM", "mistral"}, {"Qwen2ForCausalLM", "qwen2"}};
+    const char *arch = NULL;
+    json_t *al = json_object_get(j, "architectures"), *mt = json_object_get(j, "model_type");
+    if (json_is_array(al) && json_array_size(al) > 0) {
+        const char *cls = json_string_value(json_array_get(al, 0));
+        for (size_t i = 0; cls && i < sizeof archs / sizeof archs[0]; i++)
+            if (!strcmp(cls, archs[i].cls))
+                arch = archs[i].type;
+        if (!arch) {
+            lg_fail(err, "config.json: architecture '%s' is not supported (expected LlamaForCausalLM, "
+                         "MistralForCausalLM or Qwen2ForCausalLM)", cls ? cls : "(not a string)");
+            goto done;
+        }
+    } else if (json_is_string(mt)) {
+        const char *t = json_string_value(mt);
+        for (size_t i = 0; i < sizeof archs / sizeof archs[0]; i++)
+            if (!strcmp(t, archs[i].type))
+                arch = archs[i].type;
+        if (!arch) {
+            lg_fail(err, "config.json: model_type '%s' is not supported (expected llama, mistral or qwen2)", t);
+            goto done;
+        }
+    } else {
+        lg_fail(err, "config.json: expected \"architectures\" or \"model_type\", found neither");
+        goto done;
+    }
+    snprintf(c->arch, sizeof c->arch, "%s", arch);
+    bool is_qwen2 = !strcmp(arch, "qwen2");
+
+    if (get_int(j, "hidden_size", true, 0, &c->d_model, err) ||
+        get_int(j, "intermediate_size", true, 0, &c->d_ff, err) ||
+        get_int(j, "num_hidden_layers", true, 0, &c->n_layers, err) ||
+        get_int(j, "num_attention_heads", true, 0, &c->n_heads, err) ||
+        get_int(j, "vocab_size", true, 0, &c->vocab_size, err) ||
+        get_int(j, "num_key_value_heads", false, c->n_heads, &c->n_kv_heads, err) ||
+        get_int(j, "max_position_embeddings", false, 2048, &c->max_pos, err))
+        goto done;
+    if (c->n_heads <= 0) {
+        lg_fail(err, "config.json: num_attention_heads = %d, expected > 0", c->n_heads);
+        goto done;
+    }
+    if (get_int(j, "head_dim", false, c->d_model / c->n_heads, &c->head_dim, err))
+        goto done;
+
+    /* transformers >= 5 moves rope_theta and the scaling into rope_parameters */
+    json_t *rp = json_object_get(j, "rope_parameters");
+    if (!json_is_object(rp))
+        rp = NULL;
+    double theta, eps;
+    bool theta_in_rp = rp && absent(json_object_get(j, "rope_theta"));
+    if (get_num(theta_in_rp ? rp : j, "rope_theta", "config.json", false, 10000.0, &theta, err) ||
+        get_num(j, "rms_norm_eps", "config.json", false, 1e-6, &eps, err))
+        goto done;
+    c->rope_theta = (float)theta;
+    c->rms_eps = (float)eps;
+    json_t *rs = json_object_get(j, "rope_scaling");
+    if (parse_rope_scaling(c, absent(rs) ? rp : rs, err))
+        goto done;
+
+    if (get_bool(j, "tie_word_embeddings", false, &c->tie_embeddings, err))
+        goto done;
+    bool attn_bias, mlp_bias;
+    if (get_bool(j, "attention_bias", false, &attn_bias, err) || get_bool(j, "mlp_bias", false, &mlp_bias, err))
+        goto done;
+    if (!is_qwen2 && attn_bias) {
+        lg_fail(err, "config.json: attention_bias = true (biases on q/k/v and o_proj) is not supported for %s", arch);
+        goto done;
+    }
+    if (mlp_bias) {
+        lg_fail(err, "config.json: mlp_bias = true is not supported");
+        goto done;
+    }
+    c->qkv_bias = is_qwen2;
+    json_t *act = json_object_get(j, "hidden_act");
+    if (!absent(act) && (!json_is_string(act) || strcmp(json_string_value(act), "silu"))) {
+        lg_fail(err, "config.json: hidden_act '%s' is not supported (expected silu)",
+                json_is_string(act) ? json_string_value(act) : "(not a string)");
+        goto done;
+    }
+
+    /* sliding window: mistral records it; qwen2 only when use_sliding_window */
+    bool use_sw = !is_qwen2;
+    if (is_qwen2 && get_bool(j, "use_sliding_window", false, &use_sw, err))
+        goto done;
+    if (strcmp(arch, "llama") && use_sw && !absent(json_object_get(j, "sliding_window"))) {
+        if (get_int(j, "sliding_window", true, 0, &c->sliding_window_size, err))
+            goto done;
+        c->sliding_window = true;
+    }
+
+    const char *dts = json_string_value(json_object_get(j, "torch_dtype"));
+    if (!dts)
+        dts = json_string_value(json_object_get(j, "dtype"));
+    lg_dtype dt;
+    if (dts && !lg_dtype_parse(dts, &dt))
+        c->weight_dtype = dt;
+
+    if (get_int(j, "bos_token_id", false, -1, &c->bos_id, err))
+        goto done;
+    c->n_eos = 0;
+    if (add_eos(c, json_object_get(j, "eos_token_id"), "config.json", err))
+        goto done;
+    if (load_json(dir, "generation_config.json", false, MAX_CONFIG_BYTES, &gen, err))
+        goto done;
+    if (gen) {
+        if (add_eos(c, json_object_get(gen, "eos_token_id"), "generation_config.json", err))
+            goto done;
+        json_t *b = json_object_get(gen, "bos_token_id");
+        if (c->bos_id < 0 && json_is_integer(b) && json_integer_value(b) >= 0 && json_integer_value(b) <= INT_MAX)
+            c->bos_id = (int)json_integer_value(b);
+    }
+    rc = lg_model_config_validate(c, err);
+    if (rc)
+        lg_err_prefix(err, "config.json");
+done:
+    json_decref(j);
+    json_decref(gen);
+    return rc;
+}
+
+/* ---- tokenizer and chat template -------------------------------------------- */
+
+static int load_tokenizer(const char *dir, lg_weights *w, lg_err *err)
+{
+    char path[4096];
+    char *tj = NULL, *tc = NULL;
+    if (join(path, sizeof path, dir, "tokenizer.json", err))
+        return -1;
+    if (!file_exists(path))
+        return 0; /* allowed: the model has no tokenizer */
+    if (lg_read_file(path, MAX_TOKENIZER_BYTES, &tj, NULL, err))
+        return -1;
+    if (join(path, sizeof path, dir, "tokenizer_config.json", err)) {
+        free(tj);
+        return -1;
+    }
+    if (file_exists(path) && lg_read_file(path, MAX_TOKENIZER_BYTES, &tc, NULL, err)) {
+        free(tj);
+        return -1;
+    }
+    lg_tokenizer *t = NULL;
+    int rc = lg_tokenizer_from_json(tj, tc, &t, err);
+    free(tj);
+    free(tc);
+    if (rc) {
+        lg_err_prefix(err, "tokenizer.json");
+        return -1;
+    }
+    lg_weights_set_tokenizer(w, t);
+    return 0;
+}
+
+static int load_chat_template(const char *dir, lg_weights *w, lg_err *err)
+{
+    char path[4096];
+    if (join(path, sizeof path, dir, "chat_template.jinja", err))
+        return -1;
+    if (file_exists(path)) {
+        char *text;
+        if (lg_read_file(path, MAX_CONFIG_BYTES, &text, NULL, err))
+            return -1;
+        lg_weights_set_chat_template(w, text);
+        free(text);
+        return 0;
+    }
+    const char *files[] = {"chat_template.json", "tokenizer_config.json"};
+    for (int f = 0; f < 2; f++) {
+        json_t *j;
+        if (load_json(dir, files[f], false, MAX_TOKENIZER_BYTES, &j, err))
+            return -1;
+        if (!j)
+            continue;
+        json_t *ct = json_object_get(j, "chat_template");
+        const char *tmpl = NULL;
+        if (json_is_string(ct)) {
+            tmpl = json_string_value(ct);
+        } else if (json_is_array(ct)) { /* [{"name": ..., "template": ...}]: take "default" */
+            size_t i;
+            json_t *e;
+            json_array_foreach(ct, i, e)
+            {
+                const char *nm = json_string_value(json_object_get(e, "name"));
+                if (nm && !strcmp(nm, "default"))
+                    tmpl = json_string_value(json_object_get(e, "template"));
+            }
+        } else if (!absent(ct)) {
+            json_decref(j);
+            return lg_fail(err, "%s: chat_template is neither a string nor a list of {name, template}", files[f]);
+        }
+        if (tmpl)
+            lg_weights_set_chat_template(w, tmpl);
+        json_decref(j);
+        if (tmpl)
+            return 0;
+    }
+    return 0;
+}
+
+/* ---- tensors ------------------------------------------------------------------ */
+
+typedef struct {
+    bool on;
+    size_t total, done;
+    double t0;
+} progress;
+
+static void progress_draw(progress *p, bool final)
+{
+    if (!p->on)
+        return;
+    int pct = p->total ? (int)(100.0 * (double)p->done / (double)p->total) : 100;
+    char bar[41];
+    for (int i = 0; i < 40; i++)
+        bar[i] = i < pct * 40 / 100 ? '=' : ' ';
+    bar[40] = 0;
+    fprintf(stderr, "\rloading weights [%s] %3d%% %.2f/%.2f GB %.1fs%s", bar, pct, (double)p->done / 1e9,
+            (double)p->total / 1e9, lg_now() - p->t0, final ? "\n" : "");
+}
+
+static bool ends_with(const char *s, const char *suffix)
+{
+    size_t a = strlen(s), b = strlen(suffix);
+    return a >= b && !strcmp(s + a - b, suffix);
+}
+
+/* Adds one safetensors tensor under its normalised name. */
+static int add_tensor(lg_weights *w, const lg_st_tensor *t, const char *file, lg_err *err)
+{
+    if (ends_with(t->name, "rotary_emb.inv_freq"))
+        return 0;
+    if (!t->has_lg_dtype || t->dtype == LG_I32)
+        return lg_fail(err, "%s: tensor '%s' has dtype %s, expected F32, F16 or BF16", file, t->name, t->dtype_name);
+    if (t->n_dims > 4)
+        return lg_fail(err, "%s: tensor '%s' has rank %d, expected at most 4", file, t->name, t->n_dims);
+    char name[512];
+    bool prefixed = !strncmp(t->name, "model.", 6) || !strncmp(t->name, "lm_head.", 8);
+    int n = snprintf(name, sizeof name, "%s%s", prefixed ? "" : "model.", t->name);
+    if (n < 0 || (size_t)n >= sizeof name)
+        return lg_fail(err, "%s: tensor name '%.64s...' is longer than %zu bytes", file, t->name, sizeof name - 1);
+    const void *data = t->data;
+    void *copy = NULL;
+    if ((uintptr_t)data % lg_dtype_size(t->dtype)) { /* writer did not pad: copy to aligned memory */
+        copy = malloc(t->nbytes ? t->nbytes : 1);
+        if (!copy)
+            return lg_fail(err, "%s: out of memory copying misaligned tensor '%s'", file, t->name);
+        memcpy(copy, data, t->nbytes);
+        data = copy;
+    }
+    if (lg_weights_add(w, name, t->dtype, t->n_dims, t->shape, data, copy, err)) {
+        free(copy);
+        lg_err_prefix(err, "%s", file);
+        return -1;
+    }
+    return 0;
+}
+
+/* Opens one file, adds its tensors (only those the index maps to it when
+ * weight_map is given) and hands its mapping to w. */
+static int load_file(lg_weights *w, const char *dir, const char *fname, json_t *weight_map, progress *pg,
+                     lg_err *err)
+{
+    char path[4096];
+    if (join(path, sizeof path, dir, fname, err))
+        return -1;
+    lg_st_file *f;
+    if (lg_st_open(path, &f, err))
+        return -1;
+    int rc = -1;
+    if (weight_map) { /* every name the index puts in this shard must be there */
+        const char *k;
+        json_t *v;
+        json_object_foreach(weight_map, k, v)
+        {
+            if (!strcmp(json_string_value(v), fname) && !lg_st_get(f, k)) {
+                lg_fail(err, "tensor '%s' is listed in model.safetensors.index.json for %s but is not in it", k, fname);
+                goto done;
+            }
+        }
+    }
+    for (int i = 0; i < lg_st_count(f); i++) {
+        const lg_st_tensor *t = lg_st_at(f, i);
+        if (weight_map) {
+            const char *s = json_string_value(json_object_get(weight_map, t->name));
+            if (!s || strcmp(s, fname))
+                continue;
+        }
+        if (add_tensor(w, t, fname, err))
+            goto done;
+    }
+    lg_mmap m = {0};
+    if (lg_st_take_mmap(f, &m, err))
+        goto done;
+    pg->done += m.size;
+    if (lg_weights_keep_mmap(w, &m, err)) {
+        lg_mmap_close(&m);
+        goto done;
+    }
+    progress_draw(pg, false);
+    rc = 0;
+done:
+    lg_st_close(f);
+    return rc;
+}
+
+static size_t file_size(const char *dir, const char *name)
+{
+    char path[4096];
+    struct stat st;
+    if (snprintf(path, sizeof path, "%s/%s", dir, name) >= (int)sizeof path || stat(path, &st))
+        return 0;
+    return (size_t)st.st_size;
+}
+
+static int load_tensors(const char *dir, lg_weights *w, bool want_progress, lg_err *err)
+{
+    progress pg = {.on = want_progress && isatty(2), .t0 = lg_now()};
+    char path[4096];
+    if (join(path, sizeof path, dir, "model.safetensors.index.json", err))
+        return -1;
+    if (!file_exists(path)) {
+        if (join(path, sizeof path, dir, "model.safetensors", err))
+            return -1;
+        if (!file_exists(path)) {
+            bool bin = file_exists((snprintf(path, sizeof path, "%s/pytorch_model.bin", dir), path));
+            return lg_fail(err, "expected model.safetensors or model.safetensors.index.json in the directory, found "
+                                "neither%s", bin ? " (pytorch_model.bin is not supported: convert to safetensors)" : "");
+        }
+        pg.total = file_size(dir, "model.safetensors");
+        if (load_file(w, dir, "model.safetensors", NULL, &pg, err))
+            return -1;
+        progress_draw(&pg, true);
+        return 0;
+    }
+
+    json_t *idx;
+    if (load_json(dir, "model.safetensors.index.json", true, MAX_INDEX_BYTES, &idx, err))
+        return -1;
+    int rc = -1;
+    const char **shards = NULL;
+    size_t n_shards = 0;
+    json_t *wm = json_object_get(idx, "weight_map");
+    if (!json_is_object(wm) || json_object_size(wm) == 0) {
+        lg_fail(err, "model.safetensors.index.json: expected a non-empty object \"weight_map\", found none");
+        goto done;
+    }
+    shards = calloc(json_object_size(wm), sizeof *shards);
+    if (!shards) {
+        lg_fail(err, "out of memory reading the index");
+        goto done;
+    }
+    const char *k;
+    json_t *v;
+    json_object_foreach(wm, k, v)
+    {
+        const char *s = json_string_value(v);
+        if (!s || !*s || strchr(s, '/') || strchr(s, '\\') || !strcmp(s, ".") || !strcmp(s, "..")) {
+            lg_fail(err, "model.safetensors.index.json: tensor '%s' maps to '%s', expected a file name in the "
+                         "model directory", k, s ? s : "(not a string)");
+            goto done;
+        }
+        size_t i = 0;
+        while (i < n_shards && strcmp(shards[i], s))
+            i++;
+        if (i == n_shards)
+            shards[n_shards++] = s;
+    }
+    for (size_t i = 0; i < n_shards; i++)
+        pg.total += file_size(dir, shards[i]);
+    for (size_t i = 0; i < n_shards; i++) {
+        if (join(path, sizeof path, dir, shards[i], err))
+            goto done;
+        if (!file_exists(path)) {
+            lg_fail(err, "shard %s listed in model.safetensors.index.json is missing", shards[i]);
+            goto done;
+        }
+        if (load_file(w, dir, shards[i], wm, &pg, err))
+            goto done;
+    }
+    progress_draw(&pg, true);
+    rc = 0;
+done:
+    free(shards);
+    json_decref(idx);
+    return rc;
+}
+
+/* ---- entry point ----------------------------------------------------------------- */
+
+int lg_weights_load_hf(const char *dir, const lg_load_opts *opts, lg_weights **out, lg_err *err)
+{
+    static const lg_load_opts defaults = {.dequant_dtype = LG_F16, .dummy_dtype = LG_F16};
+    if (!opts)
+        opts = &defaults;
+    *out = NULL;
+    lg_weights *w = lg_weights_new();
+    if (!w)
+        return lg_fail(err, "out of memory");
+    if (parse_config(dir, w, err) || load_tokenizer(dir, w, err) || load_chat_template(dir, w, err))
+        goto fail;
+    if (!opts->vocab_only) {
+        if (opts->dummy) {
+            if (lg_weights_fill_dummy(w, opts->dummy_dtype, opts->dummy_seed, opts->progress, err))
+                goto fail;
+        } else {
+            if (load_tensors(dir, w, opts->progress, err))
+                goto fail;
+            const lg_wtensor *e = lg_weights_get(w, "model.embed_tokens.weight");
+            if (e)
+                lg_weights_config_mut(w)->weight_dtype = e->dtype;
+        }
+        if (lg_weights_check_llama(w, err))
+            goto fail;
+    }
+    *out = w;
+    return 0;
+fail:
+    lg_err_prefix(err, "loading %s", dir);
+    lg_weights_free(w);
+    return -1;
+}

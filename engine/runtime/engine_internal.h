@@ -1,0 +1,187 @@
+/*
+ * engine_internal.h — the request and engine structures shared by the
+ * engine's files: engine.c (API, lifecycle, the step: forward, sampling,
+ * callbacks), scheduler.c (which sequences run in a step). Not a public
+ * header.
+ *
+ * A request holds all its tokens (prompt, then generated) in `tokens`;
+ * n_computed of them have KV in its pages. Each step it runs a chunk
+ * tokens[n_computed, n_computed + c): decode is c == 1 with n_computed ==
+ * n_tokens - 1. When a chunk reaches n_tokens the step returns logits for
+ * its last token and the request samples the next one.
+ *
+ * Pages: pages[0, n_chain) belong to prefix-cache nodes (nodes[i], one pin
+ * each, shared with other requests of the same namespace); pages[n_chain,
+ * n_pages) are the request's own. Running requests hold ceil(n_computed /
+ * page_tokens) pages (plus those reserved for the current step); waiting
+ * ones hold none. Preemption gives everything back and sets n_computed = 0:
+ * the whole token list is recomputed later (usually mostly from the prefix
+ * cache, which kept the pages it had inserted), so greedy output does not
+ * change.
+ *
+ * Billing (lg_usage). `prefilled` is how far the prompt has been prefilled
+ * at most, ever: max over the request's life of min(n_computed, n_prompt),
+ * raised when a chunk is computed (engine.c, take_results) and when an
+ * admission starts it on cached pages (scheduler.c, try_admit). Preemption
+ * sets n_computed back to 0 but never lowers it, so a recomputed prompt is
+ * billed once; usage.prompt_tokens = prefilled <= n_prompt. Cached tokens
+ * are the pages matched at the first admission (a whole number of pages, <=
+ * prefilled from then on). A request cancelled in the queue was never
+ * admitted: 0 and 0.
+ *
+ * Lists (owner thread): `live` has every request the owner thread knows;
+ * `running` the admitted ones in admission order; `preempted` those waiting
+ * to be re-admitted, in admission order (they go before new admissions);
+ * never-admitted requests wait in the fairness queue (engine/runtime/fairness.h).
+ */
+#ifndef LG_ENGINE_INTERNAL_H
+#define LG_ENGINE_INTERNAL_H
+
+#include "adapters/adapter_cache.h"
+#include "engine/runtime/engine.h"
+#include "engine/runtime/fairness.h"
+#include "engine/runtime/prefix_cache.h"
+#include "engine/base/strmap.h"
+
+#include <pthread.h>
+
+typedef enum { RQ_WAITING, RQ_RUNNING } rq_state;
+
+typedef struct request {
+    int64_t id;
+    int64_t admit_seq;       /* 0: never admitted */
+    rq_state state;
+    bool preempted;          /* in e->preempted */
+    int32_t *tokens;         /* [cap_tokens] prompt then generated */
+    int n_tokens, cap_tokens, n_prompt;
+    int n_computed;
+    int32_t *pages;          /* [cap_pages] */
+    lg_pc_node **nodes;      /* [cap_pages]: nodes of pages[0, n_chain) */
+    int n_pages, cap_pages, n_chain;
+    int max_total;           /* n_prompt + max_tokens, capped by the context */
+    int adapter_pages;       /* pages of its adapter version (0: none) */
+    lg_sampler *sampler;
+    lg_request_params p;     /* copy; prompt/tenant/cache_salt point nowhere */
+    char tenant[LG_MAX_TENANT + 1];
+    bool use_cache;          /* prefix cache on for this request (and still inserting) */
+    lg_pc_ns ns;
+    lg_fair_link link;       /* admission queue (never-admitted requests) */
+    lg_fair_tenant *ft;
+    int n_generated;
+    int prefilled;           /* prompt tokens prefilled (computed or from the cache), at most: billed */
+    bool counted;            /* prompt/cached tokens counted (first admission) */
+    const lg_lora_w *lora;   /* adapter slot table while pinned, else NULL */
+    bool cancel;
+    lg_finish_reason cancel_reason;
+    char error[256];
+    lg_usage usage;
+    struct request *next;    /* inbox */
+} request;
+
+/* A registered adapter version (guarded by e->mu). */
+typedef struct adapter_reg {
+    int id;
+    char *name;
+    char digest[65];
+    int max_rank, n_pages;
+    size_t weight_bytes;
+    bool retired;            /* replaced or removed: no new requests */
+    int refs;                /* requests submitted and not finished */
+} adapter_reg;
+
+/* Messages to the owner thread besides requests and cancels. */
+typedef struct engine_msg {
+    enum { MSG_ADAPTER_ADD, MSG_ADAPTER_REMOVE, MSG_PURGE_TENANT } kind;
+    int id;
+    lg_adapter_spec *spec;   /* ADD: ownership passes to the adapter cache */
+    char tenant[LG_MAX_TENANT + 1]; /* PURGE_TENANT: whose namespaces, ... */
+    int64_t before_id;       /* ... and its requests submitted before it (ids below) stop using the cache */
+    struct engine_msg *next;
+} engine_msg;
+
+struct lg_engine {
+    lg_backend *be;
+    lg_model *model;
+    lg_page_pool *pool;
+    lg_adapter_cache *adapters; /* NULL without LoRA */
+    lg_prefix_cache *prefix;    /* NULL with prefix sharing off */
+    lg_fair *fair;
+    lg_model_config cfg;
+    int page_tokens, budget, max_seqs, max_context;
+    lg_prefix_sharing sharing;
+
+    /* ---- shared (mu) ---- */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;          /* the owner thread sleeps on it */
+    request *inbox_head, *inbox_tail;
+    int64_t *cancel_ids;
+    lg_finish_reason *cancel_reasons;
+    int n_cancel, cap_cancel;
+    engine_msg *msg_head, *msg_tail;
+    bool woken;                 /* something for the owner thread since it last looked */
+    int64_t next_id;
+    int outstanding;            /* submitted, not finished */
+    adapter_reg **reg;          /* [cap_reg] by id */
+    int cap_reg, next_adapter_id;
+    lg_strmap *reg_by_name;     /* name -> adapter_reg of the current version */
+    /* engine thread */
+    pthread_t thread;
+    bool thread_running, stop;
+
+    /* ---- owner thread ---- */
+    request **live;
+    int n_live, cap_live;
+    request **running;          /* admission order */
+    int n_running;
+    request **preempted;        /* admission order */
+    int n_preempted;
+    int64_t next_admit;
+    bool last_step_idle;
+    bool burst;                 /* decode bursts (engine.c; LG_BURST=0: off, comparisons) */
+    /* per-step scratch */
+    lg_step_seq *seqs;
+    request **sched;
+    int *chunk;
+    int n_sched;
+    float *logits;
+    lg_sample_row *rows;
+    int32_t *ids;
+    lg_logprob_row *lps;        /* [max_seqs]: the device sampler's logprobs (LG_DEVICE_LOGPROBS=0: host) */
+    bool dev_logprobs;
+    float *row_tmp;             /* [vocab] penalised copy of a logits row */
+    uint32_t *pen_stamp;        /* [vocab] */
+    uint32_t pen_gen;
+    /* penalties applied by the device sampler (LG_DEVICE_PENALTIES=0: on the
+     * host, from downloaded logits): the step's (token, count) pairs */
+    bool dev_penalty;
+    int32_t *pen_idx;           /* [vocab]: a token's pair in the row being built (pen_stamp marks it) */
+    int32_t *pen_pairs;         /* [2 * pen_cap] */
+    int n_pen, pen_cap;
+    lg_engine_stats stats;
+
+    /* ---- published counters ---- */
+    pthread_mutex_t stats_mu;
+    lg_engine_stats pub;
+    float load_ms[LG_ADAPTER_LOAD_SAMPLES]; /* adapter load latencies, ring */
+    int64_t n_load_ms;
+    int64_t load_seen;          /* owner: samples of the adapter cache already copied */
+};
+
+/* scheduler.c */
+/* Fills e->sched / e->chunk / e->seqs (e->n_sched) for the next step:
+ * running decodes, running prefill chunks, re-admissions, new admissions
+ * in fairness order; reserves pages and adapter residency; preempts when
+ * the pool runs dry. Requests that cannot be served get cancel = ERROR.
+ * Returns the number of tokens scheduled. */
+int lg_sched_plan(lg_engine *e, bool *any_prefill);
+/* Gives back a request's pool resources (its pages, its prefix-cache pins,
+ * its adapter pin) and takes it out of the running / preempted lists and
+ * the admission queue. */
+void lg_sched_drop(lg_engine *e, request *r);
+/* After a step: offers r's newly computed full pages to the prefix cache. */
+void lg_sched_insert_prefix(lg_engine *e, request *r);
+/* Pages for positions [0, upto) of running request r, from free pages only
+ * (no preemption); false when the pool has too few. */
+bool lg_sched_reserve_free(lg_engine *e, request *r, int upto);
+
+#endif

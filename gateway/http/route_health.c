@@ -1,0 +1,53 @@
+/*
+ * route_health.c — liveness and readiness, for load balancers and
+ * Kubernetes probes. No auth (they reveal nothing but readiness), tiny JSON
+ * bodies, never cached.
+ *
+ *   GET /healthz -> 200 {"status":"ok"}            the process answers
+ *   GET /readyz  -> 200 {"status":"ready","checks":{...}}
+ *                   503 {"status":"not_ready","checks":{...}}, Retry-After: 5
+ */
+#include <stdlib.h>
+
+#include "gateway/http/request.h"
+#include "gateway/http/route_health.h"
+
+typedef struct health {
+    lg_readiness_fn ready;
+    void *user;
+} health;
+
+static int healthz(lg_request *r, void *user)
+{
+    lg_request_add_header(r, "cache-control", "no-store");
+    return lg_respond_json(r, 200, json_pack("{s:s}", "status", "ok"));
+}
+
+static int readyz(lg_request *r, void *user)
+{
+    health *h = user;
+    json_t *checks = json_object();
+    bool ok = h->ready ? h->ready(h->user, checks) : true;
+    lg_request_add_header(r, "cache-control", "no-store");
+    if (!ok)
+        lg_request_add_header(r, "retry-after", "5");
+    return lg_respond_json(r, ok ? 200 : 503, json_pack("{s:s, s:o}", "status", ok ? "ready" : "not_ready", "checks", checks));
+}
+
+int lg_routes_health(lg_router *rt, lg_readiness_fn ready, void *user, lg_err *err)
+{
+    health *h = malloc(sizeof *h); /* the router frees it (free_user) */
+    if (!h)
+        return lg_fail(err, "out of memory");
+    h->ready = ready;
+    h->user = user;
+    lg_route routes[] = {
+        {.method = "GET", .pattern = "/healthz", .fn = healthz, .user = h, .name = "healthz", .free_user = free},
+        {.method = "GET", .pattern = "/readyz", .fn = readyz, .user = h, .name = "readyz"},
+    };
+    if (lg_router_add(rt, &routes[0], err) != 0) {
+        free(h);
+        return -1;
+    }
+    return lg_router_add(rt, &routes[1], err);
+}
