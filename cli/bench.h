@@ -2,7 +2,9 @@
  * bench.h — the pieces of `loragate bench` shared by its files:
  * cmd_bench.c (options, setup, the fixed-batch and adapter-load modes) and
  * bench_workload.c (serving workloads: arrivals, popularity, prefixes,
- * tenants, latency percentiles, goodput).
+ * tenants, latency percentiles, goodput; and the helpers both modes use).
+ * Calls point one way: cmd_bench.c -> bench_workload.c; everything declared
+ * here is defined in bench_workload.c.
  */
 #ifndef LG_BENCH_H
 #define LG_BENCH_H
@@ -41,10 +43,6 @@ typedef struct bench_opts {
     int warmup;
     int settle_ms; /* fixed batch: idle after the warm-up, before the measured batch */
 } bench_opts;
-
-/* Registers o->adapters synthetic adapters "a0".."aK-1" (ranks cycling
- * through the rank mix); ids[i] receives each id. */
-int bench_register_adapters(lg_engine *e, const bench_opts *o, unsigned targets, int *ids, lg_err *err);
 
 /* Serving workload mode (--workload poisson|closed|burst|trace). */
 int bench_run_workload(lg_engine *e, lg_backend *be, const bench_opts *o, const int *adapter_ids, lg_err *err);

@@ -23,6 +23,10 @@
  * ((finish - first token) / (tokens - 1)) and end-to-end time. Goodput is
  * the rate of requests that met both --slo-ttft-ms and --slo-tpot-ms.
  * Throughput and rates are over the run: first arrival to last finish.
+ *
+ * Also the helpers cmd_bench.c's fixed batch shares: a request's sampling
+ * (bench_sampling) and percentiles (bench_percentile). Calls point one way:
+ * cmd_bench.c calls this file, which calls nothing of cmd_bench.c.
  */
 #include <jansson.h>
 #include <math.h>
@@ -97,6 +101,18 @@ static double *make_cdf(const double *w, int n)
     }
     c[n - 1] = 1.0;
     return c;
+}
+
+/* ---- helpers both bench modes use (declared in bench.h) ------------------------------ */
+
+void bench_sampling(const bench_opts *o, uint64_t i, lg_request_params *rp)
+{
+    rp->sampling = o->sampling;
+    rp->sampling.seed = o->seed * 1000003u + i;
+    rp->presence_penalty = o->presence_penalty;
+    rp->frequency_penalty = o->frequency_penalty;
+    rp->logprobs = o->logprobs >= 0;
+    rp->top_logprobs = o->logprobs > 0 ? o->logprobs : 0;
 }
 
 double bench_percentile(double *v, int n, double p)

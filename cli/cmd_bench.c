@@ -26,6 +26,11 @@
  * with the same layout and kernels as files; so thousands of them cost no
  * disk and seconds to register.
  * --load-format dummy needs only config.json: weights are random of --dtype.
+ *
+ * Calls point one way: this file (options, setup, the fixed-batch and
+ * adapter-load modes) calls bench_workload.c (the workload mode, and the
+ * helpers both modes use: a request's sampling, percentiles); that file
+ * calls nothing here.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -65,16 +70,6 @@ static void usage(FILE *f)
             "  sampling (default greedy; each request seeded from --seed):\n"
             "    [--temperature T] [--top-k K] [--top-p P] [--min-p P]\n"
             "    [--presence-penalty P] [--frequency-penalty F] [--logprobs N (each token's logprob, N alternatives)]\n");
-}
-
-void bench_sampling(const bench_opts *o, uint64_t i, lg_request_params *rp)
-{
-    rp->sampling = o->sampling;
-    rp->sampling.seed = o->seed * 1000003u + i;
-    rp->presence_penalty = o->presence_penalty;
-    rp->frequency_penalty = o->frequency_penalty;
-    rp->logprobs = o->logprobs >= 0;
-    rp->top_logprobs = o->logprobs > 0 ? o->logprobs : 0;
 }
 
 static uint64_t rng_next(uint64_t *s)
@@ -188,7 +183,9 @@ static int write_random_adapter(const char *dir, const lg_model_config *c, unsig
     return rc;
 }
 
-int bench_register_adapters(lg_engine *e, const bench_opts *o, unsigned targets, int *ids, lg_err *err)
+/* Registers o->adapters synthetic adapters "a0".."aK-1" (ranks cycling
+ * through the rank mix); ids[i] receives each id. */
+static int register_adapters(lg_engine *e, const bench_opts *o, unsigned targets, int *ids, lg_err *err)
 {
     for (int i = 0; i < o->adapters; i++) {
         char name[32];
@@ -261,8 +258,8 @@ static int run_batch(lg_engine *e, lg_backend *be, const bench_opts *o, const in
      * decode steps (cuBLAS's first use included) has run once before the clock starts. With adapters it
      * runs twice: in the first pass the requests start as their adapters' loads finish, so its prefill
      * comes in smaller steps of other shapes; the second, every adapter resident, runs the measured
-     * batch's steps (docs/benchmarks.md, twenty-sixth session: without it W1's measured prefill paid
-     * the first use of its 4,096-token shape). */
+     * batch's steps (without it W1's measured prefill paid the first use of its 4,096-token shape;
+     * docs/benchmarks.md). */
     int nw = o->adapters > o->num_seqs ? o->adapters : o->num_seqs;
     bench_req *wr = calloc((size_t)nw, sizeof *wr);
     if (!reqs || !prompt || !wr) {
@@ -280,8 +277,9 @@ static int run_batch(lg_engine *e, lg_backend *be, const bench_opts *o, const in
     }
     double load_s = lg_now() - tl;
     /* --settle-ms: the GPU idles before the measured batch, so that it starts at the clocks of an idle GPU,
-     * not at those the warm-up's prefill left under the power cap (docs/benchmarks.md, thirtieth session:
-     * W1's prefill GEMMs step down through clock levels, and decode needs ~12 steps to recover) */
+     * not at those the warm-up's prefill left under the power cap (W1's prefill GEMMs step down through
+     * clock levels, and decode needs ~12 steps to recover; docs/benchmarks.md, the prefill at the power
+     * cap) */
     if (o->settle_ms > 0) {
         struct timespec ts = {o->settle_ms / 1000, (long)(o->settle_ms % 1000) * 1000000L};
         while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
@@ -649,7 +647,7 @@ int lg_cmd_bench(int argc, char **argv)
         goto out;
     }
     double tr = lg_now();
-    if (bench_register_adapters(e, &o, targets, ids, &err) != 0)
+    if (register_adapters(e, &o, targets, ids, &err) != 0)
         goto out;
     if (o.adapters && !o.json)
         fprintf(stderr, "registered %d synthetic adapters in %.2f s\n", o.adapters, lg_now() - tr);

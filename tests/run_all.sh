@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # run_all.sh — the whole CPU test suite from a clean clone:
-#   system deps -> Python test env (.venv) -> default model -> build -> ctest -> pytest
+#   system deps (deploy/install-deps.sh: build and run; tests/install-test-deps.sh:
+#   what only the tests need) -> Python test env (.venv) -> default model -> build
+#   -> ctest -> pytest
 #
 #   bash tests/run_all.sh
 #
+# One suite alone, and the fuzzers: tests/README.md.
 # Env knobs: LG_SKIP_DEPS=1 (skip apt; deps already there), LG_PYTHON=path
 # (use this interpreter instead of creating .venv), LG_BACKEND (golden tests'
 # backend, default cpu), LG_JOBS (build parallelism, default 2), LG_SANITIZE=1
@@ -23,8 +26,9 @@ die() { printf '[run_all] ERROR: %s\n' "$*" >&2; exit 1; }
 
 # --- 1. system packages -------------------------------------------------------
 if [ "${LG_SKIP_DEPS:-0}" != 1 ]; then
-  step "system dependencies (deploy/install-deps.sh)"
+  step "system dependencies (deploy/install-deps.sh, tests/install-test-deps.sh)"
   bash deploy/install-deps.sh || die "installing system dependencies failed"
+  bash tests/install-test-deps.sh || die "installing the tests' system dependencies failed"
 fi
 
 # --- 2. Python test environment ----------------------------------------------

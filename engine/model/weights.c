@@ -1,6 +1,8 @@
 /*
  * weights.c — the format-independent weights container (see weights.h), the
- * loader dispatch, the Llama shape check and dummy weights.
+ * Llama shape check and dummy weights. It knows no file format: the loaders
+ * (weights_hf.c, weights_gguf.c) call into it to build a model, and
+ * weights_load.c picks the loader; nothing here calls back into them.
  *
  * Container: a growable array of lg_wtensor plus an open-addressing hash
  * table (linear probing, power-of-two capacity, load <= 1/2) from name to
@@ -17,14 +19,10 @@
  */
 #include "engine/model/weights.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <strings.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 struct lg_weights {
@@ -220,36 +218,6 @@ void lg_weights_set_chat_template(lg_weights *w, const char *tmpl)
     char *c = tmpl ? strdup(tmpl) : NULL;
     free(w->chat_template);
     w->chat_template = c; /* NULL on OOM: the model then has no template */
-}
-
-/* ---- dispatch -------------------------------------------------------------- */
-
-int lg_weights_load(const char *path, const lg_load_opts *opts, lg_weights **out, lg_err *err)
-{
-    *out = NULL;
-    struct stat st;
-    if (stat(path, &st) != 0)
-        return lg_fail(err, "cannot open model %s: %s", path, strerror(errno));
-    if (S_ISDIR(st.st_mode))
-        return lg_weights_load_hf(path, opts, out, err);
-    if (!S_ISREG(st.st_mode))
-        return lg_fail(err, "model %s: expected a directory or a .gguf file, found neither", path);
-    size_t len = strlen(path);
-    if (len >= 5 && !strcasecmp(path + len - 5, ".gguf"))
-        return lg_weights_load_gguf(path, opts, out, err);
-    char magic[4] = {0};
-    int fd = open(path, O_RDONLY);
-    if (fd < 0)
-        return lg_fail(err, "cannot open model %s: %s", path, strerror(errno));
-    ssize_t got = read(fd, magic, 4);
-    close(fd);
-    if (got == 4 && !memcmp(magic, "GGUF", 4))
-        return lg_weights_load_gguf(path, opts, out, err);
-    if (len >= 12 && !strcmp(path + len - 12, ".safetensors"))
-        return lg_fail(err, "model %s: expected a model directory (config.json + safetensors), found a single "
-                            ".safetensors file: pass its directory", path);
-    return lg_fail(err, "model %s: expected a Hugging Face directory or a GGUF file, found a file without the "
-                        "GGUF magic", path);
 }
 
 /* ---- expected Llama tensors -------------------------------------------------- */

@@ -1,13 +1,18 @@
 /*
  * weights.h — a loaded model on the host, independent of its file format:
  * config, named weight tensors (HF names, HF layouts), tokenizer description
- * and chat template. Produced by one of two loaders:
+ * and chat template. Its files, and the one direction their calls go:
  *
- *   engine/model/weights_hf.c   — Hugging Face directory (config.json,
+ *   engine/model/weights_load.c — lg_weights_load: picks the loader by what
+ *                           the path is (directory or GGUF file)
+ *     -> engine/model/weights_hf.c   — Hugging Face directory (config.json,
  *                           model.safetensors or sharded + index,
  *                           tokenizer.json, tokenizer_config.json,
  *                           generation_config.json)
- *   engine/model/weights_gguf.c — a GGUF file (llama.cpp / Ollama)
+ *     -> engine/model/weights_gguf.c — a GGUF file (llama.cpp / Ollama)
+ *       -> engine/model/weights.c    — the container both loaders fill, the
+ *                           Llama shape check and dummy weights; it knows no
+ *                           file format and calls none of the files above
  *
  * Tensor naming and layout contract (what the engine relies on):
  *   names are the HF ones, e.g. "model.embed_tokens.weight",
@@ -53,12 +58,17 @@ typedef struct lg_load_opts {
     bool vocab_only;
 } lg_load_opts;
 
+/* --- loading (weights_load.c, weights_hf.c, weights_gguf.c) --- */
+
 /* Opens a model from a path: a directory (HF) or a .gguf file; picks the
  * loader by what the path is. Returns 0 or -1 with err set. */
 int lg_weights_load(const char *path, const lg_load_opts *opts, lg_weights **out, lg_err *err);
 
+/* One format each, for callers that know it (weights_hf.c, weights_gguf.c). */
 int lg_weights_load_hf(const char *dir, const lg_load_opts *opts, lg_weights **out, lg_err *err);
 int lg_weights_load_gguf(const char *path, const lg_load_opts *opts, lg_weights **out, lg_err *err);
+
+/* --- a loaded model (weights.c) --- */
 
 void lg_weights_free(lg_weights *w); /* NULL is a no-op */
 
@@ -73,7 +83,7 @@ lg_tokenizer *lg_weights_tokenizer(const lg_weights *w);
 /* Jinja chat template text as shipped with the model, NULL if none. */
 const char *lg_weights_chat_template(const lg_weights *w);
 
-/* --- for loader implementations (engine/model/weights.c) --- */
+/* --- building one, for the loaders (weights.c) --- */
 lg_weights *lg_weights_new(void);
 /* Adds a tensor. name is copied. If owned_buf is non-NULL it is freed with
  * the weights (data should point into it). Rejects duplicate names. */

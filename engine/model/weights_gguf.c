@@ -36,6 +36,9 @@
  * tensor is dropped. Otherwise the raw divisors are kept as an F32 tensor
  * "rope_freqs" [rope_dim / 2] (inv_freq[i] /= rope_freqs[i]) and
  * rope_scaling stays NONE: exactly one of the two describes the scaling.
+ *
+ * Called by weights_load.c (the format dispatch); builds the model through
+ * weights.c's container API only, which knows nothing of this file.
  */
 #include <math.h>
 #include <stdint.h>

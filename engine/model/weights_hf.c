@@ -22,6 +22,9 @@
  * rms_norm_eps 1e-6, tie_word_embeddings false). Anything the engine cannot
  * run exactly (o_proj / mlp biases, rope types other than default, linear and
  * llama3, activations other than silu) is refused with a message naming it.
+ *
+ * Called by weights_load.c (the format dispatch); builds the model through
+ * weights.c's container API only, which knows nothing of this file.
  */
 #include "engine/model/safetensors.h"
 #include "engine/model/weights.h"

@@ -34,7 +34,7 @@ def scrape(s):
 
 def check_promtool(text):
     if not promtool():
-        pytest.skip("promtool not installed (Debian package prometheus; deploy/install-deps.sh installs it)")
+        pytest.skip("promtool not installed (Debian package prometheus; tests/install-test-deps.sh installs it)")
     rc, out = promtool_check(text)
     assert rc == 0, out
 

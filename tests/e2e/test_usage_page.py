@@ -27,7 +27,7 @@ from serve_fixture import LORA_FIX, LORAGATE, TINY, Serve
 pytestmark = [
     pytest.mark.skipif(not os.access(LORAGATE, os.X_OK), reason="build/loragate not built"),
     pytest.mark.skipif(chromium_binary() is None,
-                       reason="no chromium binary: install Debian package `chromium` (deploy/install-deps.sh does)"),
+                       reason="no chromium binary: install Debian package `chromium` (tests/install-test-deps.sh does)"),
 ]
 
 with open(os.path.join(LORA_FIX, "reference.json")) as f:

@@ -10,9 +10,10 @@
  * A file that does not parse must say why.
  *
  *   cmake -S . -B build-fuzz -DCMAKE_C_COMPILER=clang && cmake --build build-fuzz --target fuzz_gguf
- *   build-fuzz/fuzz_gguf tests/fixtures/gguf -max_total_time=300 -max_len=140000
- *   (tests/fixtures/gguf holds small GGUF files: seeds; libFuzzer adds its findings to the first
- *   directory given, so copy them to a scratch directory first)
+ *   mkdir -p build-fuzz/corpus_gguf && cp tests/fixtures/gguf/*.gguf build-fuzz/corpus_gguf/
+ *   build-fuzz/fuzz_gguf build-fuzz/corpus_gguf -max_total_time=300 -max_len=140000
+ *   (the small GGUF files of tests/fixtures/gguf are the seeds; they are copied because libFuzzer
+ *   adds its findings to the first directory given)
  */
 #include <stdint.h>
 #include <stdlib.h>

@@ -7,8 +7,12 @@
  * re-assembled and compared with a whole-body parse of the same input, so
  * the fuzzer also checks that splitting never changes the result.
  *
+ * tests/fuzz/corpus_multipart holds seed inputs in this layout (libFuzzer
+ * adds its findings to the first directory given, so copy it first):
+ *
  *   cmake -S . -B build-fuzz -DCMAKE_C_COMPILER=clang && cmake --build build-fuzz --target fuzz_multipart
- *   build-fuzz/fuzz_multipart -max_total_time=180 -max_len=4096
+ *   cp -r tests/fuzz/corpus_multipart build-fuzz/corpus_multipart
+ *   build-fuzz/fuzz_multipart build-fuzz/corpus_multipart -max_total_time=180 -max_len=4096
  */
 #include <stdint.h>
 #include <stdlib.h>

@@ -1,7 +1,7 @@
 /*
- * fuzz_tokenizer.c — libFuzzer harness for the tokenizer (engine/tokenizer*.c,
- * unicode.c): every prompt a tenant sends is encoded by it and every token the
- * model emits is decoded, whole and streamed.
+ * fuzz_tokenizer.c — libFuzzer harness for the tokenizer
+ * (engine/model/tokenizer*.c, unicode.c): every prompt a tenant sends is
+ * encoded by it and every token the model emits is decoded, whole and streamed.
  *
  * Input layout: byte 0: bit 0 the tokenizer (SmolLM2's byte-level BPE or
  * Mistral's SentencePiece-style BPE, tests/tokenizer/fixtures), bit 1
