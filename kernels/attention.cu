@@ -16,12 +16,6 @@
  */
 #include "kernels/ops.cuh"
 
-#include <stdlib.h>
-
-static int g_fa2 = -1; /* LG_ATTN_FA2=0 or lg_cuda_attn_fa2(0): the wmma kernel for every head_dim */
-
-extern "C" void lg_cuda_attn_fa2(int on) { g_fa2 = on ? 1 : 0; }
-
 int cu_attention(lg_backend *be, lg_tensor out, lg_tensor q, lg_kv_view kv, const lg_step_meta *m, int n_heads,
                  float scale)
 {
@@ -48,11 +42,7 @@ int cu_attention(lg_backend *be, lg_tensor out, lg_tensor q, lg_kv_view kv, cons
     if (m->n_tokens == 0)
         return 0;
     if (m->max_q_len > 1 && hd % 16 == 0 && q.stride % 8 == 0 && cu_aligned16(q.data)) {
-        if (g_fa2 < 0) {
-            const char *e = getenv("LG_ATTN_FA2");
-            g_fa2 = !(e && *e == '0');
-        }
-        if (g_fa2) {
+        if (c->tune->attn_fa2) {
             const int r = cu_attention_prefill_fa2(be, out, q, kv, m, n_heads, scale);
             if (r <= 0)
                 return r;

@@ -55,8 +55,7 @@
  * it also issues L2 prefetches (prefetch.global.L2, a cache hint: no value
  * is read, and L2 is where the kernel before writes) of the K/V rows it
  * loads first, so their DRAM latency overlaps the kernel before (W1 shape:
- * 36.7 -> 34.1 us); LG_DEC_PREFETCH=0 turns them off. q, K/V, workspace and
- * counters are read after pdl_wait.
+ * 36.7 -> 34.1 us). q, K/V, workspace and counters are read after pdl_wait.
  * The resident form (one query head per kv head, every (token, head) block in
  * one wave: T x n_kv <= SMs, the whole context's K and V rows of a head within
  * LG_DEC_RESIDENT_KB, default 200 KB, and the shared-memory opt-in): one chunk,
@@ -65,17 +64,16 @@
  * new token: backend.h) into shared memory, after it only q and this step's
  * rows, so no split merge and no K/V load sits behind the wait. The chain of
  * a batch-1 Llama-2-7B step's attention: 7.6 -> 5.0 us (docs/benchmarks.md,
- * twenty-first session). It launches with the fewest shared-memory carveout
+ * GPU kernels, 2026-11-24). It launches with the fewest shared-memory carveout
  * that holds its block (58% at 130 KB): with the driver's choice the GEMV
  * blocks that start beside it on those SMs got less L1 and the o GEMV after
- * it lost ~1.7 us a layer (cuda_common.cuh, twenty-second session).
- * LG_DEC_RESIDENT_KB=0 turns it off.
+ * it lost ~1.7 us a layer (cuda_common.cuh; docs/benchmarks.md, GPU kernels,
+ * 2026-11-24). LG_DEC_RESIDENT_KB=0 turns it off.
  * Works for any query length (it is also the prefill fallback for head_dim
  * % 16 != 0) and any head_dim % 8 == 0 up to 256.
  */
+#include "kernels/attention_args.cuh"
 #include "kernels/ops.cuh"
-
-#include <stdlib.h>
 
 #define DEC_THREADS 128
 #define DEC_RES_THREADS 256 /* the resident form's block */
@@ -85,17 +83,10 @@
 #define DEC_PRE 4          /* chunks whose o words the merge loads before their weights are known */
 #define DEC_LOG2E 1.4426950408889634f
 
-struct dec_args {
-    const void *q;
-    int64_t ldq;
-    void *out;
-    int64_t ldo;
-    const char *kv_base;
-    size_t page_bytes, k_off, v_off;
-    int page_tokens, nkv, hd, group, nh, n_hsub, lpr;
-    const int32_t *pos, *q_indptr, *page_indptr, *page_ids;
+/* the queries and the paged KV (attention_args.cuh), then the plan: */
+struct dec_args : cu_paged_attn {
+    int hd, nh, n_hsub, lpr;
     int n_seqs, chunk, tile, max_chunks;
-    int prefetch;   /* 1: L2 prefetch of the first rows before pdl_wait */
     float scale;    /* softmax scale * log2(e) */
     float *part_o;  /* [T * nh * max_chunks][hd] unnormalised, when split */
     float *part_ml; /* [T * nh * max_chunks][2] (m, l) */
@@ -285,7 +276,7 @@ __global__ void __launch_bounds__(NT, MINB) attn_decode_kernel(dec_args a)
         n_old = min(a.pos[a.q_indptr[s]], n_ctx);
         dec_res_load<T, NT>(res, a, pid_s, kh, 0, n_old);
         dec_cp_commit();
-    } else if (a.prefetch && active && (sub & 7) == 0) { /* one prefetch per 128 bytes of the rows loaded first */
+    } else if (active && (sub & 7) == 0) { /* one prefetch per 128 bytes of the rows loaded first */
         const int pg0 = tj0 / pt;
         constexpr int PF = S > 2 ? (S - 1) * U : U;
 #pragma unroll
@@ -566,11 +557,7 @@ static int dec_resident(cuda_ctx *c, dec_fn f, int nt, size_t smem)
     return n;
 }
 
-/* the resident form's budget, KB of K/V rows per block (LG_DEC_RESIDENT_KB; 0 or lg_cuda_dec_resident(0): off) */
-#define DEC_RES_KB 200
-static int g_res_kb = -1;
 static long g_res_launches; /* launches of the resident form (tests) */
-extern "C" void lg_cuda_dec_resident(int kb) { g_res_kb = kb < 0 ? -1 : kb; } /* -1: LG_DEC_RESIDENT_KB again */
 extern "C" long lg_cuda_dec_resident_launches(void) { return g_res_launches; }
 
 /* A launch's plan: the kernel, its form, shared memory, grid and chunking; from the head layout, the row
@@ -595,8 +582,8 @@ static int dec_make_plan(cuda_ctx *c, int T_, int n_heads, const lg_kv_view &kv,
     p->base_blocks = (int64_t)T_ * nkv * p->n_hsub;
     const int64_t tile = (int64_t)(DEC_PIDCAP - 2) * kv.page_tokens; /* keys whose page ids fit pid_s */
     /* the resident form (one query head per block): every block in one wave, its whole context in shared
-     * memory; its rows (K and V) within LG_DEC_RESIDENT_KB and the opt-in limit */
-    const int res_kb = cu_switch(&g_res_kb, "LG_DEC_RESIDENT_KB", DEC_RES_KB);
+     * memory; its rows (K and V) within LG_DEC_RESIDENT_KB (default 200; 0: off) and the opt-in limit */
+    const int res_kb = c->tune->dec_resident_kb;
     const size_t res_smem = dec_smem(DEC_RES_THREADS / p->lpr, 1, hd, 4, 0, max_kv);
     p->res = res_kb > 0 && gmax == 1 && p->base_blocks <= c->n_sm && max_kv <= tile &&
              (size_t)max_kv * 2 * hd * 2 <= (size_t)res_kb << 10 && res_smem <= c->max_smem_optin;
@@ -615,9 +602,7 @@ static int dec_make_plan(cuda_ctx *c, int T_, int n_heads, const lg_kv_view &kv,
     if (nc > DEC_MAX_CHUNKS)
         nc = DEC_MAX_CHUNKS;
     int64_t C = (max_kv + nc - 1) / nc;
-    static int min_chunk = -1; /* LG_DEC_MIN_CHUNK: keys per chunk at least (measurements) */
-    const int mc = cu_switch(&min_chunk, "LG_DEC_MIN_CHUNK", DEC_MIN_CHUNK) > 0 ? min_chunk : DEC_MIN_CHUNK;
-    C = (C + mc - 1) / mc * mc;
+    C = (C + DEC_MIN_CHUNK - 1) / DEC_MIN_CHUNK * DEC_MIN_CHUNK;
     if (C >= max_kv)
         C = max_kv;
     p->max_chunks = (int)((max_kv + C - 1) / C);
@@ -630,12 +615,11 @@ static int dec_make_plan(cuda_ctx *c, int T_, int n_heads, const lg_kv_view &kv,
 }
 
 /* backend.h decode_kv_key: 0 where the plan is one chunk of the split form (any max_kv_len gives the same
- * launch), else max_kv_len. LG_DEC_KV_KEY=0: max_kv_len always (comparisons). */
+ * launch), else max_kv_len. */
 extern "C" int cu_decode_kv_key(lg_backend *be, int n_tokens, int n_heads, const lg_kv_view *kv, int max_kv_len)
 {
-    static int on = -1;
     dec_plan p;
-    if (!cu_switch(&on, "LG_DEC_KV_KEY", 1) || n_heads <= 0 || kv->n_kv_heads <= 0 || n_heads % kv->n_kv_heads ||
+    if (n_heads <= 0 || kv->n_kv_heads <= 0 || n_heads % kv->n_kv_heads ||
         dec_make_plan(CU_CTX(be), n_tokens, n_heads, *kv, max_kv_len, &p) != 0)
         return max_kv_len;
     return p.C == DEC_ANY_KV ? 0 : max_kv_len;
@@ -644,13 +628,8 @@ extern "C" int cu_decode_kv_key(lg_backend *be, int n_tokens, int n_heads, const
 int cu_attention_decode(lg_backend *be, lg_tensor out, lg_tensor q, lg_kv_view kv, const lg_step_meta *m,
                         int n_heads, float scale)
 {
-    static int prefetch = -1; /* LG_DEC_PREFETCH=0: no L2 prefetch before pdl_wait */
-    if (prefetch < 0) {
-        const char *e = getenv("LG_DEC_PREFETCH");
-        prefetch = !(e && *e == '0');
-    }
     cuda_ctx *c = CU_CTX(be);
-    const int hd = kv.head_dim, nkv = kv.n_kv_heads, group = n_heads / nkv, T_ = m->n_tokens;
+    const int hd = kv.head_dim, T_ = m->n_tokens;
     dec_plan p;
     if (dec_make_plan(c, T_, n_heads, kv, m->max_kv_len, &p) != 0)
         return -1;
@@ -660,30 +639,15 @@ int cu_attention_decode(lg_backend *be, lg_tensor out, lg_tensor q, lg_kv_view k
     const int lpr = p.lpr, n_hsub = p.n_hsub, max_chunks = p.max_chunks;
     const int64_t base_blocks = p.base_blocks;
     dec_args a;
-    a.q = q.data;
-    a.ldq = q.stride;
-    a.out = out.data;
-    a.ldo = out.stride;
-    a.kv_base = (const char *)kv.base;
-    a.page_bytes = kv.page_bytes;
-    a.k_off = kv.k_off;
-    a.v_off = kv.v_off;
-    a.page_tokens = kv.page_tokens;
-    a.nkv = nkv;
+    static_cast<cu_paged_attn &>(a) = cu_paged_attn_of(out, q, kv, m, n_heads);
     a.hd = hd;
-    a.group = group;
     a.nh = n_heads;
     a.n_hsub = n_hsub;
     a.lpr = lpr;
-    a.pos = m->pos;
-    a.q_indptr = m->q_indptr;
-    a.page_indptr = m->page_indptr;
-    a.page_ids = m->page_ids;
     a.n_seqs = m->n_seqs;
     a.chunk = (int)p.C;
     a.tile = (int)p.tile;
     a.max_chunks = max_chunks;
-    a.prefetch = prefetch;
     a.scale = scale * DEC_LOG2E;
     a.part_o = a.part_ml = NULL;
     a.sem = c->sem;
@@ -697,10 +661,8 @@ int cu_attention_decode(lg_backend *be, lg_tensor out, lg_tensor q, lg_kv_view k
         a.part_ml = a.part_o + n * hd;
     }
     dim3 grid((unsigned)base_blocks, (unsigned)max_chunks);
-    /* the resident form: the fewest carveout that holds its one block per SM (cuda_common.cuh; LG_DEC_CARVE=0:
-     * the driver's) */
-    static int carve = -1;
-    const int cv = res && cu_switch(&carve, "LG_DEC_CARVE", 1) != 0 ? cu_carve_for(c, smem, 1) : -1;
+    /* the resident form: the fewest carveout that holds its one block per SM (cuda_common.cuh) */
+    const int cv = res ? cu_carve_for(c, smem, 1) : -1;
     (void)cu_launch_carve(c->stream, c->pdl != 0, cv, k.f, grid, dim3(k.nt), smem, a);
     g_res_launches += res;
     CU_LAUNCHED(c);

@@ -21,6 +21,7 @@
  * layouts) and pipeline the K/V loads (cp.async); this one is the simple,
  * correct tensor-core baseline.
  */
+#include "kernels/attention_args.cuh"
 #include "kernels/ops.cuh"
 
 #include <mma.h>
@@ -31,15 +32,9 @@ using namespace nvcuda;
 #define PF_BN 64
 #define PF_THREADS 128
 
-struct pf_args {
-    const void *q;
-    int64_t ldq;
-    void *out;
-    int64_t ldo;
-    const char *kv_base;
-    size_t page_bytes, k_off, v_off;
-    int page_tokens, nkv, hd, group;
-    const int32_t *pos, *q_indptr, *page_indptr, *page_ids;
+/* the queries and the paged KV (attention_args.cuh), then: */
+struct pf_args : cu_paged_attn {
+    int hd;
     float scale;
 };
 
@@ -229,22 +224,8 @@ int cu_attention_prefill(lg_backend *be, lg_tensor out, lg_tensor q, lg_kv_view 
     if (m->n_seqs > 65535)
         return CU_FAIL(c, "attention prefill: %d sequences exceed the grid limit", m->n_seqs);
     pf_args a;
-    a.q = q.data;
-    a.ldq = q.stride;
-    a.out = out.data;
-    a.ldo = out.stride;
-    a.kv_base = (const char *)kv.base;
-    a.page_bytes = kv.page_bytes;
-    a.k_off = kv.k_off;
-    a.v_off = kv.v_off;
-    a.page_tokens = kv.page_tokens;
-    a.nkv = kv.n_kv_heads;
+    static_cast<cu_paged_attn &>(a) = cu_paged_attn_of(out, q, kv, m, n_heads);
     a.hd = hd;
-    a.group = n_heads / kv.n_kv_heads;
-    a.pos = m->pos;
-    a.q_indptr = m->q_indptr;
-    a.page_indptr = m->page_indptr;
-    a.page_ids = m->page_ids;
     a.scale = scale;
     if (kv.dtype == LG_F16)
         return launch<__half>(c, a, m, L.total);

@@ -40,6 +40,7 @@
  * tile (the most keys), so the longest tiles of all heads start first.
  * Programmatic dependent launch (cuda_common.cuh): waits before any load.
  */
+#include "kernels/attention_args.cuh"
 #include "kernels/mma.cuh"
 #include "kernels/ops.cuh"
 
@@ -49,15 +50,9 @@
 
 #define FA_BN 64
 
-struct fa_args {
-    const void *q;
-    int64_t ldq;
-    void *out;
-    int64_t ldo;
-    const char *kv_base;
-    size_t page_bytes, k_off, v_off;
-    int page_tokens, pt_shift, nkv, group; /* pt_shift: log2(page_tokens), or -1 if not a power of two */
-    const int32_t *pos, *q_indptr, *page_indptr, *page_ids;
+/* the queries and the paged KV (attention_args.cuh), then: */
+struct fa_args : cu_paged_attn {
+    int pt_shift;     /* log2(page_tokens), or -1 if not a power of two */
     float scale_log2; /* scale * log2(e) */
 };
 
@@ -376,22 +371,8 @@ int cu_attention_prefill_fa2(lg_backend *be, lg_tensor out, lg_tensor q, lg_kv_v
     if (m->n_seqs > 65535)
         return CU_FAIL(c, "attention prefill: %d sequences exceed the grid limit", m->n_seqs);
     fa_args a;
-    a.q = q.data;
-    a.ldq = q.stride;
-    a.out = out.data;
-    a.ldo = out.stride;
-    a.kv_base = (const char *)kv.base;
-    a.page_bytes = kv.page_bytes;
-    a.k_off = kv.k_off;
-    a.v_off = kv.v_off;
-    a.page_tokens = kv.page_tokens;
+    static_cast<cu_paged_attn &>(a) = cu_paged_attn_of(out, q, kv, m, n_heads);
     a.pt_shift = (kv.page_tokens & (kv.page_tokens - 1)) ? -1 : __builtin_ctz((unsigned)kv.page_tokens);
-    a.nkv = kv.n_kv_heads;
-    a.group = n_heads / kv.n_kv_heads;
-    a.pos = m->pos;
-    a.q_indptr = m->q_indptr;
-    a.page_indptr = m->page_indptr;
-    a.page_ids = m->page_ids;
     a.scale_log2 = scale * 1.4426950408889634f;
     if (kv.dtype == LG_F16)
         return hd == 64 ? launch<__half, fa_cfg<64, 4, 2, 2>>(c, a, m) : launch<__half, fa_cfg<128, 4, 2, 2>>(c, a, m);

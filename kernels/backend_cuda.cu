@@ -15,6 +15,10 @@
  * cudaFree (synchronises the device: never on the step path).
  *
  * Activation dtype: F16, or BF16 when opts->act_dtype_hint == LG_BF16.
+ *
+ * Switches: lg_tuning_read fills be->tune from the environment here, once;
+ * the optional slots below (LG_FUSE_*), programmatic launch (LG_PDL) and
+ * every kernel's choices (c->tune) come from it (engine/base/tuning.h).
  */
 #include "kernels/ops.cuh"
 #include "kernels/sample_ops.cuh" /* optional slots: sample.cu, host_mem.cu */
@@ -26,13 +30,6 @@
 #define STAGE_BYTES ((size_t)8 << 20)
 #define BLAS_WS_BYTES ((size_t)32 << 20)
 #define DOWN_CHUNK ((size_t)512 << 10) /* pageable downloads at least this large go through staging */
-
-/* LG_L2_HINT (cuda_common.cuh): which weight streams are read with L2 evict_first */
-int cu_l2_hint(void)
-{
-    static int mode = -1;
-    return cu_switch(&mode, "LG_L2_HINT", 3);
-}
 
 int cu_fail_at(cuda_ctx *c, const char *file, int line, const char *fmt, ...)
 {
@@ -272,7 +269,6 @@ static void cuda_free(lg_backend *be)
             cudaStreamSynchronize(c->stream);
         if (c->blas)
             cublasDestroy(c->blas);
-        cu_lt_free(c);
         cudaFree(c->blas_ws);
         cudaFree(c->sem);
         cu_graph_reset_ctx(c);
@@ -334,6 +330,8 @@ extern "C" int lg_backend_cuda_create(const lg_backend_opts *opts, lg_backend **
     }
     be->ctx = c;
     c->device = dev;
+    lg_tuning_read(&be->tune);
+    c->tune = &be->tune;
 #define CREATE_TRY(call)                                                                          \
     do {                                                                                          \
         cudaError_t e_ = (call);                                                                  \
@@ -361,10 +359,7 @@ extern "C" int lg_backend_cuda_create(const lg_backend_opts *opts, lg_backend **
     }
     for (int i = 0; i < LG_DOWNLOAD_IN_FLIGHT; i++)
         CREATE_TRY(cudaEventCreateWithFlags(&c->down_ev[i], cudaEventDisableTiming));
-    {
-        const char *e = getenv("LG_PDL"); /* programmatic dependent launch of step kernels (cuda_common.cuh) */
-        c->pdl = !(e && *e == '0') && prop.major >= 9;
-    }
+    c->pdl = c->tune->pdl != 0 && prop.major >= 9; /* programmatic dependent launch of step kernels (cuda_common.cuh) */
     CREATE_TRY(cudaMalloc(&c->sem, CU_SEM_COUNT * sizeof(int)));
     CREATE_TRY(cudaMemset(c->sem, 0, CU_SEM_COUNT * sizeof(int)));
     CREATE_TRY(cudaDeviceSynchronize());
@@ -411,19 +406,16 @@ extern "C" int lg_backend_cuda_create(const lg_backend_opts *opts, lg_backend **
     i->decode_kv_key = cu_decode_kv_key;
     i->graph_reset = cu_graph_reset;
     i->mem_info = cuda_mem_info;
-    {
-        const char *e = getenv("LG_FUSE_ROPE_KV"); /* 0: rope and kv_write as two ops (comparisons) */
-        i->rope_kv_write = e && *e == '0' ? NULL : cu_rope_kv_write;
-        /* the matmul_lora slot (matmul_lora.cu: prefill expands before the matmul); LG_FUSE_LORA=0:
-         * off, model.c runs shrink, matmul, expand; LG_FUSE_LORA=2: matmul, shrink, expand */
-        e = getenv("LG_FUSE_LORA");
-        i->matmul_lora = e && *e == '0' ? NULL : cu_matmul_lora;
-        e = getenv("LG_FUSE_NORM"); /* 0: add_rmsnorm, matmul (and silu_mul) as separate ops (comparisons) */
-        i->norm_matmul = e && *e == '0' ? NULL : cu_norm_matmul;
-        /* the norm inside a decode step's LoRA shrink (lora_shrink.cu); off with matmul_lora, or with
-         * LG_SHRINK_NORM=0 (per launch) */
-        i->norm_matmul_lora = i->matmul_lora ? cu_norm_matmul_lora : NULL;
-    }
+    /* LG_FUSE_ROPE_KV=0: rope and kv_write as two ops (comparisons) */
+    i->rope_kv_write = c->tune->fuse_rope_kv ? cu_rope_kv_write : NULL;
+    /* the matmul_lora slot (matmul_lora.cu: prefill expands before the matmul); LG_FUSE_LORA=0: off, model.c
+     * runs shrink, matmul, expand */
+    i->matmul_lora = c->tune->fuse_lora ? cu_matmul_lora : NULL;
+    /* LG_FUSE_NORM=0: add_rmsnorm, matmul (and silu_mul) as separate ops (comparisons) */
+    i->norm_matmul = c->tune->fuse_norm ? cu_norm_matmul : NULL;
+    /* the norm inside a decode step's LoRA shrink (lora_shrink.cu); off with matmul_lora, or with
+     * LG_SHRINK_NORM=0 (per launch) */
+    i->norm_matmul_lora = i->matmul_lora ? cu_norm_matmul_lora : NULL;
     /* optional slots (sample.cu, host_mem.cu): device sampling; pinned host
      * memory + async uploads (attach also wraps i->free to release its ring) */
     i->sample = cu_sample;

@@ -5,8 +5,11 @@
  * Error convention: host launchers return 0 or -1. On failure they print one
  * line "file:line: what was expected, what was found" to stderr (the op
  * signature in backend.h has no lg_err) and keep it in cuda_ctx.last_err.
- * Nothing here calls exit(); nothing here calls into lgcore either (lgcuda
- * links after lgcore, so it must stand alone).
+ * Nothing here calls exit().
+ *
+ * Switches: the LG_* environment switches are read once, when the backend is
+ * created, into lg_backend.tune (engine/base/tuning.h, the one table of
+ * them); kernels and launchers read them through c->tune, never getenv.
  *
  * Dtypes: activations and the KV cache are F16 or BF16 (be->act_dtype);
  * some ops also take F32 tensors (matmul output for logits, norm weights,
@@ -40,9 +43,9 @@ typedef struct cuda_ctx {
     size_t smem_reserved;     /* bytes of it the system takes per resident block */
     cudaStream_t stream;      /* compute stream: every op and upload/download */
     cudaStream_t upload_stream; /* reserved for adapter prefetch (not used by the backend.h ops) */
+    const lg_tuning *tune;    /* the switches: &be->tune (engine/base/tuning.h), read at create */
     int pdl;                  /* 1: step kernels launch with programmatic dependent launch (cu_launch) */
     int *sem;                 /* [CU_SEM_COUNT] zeroed counters, left zero by every kernel (see CU_SEM_COUNT) */
-    struct cu_lt *lt;         /* cuBLASLt handle and per-shape algorithms (gemm_lt.cu), made at first use */
     cublasHandle_t blas;      /* bound to `stream` */
     void *blas_ws;            /* cuBLAS workspace */
     size_t blas_ws_size;
@@ -72,7 +75,9 @@ typedef struct cuda_ctx {
      * (rec_ms summed, rec_max_ms), for LG_STEP_TIMING */
     double rec_t0, rec_ms, rec_max_ms;
     long n_rec;
-    /* LG_STEP_TIMING=1 (graph.cu): GPU time of replayed steps and the GPU's idle gap between them */
+    /* LG_STEP_TIMING=1 (graph.cu): GPU time of replayed steps and the GPU's idle gap between them; st_failed: its
+     * events could not be made (no timing from then on) */
+    int st_failed;
     struct cu_step_timing {
         /* a ring of steps: step h's replay records start[h % CU_ST_RING], its result download end[h % CU_ST_RING]
          * (head: the step being enqueued; tail: the next one waited for) */
@@ -113,16 +118,6 @@ int cu_fail_at(cuda_ctx *c, const char *file, int line, const char *fmt, ...)
  * retired and freed with the backend; so growth is legal while recording. */
 void *cu_workspace(cuda_ctx *c, size_t n);
 
-/* A tuning switch: *cache once set (>= 0), else the integer in environment variable `name`
- * (unset or empty: def), remembered in *cache. Callers set *cache = -1 to re-read it. */
-static inline int cu_switch(int *cache, const char *name, int def)
-{
-    if (*cache < 0) {
-        const char *e = getenv(name);
-        *cache = e && *e ? atoi(e) : def;
-    }
-    return *cache;
-}
 /* The preferred carveout, percent, that holds `blocks` blocks of `smem` bytes of shared memory (static and
  * dynamic) each with their reserve: the fewest, rounded up; 100 when they need more than the SM has. */
 int cu_carve_for(const cuda_ctx *c, size_t smem, int blocks);
@@ -131,7 +126,8 @@ int cu_carve_for(const cuda_ctx *c, size_t smem, int blocks);
  * (raising its dynamic shared memory limit first), cached per kernel; 0 when it cannot run. */
 int cu_resident_blocks(const void *f, int threads, size_t smem);
 
-/* Arrival counters for in-kernel split reductions (gemm_skinny.cu, gemm_streamk.cu, attention_decode.cu): each kernel waits (pdl_wait) before touching them and leaves them zero. */
+/* Arrival counters for in-kernel split reductions (gemm_tma.cu, attention_decode.cu): each kernel waits (pdl_wait)
+ * before touching them and leaves them zero. */
 #define CU_SEM_COUNT 65536
 
 static inline bool cu_is_float(lg_dtype t) { return t == LG_F32 || t == LG_F16 || t == LG_BF16; }
@@ -157,7 +153,7 @@ __device__ __forceinline__ float load_any(const void *p, lg_dtype t, int64_t i)
 }
 
 /* Host: pick(TX(), TY()) for the matmul types x in f16/bf16, y in f32 or x's type — one place that turns the
- * runtime dtypes into the template arguments of a kernel picker (gemm_tma.cu, gemm_streamk.cu, gemm_skinny.cu). */
+ * runtime dtypes into the template arguments of a kernel picker (gemm_tma.cu, gemv.cu). */
 template <typename P> static inline auto cu_by_mm_types(lg_dtype xt, lg_dtype yt, P pick)
 {
     if (xt == LG_F16)
@@ -384,9 +380,9 @@ __device__ __forceinline__ void pdl_wait()
  * block of a matmul reads, split-K partials, the step's activations; not measured apart). The TMA
  * decode matmul reads W (bit 1) and the decode SGMV kernels read the adapters' A and B (bit 2)
  * this way; LG_L2_HINT (default 3) picks, 0 = plain loads. On the H100 (docs/benchmarks.md,
- * sixteenth session) W1 without adapters went from 6.43 to 6.12-6.15 ms a step, with its 32
+ * GPU kernels, 2026-11-23) W1 without adapters went from 6.43 to 6.12-6.15 ms a step, with its 32
  * adapters from 7.02 to 6.74-6.76. A hint: results never change. */
-int cu_l2_hint(void);
+static inline int cu_l2_hint(const cuda_ctx *c) { return c->tune->l2_hint; }
 __device__ __forceinline__ uint64_t l2_policy_first()
 {
     uint64_t p = 0;
@@ -395,8 +391,7 @@ __device__ __forceinline__ uint64_t l2_policy_first()
 #endif
     return p;
 }
-/* 16 bytes read once (streamed weights, K/V rows): past L1 (decode attention, the skinny matmul, the
- * microbenchmarks of tests/gpu) */
+/* 16 bytes read once (streamed weights, K/V rows): past L1 (decode attention, the prefill LoRA shrink) */
 __device__ __forceinline__ uint4 ld_stream16(const void *p)
 {
     uint4 r;
@@ -406,7 +401,7 @@ __device__ __forceinline__ uint4 ld_stream16(const void *p)
     return r;
 }
 /* 16 bytes of a once-a-step weight stream: when hint, past L1 with L2 policy pol; else a plain load
- * (a policy of evict_normal is not the same: it measured slower, sixteenth session) */
+ * (a policy of evict_normal is not the same: it measured slower; docs/benchmarks.md, GPU kernels, 2026-11-23) */
 __device__ __forceinline__ uint4 ld_weight16(const void *p, bool hint, uint64_t pol)
 {
     uint4 r;
@@ -434,9 +429,9 @@ __device__ __forceinline__ uint4 ld_weight16(const void *p, bool hint, uint64_t 
  * of one large block per SM (the resident decode attention, 130 KB) got more shared memory than the block
  * needs, and the GEMV blocks that start beside it lost the L1 their loads in flight use (batch 1, H100: o
  * GEMV 13.7 -> 12.0 us a layer with the fewest that holds the block). The GEMV (no shared memory) asks for
- * none: batch 1 4.97 -> 4.93 ms a step (docs/benchmarks.md, twenty-second session). Asking the fewest of
- * the fused norm + GEMV (8 KB a block) measured slower (5.01 ms), as did the eighteenth session's largest
- * carveout on every launch (batch 1 +0.27 ms): only those two launches ask. */
+ * none: batch 1 4.97 -> 4.93 ms a step (docs/benchmarks.md, GPU kernels, 2026-11-24). Asking the fewest of
+ * the fused norm + GEMV (8 KB a block) measured slower (5.01 ms), as did the largest carveout on every launch
+ * (batch 1 +0.27 ms; docs/benchmarks.md, GPU kernels, 2026-11-23): only those two launches ask. */
 template <typename... KArgs, typename... Args>
 static inline cudaError_t cu_launch_carve(cudaStream_t st, bool pdl, int carve, void (*kernel)(KArgs...), dim3 grid,
                                           dim3 block, size_t smem, Args... args)

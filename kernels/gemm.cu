@@ -13,12 +13,8 @@
  * to y through beta = 1 and the bias, if any, after.
  * Decode shapes go elsewhere first: on Hopper, 2 <= T <= 64 to the TMA + wgmma
  * stream-K matmul (gemm_tma.cu; LG_STREAMK=0 turns it off), T <= 4 that it does
- * not take (one row, other GPUs) to the GEMV (gemv.cu), then, when switched on, the mma.sync stream-K
- * (LG_STREAMK=1) or skinny (LG_SKINNY=1) matmuls (both measured slower than
- * cuBLAS), T <= 64 (gemm_streamk.cu, gemm_skinny.cu); cuBLAS
- * takes the rest (prefill) and anything their alignment rules refuse, on
- * cuBLASLt with a per-shape timed algorithm for 5..128 rows when switched on
- * (LG_BLASLT=1, gemm_lt.cu).
+ * not take (one row, other GPUs) to the GEMV (gemv.cu); cuBLAS takes the rest
+ * (prefill) and anything their alignment rules refuse.
  * Note: when y is half precision, y is rounded once after the GEMM and once
  * more after the bias (the bias pass reads the rounded value).
  */
@@ -73,7 +69,7 @@ int cu_matmul(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tensor b
     /* decode batches: the TMA + wgmma stream-K weight stream of gemm_tma.cu (default on Hopper for 2..64
      * rows); one row, or 2..4 rows it declines (or with the GEMV forced, LG_GEMV=10 + v), the
      * weight-streaming GEMV of gemv.cu, where its alignment allows */
-    const bool gemv_first = !cu_tma_takes(c, T) || cu_gemv_mode() >= 10;
+    const bool gemv_first = !cu_tma_takes(c, T) || c->tune->gemv >= 10;
     int r;
     if (!gemv_first && (r = cu_tma_try(be, y, x, W, bias, accumulate)) <= 0)
         return r;
@@ -81,20 +77,8 @@ int cu_matmul(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tensor b
         return r;
     if (gemv_first && (r = cu_tma_try(be, y, x, W, bias, accumulate)) <= 0)
         return r;
-    /* then the mma.sync stream-K of gemm_streamk.cu (opt-in, LG_STREAMK=1) */
-    const int skm = cu_streamk_try(be, y, x, W, bias, accumulate);
-    if (skm <= 0)
-        return skm;
-    /* the older tensor-core skinny matmul of gemm_skinny.cu (opt-in, LG_SKINNY=1) */
-    const int sk = cu_skinny_try(be, y, x, W, bias, accumulate, NULL);
-    if (sk <= 0)
-        return sk;
-    /* opt-in (LG_BLASLT=1): cuBLASLt with the algorithm timed per shape (gemm_lt.cu) */
-    int lt = cu_lt_try(be, y, x, W, accumulate);
-    if (lt < 0)
-        return -1;
     const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
-    cublasStatus_t st = lt == 0 ? CUBLAS_STATUS_SUCCESS : cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, N, T, K, &alpha, W.data, cu_type(W.dtype),
+    cublasStatus_t st = cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, N, T, K, &alpha, W.data, cu_type(W.dtype),
                                      (int)W.stride, x.data, cu_type(x.dtype), (int)x.stride, &beta, y.data,
                                      cu_type(y.dtype), (int)y.stride, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
     if (st != CUBLAS_STATUS_SUCCESS)

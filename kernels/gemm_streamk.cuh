@@ -1,10 +1,10 @@
 /*
- * gemm_streamk.cuh — what the two stream-K decode matmuls share
- * (gemm_streamk.cu: cp.async + mma.sync; gemm_tma.cu: TMA + wgmma):
+ * gemm_streamk.cuh — the stream-K work split of the TMA + wgmma decode
+ * matmul (gemm_tma.cu), and the matmul call its kernel and the GEMV share:
  *
- *   skm_call       the call (y, x, W, bias, shapes), also the skinny matmul's and the GEMV's;
+ *   skm_call       the call (y, x, W, bias, shapes), also the GEMV's (gemv.cuh);
  *   skm_args       the call and the stream-K plan;
- *   skm_shape_ok   host: alignment and size rules of both kernels;
+ *   skm_shape_ok   host: alignment and size rules of the kernel;
  *   skm_set_call   host: the call's fields;
  *   skm_plan       host: units, one-wave grid, workspace slots, counters;
  *   skm_unit_range the contiguous split units [u_begin, u_end) of block b;
@@ -18,9 +18,9 @@
  * tile-major (a tile's chunks consecutive); block b of G takes units
  * [b U / G, (b + 1) U / G): every block streams the same number of weight
  * bytes (+-1 unit), one wave, no idle SM (stream-K, Osama et al., PPoPP'23).
- * The hybrid plan (skm_plan's `hybrid`, the TMA kernel's default): with at
- * least G tiles, the last dp x G tiles are whole tiles, dp per block, and
- * only the units of the first tiles are split as above (U = sk_units); a
+ * The hybrid plan (skm_plan): with at least G tiles, the last dp x G tiles
+ * are whole tiles, dp per block, and only the units of the first tiles are
+ * split as above (U = sk_units); a
  * block takes its split units first and its whole tiles last (skm_walk), so
  * the split tiles' partial sums and the last block's ordered sum run while
  * the whole tiles still stream instead of at the kernel's end, and every
@@ -36,8 +36,7 @@
 
 #include "kernels/ops.cuh"
 
-/* A decode matmul call as the stream-K kernels, the skinny matmul (gemm_skinny.cu) and the GEMV (gemv.cuh) take
- * it: skm_set_call. */
+/* A decode matmul call as the stream-K kernel and the GEMV (gemv.cuh) take it: skm_set_call. */
 struct skm_call {
     void *y;
     int64_t ldy;
@@ -60,7 +59,7 @@ struct skm_args : skm_call {
     int *sem;       /* [tiles] chunk counters, zero between launches */
 };
 
-/* x and W as both stream-K kernels read them: K % 8 == 0, 16-byte aligned rows, shapes within int32 unit math. */
+/* x and W as the stream-K kernel reads them: K % 8 == 0, 16-byte aligned rows, shapes within int32 unit math. */
 static inline bool skm_shape_ok(lg_tensor x, lg_tensor W)
 {
     return x.cols % 8 == 0 && x.stride % 8 == 0 && W.stride % 8 == 0 && cu_aligned16(x.data) && cu_aligned16(W.data) &&
@@ -87,10 +86,11 @@ static inline void skm_set_call(skm_call *a, lg_tensor y, lg_tensor x, lg_tensor
 /* Fills a's plan for tiles of BM rows, chunks of KC columns, NTOK token columns per tile (accumulator width) and
  * per_sm resident blocks; returns the grid size, 0 when the shape does not fit the counters (use another path), or
  * -1 with the error reported (workspace). The call fields (y .. accumulate) must be set.
- * hybrid: with at least as many tiles as blocks, each block takes dp = tiles / G whole tiles (data-parallel, stored
- * straight from registers) *after* its share of the other tiles' units (stream-K), so that the split tiles'
- * partial sums and the last block's sum run while the whole tiles still stream, not at the kernel's end. */
-static inline int skm_plan(cuda_ctx *c, skm_args *a, int BM, int KC, int NTOK, int per_sm, bool hybrid = false)
+ * The hybrid plan: with at least as many tiles as blocks, each block takes dp = tiles / G whole tiles
+ * (data-parallel, stored straight from registers) *after* its share of the other tiles' units (stream-K), so that
+ * the split tiles' partial sums and the last block's sum run while the whole tiles still stream, not at the
+ * kernel's end; with fewer tiles, every tile is split (dp = 0). */
+static inline int skm_plan(cuda_ctx *c, skm_args *a, int BM, int KC, int NTOK, int per_sm)
 {
     const int tiles = (a->N + BM - 1) / BM, nc = (a->K + KC - 1) / KC;
     if (tiles > CU_SEM_COUNT || (int64_t)tiles * nc > INT32_MAX / 1024)
@@ -99,7 +99,7 @@ static inline int skm_plan(cuda_ctx *c, skm_args *a, int BM, int KC, int NTOK, i
     const int G = units < per_sm * c->n_sm ? units : per_sm * c->n_sm;
     a->nc = nc;
     a->units = units;
-    int dp = hybrid && tiles >= G ? tiles / G : 0;
+    int dp = tiles >= G ? tiles / G : 0;
     if (dp > 0 && tiles > dp * G && (tiles - dp * G) * nc < G)
         dp--; /* a stream-K region of at least one unit per block */
     a->dp = dp;

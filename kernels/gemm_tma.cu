@@ -7,15 +7,14 @@
  * when x and W are 16-byte aligned with K % 8 == 0 (rows past T arrive as zeros: 2..8 rows take the 8-row
  * form).
  *
- * A decode matmul is a stream of weights (32-260 MB) against a few KB of x. The mma.sync stream-K
- * kernel (gemm_streamk.cu) spends its issue slots on cp.async and ldmatrix and measured slower than
- * cuBLAS from T = 16 up; here the copies and the math are both asynchronous:
+ * A decode matmul is a stream of weights (32-260 MB) against a few KB of x. A stream-K kernel on
+ * cp.async and mma.sync (no longer built) spent its issue slots on the copies and ldmatrix and measured
+ * slower than cuBLAS from T = 16 up; here the copies and the math are both asynchronous:
  *
  *  - Work split: stream-K over (tile of BM rows of W, chunk of KC = 64 KB columns) units, one wave
  *    of blocks, split tiles summed in-kernel by the last block (gemm_streamk.cuh); with at least as
  *    many tiles as blocks, the hybrid plan: each block's split units first, then its whole tiles, so
- *    no block ends on a split tile's sum (LG_SK_DP=0 splits every tile: comparisons; docs/benchmarks.md,
- *    eighteenth session).
+ *    no block ends on a split tile's sum (docs/benchmarks.md, GPU kernels, 2026-11-23).
  *  - Loads: one producer thread (the last warp) issues TMA copies (cp.async.bulk.tensor) of the W tile
  *    [BM][64] and the x tile [NTOK][64] per 64 columns, 128-byte swizzled, into two rings of shared
  *    memory: W into SW stages (as many as fit: HBM needs ~100+ KB in flight per SM), x into SX = 2-4
@@ -35,9 +34,9 @@
  *
  * Variants v: see pick() (rows per tile, columns per unit, stages, shared memory, blocks per SM).
  * NTOK = 8, 16, 32, 64 by T.
- * Switch: the stream-K mode (LG_STREAMK, lg_cuda_streamk_mode): 2 (default) = this kernel, variant 0,
- * for 2..64 rows (LG_TMA_MIN_T and LG_TMA_MAX_T move the bounds); 20 + v = variant v for every call of 1..64
- * rows it can take; 0 = cuBLAS (and the GEMV for up to 4 rows).
+ * Switch: the stream-K mode (LG_STREAMK, c->tune->streamk): 2 (default) = this kernel, variant 0, for
+ * TMA_AUTO_MIN_T..TMA_AUTO_MAX_T rows; 20 + v = variant v for every call of 1..64 rows it can take (tests,
+ * benchmarks); 0 = cuBLAS (and the GEMV for up to 4 rows).
  */
 #include "kernels/gemm_streamk.cuh"
 #include "kernels/mma.cuh"
@@ -46,10 +45,10 @@
 #include <cudaTypedefs.h>
 
 #define TMA_MAX_T 64 /* the most rows of any form (NTOK = 64) */
-/* The default's rows (mode 2), LG_TMA_MIN_T .. LG_TMA_MAX_T: from 2 rows this kernel beats the GEMV and
- * cuBLAS (batch 2 and 4 decode -0.3 / -0.5 ms a step on the H100), and since the hybrid plan it beats cuBLAS
- * at 33..64 rows too (48 and 64 sequences -0.15 / -0.1 ms); one row stays on the GEMV, whose fused norm, rope
- * and SwiGLU forms this kernel lacks (nineteenth session, docs/benchmarks.md) */
+/* The default's rows (mode 2): from 2 rows this kernel beats the GEMV and cuBLAS (batch 2 and 4 decode -0.3 /
+ * -0.5 ms a step on the H100), and since the hybrid plan it beats cuBLAS at 33..64 rows too (48 and 64
+ * sequences -0.15 / -0.1 ms); one row stays on the GEMV, whose fused norm, rope and SwiGLU forms this kernel
+ * lacks (docs/benchmarks.md, GPU kernels, 2026-11-23) */
 #define TMA_AUTO_MIN_T 2
 #define TMA_AUTO_MAX_T 64
 
@@ -390,28 +389,20 @@ static int make_map(cuda_ctx *c, CUtensorMap *m, const void *p, lg_dtype dt, int
     return 0;
 }
 
-int cu_tma_min_t(void)
-{
-    static int min_t = -1;
-    const int m = cu_switch(&min_t, "LG_TMA_MIN_T", TMA_AUTO_MIN_T);
-    return m < 1 ? 1 : m;
-}
-
 bool cu_tma_takes(const cuda_ctx *c, int T)
 {
-    static int max_t = -1;
-    const int mode = cu_streamk_mode();
+    const int mode = c->tune->streamk;
     if (c->cc_major != 9) /* wgmma and this SASS are sm_90a only: Hopper, not later GPUs */
         return false;
     if (mode == 2)
-        return T >= cu_tma_min_t() && T <= cu_switch(&max_t, "LG_TMA_MAX_T", TMA_AUTO_MAX_T) && T <= TMA_MAX_T;
+        return T >= TMA_AUTO_MIN_T && T <= TMA_AUTO_MAX_T;
     return mode >= 20 && mode < 30 && T >= 1 && T <= TMA_MAX_T;
 }
 
 int cu_tma_try(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tensor bias, bool accumulate)
 {
     cuda_ctx *c = CU_CTX(be);
-    const int mode = cu_streamk_mode();
+    const int mode = c->tune->streamk;
     const int T = (int)x.rows;
     if (!cu_tma_takes(c, T) || !skm_shape_ok(x, W))
         return 1;
@@ -424,15 +415,13 @@ int cu_tma_try(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tensor 
     if (per_sm < 1)
         return 1;
     tma_args ta;
-    ta.l2first = (cu_l2_hint() & 1) != 0;
+    ta.l2first = (cu_l2_hint(c) & 1) != 0;
     skm_args &a = ta.s;
     skm_set_call(&a, y, x, W, bias, accumulate);
     if (make_map(c, &ta.w, W.data, W.dtype, W.rows, W.cols, W.stride, k.bm) != 0 ||
         make_map(c, &ta.x, x.data, x.dtype, x.rows, x.cols, x.stride, k.ntok) != 0)
         return -1;
-    static int hybrid = -1; /* LG_SK_DP=0: stream-K over every tile (measurements) */
-    const int G = skm_plan(c, &a, k.bm, k.kc, k.ntok, per_sm < k.bps ? per_sm : k.bps,
-                           cu_switch(&hybrid, "LG_SK_DP", 1) != 0);
+    const int G = skm_plan(c, &a, k.bm, k.kc, k.ntok, per_sm < k.bps ? per_sm : k.bps);
     if (G <= 0)
         return G < 0 ? -1 : 1;
     cudaError_t e = cu_launch(c, k.f, dim3((unsigned)G), dim3((unsigned)k.threads), k.smem, ta);

@@ -34,67 +34,42 @@
  * batch-1 decode while no preceding kernel triggered early; now every step
  * kernel triggers at its start.
  * L2 prefetch: the blocks that start early also ask for more of their rows
- * while they wait: the first pf_blocks blocks (about LG_GEMV_PF_MB MB of
- * W, default 6) issue one cp.async.bulk.prefetch.L2 per row for the part
+ * while they wait: the first pf_blocks blocks (about GEMV_PF_MB = 6 MB of
+ * W) issue one cp.async.bulk.prefetch.L2 per row for the part
  * past their first batch. The kernel before a GEMV in a decode step (norm,
  * rope/KV write, attention, silu) leaves HBM mostly idle; this fills part
  * of that gap. Measured on the H100, batch-1 decode ms/step (two runs each,
- * docs/benchmarks.md): 0 MB 5.245-5.271, 3 MB 5.188-5.198, 5 MB
+ * docs/benchmarks.md, GPU kernels, 2026-11-22): 0 MB 5.245-5.271, 3 MB 5.188-5.198, 5 MB
  * 5.165-5.176, 8 MB 5.160-5.191, 12 MB 5.196-5.199, 16 MB 5.256-5.263,
  * 32 MB 5.492; more than the gap can absorb only queues ahead of the other
  * blocks' demand loads. A cache hint only: no value read before the wait.
  *
- * Shared-memory carveout: launched with the least (cu_gemv_carve): all L1, which its loads in flight use
+ * Shared-memory carveout: launched with the least (GEMV_CARVE): all L1, which its loads in flight use
  * (the driver's own choice measured 0.03 ms a step slower at batch 1).
- * Tuning switch (benchmarks): lg_cuda_gemv_mode() or the environment
- * variable LG_GEMV at first use: 0 = the GEMV off (cuBLAS; on Hopper the TMA
- * matmul still takes 2..64 rows); 1 = auto (default);
- * 2 = auto with programmatic dependent launch; 10 + v = variant v for every
- * T <= 4 call it can take (v = 0..3: R x U = 1x8, 2x4, 2x8, 4x4).
+ * Switch (tests and benchmarks): LG_GEMV (c->tune->gemv): 0 = the GEMV off (cuBLAS; on Hopper the TMA
+ * matmul still takes 2..64 rows); 1 = auto (default); 2 = auto with programmatic dependent launch;
+ * 10 + v = variant v for every T <= 4 call it can take (v = 0..3: R x U = 1x8, 2x4, 2x8, 4x4).
  */
 #include "kernels/gemv.cuh"
 
-#include <stdlib.h>
-
 /* ---- host side ---------------------------------------------------------------------------- */
-
-
 
 /* Variants v = 0..3: (R rows per warp, U words per row per batch) = (1,8) (2,4) (2,8) (4,4). */
 #define N_VARIANTS 4
 
-static int g_mode = -1; /* -1: not read yet */
-
-extern "C" void lg_cuda_gemv_mode(int mode) { g_mode = mode; }
-
-static int gemv_mode(void) { return cu_switch(&g_mode, "LG_GEMV", 1); }
-int cu_gemv_mode(void) { return gemv_mode(); }
-
-/* L2 prefetch budget of one launch, MB (LG_GEMV_PF_MB; 0: none): see the kernel */
+/* L2 prefetch budget of one launch, MB: see the kernel */
 #define GEMV_PF_MB 6
-static int g_pf_mb = -1;
-static size_t cu_gemv_pf_bytes(void) { return (size_t)cu_switch(&g_pf_mb, "LG_GEMV_PF_MB", GEMV_PF_MB) << 20; }
 
 int cu_gemv_pf_blocks(bool pdl, int blocks, int rows_per_block, int K8)
 {
-    const size_t block_bytes = (size_t)rows_per_block * (size_t)K8 * 16, pf = cu_gemv_pf_bytes();
+    const size_t block_bytes = (size_t)rows_per_block * (size_t)K8 * 16, pf = (size_t)GEMV_PF_MB << 20;
     return pdl ? (int)(pf / block_bytes < (size_t)blocks ? pf / block_bytes : blocks) : 0;
 }
 
 /* The preferred shared-memory carveout of a launch, percent (cuda_common.cuh): 0, all the L1 an SM can have (the
- * kernel has no shared memory; the driver keeps what the blocks' reserve needs). LG_GEMV_CARVE sets it; < 0: the
- * driver's choice. Batch 1 on the H100: 4.966 -> 4.933 ms a step (docs/benchmarks.md, twenty-second session). */
-static int cu_gemv_carve(void)
-{
-    static int carve = -2; /* -2: not read yet */
-    if (carve == -2) {
-        const char *e = getenv("LG_GEMV_CARVE");
-        carve = e && *e ? atoi(e) : 0;
-        if (carve < 0 || carve > 100)
-            carve = -1;
-    }
-    return carve;
-}
+ * kernel has no shared memory; the driver keeps what the blocks' reserve needs). Batch 1 on the H100: 4.966 ->
+ * 4.933 ms a step against the driver's choice (docs/benchmarks.md, GPU kernels, 2026-11-24). */
+#define GEMV_CARVE 0
 
 template <typename TX, typename TY, int T, int R, int U>
 static cudaError_t launch_one(cudaStream_t st, bool pdl, gemv_args a)
@@ -102,7 +77,7 @@ static cudaError_t launch_one(cudaStream_t st, bool pdl, gemv_args a)
     const int rows_per_block = GEMV_WARPS * R;
     const int blocks = (a.N + rows_per_block - 1) / rows_per_block;
     a.pf_blocks = cu_gemv_pf_blocks(pdl, blocks, rows_per_block, a.K / 8);
-    return cu_launch_carve(st, pdl, cu_gemv_carve(), gemv_kernel<TX, TY, T, R, U, 0, 0>, dim3((unsigned)blocks),
+    return cu_launch_carve(st, pdl, GEMV_CARVE, gemv_kernel<TX, TY, T, R, U, 0, 0>, dim3((unsigned)blocks),
                            dim3(GEMV_WARPS * 32), 0, a);
 }
 
@@ -129,7 +104,7 @@ template <typename TX, typename TY> static cudaError_t launch_ty(int T, int v, c
 int cu_gemv_try(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tensor bias, bool accumulate)
 {
     cuda_ctx *c = CU_CTX(be);
-    const int mode = gemv_mode();
+    const int mode = c->tune->gemv;
     const int T = (int)x.rows;
     if (mode == 0 || T < 1 || T > 4 || (mode < 10 && T > 2 && W.rows < 16384) || x.cols % 8 != 0 ||
         x.stride % 8 != 0 || W.stride % 8 != 0 ||

@@ -125,12 +125,10 @@ int cu_graph_end(lg_backend *be, bool ok)
  * idles between two of them (host work, uploads, the launch), from events on the stream;
  * printed to stderr when the backend is freed. A diagnostic for benchmarks: the events
  * add no synchronisation (the step's download already waits). */
-static int g_step_timing = -1;
-
 void cu_step_timing_start(cuda_ctx *c)
 {
     if (!c->st) {
-        if (!cu_switch(&g_step_timing, "LG_STEP_TIMING", 0))
+        if (!c->tune->step_timing || c->st_failed)
             return;
         c->st = (struct cuda_ctx::cu_step_timing *)calloc(1, sizeof *c->st);
         bool ok = c->st != NULL;
@@ -138,7 +136,7 @@ void cu_step_timing_start(cuda_ctx *c)
             ok = cudaEventCreate(&c->st->start[i]) == cudaSuccess && cudaEventCreate(&c->st->end[i]) == cudaSuccess;
         if (!ok) {
             cu_step_timing_free(c);
-            g_step_timing = 0;
+            c->st_failed = 1;
             return;
         }
     }

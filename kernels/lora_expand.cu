@@ -29,12 +29,12 @@
  * all of them load their B rows before pdl_wait; at two an SM the last 120
  * formed a second wave that read B only after the matmul before had ended.
  * H100: W1 6.761 -> 6.738 ms a step, W3 7.066 -> 6.941, W2 11.85 -> 11.65
- * (four blocks an SM, 64 registers with spills: W1 +0.4 ms; twenty-fourth
- * session, docs/benchmarks.md). LG_EXPAND_RES=1 launches the old build.
+ * (four blocks an SM, 64 registers with spills: W1 +0.4 ms; docs/benchmarks.md,
+ * GPU kernels, 2026-11-27).
  * Longer segments (prefill) take the tile kernel (lora_expand_tile_kernel,
- * below): 32-token tiles, B rows in registers, two columns per thread, for
- * step ranks up to 64; beyond that, or with LG_SGMV_PREFILL=0 (benchmarks),
- * TT = 8 tiles with a thread per output column: tmp tile in shared memory
+ * below): 32-token tiles, B rows in registers, 4, 2 or 1 columns per thread
+ * at step ranks up to 16, 32 or 64; beyond that, or with LG_SGMV_PREFILL=0
+ * (benchmarks), TT = 8 tiles with a thread per output column: tmp tile in shared memory
  * (f32), the column's B row 16 bytes at a time, TT accumulators; y traffic
  * dominates there and a warp touches 64 consecutive bytes of each y row.
  * Both sum each column's rank terms in order, so they give the same bits.
@@ -64,8 +64,8 @@
  * equal the expand followed by rope_kv_write bit for bit (op tests).
  * H100: W1 -0.077 ms a step (6 pairs); W3 and W2 within their spread. A form that
  * kept no values in shared memory (y stored, the block synced, then
- * re-read from y) was slower than the two launches (twenty-fifth session,
- * docs/benchmarks.md).
+ * re-read from y) was slower than the two launches (docs/benchmarks.md,
+ * GPU kernels, 2026-11-27).
  * LG_EXPAND_ROPE=0: not taken (matmul_lora runs the two launches).
  */
 #include "kernels/mma.cuh"
@@ -429,9 +429,9 @@ static void launch_tile(cuda_ctx *c, const ex_outs<T> &o, lg_tensor tmp, const l
  * tensor cores. Block = (EXM_WARPS warps x EXM_COLS output columns each, segment, TPB tiles of
  * EXM_TOK = 32 tokens: TPB = 4, 2 or 1 at ranks <= 16, the most that keep the grid at 6 or more
  * blocks per SM, so that B's fragments serve more tokens: W1's q,k,v launch 51.8 -> 45.8 us, W2's
- * 215.7 -> 167.5, thirty-fourth session). Per tile, the block stages the tile's tmp rows in shared
- * memory as the activation dtype (tmp rounded, as peft computes lora_A's output; zeros past the
- * segment's rank and tokens); a warp holds the B fragments of its 8 n8 column tiles (KS k16
+ * 215.7 -> 167.5; docs/benchmarks.md, GPU kernels, 2026-11-27). Per tile, the block stages the
+ * tile's tmp rows in shared memory as the activation dtype (tmp rounded, as peft computes
+ * lora_A's output; zeros past the segment's rank and tokens); a warp holds the B fragments of its 8 n8 column tiles (KS k16
  * steps: the step's rank rounded up to 16, zeros past the rank), loaded before pdl_wait, runs
  * mma.sync m16n8k16 per column tile and puts scale x the f32 sums, rounded, into a shared output
  * tile, which the block then stores 16 bytes per lane, whole rows of 512 bytes. Rows of a segment
@@ -534,17 +534,14 @@ __global__ void __launch_bounds__(EXM_WARPS * 32)
     }
 }
 
-static int g_exm_tpb = -1;
-/* the store form's token tiles a block: 1, 2 or 4 forced, 0 by the launch's size, -1 LG_EXM_TPB again (op tests) */
-extern "C" void lg_cuda_exm_tpb(int tpb) { g_exm_tpb = tpb; }
-
 template <typename T, typename TT_>
 static void launch_mma(cuda_ctx *c, const ex_outs<T> &o, lg_tensor tmp, const lg_lora_meta *lm, int max_seg, int ks,
                        bool y_vec)
 {
     /* token tiles a block at ranks <= 16: the most of 4, 2, 1 that keep the grid at >= 6 blocks per SM
-     * (W1's prefill: 4 for q,k,v, 2 for o; bench_sgmv, thirty-fourth session); LG_EXM_TPB=1|2|4 forces one */
-    int tpb = ks == 1 ? cu_switch(&g_exm_tpb, "LG_EXM_TPB", 0) : 1;
+     * (W1's prefill: 4 for q,k,v, 2 for o; bench_sgmv, docs/benchmarks.md, GPU kernels, 2026-11-27);
+     * LG_EXM_TPB=1|2|4 forces one (tests) */
+    int tpb = ks == 1 ? c->tune->exm_tpb : 1;
     if (tpb != 1 && tpb != 2 && tpb != 4) {
         tpb = 4;
         while (tpb > 1 && cu_lora_tiles(lm, EXM_TOK * tpb) * o.bstart[o.k] < 6 * (int64_t)c->n_sm) tpb /= 2;
@@ -568,14 +565,12 @@ static void launch(cuda_ctx *c, ex_outs<T> o, lg_tensor tmp, const lg_lora_meta 
     const unsigned nx = (unsigned)o.bstart[o.k];
     const dim3 grid(nx, (unsigned)lm->n_segs, (unsigned)((max_seg + tt - 1) / tt));
     const TT_ *td = (const TT_ *)tmp.data;
-    static int res = -1; /* LG_EXPAND_RES (measurements): 3 (default) the decode form built for three blocks an SM, 1 not */
-    const int mb = cu_switch(&res, "LG_EXPAND_RES", 3);
     if (tt == 1 && rp->kv.base)
         (void)cu_launch(c, lora_expand_kernel<T, TT_, 1, 8, 3, true>, grid, EX_THREADS, 0, o, td, tmp.stride,
                         lm->seg_indptr, lm->w, lm->n_slots, *rp);
     else if (tt == 1)
-        (void)cu_launch(c, mb == 3 ? lora_expand_kernel<T, TT_, 1, 8, 3> : lora_expand_kernel<T, TT_, 1, 8>, grid,
-                        EX_THREADS, 0, o, td, tmp.stride, lm->seg_indptr, lm->w, lm->n_slots, *rp);
+        (void)cu_launch(c, lora_expand_kernel<T, TT_, 1, 8, 3>, grid, EX_THREADS, 0, o, td, tmp.stride,
+                        lm->seg_indptr, lm->w, lm->n_slots, *rp);
     else if (tt == 4)
         (void)cu_launch(c, lora_expand_kernel<T, TT_, 4, 4>, grid, EX_THREADS, 0, o, td, tmp.stride, lm->seg_indptr,
                         lm->w, lm->n_slots, *rp);
@@ -585,17 +580,17 @@ static void launch(cuda_ctx *c, ex_outs<T> o, lg_tensor tmp, const lg_lora_meta 
 }
 
 /* The tile kernel's shape for this launch: *rm (the step's largest rank rounded up to 8, 16, 32
- * or 64) and *cpt columns per thread; false when the launch takes the 8-token (or smaller) tiles. */
+ * or 64) and *cpt columns per thread (4, 2, 1); false when the launch takes the 8-token (or smaller)
+ * tiles. */
 static bool ex_tile_plan(const cuda_ctx *c, const lg_tensor *ys, int k, const lg_lora_meta *lm, int max_seg, int *rm,
                          int *cpt)
 {
     const int rank = cu_lora_step_rank(lm);
     *rm = rank <= 8 ? 8 : rank <= 16 ? 16 : rank <= 32 ? 32 : rank <= 64 ? 64 : 0;
-    static int cpt16 = -1; /* LG_SGMV_CPT=2: two columns per thread at ranks <= 16 too (benchmarks) */
-    *cpt = *rm <= 16 ? (cu_switch(&cpt16, "LG_SGMV_CPT", 4) == 2 ? 2 : 4) : *rm <= 32 ? 2 : 1;
-    if (max_seg <= 4 || *rm == 0 || !cu_sgmv_prefill())
+    *cpt = *rm <= 16 ? 4 : *rm <= 32 ? 2 : 1;
+    if (max_seg <= 4 || *rm == 0 || !cu_sgmv_prefill(c))
         return false;
-    if (cu_sgmv_prefill() == 2) /* forced (op tests) */
+    if (cu_sgmv_prefill(c) == 2) /* forced (op tests) */
         return true;
     /* at least 2 blocks per SM, else the 8-token tiles' 4x more blocks run faster (bench_sgmv) */
     int64_t cb = 0;
@@ -635,7 +630,7 @@ static void launch_t(cuda_ctx *c, const lg_tensor *ys, const int *slots, int k, 
         o.slot[i] = slots[i];
         o.bstart[i + 1] = o.bstart[i] + (int)((ys[i].cols + o.cpb - 1) / o.cpb);
     }
-    o.hint = (cu_l2_hint() & 2) != 0;
+    o.hint = (cu_l2_hint(c) & 2) != 0;
     const bool f = tmp.dtype == LG_F32;
     if (store) {
         bool y_vec = true; /* 8 columns as one 16-byte store in every output */
@@ -648,9 +643,8 @@ static void launch_t(cuda_ctx *c, const lg_tensor *ys, const int *slots, int k, 
         bool y_vec = true; /* aligned groups of cpt columns in every output */
         for (int i = 0; i < k; i++)
             y_vec = y_vec && ys[i].stride % cpt == 0 && (uintptr_t)ys[i].data % (2 * cpt) == 0;
-        if (rm == 8 && cpt == 4) f ? launch_tile<T, float, 8, 4>(c, o, tmp, lm, max_seg, y_vec) : launch_tile<T, T, 8, 4>(c, o, tmp, lm, max_seg, y_vec);
-        else if (rm == 16 && cpt == 4) f ? launch_tile<T, float, 16, 4>(c, o, tmp, lm, max_seg, y_vec) : launch_tile<T, T, 16, 4>(c, o, tmp, lm, max_seg, y_vec);
-        else if (rm <= 16) f ? launch_tile<T, float, 16, 2>(c, o, tmp, lm, max_seg, y_vec) : launch_tile<T, T, 16, 2>(c, o, tmp, lm, max_seg, y_vec);
+        if (rm == 8) f ? launch_tile<T, float, 8, 4>(c, o, tmp, lm, max_seg, y_vec) : launch_tile<T, T, 8, 4>(c, o, tmp, lm, max_seg, y_vec);
+        else if (rm == 16) f ? launch_tile<T, float, 16, 4>(c, o, tmp, lm, max_seg, y_vec) : launch_tile<T, T, 16, 4>(c, o, tmp, lm, max_seg, y_vec);
         else if (rm == 32) f ? launch_tile<T, float, 32, 2>(c, o, tmp, lm, max_seg, y_vec) : launch_tile<T, T, 32, 2>(c, o, tmp, lm, max_seg, y_vec);
         else f ? launch_tile<T, float, 64, 1>(c, o, tmp, lm, max_seg, y_vec) : launch_tile<T, T, 64, 1>(c, o, tmp, lm, max_seg, y_vec);
         return;
@@ -667,14 +661,14 @@ extern "C" unsigned long lg_cuda_lora_rope_launches(void) { return g_rope_launch
 /* Whether the rope form takes this launch: ys must be q, k, v of rope's heads (head_dim % 16 ==
  * 0), every segment one token covering all rows, the decode form's column blocks whole heads, the
  * cache view of ys' dtype, rows and cache slots 16-byte aligned; LG_EXPAND_ROPE=0: never. */
-static bool ex_rope_plan(const lg_tensor *ys, int k, const lg_lora_meta *lm, int max_seg, const lg_rope_kv *rope)
+static bool ex_rope_plan(const cuda_ctx *c, const lg_tensor *ys, int k, const lg_lora_meta *lm, int max_seg,
+                         const lg_rope_kv *rope)
 {
-    static int on = -1;
     const int hd = rope->head_dim, cpb = ex_cpb(lm, 1);
     const lg_kv_view *kv = &rope->kv;
     bool al = cu_aligned16(kv->base) && kv->page_bytes % 16 == 0 && kv->k_off % 16 == 0 && kv->v_off % 16 == 0;
     for (int i = 0; i < k; i++) al = al && ys[i].stride % 8 == 0 && cu_aligned16(ys[i].data);
-    return cu_switch(&on, "LG_EXPAND_ROPE", 1) && k == 3 && al && max_seg == 1 && lm->seg_indptr_host[0] == 0 &&
+    return c->tune->expand_rope && k == 3 && al && max_seg == 1 && lm->seg_indptr_host[0] == 0 &&
            lm->seg_indptr_host[lm->n_segs] == ys[0].rows && hd > 0 && hd % 16 == 0 && hd <= EX_ROPE_HD &&
            cpb % hd == 0 && cpb <= EX_ROPE_COLS && ys[0].cols == (int64_t)rope->n_heads * hd &&
            ys[1].cols == (int64_t)rope->n_kv_heads * hd && ys[2].cols == ys[1].cols && ys[1].rows == ys[0].rows &&
@@ -721,7 +715,7 @@ static int expand_multi(lg_backend *be, const lg_tensor *ys, lg_tensor tmp, cons
     const bool tile = ex_tile_plan(c, ys, k, lm, max_seg, &rm, &cpt);
     if (store && !tile)
         return 1;
-    if (rope && !ex_rope_plan(ys, k, lm, max_seg, rope))
+    if (rope && !ex_rope_plan(c, ys, k, lm, max_seg, rope))
         return 1;
     const lg_rope_kv rp = rope ? *rope : lg_rope_kv{}; /* the rope form's arguments; kv.base NULL: the plain expand */
     g_store_launches += store;

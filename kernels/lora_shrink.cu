@@ -274,18 +274,15 @@ __global__ void __launch_bounds__(SH_THREADS)
 
 /* Rank rows a block of the decode shrink: SH_RG (4), halved while the launch would have fewer
  * than two blocks an SM and a thread would still load SH_MIN_LOADS 16-byte words of A, down to 1.
- * H100 (docs/benchmarks.md, thirty-second session): W3's down shrink (in 11,008, rank 8) on 1 row
+ * H100 (docs/benchmarks.md, GPU kernels, 2026-11-27): W3's down shrink (in 11,008, rank 8) on 1 row
  * a block, 256 blocks instead of 64: its chain 5.4 -> 4.2 us a layer, W3 -0.04 ms a step; W1's o
  * shrink (in 4,096) on 1 row a block (512 blocks of 2 loads a thread) lost 0.07 ms a step, on 2
- * rows (256 blocks) the same as on 4. LG_SHRINK_RG=4|2|1 forces one. */
+ * rows (256 blocks) the same as on 4. LG_SHRINK_RG=4|2|1 forces one (the same bits; tests). */
 #define SH_MIN_LOADS 4
-static int g_rg_force; /* lg_cuda_shrink_rg (op tests) */
-extern "C" void lg_cuda_shrink_rg(int rg) { g_rg_force = rg; }
 
 static int shrink_decode_rg(const cuda_ctx *c, const lg_lora_meta *lm, int k, int in)
 {
-    static int env = -1;
-    const int f = g_rg_force ? g_rg_force : cu_switch(&env, "LG_SHRINK_RG", 0);
+    const int f = c->tune->shrink_rg;
     if (f == 1 || f == 2 || f == 4)
         return f;
     const int cpt = (in / 8 + SH_THREADS - 1) / SH_THREADS; /* 16-byte chunks of a row a thread */
@@ -367,7 +364,7 @@ static int sh_slots_make(cuda_ctx *c, const char *op, lg_tensor tmp, int64_t row
                        (long long)tmp.rows, (long long)tmp.cols, k, lm->max_rank, (long long)rows);
     sl->ng = (lm->max_rank + SH_RG - 1) / SH_RG;
     sl->col_off = lm->max_rank;
-    sl->hint = (cu_l2_hint() & 2) != 0;
+    sl->hint = (cu_l2_hint(c) & 2) != 0;
     return 0;
 }
 
@@ -438,8 +435,7 @@ int cu_lora_shrink_norm(lg_backend *be, lg_tensor tmp, const lg_norm_in *nm, lg_
                         const int *slots, int k)
 {
     cuda_ctx *c = CU_CTX(be);
-    static int on = -1; /* LG_SHRINK_NORM=0: never taken (add_rmsnorm, then the shrink; comparisons) */
-    if (cu_switch(&on, "LG_SHRINK_NORM", 1) == 0)
+    if (!c->tune->shrink_norm) /* LG_SHRINK_NORM=0: never taken (add_rmsnorm, then the shrink; comparisons) */
         return 1;
     /* add_rmsnorm's checks with xn as its output, then the second residual buffer's */
     const lg_tensor r = nm->resid;

@@ -30,10 +30,9 @@
  * That is the ring form; launches whose slots' rank rows fit 8 n8 tiles (q,k,v at rank 16, one slot
  * at rank 64) take the wide form below instead (lora_shrink_wide_kernel: x read once in all, no
  * shared-memory ring; W1's prefill q,k,v shrink 52.8 -> 23.1 us alone, both shrinks of a layer 84 ->
- * 48 us in the step; thirty-fourth session, docs/benchmarks.md).
- * LG_SGMV_PREFILL=0 (or lg_cuda_sgmv_prefill(0)) keeps every segment on lora_shrink.cu's kernel
- * and lora_expand.cu's 8-token tiles (benchmarks); 2 takes both prefill kernels whatever the grid
- * size (tests).
+ * 48 us in the step; docs/benchmarks.md, GPU kernels, 2026-11-27).
+ * LG_SGMV_PREFILL=0 keeps every segment on lora_shrink.cu's kernel and lora_expand.cu's 8-token
+ * tiles (benchmarks); 2 takes both prefill kernels whatever the grid size (tests).
  */
 #include "kernels/mma.cuh"
 #include "kernels/ops.cuh"
@@ -44,10 +43,8 @@
 #define SHM_LD (SHM_KC + 8)
 #define SHM_MIN_SEG 5 /* segments of 1..4 tokens (decode) stay on lora_shrink.cu's kernel */
 
-static int g_prefill = -1;
-/* 1 (default): where the grid fills the GPU; 2: every segment of > 4 tokens (tests); 0: never; -1: LG_SGMV_PREFILL again */
-extern "C" void lg_cuda_sgmv_prefill(int mode) { g_prefill = mode < 0 ? -1 : mode > 2 ? 2 : mode; }
-int cu_sgmv_prefill(void) { return cu_switch(&g_prefill, "LG_SGMV_PREFILL", 1); }
+/* LG_SGMV_PREFILL: 1 (default) where the grid fills the GPU; 2: every segment of > 4 tokens (tests); 0: never */
+int cu_sgmv_prefill(const cuda_ctx *c) { return c->tune->sgmv_prefill; }
 
 /* Stages by NT, so that the ring stays within 48 KB of static shared memory and holds the
  * reduction's 4 x 2 NT x 4 x 32 floats: NT 2: 6 x 6,912 B; 4: 4 x 9,216 B; 8: 3 x 13,824 B. */
@@ -211,7 +208,8 @@ static void launch_nt(cuda_ctx *c, lg_tensor tmp, lg_tensor x, const lg_lora_met
 /* ---- the wide form: every slot's rank rows in one block, the loads straight into mma registers ----
  * The form above streams x once per slot and through a 64-column shared-memory ring with a block
  * barrier per chunk: W1's prefill q,k,v shrink moves 150 MB through L2 for 46 MB of bytes and ran
- * 46.5 us of chain a layer against 16 us at the copy bandwidth (thirty-third session). Here:
+ * 46.5 us of chain a layer against 16 us at the copy bandwidth (docs/benchmarks.md, GPU kernels,
+ * 2026-11-27). Here:
  *  - Block = 32 tokens of one segment (two m16 tiles) x all k slots' rank rows (NT n8 tiles,
  *    nts a slot), 8 warps splitting `in` into contiguous runs of 32-column units. x is read once
  *    in all, A once per 32 tokens.
@@ -225,15 +223,11 @@ static void launch_nt(cuda_ctx *c, lg_tensor tmp, lg_tensor x, const lg_lora_met
  *  - The warps' sums are added in a fixed tree through shared memory (w + w+4, then w + w+2, then
  *    w + w+1: graph replays stay bit-identical) and warp 0 stores the block's 32 x rank values.
  * Taken for k x nts <= 8 n8 tiles (the step's rank up to 64 for one slot, 16 for three); otherwise
- * the form above. LG_SHRINK_WIDE=0 (or lg_cuda_shrink_wide(0)) keeps the form above. */
+ * the form above. LG_SHRINK_WIDE=0 keeps the form above (comparisons, tests). */
 #define SHW_THREADS 256
 #define SHW_WARPS (SHW_THREADS / 32)
 #define SHW_TM 32
 #define SHW_U 32 /* columns a unit: 4 lanes x 8 */
-
-static int g_wide = -1;
-extern "C" void lg_cuda_shrink_wide(int on) { g_wide = on < 0 ? -1 : on ? 1 : 0; }
-static int cu_shrink_wide(void) { return cu_switch(&g_wide, "LG_SHRINK_WIDE", 1); }
 
 struct shw_args {
     int slot[LG_LORA_MULTI_MAX];
@@ -407,7 +401,7 @@ template <typename T, typename TT_>
 static void launch_form(cuda_ctx *c, lg_tensor tmp, lg_tensor x, const lg_lora_meta *lm, shm_args a, const int *slots,
                         int k, int max_seg, int rank)
 {
-    if (!cu_shrink_wide() || !launch_wide_nt<T, TT_>(c, tmp, x, lm, slots, k, max_seg, rank))
+    if (!c->tune->shrink_wide || !launch_wide_nt<T, TT_>(c, tmp, x, lm, slots, k, max_seg, rank))
         launch_nt<T, TT_>(c, tmp, x, lm, a, k, max_seg, rank);
 }
 
@@ -420,7 +414,7 @@ static void launch_form(cuda_ctx *c, lg_tensor tmp, lg_tensor x, const lg_lora_m
 bool cu_lora_shrink_mma(cuda_ctx *c, lg_tensor tmp, lg_tensor x, const lg_lora_meta *lm, const int *slots, int k,
                         int max_seg)
 {
-    if (max_seg < SHM_MIN_SEG || !cu_sgmv_prefill())
+    if (max_seg < SHM_MIN_SEG || !cu_sgmv_prefill(c))
         return false;
     if (x.cols % 8 != 0 || x.stride % 8 != 0 || !cu_aligned16(x.data))
         return false;
@@ -434,7 +428,7 @@ bool cu_lora_shrink_mma(cuda_ctx *c, lg_tensor tmp, lg_tensor x, const lg_lora_m
     if ((int64_t)a.ng * k > 65535)
         return false;
     /* fewer blocks than half the SMs: the CUDA-core kernel's more blocks run faster (bench_sgmv) */
-    if (cu_lora_tiles(lm, SHM_TM) * a.ng * k < c->n_sm / 2 && cu_sgmv_prefill() != 2)
+    if (cu_lora_tiles(lm, SHM_TM) * a.ng * k < c->n_sm / 2 && cu_sgmv_prefill(c) != 2)
         return false;
     if (x.dtype == LG_F16) {
         if (tmp.dtype == LG_F32) launch_form<__half, float>(c, tmp, x, lm, a, slots, k, max_seg, rank);

@@ -23,25 +23,19 @@
  *    round(base) + lora. Needs the segments to cover every row of y (model.c's
  *    always do); LG_LORA_FIRST=0 turns it off (comparisons).
  *  - Otherwise the order model.c uses without the slot (shrink, matmul,
- *    expand: measured fastest with the TMA decode matmul,
- *    docs/benchmarks.md, issue 10). LG_FUSE_LORA=2: matmul, shrink, expand
- *    (model.c's order before; comparisons only). With rope, a decode step's
- *    expand takes lora_expand.cu's rope form (rope + KV write in the
- *    expand's launch, the same bits as the two ops); any other shape or
- *    order runs rope_kv_write after the op's launches.
+ *    expand: measured fastest with the TMA decode matmul, docs/benchmarks.md,
+ *    GPU kernels, 2026-11-23). With rope, a decode step's expand takes
+ *    lora_expand.cu's rope form (rope + KV write in the expand's launch, the
+ *    same bits as the two ops); any other shape runs rope_kv_write after the
+ *    op's launches.
  * The norm form (cu_norm_matmul_lora, the backend's norm_matmul_lora slot:
  * add_rmsnorm, then this op on the normed rows): in a decode step's order the
  * shrink takes lora_shrink.cu's norm form, which norms the rows itself and
  * stores xn and the new residual for the matmul, so the layer has no
  * add_rmsnorm launch; any other shape returns 1 and model.c runs the two
  * ops.
- * With the tensor-core skinny matmul switched on (LG_SKINNY=1; off by
- * default, it loses to cuBLAS: docs/benchmarks.md) and 5..64 token rows, tmp
- * f32, max_rank <= 64, output ranges of whole tiles: the shrink first, then
- * the expand in the skinny matmul's epilogue (gemm_skinny.cu, y rounded
- * once). The unfused paths round y twice; all are within the tests'
- * tolerance of the CPU backend, and a given shape always takes the same path
- * (graph replay == eager).
+ * Both orders are within the tests' tolerance of the CPU backend, and a
+ * given shape always takes the same path (graph replay == eager).
  */
 #include "kernels/ops.cuh"
 
@@ -70,13 +64,6 @@ static int zero_gaps(cuda_ctx *c, lg_tensor y, const int *col0, const int *ncols
     return 0;
 }
 
-
-/* LG_FUSE_LORA=2: the order model.c used before (matmul, shrink, expand), for comparisons */
-static int fuse_mode(void)
-{
-    static int mode = -1;
-    return cu_switch(&mode, "LG_FUSE_LORA", 0);
-}
 
 /* The decode order's matmul and expand, after the shrink (rope: as mlora). */
 static int matmul_expand(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tensor bias, const lg_tensor *ys,
@@ -129,7 +116,7 @@ static int mlora(lg_backend *be, const lg_norm_in *nm, lg_tensor y, lg_tensor x,
     if (max_seg < 0 || lm->seg_indptr_host[lm->n_segs] > y.rows)
         return CU_FAIL(c, "matmul_lora: segments are malformed or cover more than y's %lld rows", (long long)y.rows);
     if (nm) { /* a decode step's order with the norm in the shrink: shrink, matmul, expand */
-        if (y.rows == 0 || max_seg != 1 || (cu_skinny_enabled() && y.rows > 4 && y.rows <= 64) || fuse_mode() == 2)
+        if (y.rows == 0 || max_seg != 1)
             return 1;
         const int rc = cu_lora_shrink_norm(be, tmp, nm, x, lm, slots, k);
         return rc != 0 ? rc : matmul_expand(be, y, x, W, bias, ys, tmp, lm, slots, k, rope, roped);
@@ -138,30 +125,10 @@ static int mlora(lg_backend *be, const lg_norm_in *nm, lg_tensor y, lg_tensor x,
         return 0;
     if (max_seg == 0) /* no token has an adapter this step */
         return cu_matmul(be, y, x, W, bias, false);
-    if (cu_skinny_enabled() && y.rows > 4 && y.rows <= 64) { /* the fused epilogue (opt-in, LG_SKINNY=1) */
-        if (cu_lora_shrink_multi(be, tmp, x, lm, slots, k) != 0)
-            return -1;
-        cu_lora_epi e;
-        e.tmp = tmp;
-        e.lm = lm;
-        e.k = k;
-        for (int i = 0; i < k; i++) e.slots[i] = slots[i], e.col0[i] = col0[i], e.ncols[i] = ncols[i];
-        const int rc = cu_skinny_try(be, y, x, W, bias, false, &e);
-        if (rc <= 0)
-            return rc; /* done: the expand ran in the epilogue */
-        if (cu_matmul(be, y, x, W, bias, false) != 0)
-            return -1;
-        return cu_lora_expand_multi(be, ys, tmp, lm, slots, k);
-    }
-    if (fuse_mode() == 2) {
-        if (cu_matmul(be, y, x, W, bias, false) != 0 || cu_lora_shrink_multi(be, tmp, x, lm, slots, k) != 0)
-            return -1;
-        return cu_lora_expand_multi(be, ys, tmp, lm, slots, k);
-    }
     if (cu_lora_shrink_multi(be, tmp, x, lm, slots, k) != 0)
         return -1;
-    static int first = -1; /* LG_LORA_FIRST=0: never the prefill order (comparisons) */
-    if (cu_switch(&first, "LG_LORA_FIRST", 1) != 0 && y.dtype == x.dtype && lm->seg_indptr_host[0] == 0 &&
+    /* LG_LORA_FIRST=0: never the prefill order (comparisons) */
+    if (c->tune->lora_first && y.dtype == x.dtype && lm->seg_indptr_host[0] == 0 &&
         lm->seg_indptr_host[lm->n_segs] == y.rows) {
         const int rc = cu_lora_expand_store(be, ys, tmp, lm, slots, k);
         if (rc < 0)

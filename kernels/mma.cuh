@@ -1,6 +1,6 @@
 /*
  * mma.cuh — the tensor-core and async-copy building blocks shared by the
- * mma.sync kernels (attention_prefill_fa2.cu, gemm_streamk.cu):
+ * tensor-core kernels (attention_prefill_fa2.cu, lora_shrink_mma.cu, lora_expand.cu, gemm_tma.cu):
  *   cu_smem_addr   generic -> shared-window address, for the PTX below;
  *   cu_cp16        16-byte cp.async.cg global -> shared (L1 bypassed), zero-fill when !ok;
  *   cu_cp_commit / cu_cp_wait<N>   close a cp.async group / wait until at most N are pending;

@@ -13,7 +13,7 @@
  * the GPU waits for the one before to complete. Dropping the norms and the
  * silu from the step (wrong results, timing only) took batch-1 decode from
  * 5.18 to 5.04 (norms) and 5.15 ms (silu) on the H100 (docs/benchmarks.md,
- * eighth session): the time between the launches, not their work.
+ * GPU kernels, 2026-11-23): the time between the launches, not their work.
  *
  * The kernel is the GEMV of gemv.cu (gemv.cuh) with a prologue: every block
  * computes the T normed rows into shared memory after pdl_wait (per row
@@ -28,18 +28,17 @@
  * rotates them as rope_kv.cu does and stores them to y and, for k and v, to
  * the KV slot: a layer at batch 1 is five launches (norm + q,k,v + rope + KV
  * write, attention, o, norm + gate,up + silu, down), and batch-1 decode went
- * from 5.11 to 5.04 ms/step (docs/benchmarks.md, ninth session).
+ * from 5.11 to 5.04 ms/step (docs/benchmarks.md, GPU kernels, 2026-11-23).
  * LG_NORM_ROPE=0: the GEMV without rope, then rope_kv_write (comparisons).
  *
  * Taken for the shapes the GEMV form serves (LG_GEMV != 0, T <= 2,
  * 16-byte aligned half rows) when the row is at most 4096 wide (the
  * prologue's four emulated warps per warp); LG_FUSE_NORM=0 clears the slot.
- * The engine offers it one row (LG_NORM_MATMUL_MAX_T; LG_NORM_MATMUL_T=2
- * offers two): at batch 2 two rows gave 5.44-5.48 against 5.45-5.49 ms/step,
- * within the spread (the prologue's work doubles). Bit-identity holds against add_rmsnorm's
- * vector kernel, the one it takes for 16-byte aligned rows and output, and against the separate
- * ops where their matmul also runs on the GEMV: always for the engine's one-row steps (by default);
- * on Hopper a separate 2-row matmul (what LG_NORM_MATMUL_T=2 compares with) and every matmul under a
+ * The engine offers it one row (LG_NORM_MATMUL_MAX_T): at batch 2 two rows gave 5.44-5.48 against
+ * 5.45-5.49 ms/step, within the spread (the prologue's work doubles; docs/benchmarks.md, GPU kernels,
+ * 2026-11-23). Bit-identity holds against add_rmsnorm's vector kernel, the one it takes for 16-byte
+ * aligned rows and output, and against the separate ops where their matmul also runs on the GEMV:
+ * always for the engine's one-row steps; on Hopper a separate 2-row matmul and every matmul under a
  * forced TMA variant (LG_STREAMK=20 + v) run on the TMA matmul, whose sums differ in the last bits.
  */
 #include "kernels/gemv.cuh"
@@ -49,7 +48,7 @@
 template <typename TX, int T, int EPI> static cudaError_t launch(cuda_ctx *c, gemv_args a, int warps)
 {
     const int blocks = (warps + GEMV_WARPS - 1) / GEMV_WARPS;
-    const bool pdl = cu_gemv_mode() == 2 || c->pdl; /* as gemv.cu */
+    const bool pdl = c->tune->gemv == 2 || c->pdl; /* as gemv.cu */
     a.pf_blocks = cu_gemv_pf_blocks(pdl, blocks, GEMV_WARPS * 2, a.K / 8);
     return cu_launch_on(c->stream, pdl, gemv_kernel<TX, TX, T, 2, 4, 1, EPI>, dim3((unsigned)blocks),
                         dim3(GEMV_WARPS * 32), (size_t)T * a.K * 2, a);
@@ -66,18 +65,11 @@ template <typename TX> static cudaError_t launch_t(cuda_ctx *c, gemv_args a, int
                                                                 : launch<TX, 2, 0>(c, a, warps);
 }
 
-/* LG_NORM_ROPE=0: with rope, the GEMV without the rope epilogue, then rope_kv_write (comparisons) */
-static bool rope_epilogue_on(void)
-{
-    static int on = -1;
-    return cu_switch(&on, "LG_NORM_ROPE", 1) != 0;
-}
-
 /* The rope epilogue takes this call (y's columns are q|k|v, checked by the caller): even heads and a
- * cache of y's dtype. */
-static bool rope_fits(lg_tensor y, const lg_rope_kv *r)
+ * cache of y's dtype; LG_NORM_ROPE=0: never (the GEMV without it, then rope_kv_write; comparisons). */
+static bool rope_fits(const cuda_ctx *c, lg_tensor y, const lg_rope_kv *r)
 {
-    return rope_epilogue_on() && r->head_dim % 2 == 0 && y.cols <= INT32_MAX / 2 && r->pos && r->inv_freq &&
+    return c->tune->norm_rope && r->head_dim % 2 == 0 && y.cols <= INT32_MAX / 2 && r->pos && r->inv_freq &&
            r->slot && r->kv.base && r->kv.dtype == y.dtype && r->kv.head_dim == r->head_dim &&
            r->kv.n_kv_heads == r->n_kv_heads && r->kv.page_tokens > 0;
 }
@@ -128,9 +120,8 @@ int cu_norm_matmul(lg_backend *be, lg_tensor y, lg_tensor resid, lg_tensor delta
     if (!cu_is_half(resid.dtype) || W.dtype != resid.dtype || y.dtype != resid.dtype || W.cols != K ||
         y.rows != T || y.cols != F || (silu && W.rows % 2 != 0) || (bias.data && bias.rows * bias.cols < W.rows))
         return 1;
-    /* LG_TMA_MIN_T=1 (measurements): one-row steps go to the TMA matmul and the separate ops */
-    if (cu_gemv_mode() == 0 || T < 1 || T > NM_MAX_T || (cu_tma_min_t() == 1 && cu_tma_takes(c, T)) ||
-        K % 8 != 0 || K / 8 > 32 * GEMV_WARPS * GEMV_NORM_J || W.rows > INT32_MAX / 2 || !rows_ok(resid) || !rows_ok(W) ||
+    if (c->tune->gemv == 0 || T < 1 || T > NM_MAX_T || K % 8 != 0 || K / 8 > 32 * GEMV_WARPS * GEMV_NORM_J ||
+        W.rows > INT32_MAX / 2 || !rows_ok(resid) || !rows_ok(W) ||
         (delta.data && (!rows_ok(delta) || !rows_ok(rout))))
         return 1;
     CU_CHECK_VIEW(c, "norm_matmul y", y);
@@ -141,7 +132,7 @@ int cu_norm_matmul(lg_backend *be, lg_tensor y, lg_tensor resid, lg_tensor delta
     a.resid = resid.data, a.ldr = resid.stride, a.delta = delta.data, a.ldd = delta.stride;
     a.rout = delta.data ? rout.data : NULL, a.ldro = delta.data ? rout.stride : 0;
     a.g = w.data, a.gdt = w.dtype, a.g_vec = cu_aligned16(w.data), a.eps = eps;
-    const bool rope_epi = rope && rope_fits(y, rope);
+    const bool rope_epi = rope && rope_fits(c, y, rope);
     if (rope_epi) {
         a.pos = rope->pos, a.slot = rope->slot, a.inv_freq = rope->inv_freq, a.kv_base = (char *)rope->kv.base;
         a.page_bytes = rope->kv.page_bytes, a.k_off = rope->kv.k_off, a.v_off = rope->kv.v_off;

@@ -62,7 +62,7 @@ int64_t cu_lora_tiles(const lg_lora_meta *lm, int tm);
  * lora_expand.cu's path for such segments. */
 bool cu_lora_shrink_mma(cuda_ctx *c, lg_tensor tmp, lg_tensor x, const lg_lora_meta *lm, const int *slots, int k,
                         int max_seg);
-int cu_sgmv_prefill(void);
+int cu_sgmv_prefill(const cuda_ctx *c);
 /* The compute stream, for benchmarks that time ops with events (lora_shrink.cu; C linkage). */
 extern "C" cudaStream_t lg_cuda_compute_stream(lg_backend *be);
 /* step graphs (graph.cu) */
@@ -93,61 +93,24 @@ int cu_check_view(cuda_ctx *c, const char *what, lg_tensor t, const char *file, 
             return -1;                                                                           \
     } while (0)
 
-
 /* The skinny matmul for T <= 4 (gemv.cu), same contract as cu_matmul on already-checked
  * views: 0 done, -1 error, 1 not taken (T > 2 with N < 16384, T > 4, K % 8, alignment): use cuBLAS. */
 int cu_gemv_try(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tensor bias, bool accumulate);
-/* gemv.cu's switches, for the fused norm + GEMV (norm_matmul.cu): the mode (LG_GEMV; 0 = the GEMV off), and
- * how many of `blocks` blocks of rows_per_block rows issue the L2 prefetch (LG_GEMV_PF_MB) */
-int cu_gemv_mode(void);
+/* For the fused norm + GEMV (norm_matmul.cu) too: how many of `blocks` blocks of rows_per_block rows issue
+ * gemv.cu's L2 prefetch (none without programmatic launch) */
 int cu_gemv_pf_blocks(bool pdl, int blocks, int rows_per_block, int K8);
 int cu_norm_matmul(lg_backend *be, lg_tensor y, lg_tensor resid, lg_tensor delta, lg_tensor w, float eps,
                    lg_tensor rout, lg_tensor W, lg_tensor bias, bool silu, const lg_rope_kv *rope);
-/* A LoRA expand fused into a matmul's epilogue (matmul_lora.cu -> gemm_skinny.cu): slot slots[i]
- * into columns [col0[i], col0[i] + ncols[i]) of y, reading tmp columns from i * lm->max_rank. */
-typedef struct cu_lora_epi {
-    lg_tensor tmp;
-    const lg_lora_meta *lm;
-    int k;
-    int slots[LG_LORA_MULTI_MAX], col0[LG_LORA_MULTI_MAX], ncols[LG_LORA_MULTI_MAX];
-} cu_lora_epi;
 int cu_matmul_lora(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tensor bias, lg_tensor tmp,
                    const lg_lora_meta *lm, const int *slots, const int *col0, const int *ncols, int k,
                    const lg_rope_kv *rope);
 int cu_norm_matmul_lora(lg_backend *be, const lg_norm_in *nm, lg_tensor y, lg_tensor xn, lg_tensor W, lg_tensor bias,
                         lg_tensor tmp, const lg_lora_meta *lm, const int *slots, const int *col0, const int *ncols,
                         int k, const lg_rope_kv *rope);
-/* The tensor-core matmul for 3..64 token rows (gemm_skinny.cu), same contract as cu_gemv_try:
- * 0 done, -1 error, 1 not taken (T > 64, K % 8, alignment, LG_SKINNY=0): use cuBLAS. */
-int cu_skinny_try(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tensor bias, bool accumulate,
-                  const struct cu_lora_epi *lora);
-/* The stream-K tensor-core matmul for 5..64 token rows (gemm_streamk.cu), same contract as
- * cu_gemv_try: 0 done, -1 error, 1 not taken (mode 0, T, K % 8, alignment): next in line. */
-int cu_streamk_try(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tensor bias, bool accumulate);
-/* Benchmarks: 0 = stream-K matmul off, 1 = auto, 10 + v = variant v (gemm_streamk.cu), 2 = the TMA + wgmma
- * kernel, 20 + v = its variant v (gemm_tma.cu). Also LG_STREAMK. */
-extern "C" void lg_cuda_streamk_mode(int mode);
-int cu_streamk_mode(void);
 /* The TMA + wgmma stream-K matmul for 2..64 token rows (forced variants: 1..64; gemm_tma.cu), same contract as
- * cu_streamk_try; taken when the stream-K mode is 2 or 20 + v. */
+ * cu_gemv_try: taken when the stream-K mode (LG_STREAMK) is 2 or 20 + v. cu_tma_takes: on this GPU (Hopper:
+ * wgmma), T is within the rows the stream-K mode gives the TMA matmul (the shape aside). */
 int cu_tma_try(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tensor bias, bool accumulate);
-/* The fewest rows the TMA matmul takes by default: 2 (LG_TMA_MIN_T; 1 also sends one-row steps to it and
- * makes norm_matmul decline them, for measurements; LG_TMA_MAX_T, default 64, the most). cu_tma_takes: on this
- * GPU (Hopper: wgmma), T is within the rows the stream-K mode gives the TMA matmul (the shape aside). */
-int cu_tma_min_t(void);
 bool cu_tma_takes(const cuda_ctx *c, int T);
-/* The matmul on cuBLASLt with its algorithm timed per shape (gemm_lt.cu; LG_BLASLT=1): 0 done, -1 error,
- * 1 not taken: use cublasGemmEx. cu_lt_free releases its state (cuda_free). */
-int cu_lt_try(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, bool accumulate);
-void cu_lt_free(cuda_ctx *c);
-extern "C" void lg_cuda_blaslt(int on);
-/* Benchmarks: 0 = skinny matmul off (default), 1 = auto, 10 + v = variant v (gemm_skinny.cu). Also LG_SKINNY. */
-extern "C" void lg_cuda_skinny_mode(int mode);
-/* 1 when the skinny matmul may take shapes (mode != 0). */
-int cu_skinny_enabled(void);
-/* Benchmarks: 0 = the GEMV off (cuBLAS, or the TMA matmul for the rows it takes), 1 = auto (default), 2 = auto
- * with programmatic dependent launch, 10 + v = GEMV variant v for every T <= 4 (gemv.cu). Also LG_GEMV in the
- * environment. */
-extern "C" void lg_cuda_gemv_mode(int mode);
 
 #endif

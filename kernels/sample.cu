@@ -176,7 +176,7 @@ struct row_part {
  * memory (no contention across warps). Lanes add by shared-memory atomics
  * (atom), or (LG_SAMPLE_HIST=0) lanes that hit the same digit are combined
  * first (match_any + reduce_add) and one leader adds: measured slower on the
- * H100 on every row kind, ties included (docs/benchmarks.md, tenth session).
+ * H100 on every row kind, ties included (docs/benchmarks.md, GPU kernels, 2026-11-23).
  * hist_merge folds the slices into sm.hist / sm.cnt. */
 #define HIST_SMEM (SM_WARPS * 256 * (sizeof(u64) + sizeof(uint32_t)))
 static_assert(SM_THREADS == 4 * 256, "hist_merge: four threads per digit");
@@ -356,8 +356,8 @@ template <class F> __device__ u64 seg_sums(sample_smem &sm, row_part &rp, const 
  * time by one warp (every sum is an exact u64 and every comparison the same
  * (double)(sum) > target, so the id is the one a sequential scan finds).
  * One warp rescanning a whole segment (V / 32 ids, 4,748 at V = 151,936)
- * was most of a sampled row's time on the H100 (docs/benchmarks.md, ninth
- * session). */
+ * was most of a sampled row's time on the H100 (docs/benchmarks.md, GPU
+ * kernels, 2026-11-23). */
 template <class F> __device__ int seg_find(sample_smem &sm, const row_part &rp, const F &f, double target)
 {
     int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -446,7 +446,7 @@ struct equal_to {
  * before any is used: one global-memory latency per SWEEP_U steps instead of
  * one per step (a greedy row of 32,000 logits took 19.5 us on the H100:
  * 32 dependent load round trips per thread). */
-#define SWEEP_U 8 /* LG_SAMPLE_SWEEP_U=1: one value at a time, as before (comparisons) */
+#define SWEEP_U 8
 template <int U, class Fn> __device__ __forceinline__ void row_sweep(const float *x, const row_part &rp, Fn &&fn)
 {
     const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, hi = rp.hi;
@@ -725,32 +725,29 @@ int cu_sample(lg_backend *be, int32_t *out_ids, float *logits, int n, int V, con
         penalize_kernel<<<n, 256, 0, c->stream>>>(logits, V, rows, pen);
         CU_LAUNCHED(c);
     }
-    static int sweep_u = -1, cluster = -1;
-    const bool one = cu_switch(&sweep_u, "LG_SAMPLE_SWEEP_U", SWEEP_U) == 1;
-    void (*f)(int32_t *, const float *, int, const lg_sample_row *, int, int) =
-        one ? sample_kernel<1> : sample_kernel<SWEEP_U>;
+    void (*f)(int32_t *, const float *, int, const lg_sample_row *, int, int) = sample_kernel<SWEEP_U>;
     CU_TRY(c, cudaFuncSetAttribute((const void *)f, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)HIST_SMEM));
     /* blocks per row: as many as keep every row's cluster in one wave (one
      * block per SM) and give each block at least SM_MIN_IDS ids, at most
      * SM_MAX_CLUSTER; LG_SAMPLE_CLUSTER=1, 2, 4 or 8 sets it (1: one block per
      * row, as before; 8 also for tiny vocabularies, where blocks get no ids:
      * the tests' way to reach that case). Hopper and later only. */
-    int C = cu_switch(&cluster, "LG_SAMPLE_CLUSTER", 0);
+    int C = c->tune->sample_cluster;
     if (C <= 0)
         for (C = SM_MAX_CLUSTER; C > 1 && ((long)n * C > c->n_sm || V / C < SM_MIN_IDS);) C /= 2;
     C = C >= 8 ? 8 : C >= 4 ? 4 : C >= 2 ? 2 : 1;
     /* the device code the kernel runs must be the cluster one: compiled for
      * compute_90 or later (ptxVersion; binaryVersion alone is 90 as well for
      * compute_80 PTX JIT-compiled on an H100, whose code has no clusters) */
-    static int code_ver[2];
-    if (!code_ver[one]) {
+    static int code_ver; /* of the kernel (a property of the binary, the same for every backend) */
+    if (!code_ver) {
         cudaFuncAttributes fa;
-        code_ver[one] = cudaFuncGetAttributes(&fa, (const void *)f) == cudaSuccess
-                            ? (fa.ptxVersion < fa.binaryVersion ? fa.ptxVersion : fa.binaryVersion)
-                            : -1;
+        code_ver = cudaFuncGetAttributes(&fa, (const void *)f) == cudaSuccess
+                       ? (fa.ptxVersion < fa.binaryVersion ? fa.ptxVersion : fa.binaryVersion)
+                       : -1;
         (void)cudaGetLastError(); /* a failure here only means one block per row */
     }
-    if (c->cc_major < 9 || code_ver[one] < 90)
+    if (c->cc_major < 9 || code_ver < 90)
         C = 1;
     cudaLaunchConfig_t cfg = {};
     cfg.blockDim = dim3(SM_THREADS);
@@ -759,14 +756,14 @@ int cu_sample(lg_backend *be, int32_t *out_ids, float *logits, int n, int V, con
     cudaLaunchAttribute attr[1];
     attr[0].id = cudaLaunchAttributeClusterDimension;
     cfg.attrs = attr;
-    static int fits[2][SM_MAX_CLUSTER + 1]; /* cudaOccupancyMaxActiveClusters > 0, by kernel and C; 0: not asked */
+    static int fits[SM_MAX_CLUSTER + 1]; /* cudaOccupancyMaxActiveClusters > 0, by C; 0: not asked */
     for (; C > 1; C /= 2) {
         attr[0].val.clusterDim.x = C;
         attr[0].val.clusterDim.y = 1;
         attr[0].val.clusterDim.z = 1;
         cfg.numAttrs = 1;
         cfg.gridDim = dim3(C);
-        int *fit = &fits[one][C];
+        int *fit = &fits[C];
         if (!*fit) {
             int k = 0;
             *fit = cudaOccupancyMaxActiveClusters(&k, f, &cfg) == cudaSuccess && k > 0 ? 1 : -1;
@@ -778,8 +775,7 @@ int cu_sample(lg_backend *be, int32_t *out_ids, float *logits, int n, int V, con
     cfg.numAttrs = C > 1 ? 1 : 0;
     cfg.gridDim = dim3((unsigned)n * C);
     /* LG_SAMPLE_HIST: 1 shared-memory atomics, 0 match_any + reduce per warp (see hist_add) */
-    static int hist_mode = -1;
-    const int atom = cu_switch(&hist_mode, "LG_SAMPLE_HIST", 1) != 0 && V <= 65535 * SM_WARPS; /* u32 sums */
+    const int atom = c->tune->sample_hist != 0 && V <= 65535 * SM_WARPS; /* u32 sums */
     CU_TRY(c, cudaLaunchKernelEx(&cfg, f, out_ids, logits, V, rows, C, atom));
     CU_LAUNCHED(c);
     return lp ? cu_logprobs(c, lp, logits, n, V, rows, out_ids) : 0;

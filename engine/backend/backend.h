@@ -21,10 +21,15 @@
  *
  * Activations are in be->act_dtype (F32 on CPU; F16/BF16 on CUDA). Weights
  * are in the model's weight dtype. Matmul accumulates in f32 everywhere.
+ *
+ * Switches: each backend reads the LG_* environment switches once, at
+ * create, into be->tune (tuning.h, the one table of them); the model and
+ * the runtime read them with lg_backend_tuning(be).
  */
 #ifndef LG_BACKEND_H
 #define LG_BACKEND_H
 
+#include "engine/base/tuning.h"
 #include "engine/base/common.h"
 
 /* A 2-D row-major view: rows x cols, `stride` elements between rows. */
@@ -327,16 +332,15 @@ typedef struct lg_backend_i {
 
     /* A matmul with the LoRA of k <= LG_LORA_MULTI_MAX slots whose outputs
      * are column ranges of its output, in one op (CUDA: for prefill the
-     * expand stores y first and the matmul adds into it; opt-in, the expand
-     * in the skinny matmul's epilogue):
+     * expand stores y first and the matmul adds into it):
      *   lora_shrink_multi(be, tmp, x, lm, slots, k);
      *   matmul(be, y, x, W, bias, false);
      *   for i < k:  lora_expand(be, cols [col0[i], col0[i] + ncols[i]) of y,
      *                           cols [i*R, i*R + R) of tmp, lm, slots[i])     R = lm->max_rank
      * tmp is scratch (left holding the shrink when a segment has tokens). y
-     * may be rounded in another order (base + round(lora), or once; within
-     * the ops' rounding, not bit for bit); a given shape always computes the
-     * same way.
+     * may be rounded in another order (base + round(lora); within the ops'
+     * rounding, not bit for bit); a given shape always computes the same
+     * way.
      * With rope (y's first columns q | k | v of rope's heads): then also
      *   rope_kv_write(be, q, k, v of y, rope->pos, ...)
      * with the same results as that op after this one (CUDA: a decode step's
@@ -389,7 +393,11 @@ struct lg_backend {
     void *ctx;
     lg_dtype act_dtype;  /* activation / KV dtype this backend computes in */
     int n_threads;       /* CPU: worker threads */
+    lg_tuning tune;      /* the LG_* switches, read from the environment at create (tuning.h) */
 };
+
+/* The backend's switches (tuning.h): how the model and the runtime read them. */
+static inline const lg_tuning *lg_backend_tuning(const lg_backend *be) { return &be->tune; }
 
 typedef struct lg_backend_opts {
     int n_threads;   /* CPU: 0 = number of online cores */

@@ -555,6 +555,7 @@ int lg_backend_cpu_create(const lg_backend_opts *opts, lg_backend **out, lg_err 
     be->ctx = c;
     be->act_dtype = LG_F32;
     be->n_threads = c->nt;
+    lg_tuning_read(&be->tune);
     be->i = (lg_backend_i){
         .name = "cpu",
         .free = cpu_free,
@@ -580,8 +581,7 @@ int lg_backend_cpu_create(const lg_backend_opts *opts, lg_backend **out, lg_err 
         .lora_shrink = cpu_lora_shrink,
         .lora_expand = cpu_lora_expand,
     };
-    const char *ds = getenv("LG_CPU_DEVICE_SAMPLE");
-    if (ds && *ds == '1')
+    if (be->tune.cpu_device_sample) /* the device-sampling paths without a GPU (tests) */
         be->i.sample = cpu_sample;
     *out = be;
     return 0;

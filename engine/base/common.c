@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 int lg_log_verbose = 0;
+int lg_err_locations = 0;
 
 int lg_fail_at(lg_err *err, const char *file, int line, const char *fmt, ...)
 {
@@ -24,7 +25,7 @@ int lg_fail_at(lg_err *err, const char *file, int line, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(err->msg, sizeof err->msg, fmt, ap);
     va_end(ap);
-    if (getenv("LG_DEBUG_ERRORS")) {
+    if (lg_err_locations) {
         size_t n = strlen(err->msg);
         snprintf(err->msg + n, sizeof err->msg - n, " [%s:%d]", file, line);
     }

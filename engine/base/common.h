@@ -20,11 +20,15 @@ typedef struct lg_err {
     char msg[512];
 } lg_err;
 
-/* Formats into err->msg (err may be NULL). Always returns -1 so callers can
- * write `return lg_fail(err, ...)`. */
+/* Formats into err->msg (err may be NULL), followed by " [file:line]" when
+ * lg_err_locations is set. Always returns -1 so callers can write
+ * `return lg_fail(err, ...)`. */
 int lg_fail_at(lg_err *err, const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 #define lg_fail(err, ...) lg_fail_at((err), __FILE__, __LINE__, __VA_ARGS__)
+/* Process-wide, 0 by default: set from LG_DEBUG_ERRORS when a backend is created
+ * (engine/base/tuning.h, the table of LG_* switches). */
+extern int lg_err_locations;
 
 /* Prefixes an existing error with context ("loading adapter X: ..."). */
 void lg_err_prefix(lg_err *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

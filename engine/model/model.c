@@ -38,6 +38,14 @@
  * stores y before the matmul adds into it), matmul, shrink and expand are
  * one op (see linear()), and for q,k,v rope + KV write too (CUDA: a decode
  * step's expand does it in its launch).
+ *
+ * Layout of this file: lg_model_create is model_opts, upload_weights,
+ * alloc_activations, alloc_sampling, alloc_step_meta and alloc_lora;
+ * lg_model_launch is check_launch, shape_of, upload_penalties, upload_meta,
+ * upload_lora_table, run_forward (forward(), recorded under decode_key() or
+ * eager) and the sampler's launch. The switches it reads (LG_HOST_SAMPLE,
+ * LG_NO_GRAPHS, LG_STEP_TIMING) come from the backend's table at create
+ * (lg_backend_tuning, engine/base/tuning.h).
  */
 #include "engine/model/model.h"
 
@@ -76,7 +84,6 @@ struct lg_model {
     void *abuf;
     lg_tensor x, xn, qkv, attn, o, gu, act, mlp, rows, logits;
     lg_tensor x2;        /* [LG_NORM_MATMUL_MAX_T or max_seqs, d]: the residual's second buffer (norm_linear) */
-    int norm_matmul_t;   /* steps of at most this many rows are offered to norm_matmul */
     lg_tensor lora_tmp;  /* [T, lora_max_rank] */
     lg_lora_w *lora_w_dev, *lora_w_host; /* [max_seqs * n_slots] */
     int32_t *lora_seg_dev, *lora_seg_host; /* [max_seqs + 1] */
@@ -84,7 +91,6 @@ struct lg_model {
     int *lora_seg_rank;      /* [max_seqs]: segment s's largest rank at any slot */
     int lora_synced;         /* segments [0, lora_synced) of lora_w_host equal lora_w_dev (see lg_model_launch) */
     lg_lora_w *lora_w_zero;  /* [n_slots] zeros: the table of a segment without adapter */
-    bool lora_table_rebuild; /* LG_LORA_TABLE=0: no comparison with the device's table (benchmarks) */
     /* LG_STEP_TIMING=1: where a step's host time goes, printed by lg_model_free (diagnostic) */
     bool timing;
     long t_steps, t_table_uploads;
@@ -248,6 +254,208 @@ static void compute_inv_freq(const lg_model_config *c, const lg_weights *w, floa
     }
 }
 
+/* opts with its defaults filled in and its bounds applied for config c */
+static lg_model_opts model_opts(const lg_model_opts *opts, const lg_model_config *c)
+{
+    lg_model_opts o = *opts;
+    if (o.page_tokens <= 0) o.page_tokens = 16;
+    if (o.max_step_tokens <= 0) o.max_step_tokens = 512;
+    if (o.max_seqs <= 0) o.max_seqs = 64;
+    if (o.max_seqs > o.max_step_tokens) o.max_seqs = o.max_step_tokens;
+    if (o.max_context <= 0 || o.max_context > c->max_pos) o.max_context = c->max_pos;
+    return o;
+}
+
+/* The weights into one backend allocation (m->wbuf): embed, lm_head (unless tied), the final norm, each
+ * layer's norms and fused q,k,v and gate,up matrices, and the RoPE frequencies. */
+static int upload_weights(lg_model *m, const lg_weights *w, lg_err *err)
+{
+    lg_backend *be = m->be;
+    const lg_model_config *c = &m->cfg;
+    const int hd = c->head_dim;
+    const lg_wtensor *emb = lg_weights_get(w, "model.embed_tokens.weight");
+    const lg_wtensor *head = c->tie_embeddings ? NULL : lg_weights_get(w, "lm_head.weight");
+
+    /* sizes first: one allocation */
+    size_t total = 0;
+    for (int i = 0; i < lg_weights_count(w); i++) {
+        const lg_wtensor *t = lg_weights_at(w, i);
+        total += tensor_elems(t) * 4 + 256; /* upper bound: every tensor at 4 bytes */
+    }
+    total += (size_t)hd * 4 + 4096;
+    upload_ctx u = {be, NULL, 0, total, err};
+    u.base = be->i.alloc(be, total);
+    if (!u.base)
+        return lg_fail(err, "cannot allocate %zu bytes of weights on backend %s", total, be->i.name);
+    m->wbuf = u.base;
+
+    lg_dtype edt = backend_wdtype(be, emb->dtype);
+    if (upload_cat(&u, &m->embed, edt, &emb, 1) != 0)
+        return -1;
+    if (head) {
+        if (upload_cat(&u, &m->lm_head, backend_wdtype(be, head->dtype), &head, 1) != 0)
+            return -1;
+    } else {
+        m->lm_head = m->embed;
+    }
+    const lg_wtensor *nw = lg_weights_get(w, "model.norm.weight");
+    if (upload_cat(&u, &m->norm, LG_F32, &nw, 1) != 0)
+        return -1;
+
+    for (int l = 0; l < c->n_layers; l++) {
+        layer_w *lw = &m->layers[l];
+        const lg_wtensor *ln1 = need(w, err, "model.layers.%d.input_layernorm.weight", l);
+        const lg_wtensor *ln2 = need(w, err, "model.layers.%d.post_attention_layernorm.weight", l);
+        const lg_wtensor *qkv[3] = {need(w, err, "model.layers.%d.self_attn.q_proj.weight", l),
+                                    need(w, err, "model.layers.%d.self_attn.k_proj.weight", l),
+                                    need(w, err, "model.layers.%d.self_attn.v_proj.weight", l)};
+        const lg_wtensor *wo = need(w, err, "model.layers.%d.self_attn.o_proj.weight", l);
+        const lg_wtensor *gu[2] = {need(w, err, "model.layers.%d.mlp.gate_proj.weight", l),
+                                   need(w, err, "model.layers.%d.mlp.up_proj.weight", l)};
+        const lg_wtensor *dn = need(w, err, "model.layers.%d.mlp.down_proj.weight", l);
+        if (!ln1 || !ln2 || !qkv[0] || !qkv[1] || !qkv[2] || !wo || !gu[0] || !gu[1] || !dn)
+            return -1;
+        lg_dtype wdt = backend_wdtype(be, qkv[0]->dtype);
+        if (upload_cat(&u, &lw->ln1, LG_F32, &ln1, 1) || upload_cat(&u, &lw->ln2, LG_F32, &ln2, 1) ||
+            upload_cat(&u, &lw->wqkv, wdt, qkv, 3) || upload_cat(&u, &lw->wo, wdt, &wo, 1) ||
+            upload_cat(&u, &lw->wgu, wdt, gu, 2) || upload_cat(&u, &lw->wdown, wdt, &dn, 1))
+            return -1;
+        if (c->qkv_bias) {
+            const lg_wtensor *b[3] = {need(w, err, "model.layers.%d.self_attn.q_proj.bias", l),
+                                      need(w, err, "model.layers.%d.self_attn.k_proj.bias", l),
+                                      need(w, err, "model.layers.%d.self_attn.v_proj.bias", l)};
+            if (!b[0] || !b[1] || !b[2])
+                return -1;
+            if (upload_cat(&u, &lw->bqkv, LG_F32, b, 3) != 0)
+                return -1;
+        }
+    }
+    float inv[1024];
+    compute_inv_freq(c, w, inv);
+    m->inv_freq = carve(&u, (size_t)(hd / 2) * 4);
+    if (!m->inv_freq || be->i.upload(be, m->inv_freq, inv, (size_t)(hd / 2) * 4) != 0)
+        return -1;
+    return 0;
+}
+
+/* The activations of a step of max_step_tokens rows, carved from one backend allocation (m->abuf); the
+ * logits (f32, max_seqs rows) in their own when activations are 16-bit. */
+static int alloc_activations(lg_model *m, lg_err *err)
+{
+    lg_backend *be = m->be;
+    const lg_model_config *c = &m->cfg;
+    const int64_t d = c->d_model, qdim = (int64_t)c->n_heads * c->head_dim;
+    const int64_t kvdim = (int64_t)c->n_kv_heads * c->head_dim;
+    const int64_t T = m->opts.max_step_tokens, S = m->opts.max_seqs, F = c->d_ff, V = c->vocab_size;
+    lg_dtype a = be->act_dtype;
+    size_t es = lg_dtype_size(a);
+    /* the residual's second buffer (norm_linear): steps norm_matmul takes, and with norm_matmul_lora decode
+     * steps (a row a sequence) too */
+    const int64_t nm_t = LG_NORM_MATMUL_MAX_T;
+    const int64_t r2 = be->i.norm_matmul_lora && S > nm_t ? S : nm_t, T2 = T < r2 ? T : r2;
+    int64_t sizes[] = {T * d, T * d, T * (qdim + 2 * kvdim), T * qdim, T * d, T * 2 * F, T * F, T * d, S * d,
+                       S * V, T2 * d};
+    size_t tot = 0;
+    for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) tot += ((size_t)sizes[i] * es + 255) & ~(size_t)255;
+    upload_ctx ua = {be, be->i.alloc(be, tot), 0, tot, err};
+    if (!ua.base)
+        return lg_fail(err, "cannot allocate %zu bytes of activations", tot);
+    m->abuf = ua.base;
+    m->x = lg_tensor_2d(carve(&ua, (size_t)sizes[0] * es), a, T, d);
+    m->xn = lg_tensor_2d(carve(&ua, (size_t)sizes[1] * es), a, T, d);
+    m->qkv = lg_tensor_2d(carve(&ua, (size_t)sizes[2] * es), a, T, qdim + 2 * kvdim);
+    m->attn = lg_tensor_2d(carve(&ua, (size_t)sizes[3] * es), a, T, qdim);
+    m->o = lg_tensor_2d(carve(&ua, (size_t)sizes[4] * es), a, T, d);
+    m->gu = lg_tensor_2d(carve(&ua, (size_t)sizes[5] * es), a, T, 2 * F);
+    m->act = lg_tensor_2d(carve(&ua, (size_t)sizes[6] * es), a, T, F);
+    m->mlp = lg_tensor_2d(carve(&ua, (size_t)sizes[7] * es), a, T, d);
+    m->rows = lg_tensor_2d(carve(&ua, (size_t)sizes[8] * es), a, S, d);
+    m->x2 = lg_tensor_2d(carve(&ua, (size_t)sizes[10] * es), a, T2, d);
+    m->logits = lg_tensor_2d(carve(&ua, (size_t)sizes[9] * 4), LG_F32, S, V);
+    /* logits are always f32: carve was sized with es; their own allocation if es < 4 (lg_model_free frees
+     * logits.data then, so it never holds the carved pointer) */
+    if (es < 4) {
+        m->logits.data = be->i.alloc(be, (size_t)S * V * 4);
+        if (!m->logits.data)
+            return lg_fail(err, "cannot allocate logits");
+    }
+    return 0;
+}
+
+/* With the backend's sampler (and LG_HOST_SAMPLE not set): m->dev_sample, and the sampler's buffers: the
+ * ids and logprobs it writes, their host destinations (page-locked where the backend can download into
+ * them asynchronously), the penalty pairs. */
+static int alloc_sampling(lg_model *m, lg_err *err)
+{
+    lg_backend *be = m->be;
+    if (!be->i.sample || lg_backend_tuning(be)->host_sample) /* LG_HOST_SAMPLE=1: sample downloaded logits */
+        return 0;
+    m->dev_sample = true;
+    const size_t out_bytes = (size_t)m->opts.max_seqs * (sizeof(int32_t) + sizeof(lg_logprob_row));
+    m->out_ints = out_bytes / sizeof(int32_t);
+    m->sample_ids_dev = be->i.alloc(be, out_bytes);
+    if (be->i.alloc_host && be->i.free_host && be->i.download_async && be->i.download_wait) {
+        m->sample_out_host = be->i.alloc_host(be, 2 * out_bytes);
+        m->out_pinned = m->sample_out_host != NULL;
+    }
+    if (!m->sample_out_host)
+        m->sample_out_host = malloc(2 * out_bytes);
+    /* penalty pairs: room for 512 distinct generated tokens per sequence up front, so that
+     * a step grows the buffer (a free, which waits for the device) only beyond that */
+    m->pen_cap = m->opts.max_seqs * 512;
+    m->pen_dev = be->i.alloc(be, (size_t)m->pen_cap * 2 * sizeof(int32_t));
+    if (!m->pen_dev)
+        m->pen_cap = 0;
+    if (!m->sample_ids_dev || !m->sample_out_host)
+        return lg_fail(err, "cannot allocate sampling buffers");
+    return 0;
+}
+
+/* The step metadata, one device buffer and its host staging: tok, pos, slot [T]; q_indptr, page_indptr
+ * [S+1]; kv_len [S]; logit_rows [S]; page ids [S * max pages per seq]; with device sampling, the sampling
+ * rows [S] (one upload for both). */
+static int alloc_step_meta(lg_model *m, lg_err *err)
+{
+    lg_backend *be = m->be;
+    const size_t S = (size_t)m->opts.max_seqs;
+    size_t max_pages = S * ((size_t)(m->opts.max_context + m->opts.page_tokens - 1) / m->opts.page_tokens + 1);
+    m->meta_cap = 3 * (size_t)m->opts.max_step_tokens + 4 * (S + 1) + max_pages;
+    if (m->dev_sample)
+        m->meta_cap += S * SAMPLE_ROW_INTS;
+    m->meta_dev = be->i.alloc(be, m->meta_cap * 4);
+    m->meta_host = malloc(m->meta_cap * 4);
+    if (!m->meta_dev || !m->meta_host)
+        return lg_fail(err, "cannot allocate step metadata");
+    return 0;
+}
+
+/* The LoRA step buffers (lora_max_rank > 0): the shrink's output, the weight table of every segment on
+ * device and host, the segment bounds, and per segment its modules and largest rank. */
+static int alloc_lora(lg_model *m, lg_err *err)
+{
+    lg_backend *be = m->be;
+    size_t n_slots = (size_t)m->cfg.n_layers * LG_LORA_N_MODULES, S = (size_t)m->opts.max_seqs;
+    /* shrink output kept in f32 whatever the act dtype (more accurate expand);
+     * LG_LORA_MULTI_MAX slots side by side for the multi-slot ops */
+    size_t tmp_bytes =
+        (size_t)m->opts.max_step_tokens * LG_LORA_MULTI_MAX * (size_t)m->opts.lora_max_rank * sizeof(float);
+    void *tmp = be->i.alloc(be, tmp_bytes);
+    m->lora_w_dev = be->i.alloc(be, S * n_slots * sizeof(lg_lora_w));
+    m->lora_w_host = malloc(S * n_slots * sizeof(lg_lora_w));
+    m->lora_seg_dev = be->i.alloc(be, (S + 1) * sizeof(int32_t));
+    m->lora_seg_host = malloc((S + 1) * sizeof(int32_t));
+    m->lora_seg_mods = malloc(S * sizeof(unsigned));
+    m->lora_seg_rank = malloc(S * sizeof(int));
+    m->lora_w_zero = calloc(n_slots, sizeof(lg_lora_w));
+    m->lora_tmp = lg_tensor_2d(tmp, LG_F32, m->opts.max_step_tokens, LG_LORA_MULTI_MAX * m->opts.lora_max_rank);
+    if (!tmp || !m->lora_w_dev || !m->lora_w_host || !m->lora_seg_dev || !m->lora_seg_host || !m->lora_seg_mods ||
+        !m->lora_seg_rank || !m->lora_w_zero)
+        return lg_fail(err, "cannot allocate LoRA step buffers");
+    if (!be->i.lora_shrink || !be->i.lora_expand)
+        return lg_fail(err, "backend %s has no LoRA ops", be->i.name);
+    return 0;
+}
+
 int lg_model_create(lg_backend *be, const lg_weights *w, const lg_model_opts *opts, lg_model **out, lg_err *err)
 {
     *out = NULL;
@@ -261,208 +469,27 @@ int lg_model_create(lg_backend *be, const lg_weights *w, const lg_model_opts *op
         return lg_fail(err, "out of memory");
     m->be = be;
     m->cfg = *c;
-    m->opts = *opts;
-    if (m->opts.page_tokens <= 0) m->opts.page_tokens = 16;
-    if (m->opts.max_step_tokens <= 0) m->opts.max_step_tokens = 512;
-    if (m->opts.max_seqs <= 0) m->opts.max_seqs = 64;
-    if (m->opts.max_seqs > m->opts.max_step_tokens) m->opts.max_seqs = m->opts.max_step_tokens;
-    if (m->opts.max_context <= 0 || m->opts.max_context > c->max_pos) m->opts.max_context = c->max_pos;
+    m->opts = model_opts(opts, c);
     m->layers = calloc((size_t)c->n_layers, sizeof(layer_w));
     if (!m->layers) {
         free(m);
         return lg_fail(err, "out of memory");
     }
-
-    const int L = c->n_layers, d = c->d_model, hd = c->head_dim;
-    const int64_t qdim = (int64_t)c->n_heads * hd, kvdim = (int64_t)c->n_kv_heads * hd;
-    const lg_wtensor *emb = lg_weights_get(w, "model.embed_tokens.weight");
-    const lg_wtensor *head = c->tie_embeddings ? NULL : lg_weights_get(w, "lm_head.weight");
-
-    /* sizes first: one allocation */
-    size_t total = 0;
-    for (int i = 0; i < lg_weights_count(w); i++) {
-        const lg_wtensor *t = lg_weights_at(w, i);
-        total += tensor_elems(t) * 4 + 256; /* upper bound: every tensor at 4 bytes */
-    }
-    total += (size_t)hd * 4 + 4096;
-    upload_ctx u = {be, NULL, 0, total, err};
-    u.base = be->i.alloc(be, total);
-    if (!u.base) {
+    if (upload_weights(m, w, err) != 0 || alloc_activations(m, err) != 0 || alloc_sampling(m, err) != 0 ||
+        alloc_step_meta(m, err) != 0 || (m->opts.lora_max_rank > 0 && alloc_lora(m, err) != 0)) {
         lg_model_free(m);
-        return lg_fail(err, "cannot allocate %zu bytes of weights on backend %s", total, be->i.name);
+        return -1;
     }
-    m->wbuf = u.base;
-
-    lg_dtype edt = backend_wdtype(be, emb->dtype);
-    if (upload_cat(&u, &m->embed, edt, &emb, 1) != 0)
-        goto fail;
-    if (head) {
-        if (upload_cat(&u, &m->lm_head, backend_wdtype(be, head->dtype), &head, 1) != 0)
-            goto fail;
-    } else {
-        m->lm_head = m->embed;
-    }
-    const lg_wtensor *nw = lg_weights_get(w, "model.norm.weight");
-    if (upload_cat(&u, &m->norm, LG_F32, &nw, 1) != 0)
-        goto fail;
-
-    for (int l = 0; l < L; l++) {
-        layer_w *lw = &m->layers[l];
-        const lg_wtensor *ln1 = need(w, err, "model.layers.%d.input_layernorm.weight", l);
-        const lg_wtensor *ln2 = need(w, err, "model.layers.%d.post_attention_layernorm.weight", l);
-        const lg_wtensor *qkv[3] = {need(w, err, "model.layers.%d.self_attn.q_proj.weight", l),
-                                    need(w, err, "model.layers.%d.self_attn.k_proj.weight", l),
-                                    need(w, err, "model.layers.%d.self_attn.v_proj.weight", l)};
-        const lg_wtensor *wo = need(w, err, "model.layers.%d.self_attn.o_proj.weight", l);
-        const lg_wtensor *gu[2] = {need(w, err, "model.layers.%d.mlp.gate_proj.weight", l),
-                                   need(w, err, "model.layers.%d.mlp.up_proj.weight", l)};
-        const lg_wtensor *dn = need(w, err, "model.layers.%d.mlp.down_proj.weight", l);
-        if (!ln1 || !ln2 || !qkv[0] || !qkv[1] || !qkv[2] || !wo || !gu[0] || !gu[1] || !dn)
-            goto fail;
-        lg_dtype wdt = backend_wdtype(be, qkv[0]->dtype);
-        if (upload_cat(&u, &lw->ln1, LG_F32, &ln1, 1) || upload_cat(&u, &lw->ln2, LG_F32, &ln2, 1) ||
-            upload_cat(&u, &lw->wqkv, wdt, qkv, 3) || upload_cat(&u, &lw->wo, wdt, &wo, 1) ||
-            upload_cat(&u, &lw->wgu, wdt, gu, 2) || upload_cat(&u, &lw->wdown, wdt, &dn, 1))
-            goto fail;
-        if (c->qkv_bias) {
-            const lg_wtensor *b[3] = {need(w, err, "model.layers.%d.self_attn.q_proj.bias", l),
-                                      need(w, err, "model.layers.%d.self_attn.k_proj.bias", l),
-                                      need(w, err, "model.layers.%d.self_attn.v_proj.bias", l)};
-            if (!b[0] || !b[1] || !b[2])
-                goto fail;
-            if (upload_cat(&u, &lw->bqkv, LG_F32, b, 3) != 0)
-                goto fail;
-        }
-    }
-    {
-        float inv[1024];
-        compute_inv_freq(c, w, inv);
-        m->inv_freq = carve(&u, (size_t)(hd / 2) * 4);
-        if (!m->inv_freq || be->i.upload(be, m->inv_freq, inv, (size_t)(hd / 2) * 4) != 0)
-            goto fail;
-    }
-
-    /* activations */
-    {
-        const int64_t T = m->opts.max_step_tokens, S = m->opts.max_seqs, F = c->d_ff, V = c->vocab_size;
-        lg_dtype a = be->act_dtype;
-        size_t es = lg_dtype_size(a);
-        /* LG_NORM_MATMUL_T=2: offer norm_matmul two-row steps too (measurements; the kernel takes 1-2) */
-        const char *nt = getenv("LG_NORM_MATMUL_T");
-        const int nt_v = nt ? atoi(nt) : 0;
-        const int64_t nm_t = nt_v == 1 || nt_v == 2 ? nt_v : LG_NORM_MATMUL_MAX_T;
-        /* decode steps (a row a sequence) with norm_matmul_lora alternate the residual too */
-        const int64_t r2 = be->i.norm_matmul_lora && S > nm_t ? S : nm_t, T2 = T < r2 ? T : r2;
-        m->norm_matmul_t = (int)nm_t;
-        int64_t sizes[] = {T * d, T * d, T * (qdim + 2 * kvdim), T * qdim, T * d, T * 2 * F, T * F, T * d, S * d,
-                           S * V, T2 * d};
-        size_t tot = 0;
-        for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) tot += ((size_t)sizes[i] * es + 255) & ~(size_t)255;
-        upload_ctx ua = {be, be->i.alloc(be, tot), 0, tot, err};
-        if (!ua.base) {
-            lg_fail(err, "cannot allocate %zu bytes of activations", tot);
-            goto fail;
-        }
-        m->abuf = ua.base;
-        m->x = lg_tensor_2d(carve(&ua, (size_t)sizes[0] * es), a, T, d);
-        m->xn = lg_tensor_2d(carve(&ua, (size_t)sizes[1] * es), a, T, d);
-        m->qkv = lg_tensor_2d(carve(&ua, (size_t)sizes[2] * es), a, T, qdim + 2 * kvdim);
-        m->attn = lg_tensor_2d(carve(&ua, (size_t)sizes[3] * es), a, T, qdim);
-        m->o = lg_tensor_2d(carve(&ua, (size_t)sizes[4] * es), a, T, d);
-        m->gu = lg_tensor_2d(carve(&ua, (size_t)sizes[5] * es), a, T, 2 * F);
-        m->act = lg_tensor_2d(carve(&ua, (size_t)sizes[6] * es), a, T, F);
-        m->mlp = lg_tensor_2d(carve(&ua, (size_t)sizes[7] * es), a, T, d);
-        m->rows = lg_tensor_2d(carve(&ua, (size_t)sizes[8] * es), a, S, d);
-        m->x2 = lg_tensor_2d(carve(&ua, (size_t)sizes[10] * es), a, T2, d);
-        m->logits = lg_tensor_2d(carve(&ua, (size_t)sizes[9] * 4), LG_F32, S, V);
-        /* logits are always f32: carve was sized with es; re-carve if es < 4 */
-        if (es < 4) {
-            void *lb = be->i.alloc(be, (size_t)S * V * 4);
-            if (!lb) {
-                lg_fail(err, "cannot allocate logits");
-                goto fail;
-            }
-            m->logits.data = lb;
-        }
-    }
-    /* metadata: tok, pos, slot [T]; q_indptr, page_indptr [S+1]; kv_len [S];
-     * logit_rows [S]; page ids [S * max pages per seq]; with device sampling,
-     * the sampling rows [S] (one upload for both) */
-    {
-        size_t max_pages = (size_t)m->opts.max_seqs *
-                           ((size_t)(m->opts.max_context + m->opts.page_tokens - 1) / m->opts.page_tokens + 1);
-        m->meta_cap = 3 * (size_t)m->opts.max_step_tokens + 4 * ((size_t)m->opts.max_seqs + 1) + max_pages;
-        const char *hs = getenv("LG_HOST_SAMPLE"); /* 1: sample on the host from downloaded logits (comparisons) */
-        if (be->i.sample && !(hs && *hs == '1')) {
-            m->dev_sample = true;
-            m->meta_cap += (size_t)m->opts.max_seqs * SAMPLE_ROW_INTS;
-            const size_t out_bytes = (size_t)m->opts.max_seqs * (sizeof(int32_t) + sizeof(lg_logprob_row));
-            m->out_ints = out_bytes / sizeof(int32_t);
-            m->sample_ids_dev = be->i.alloc(be, out_bytes);
-            if (be->i.alloc_host && be->i.free_host && be->i.download_async && be->i.download_wait) {
-                m->sample_out_host = be->i.alloc_host(be, 2 * out_bytes);
-                m->out_pinned = m->sample_out_host != NULL;
-            }
-            if (!m->sample_out_host)
-                m->sample_out_host = malloc(2 * out_bytes);
-            /* penalty pairs: room for 512 distinct generated tokens per sequence up front, so that
-             * a step grows the buffer (a free, which waits for the device) only beyond that */
-            m->pen_cap = m->opts.max_seqs * 512;
-            m->pen_dev = be->i.alloc(be, (size_t)m->pen_cap * 2 * sizeof(int32_t));
-            if (!m->pen_dev)
-                m->pen_cap = 0;
-            if (!m->sample_ids_dev || !m->sample_out_host) {
-                lg_fail(err, "cannot allocate sampling buffers");
-                goto fail;
-            }
-        }
-        m->meta_dev = be->i.alloc(be, m->meta_cap * 4);
-        m->meta_host = malloc(m->meta_cap * 4);
-        if (!m->meta_dev || !m->meta_host) {
-            lg_fail(err, "cannot allocate step metadata");
-            goto fail;
-        }
-    }
-    if (m->opts.lora_max_rank > 0) {
-        size_t n_slots = (size_t)L * LG_LORA_N_MODULES, S = (size_t)m->opts.max_seqs;
-        /* shrink output kept in f32 whatever the act dtype (more accurate expand) */
-        /* LG_LORA_MULTI_MAX slots side by side for the multi-slot ops */
-        size_t tmp_bytes = (size_t)m->opts.max_step_tokens * LG_LORA_MULTI_MAX * (size_t)m->opts.lora_max_rank *
-                           sizeof(float);
-        void *tmp = be->i.alloc(be, tmp_bytes);
-        m->lora_w_dev = be->i.alloc(be, S * n_slots * sizeof(lg_lora_w));
-        m->lora_w_host = malloc(S * n_slots * sizeof(lg_lora_w));
-        m->lora_seg_dev = be->i.alloc(be, (S + 1) * sizeof(int32_t));
-        m->lora_seg_host = malloc((S + 1) * sizeof(int32_t));
-        m->lora_seg_mods = malloc(S * sizeof(unsigned));
-        m->lora_seg_rank = malloc(S * sizeof(int));
-        m->lora_w_zero = calloc(n_slots, sizeof(lg_lora_w));
-        m->lora_tmp = lg_tensor_2d(tmp, LG_F32, m->opts.max_step_tokens, LG_LORA_MULTI_MAX * m->opts.lora_max_rank);
-        if (!tmp || !m->lora_w_dev || !m->lora_w_host || !m->lora_seg_dev || !m->lora_seg_host || !m->lora_seg_mods || !m->lora_seg_rank || !m->lora_w_zero) {
-            lg_fail(err, "cannot allocate LoRA step buffers");
-            goto fail;
-        }
-        if (!be->i.lora_shrink || !be->i.lora_expand) {
-            lg_fail(err, "backend %s has no LoRA ops", be->i.name);
-            goto fail;
-        }
-    }
-    {
-        const char *ng = getenv("LG_NO_GRAPHS");
-        m->no_graphs = !be->i.graph_begin || !be->i.graph_end || (ng && *ng && strcmp(ng, "0") != 0);
-        if (be->i.graph_reset)
-            be->i.graph_reset(be); /* recordings of an earlier model name other buffers */
-        const char *lt = getenv("LG_LORA_TABLE"); /* 0: rebuild and upload the LoRA table every step (comparisons) */
-        m->lora_table_rebuild = lt && strcmp(lt, "0") == 0;
-        const char *st = getenv("LG_STEP_TIMING");
-        m->timing = st && *st == '1' && (m->t_us = calloc(4 * (size_t)STEP_T_MAX, sizeof *m->t_us)) != NULL;
-    }
-    m->page_bytes = (size_t)m->opts.page_tokens * (size_t)L * 2 * (size_t)kvdim * lg_dtype_size(be->act_dtype);
+    const lg_tuning *tune = lg_backend_tuning(be);
+    /* LG_NO_GRAPHS=1: every step eager */
+    m->no_graphs = !be->i.graph_begin || !be->i.graph_end || tune->no_graphs != 0;
+    if (be->i.graph_reset)
+        be->i.graph_reset(be); /* recordings of an earlier model name other buffers */
+    m->timing = tune->step_timing != 0 && (m->t_us = calloc(4 * (size_t)STEP_T_MAX, sizeof *m->t_us)) != NULL;
+    m->page_bytes = (size_t)m->opts.page_tokens * (size_t)c->n_layers * 2 * (size_t)c->n_kv_heads *
+                    (size_t)c->head_dim * lg_dtype_size(be->act_dtype);
     *out = m;
     return 0;
-fail:
-    lg_model_free(m);
-    return -1;
 }
 
 static int cmp_float(const void *a, const void *b)
@@ -558,8 +585,8 @@ static int lora_slots(lg_tensor y, const lg_lora_meta *lm, const lg_tensor *ys_a
  * shrink reads only x, and ahead of the matmul its small launch overlaps
  * the matmul's start (CUDA: the decode matmul issues its weight copies
  * before it waits on the kernel before it), where after the matmul it sat
- * between two dependent launches (H100, docs/benchmarks.md, seventh session:
- * W3 decode -0.08 ms/step). Results do not depend on the order. A backend
+ * between two dependent launches (H100, docs/benchmarks.md, GPU kernels,
+ * 2026-11-23: W3 decode -0.08 ms/step). Results do not depend on the order. A backend
  * without the multi-slot ops and k > 1 slots: matmul, then a shrink/expand
  * pair per slot (one tmp). rope (the q,k,v form): matmul_lora also does
  * rope_kv_write (CUDA: a decode step's expand in the same launch) and sets
@@ -604,7 +631,7 @@ static void norm_op_done(lg_tensor delta, int *cur, const lg_rope_kv *rope, bool
 /* xn = rmsnorm(x (+ delta)) * g, y = xn W^T (+ bias) with the LoRA of modules
  * [m0, m0 + count), then act = silu_mul(y) when act.data. The residual x is
  * xs[*cur]. One norm_matmul op where the backend fuses them (CUDA, decode
- * batches of up to nm_t = LG_NORM_MATMUL_MAX_T rows: one launch instead of
+ * batches of up to LG_NORM_MATMUL_MAX_T rows: one launch instead of
  * two or three) and no adapter of the step targets these modules (the shrink
  * reads xn): it stores x + delta to the other buffer, which becomes the
  * residual (the op's blocks all read x, so none may write it in place).
@@ -615,13 +642,13 @@ static void norm_op_done(lg_tensor delta, int *cur, const lg_rope_kv *rope, bool
  * takes the step (CUDA: decode steps; the LoRA shrink norms the rows, one
  * launch fewer), storing x + delta to the other buffer the same way; the
  * same results as add_rmsnorm + linear(). */
-static int norm_linear(lg_backend *be, lg_tensor *xs, int *cur, int nm_t, lg_tensor delta, lg_tensor g, float eps,
+static int norm_linear(lg_backend *be, lg_tensor *xs, int *cur, lg_tensor delta, lg_tensor g, float eps,
                        lg_tensor xn, lg_tensor y, lg_tensor W, lg_tensor bias, lg_tensor act, lg_tensor tmp,
                        const lg_lora_meta *lm, const lg_tensor *ys, int m0, int count, int sl, unsigned mods,
                        const lg_rope_kv *rope, bool *roped)
 {
     const unsigned mine = ((1u << count) - 1u) << m0;
-    if (be->i.norm_matmul && xs[1 - *cur].data && xs[0].rows <= nm_t && !(lm && (mods & mine))) {
+    if (be->i.norm_matmul && xs[1 - *cur].data && xs[0].rows <= LG_NORM_MATMUL_MAX_T && !(lm && (mods & mine))) {
         const int rc = be->i.norm_matmul(be, act.data ? act : y, xs[*cur], delta, g, eps, xs[1 - *cur], W, bias,
                                          act.data != NULL, rope);
         if (rc < 0)
@@ -710,7 +737,7 @@ static int forward(lg_model *m, const lg_kv_view *kv0, const lg_step_meta *meta,
         const lg_rope_kv rk = {.pos = meta->pos, .inv_freq = m->inv_freq, .n_heads = c->n_heads,
                                .n_kv_heads = c->n_kv_heads, .head_dim = hd, .kv = kv, .slot = meta->slot};
         bool roped = false;
-        TRY(norm_linear(be, xs, &xi, m->norm_matmul_t, l ? mlp : none, lw->ln1, c->rms_eps, xn, qkv, lw->wqkv,
+        TRY(norm_linear(be, xs, &xi, l ? mlp : none, lw->ln1, c->rms_eps, xn, qkv, lw->wqkv,
                         lw->bqkv, none, tmp, lora, qkv_ys, 0, 3, sl, lora_mods, &rk, &roped));
         if (roped) {
             /* norm_matmul or matmul_lora did rope + KV write too */
@@ -723,7 +750,7 @@ static int forward(lg_model *m, const lg_kv_view *kv0, const lg_step_meta *meta,
         }
         TRY(be->i.attention(be, attn, q, kv, meta, c->n_heads, scale));
         TRY(linear(be, o, attn, lw->wo, none, tmp, lora, &o, 3, 1, sl, lora_mods, NULL, NULL));
-        TRY(norm_linear(be, xs, &xi, m->norm_matmul_t, o, lw->ln2, c->rms_eps, xn, gu, lw->wgu, none, act, tmp,
+        TRY(norm_linear(be, xs, &xi, o, lw->ln2, c->rms_eps, xn, gu, lw->wgu, none, act, tmp,
                         lora, gu_ys, 4, 2, sl, lora_mods, NULL, NULL));
         TRY(linear(be, mlp, act, lw->wdown, none, tmp, lora, &mlp, 6, 1, sl, lora_mods, NULL, NULL));
     }
@@ -749,34 +776,42 @@ static size_t sample_out_bytes(const lg_model *m, int n_logits, bool lp)
               : (size_t)n_logits * sizeof(int32_t);
 }
 
-int lg_model_launch(lg_model *m, lg_page_pool *pool, const lg_step_seq *seqs, int n_seqs,
-                    const lg_sample_row *sample_rows, const int32_t *pen, int n_pen, bool want_ids, bool want_lp,
-                    bool want_logits, lg_err *err)
+/* The launch's preconditions (sequence count, steps in flight, tokens from the device, the pool's pages);
+ * *from_dev: the step's tokens are the ids the previous launched step sampled. */
+static int check_launch(const lg_model *m, lg_page_pool *pool, const lg_step_seq *seqs, int n_seqs, bool *from_dev,
+                        lg_err *err)
 {
-    lg_backend *be = m->be;
-    const lg_model_config *c = &m->cfg;
-    const int pt = m->opts.page_tokens;
     if (n_seqs <= 0 || n_seqs > m->opts.max_seqs)
         return lg_fail(err, "step has %d sequences; the model was set up for 1..%d", n_seqs, m->opts.max_seqs);
     if (m->n_fl >= 2 || (m->n_fl == 1 && (!lg_model_can_chain(m) || m->fl[0].logits)))
         return lg_fail(err, "a step was launched while %s", m->n_fl >= 2 ? "two await collection"
                                                                          : "the previous one's results are needed first");
     /* tokens NULL: the ids the previous launched step sampled, row s for sequence s */
-    const bool from_dev = seqs[0].tokens == NULL;
+    const bool dev = seqs[0].tokens == NULL;
     for (int s = 0; s < n_seqs; s++)
-        if ((seqs[s].tokens == NULL) != from_dev || (from_dev && seqs[s].n_tokens != 1))
-            return lg_fail(err, "sequence %d: expected %s", s, from_dev ? "one token from the device, as every sequence"
-                                                                        : "its tokens, as every sequence");
-    if (from_dev && (m->last_sampled != n_seqs || !m->dev_sample))
+        if ((seqs[s].tokens == NULL) != dev || (dev && seqs[s].n_tokens != 1))
+            return lg_fail(err, "sequence %d: expected %s", s, dev ? "one token from the device, as every sequence"
+                                                                   : "its tokens, as every sequence");
+    if (dev && (m->last_sampled != n_seqs || !m->dev_sample))
         return lg_fail(err, "tokens from the device: the previous step sampled %d rows, this step has %d sequences",
                        m->last_sampled, n_seqs);
     if (lg_page_pool_page_bytes(pool) < m->page_bytes)
         return lg_fail(err, "page pool pages (%zu bytes) are smaller than a KV page (%zu)",
                        lg_page_pool_page_bytes(pool), m->page_bytes);
+    *from_dev = dev;
+    return 0;
+}
 
-    const double t0 = m->timing ? lg_now() : 0;
-    /* --- host metadata, laid out in one staging buffer --- */
-    int T = 0, n_pages = 0, n_logits = 0, max_q = 0, max_kv = 0;
+/* The step's totals over its sequences, each checked against the context and its page table. */
+typedef struct step_shape {
+    int T, n_pages, n_logits;
+    int max_q, max_kv; /* the longest query run; the longest sequence after the step */
+} step_shape;
+
+static int shape_of(const lg_model *m, const lg_step_seq *seqs, int n_seqs, step_shape *sh, lg_err *err)
+{
+    const int pt = m->opts.page_tokens;
+    *sh = (step_shape){0};
     for (int s = 0; s < n_seqs; s++) {
         const lg_step_seq *q = &seqs[s];
         if (q->n_tokens <= 0 || q->pos0 < 0 || q->pos0 + q->n_tokens > m->opts.max_context)
@@ -784,39 +819,55 @@ int lg_model_launch(lg_model *m, lg_page_pool *pool, const lg_step_seq *seqs, in
                            q->pos0, m->opts.max_context);
         if ((int64_t)q->n_pages * pt < q->pos0 + q->n_tokens)
             return lg_fail(err, "sequence %d: %d pages cannot hold %d positions", s, q->n_pages, q->pos0 + q->n_tokens);
-        T += q->n_tokens;
-        n_pages += (q->pos0 + q->n_tokens + pt - 1) / pt;
-        n_logits += q->want_logits;
-        if (q->n_tokens > max_q) max_q = q->n_tokens;
-        if (q->pos0 + q->n_tokens > max_kv) max_kv = q->pos0 + q->n_tokens;
+        sh->T += q->n_tokens;
+        sh->n_pages += (q->pos0 + q->n_tokens + pt - 1) / pt;
+        sh->n_logits += q->want_logits;
+        if (q->n_tokens > sh->max_q) sh->max_q = q->n_tokens;
+        if (q->pos0 + q->n_tokens > sh->max_kv) sh->max_kv = q->pos0 + q->n_tokens;
     }
-    if (T > m->opts.max_step_tokens)
-        return lg_fail(err, "step has %d tokens; the budget is %d", T, m->opts.max_step_tokens);
-    const bool sample = n_logits > 0 && sample_rows && want_ids;
-    const bool lp = sample && want_lp;
-    if (sample && !m->dev_sample)
-        return lg_fail(err, "backend %s does not sample on the device", be->i.name);
+    if (sh->T > m->opts.max_step_tokens)
+        return lg_fail(err, "step has %d tokens; the budget is %d", sh->T, m->opts.max_step_tokens);
+    return 0;
+}
+
+/* A sampled step's penalty pairs: checked against its rows (the kernel reads pen[pen_off .. pen_off +
+ * pen_n) unchecked), then uploaded to their own buffer (any length, grown on demand) before the step. */
+static int upload_penalties(lg_model *m, const lg_sample_row *rows, int n_rows, bool sample, const int32_t *pen,
+                            int n_pen, lg_err *err)
+{
+    lg_backend *be = m->be;
     if (n_pen < 0 || (n_pen > 0 && !pen))
         return lg_fail(err, "expected %d penalty pairs, found %s", n_pen, pen ? "a negative count" : "none");
-    for (int i = 0; sample && i < n_logits; i++) /* the kernel reads pen[pen_off .. pen_off + pen_n) unchecked */
-        if (sample_rows[i].pen_n != 0 &&
-            (sample_rows[i].pen_n < 0 || sample_rows[i].pen_off < 0 || sample_rows[i].pen_off > n_pen - sample_rows[i].pen_n))
-            return lg_fail(err, "sampling row %d: penalty pairs [%d, +%d) outside the step's %d", i,
-                           sample_rows[i].pen_off, sample_rows[i].pen_n, n_pen);
-    if (sample && n_pen > 0) { /* the pairs: their own buffer (any length), uploaded before the step */
-        if (n_pen > m->pen_cap) {
-            int cap = m->pen_cap ? m->pen_cap : 4096;
-            while (cap < n_pen) cap *= 2;
-            if (m->pen_dev) be->i.dealloc(be, m->pen_dev); /* the last step that read it has finished */
-            m->pen_dev = be->i.alloc(be, (size_t)cap * 2 * sizeof(int32_t));
-            m->pen_cap = m->pen_dev ? cap : 0;
-            if (!m->pen_dev)
-                return lg_fail(err, "cannot allocate %d penalty pairs on the device", cap);
-        }
-        TRY(be->i.upload(be, m->pen_dev, pen, (size_t)n_pen * 2 * sizeof(int32_t)));
+    for (int i = 0; sample && i < n_rows; i++)
+        if (rows[i].pen_n != 0 &&
+            (rows[i].pen_n < 0 || rows[i].pen_off < 0 || rows[i].pen_off > n_pen - rows[i].pen_n))
+            return lg_fail(err, "sampling row %d: penalty pairs [%d, +%d) outside the step's %d", i, rows[i].pen_off,
+                           rows[i].pen_n, n_pen);
+    if (!sample || n_pen == 0)
+        return 0;
+    if (n_pen > m->pen_cap) {
+        int cap = m->pen_cap ? m->pen_cap : 4096;
+        while (cap < n_pen) cap *= 2;
+        if (m->pen_dev) be->i.dealloc(be, m->pen_dev); /* the last step that read it has finished */
+        m->pen_dev = be->i.alloc(be, (size_t)cap * 2 * sizeof(int32_t));
+        m->pen_cap = m->pen_dev ? cap : 0;
+        if (!m->pen_dev)
+            return lg_fail(err, "cannot allocate %d penalty pairs on the device", cap);
     }
-    const size_t rows_at = 3 * (size_t)T + 2 * ((size_t)n_seqs + 1) + 2 * (size_t)n_seqs + (size_t)n_pages;
-    const size_t need = rows_at + (sample ? (size_t)n_logits * SAMPLE_ROW_INTS : 0);
+    TRY(be->i.upload(be, m->pen_dev, pen, (size_t)n_pen * 2 * sizeof(int32_t)));
+    return 0;
+}
+
+/* The step's metadata laid out in the host staging buffer and uploaded in one copy (with the sampling
+ * rows after rows_at when sample); from_dev: the token ids then come from the previous step's sampler
+ * (a device copy ordered after it). *meta: the device views, for the ops. */
+static int upload_meta(lg_model *m, const lg_step_seq *seqs, int n_seqs, const step_shape *sh, bool from_dev,
+                       const lg_sample_row *sample_rows, bool sample, lg_step_meta *meta, size_t *rows_at, lg_err *err)
+{
+    lg_backend *be = m->be;
+    const int pt = m->opts.page_tokens, T = sh->T, n_logits = sh->n_logits, vocab = m->cfg.vocab_size;
+    *rows_at = 3 * (size_t)T + 2 * ((size_t)n_seqs + 1) + 2 * (size_t)n_seqs + (size_t)sh->n_pages;
+    const size_t need = *rows_at + (sample ? (size_t)n_logits * SAMPLE_ROW_INTS : 0);
     if (need > m->meta_cap)
         return lg_fail(err, "step metadata too large (%zu > %zu)", need, m->meta_cap);
     int32_t *h = m->meta_host;
@@ -834,8 +885,8 @@ int lg_model_launch(lg_model *m, lg_page_pool *pool, const lg_step_seq *seqs, in
             if (from_dev) {
                 tok[t + i] = 0; /* replaced on the device below */
             } else {
-                if (q->tokens[i] < 0 || q->tokens[i] >= c->vocab_size)
-                    return lg_fail(err, "token id %d out of range [0, %d)", q->tokens[i], c->vocab_size);
+                if (q->tokens[i] < 0 || q->tokens[i] >= vocab)
+                    return lg_fail(err, "token id %d out of range [0, %d)", q->tokens[i], vocab);
                 tok[t + i] = q->tokens[i];
             }
             pos[t + i] = p;
@@ -850,154 +901,207 @@ int lg_model_launch(lg_model *m, lg_page_pool *pool, const lg_step_seq *seqs, in
     q_indptr[n_seqs] = t;
     page_indptr[n_seqs] = pg;
     if (sample)
-        memcpy(h + rows_at, sample_rows, (size_t)n_logits * sizeof(lg_sample_row));
+        memcpy(h + *rows_at, sample_rows, (size_t)n_logits * sizeof(lg_sample_row));
     TRY(be->i.upload(be, m->meta_dev, h, need * 4));
     if (from_dev) /* ordered after the previous step's sampler and its download, before this step's sampler */
         TRY(be->i.copy(be, m->meta_dev, m->sample_ids_dev, (size_t)n_seqs * sizeof(int32_t)));
     int32_t *dv = m->meta_dev;
-    lg_step_meta meta = {
-        .n_tokens = T, .n_seqs = n_seqs, .max_q_len = max_q, .max_kv_len = max_q == 1 ? kv_bucket(max_kv) : max_kv,
+    *meta = (lg_step_meta){
+        .n_tokens = T, .n_seqs = n_seqs, .max_q_len = sh->max_q,
+        .max_kv_len = sh->max_q == 1 ? kv_bucket(sh->max_kv) : sh->max_kv,
         .tok = dv, .pos = dv + (pos - h), .slot = dv + (slot - h), .q_indptr = dv + (q_indptr - h),
         .kv_len = dv + (kv_len - h), .page_indptr = dv + (page_indptr - h), .page_ids = dv + (page_ids - h),
         .logit_rows = dv + (logit_rows - h), .n_logits = n_logits,
     };
+    return 0;
+}
 
-    const double t1 = m->timing ? lg_now() : 0;
-    /* --- LoRA segments: runs of adjacent sequences with the same adapter --- */
-    lg_lora_meta lm = {0};
-    const lg_lora_meta *lora = NULL;
-    unsigned lora_mods = 0; /* bit m: some segment has rank > 0 at module m in some layer */
-    int lora_max_seg = 0, lora_rank = 0, lora_tiles = 0; /* lora_tiles: 32-token tiles over the segments */
+/* A step's LoRA: its segments and what the launch shapes depend on. */
+typedef struct lora_step {
+    lg_lora_meta lm;
+    unsigned mods; /* bit m: some segment has rank > 0 at module m in some layer */
+    int max_seg;   /* the longest segment, tokens */
+    int rank;      /* the largest rank of any segment at any slot */
+    int tiles;     /* 32-token tiles over the segments */
+} lora_step;
+
+/* The LoRA segments of the step (runs of adjacent sequences with the same adapter) into ls, their weight
+ * table and bounds uploaded; 0 with ls->lm.n_segs = 0 when no sequence has an adapter.
+ *
+ * The weight table ([segment][slot] lg_lora_w) is the same from one decode step to the next while the
+ * batch keeps its adapters, and rebuilding and uploading it cost the GPU 0.06-0.3 ms of idle time per
+ * step (H100, docs/benchmarks.md, GPU kernels, 2026-11-23: 5 KB per segment with 7 modules on 32 layers;
+ * W2's 128 segments are 688 KB). So segment s's rows are compared with what the device holds
+ * (lora_synced) and only a changed range is copied and uploaded. The comparison is of the contents, not
+ * of adapter identities: a table at a reused address with other pages is a change. */
+static int upload_lora_table(lg_model *m, const lg_step_seq *seqs, int n_seqs, lora_step *ls, lg_err *err)
+{
+    lg_backend *be = m->be;
+    *ls = (lora_step){0};
+    bool any = false;
     for (int s = 0; s < n_seqs; s++)
-        if (seqs[s].lora)
-            lora = &lm;
-    if (lora) {
-        if (m->opts.lora_max_rank <= 0)
-            return lg_fail(err, "a sequence uses an adapter but the model was set up without LoRA");
-        /* The weight table ([segment][slot] lg_lora_w) is the same from one decode step to the
-         * next while the batch keeps its adapters, and rebuilding and uploading it cost the GPU
-         * 0.06-0.3 ms of idle time per step (H100, docs/benchmarks.md: 5 KB per segment with 7
-         * modules on 32 layers; W2's 128 segments are 688 KB). So segment s's rows are compared
-         * with what the device holds (lora_synced) and only a changed range is copied and
-         * uploaded. The comparison is of the contents, not of adapter identities: a table at a
-         * reused address with other pages is a change. LG_LORA_TABLE=0: every step rebuilds. */
-        const int n_slots = c->n_layers * LG_LORA_N_MODULES;
-        const size_t seg_bytes = (size_t)n_slots * sizeof(lg_lora_w);
-        int ns = 0, tt = 0, lo = -1, hi = -1;
-        const int synced = m->lora_table_rebuild ? 0 : m->lora_synced;
-        m->lora_synced = 0; /* until the changed rows below are uploaded (an early return leaves 0) */
-        for (int s = 0; s < n_seqs; s++) {
-            if (s == 0 || seqs[s].lora != seqs[s - 1].lora) {
-                m->lora_seg_host[ns] = tt;
-                lg_lora_w *dst = m->lora_w_host + (size_t)ns * n_slots;
-                const lg_lora_w *src = seqs[s].lora ? seqs[s].lora : m->lora_w_zero;
-                if (ns >= synced || memcmp(dst, src, seg_bytes) != 0) {
-                    memcpy(dst, src, seg_bytes);
-                    unsigned mods = 0;
-                    int rank = 0;
-                    for (int k = 0; k < n_slots; k++) {
-                        if (dst[k].rank > m->opts.lora_max_rank)
-                            return lg_fail(err, "adapter rank %d exceeds the step's maximum %d", dst[k].rank,
-                                           m->opts.lora_max_rank);
-                        if (dst[k].rank > 0)
-                            mods |= 1u << (k % LG_LORA_N_MODULES);
-                        if (dst[k].rank > rank)
-                            rank = dst[k].rank;
-                    }
-                    m->lora_seg_mods[ns] = mods;
-                    m->lora_seg_rank[ns] = rank;
-                    if (lo < 0)
-                        lo = ns;
-                    hi = ns;
+        any |= seqs[s].lora != NULL;
+    if (!any)
+        return 0;
+    if (m->opts.lora_max_rank <= 0)
+        return lg_fail(err, "a sequence uses an adapter but the model was set up without LoRA");
+    const int n_slots = m->cfg.n_layers * LG_LORA_N_MODULES;
+    const size_t seg_bytes = (size_t)n_slots * sizeof(lg_lora_w);
+    int ns = 0, tt = 0, lo = -1, hi = -1;
+    const int synced = m->lora_synced;
+    m->lora_synced = 0; /* until the changed rows below are uploaded (an early return leaves 0) */
+    for (int s = 0; s < n_seqs; s++) {
+        if (s == 0 || seqs[s].lora != seqs[s - 1].lora) {
+            m->lora_seg_host[ns] = tt;
+            lg_lora_w *dst = m->lora_w_host + (size_t)ns * n_slots;
+            const lg_lora_w *src = seqs[s].lora ? seqs[s].lora : m->lora_w_zero;
+            if (ns >= synced || memcmp(dst, src, seg_bytes) != 0) {
+                memcpy(dst, src, seg_bytes);
+                unsigned mods = 0;
+                int rank = 0;
+                for (int k = 0; k < n_slots; k++) {
+                    if (dst[k].rank > m->opts.lora_max_rank)
+                        return lg_fail(err, "adapter rank %d exceeds the step's maximum %d", dst[k].rank,
+                                       m->opts.lora_max_rank);
+                    if (dst[k].rank > 0)
+                        mods |= 1u << (k % LG_LORA_N_MODULES);
+                    if (dst[k].rank > rank)
+                        rank = dst[k].rank;
                 }
-                lora_mods |= m->lora_seg_mods[ns];
-                if (m->lora_seg_rank[ns] > lora_rank)
-                    lora_rank = m->lora_seg_rank[ns];
-                ns++;
+                m->lora_seg_mods[ns] = mods;
+                m->lora_seg_rank[ns] = rank;
+                if (lo < 0)
+                    lo = ns;
+                hi = ns;
             }
-            tt += seqs[s].n_tokens;
+            ls->mods |= m->lora_seg_mods[ns];
+            if (m->lora_seg_rank[ns] > ls->rank)
+                ls->rank = m->lora_seg_rank[ns];
+            ns++;
         }
-        m->lora_seg_host[ns] = tt;
-        for (int i = 0; i < ns; i++) {
-            const int len = m->lora_seg_host[i + 1] - m->lora_seg_host[i];
-            if (len > lora_max_seg)
-                lora_max_seg = len;
-            lora_tiles += (len + 31) / 32;
-        }
-        if (lo >= 0) {
-            TRY(be->i.upload(be, m->lora_w_dev + (size_t)lo * n_slots, m->lora_w_host + (size_t)lo * n_slots,
-                             (size_t)(hi - lo + 1) * seg_bytes));
-            m->t_table_uploads++;
-            m->t_table_bytes += (double)(hi - lo + 1) * (double)seg_bytes;
-        }
-        m->lora_synced = lo < 0 || synced > hi + 1 ? synced : hi + 1;
-        TRY(be->i.upload(be, m->lora_seg_dev, m->lora_seg_host, (size_t)(ns + 1) * sizeof(int32_t)));
-        lm = (lg_lora_meta){.n_segs = ns, .n_slots = n_slots, .max_rank = m->opts.lora_max_rank,
-                            .seg_indptr = m->lora_seg_dev, .w = m->lora_w_dev, .seg_indptr_host = m->lora_seg_host,
-                            .step_max_rank = lora_rank};
+        tt += seqs[s].n_tokens;
     }
+    m->lora_seg_host[ns] = tt;
+    for (int i = 0; i < ns; i++) {
+        const int len = m->lora_seg_host[i + 1] - m->lora_seg_host[i];
+        if (len > ls->max_seg)
+            ls->max_seg = len;
+        ls->tiles += (len + 31) / 32;
+    }
+    if (lo >= 0) {
+        TRY(be->i.upload(be, m->lora_w_dev + (size_t)lo * n_slots, m->lora_w_host + (size_t)lo * n_slots,
+                         (size_t)(hi - lo + 1) * seg_bytes));
+        m->t_table_uploads++;
+        m->t_table_bytes += (double)(hi - lo + 1) * (double)seg_bytes;
+    }
+    m->lora_synced = lo < 0 || synced > hi + 1 ? synced : hi + 1;
+    TRY(be->i.upload(be, m->lora_seg_dev, m->lora_seg_host, (size_t)(ns + 1) * sizeof(int32_t)));
+    ls->lm = (lg_lora_meta){.n_segs = ns, .n_slots = n_slots, .max_rank = m->opts.lora_max_rank,
+                            .seg_indptr = m->lora_seg_dev, .w = m->lora_w_dev, .seg_indptr_host = m->lora_seg_host,
+                            .step_max_rank = ls->rank};
+    return 0;
+}
 
-    const double t2 = m->timing ? lg_now() : 0;
-    /* --- forward: recorded/replayed for decode-shaped steps, else eager --- */
+/* The shape key of a decode step's recording (see the file comment). */
+static step_key decode_key(lg_model *m, const lg_kv_view *kv, const lg_step_meta *meta, const lora_step *ls,
+                           bool lora)
+{
+    lg_backend *be = m->be;
+    step_key key;
+    memset(&key, 0, sizeof key);
+    key.n_tokens = meta->n_tokens;
+    key.n_seqs = meta->n_seqs;
+    key.n_logits = meta->n_logits;
+    key.max_kv_len = be->i.decode_kv_key ? be->i.decode_kv_key(be, meta->n_tokens, m->cfg.n_heads, kv, meta->max_kv_len)
+                                         : meta->max_kv_len;
+    key.lora_segs = lora ? ls->lm.n_segs : -1;
+    key.lora_max_seg = lora ? ls->max_seg : -1;
+    key.lora_mods = (int32_t)ls->mods;
+    /* the prefill SGMV kernels (segments of > 4 tokens: an adapter shared by several sequences)
+     * take their shapes from the rank's bucket: 8, 16, 32, then multiples of 64 */
+    int rank_bucket = 8;
+    while (rank_bucket < ls->rank)
+        rank_bucket = rank_bucket < 64 ? 2 * rank_bucket : rank_bucket + 64;
+    key.lora_rank = !lora ? -1 : ls->max_seg <= 4 ? 0 : rank_bucket;
+    key.lora_tiles = lora && ls->max_seg > 4 ? ls->tiles : 0;
+    key.kv_base = (uint64_t)(uintptr_t)kv->base;
+    key.kv_page_bytes = (uint64_t)kv->page_bytes;
+    return key;
+}
+
+/* The forward pass, enqueued: a decode-shaped step (max_q_len 1) recorded under its key or replayed,
+ * unless step graphs are off; anything else (or a recording that failed) eagerly. */
+static int run_forward(lg_model *m, lg_page_pool *pool, const lg_step_meta *meta, const lora_step *ls, lg_err *err)
+{
+    lg_backend *be = m->be;
+    const lg_lora_meta *lora = ls->lm.n_segs > 0 ? &ls->lm : NULL;
     lg_kv_view kv = {
-        .base = lg_page_pool_base(pool), .page_bytes = lg_page_pool_page_bytes(pool), .page_tokens = pt,
-        .n_kv_heads = c->n_kv_heads, .head_dim = c->head_dim, .dtype = be->act_dtype,
+        .base = lg_page_pool_base(pool), .page_bytes = lg_page_pool_page_bytes(pool),
+        .page_tokens = m->opts.page_tokens, .n_kv_heads = m->cfg.n_kv_heads, .head_dim = m->cfg.head_dim, .dtype = be->act_dtype,
     };
-    bool eager = true;
-    if (max_q == 1 && !m->no_graphs) {
-        step_key key;
-        memset(&key, 0, sizeof key);
-        key.n_tokens = T;
-        key.n_seqs = n_seqs;
-        key.n_logits = n_logits;
-        key.max_kv_len = be->i.decode_kv_key ? be->i.decode_kv_key(be, T, c->n_heads, &kv, meta.max_kv_len)
-                                             : meta.max_kv_len;
-        key.lora_segs = lora ? lm.n_segs : -1;
-        key.lora_max_seg = lora ? lora_max_seg : -1;
-        key.lora_mods = (int32_t)lora_mods;
-        /* the prefill SGMV kernels (segments of > 4 tokens: an adapter shared by several sequences)
-         * take their shapes from the rank's bucket: 8, 16, 32, then multiples of 64 */
-        int rank_bucket = 8;
-        while (rank_bucket < lora_rank)
-            rank_bucket = rank_bucket < 64 ? 2 * rank_bucket : rank_bucket + 64;
-        key.lora_rank = !lora ? -1 : lora_max_seg <= 4 ? 0 : rank_bucket;
-        key.lora_tiles = lora && lora_max_seg > 4 ? lora_tiles : 0;
-        key.kv_base = (uint64_t)(uintptr_t)kv.base;
-        key.kv_page_bytes = (uint64_t)kv.page_bytes;
+    if (meta->max_q_len == 1 && !m->no_graphs) {
+        const step_key key = decode_key(m, &kv, meta, ls, lora != NULL);
         bool replayed = false;
-        if (be->i.graph_begin(be, &key, sizeof key, &replayed) == 0) {
-            eager = false;
-            if (!replayed) {
-                int rc = forward(m, &kv, &meta, lora, lora_mods, err);
-                if (be->i.graph_end(be, rc == 0) != 0) {
-                    if (rc != 0)
-                        return -1; /* err says which op */
-                    /* the recording failed, nothing ran: eager from now on */
-                    m->no_graphs = true;
-                    eager = true;
-                }
-            }
+        if (be->i.graph_begin(be, &key, sizeof key, &replayed) != 0) {
+            m->no_graphs = true;
+        } else if (replayed) {
+            return 0;
         } else {
+            int rc = forward(m, &kv, meta, lora, ls->mods, err);
+            if (be->i.graph_end(be, rc == 0) == 0)
+                return 0;
+            if (rc != 0)
+                return -1; /* err says which op */
+            /* the recording failed, nothing ran: eager from now on */
             m->no_graphs = true;
         }
     }
-    if (eager && forward(m, &kv, &meta, lora, lora_mods, err) != 0)
+    return forward(m, &kv, meta, lora, ls->mods, err);
+}
+
+int lg_model_launch(lg_model *m, lg_page_pool *pool, const lg_step_seq *seqs, int n_seqs,
+                    const lg_sample_row *sample_rows, const int32_t *pen, int n_pen, bool want_ids, bool want_lp,
+                    bool want_logits, lg_err *err)
+{
+    lg_backend *be = m->be;
+    bool from_dev;
+    if (check_launch(m, pool, seqs, n_seqs, &from_dev, err) != 0)
+        return -1;
+    const double t0 = m->timing ? lg_now() : 0;
+    step_shape sh;
+    if (shape_of(m, seqs, n_seqs, &sh, err) != 0)
+        return -1;
+    const bool sample = sh.n_logits > 0 && sample_rows && want_ids;
+    const bool lp = sample && want_lp;
+    if (sample && !m->dev_sample)
+        return lg_fail(err, "backend %s does not sample on the device", be->i.name);
+    lg_step_meta meta;
+    size_t rows_at;
+    if (upload_penalties(m, sample_rows, sh.n_logits, sample, pen, n_pen, err) != 0 ||
+        upload_meta(m, seqs, n_seqs, &sh, from_dev, sample_rows, sample, &meta, &rows_at, err) != 0)
+        return -1;
+    const double t1 = m->timing ? lg_now() : 0;
+    lora_step ls;
+    if (upload_lora_table(m, seqs, n_seqs, &ls, err) != 0)
+        return -1;
+    const double t2 = m->timing ? lg_now() : 0;
+    if (run_forward(m, pool, &meta, &ls, err) != 0)
         return -1;
     const double t3 = m->timing ? lg_now() : 0;
     struct inflight *f = &m->fl[m->n_fl];
-    *f = (struct inflight){.n_logits = n_logits, .sample = sample, .lp = lp, .logits = want_logits && n_logits > 0,
-                           .decode = max_q == 1, .slot = (int)(m->n_launched & 1),
-                           .t = {t1 - t0, t2 - t1, t3 - t2, t3}};
+    *f = (struct inflight){.n_logits = sh.n_logits, .sample = sample, .lp = lp,
+                           .logits = want_logits && sh.n_logits > 0, .decode = sh.max_q == 1,
+                           .slot = (int)(m->n_launched & 1), .t = {t1 - t0, t2 - t1, t3 - t2, t3}};
     m->last_sampled = 0;
-    if (sample) {
+    if (sample) { /* the sampler, then its one download (asynchronous into page-locked memory where it can be) */
         const size_t ms = (size_t)m->opts.max_seqs; /* the logprobs follow max_seqs ids */
-        TRY(be->i.sample(be, m->sample_ids_dev, m->logits.data, n_logits, c->vocab_size,
+        TRY(be->i.sample(be, m->sample_ids_dev, m->logits.data, sh.n_logits, m->cfg.vocab_size,
                          (const lg_sample_row *)(m->meta_dev + rows_at), n_pen > 0 ? m->pen_dev : NULL,
                          lp ? (lg_logprob_row *)(m->sample_ids_dev + ms) : NULL));
-        m->last_sampled = n_logits == n_seqs ? n_logits : 0;
+        m->last_sampled = sh.n_logits == n_seqs ? sh.n_logits : 0;
         if (m->out_pinned)
             TRY(be->i.download_async(be, m->sample_out_host + (size_t)f->slot * m->out_ints, m->sample_ids_dev,
-                                     sample_out_bytes(m, n_logits, lp), &f->ticket));
+                                     sample_out_bytes(m, sh.n_logits, lp), &f->ticket));
     }
     m->n_fl++;
     m->n_launched++;

@@ -114,8 +114,8 @@ int lg_engine_create(lg_backend *be, const lg_weights *w, const lg_engine_opts *
     e->next_id = 1;
     e->next_adapter_id = 1;
     e->sharing = opts->prefix_sharing;
-    const char *bs = getenv("LG_BURST"); /* 0: no decode bursts (comparisons) */
-    e->burst = !opts->no_decode_bursts && !(bs && strcmp(bs, "0") == 0);
+    const lg_tuning *tune = lg_backend_tuning(be);
+    e->burst = !opts->no_decode_bursts && tune->burst != 0; /* LG_BURST=0: no decode bursts (comparisons) */
     if (lg_model_create(be, w, &opts->model, &e->model, err) != 0) {
         lg_engine_free(e);
         return -1;
@@ -183,10 +183,8 @@ int lg_engine_create(lg_backend *be, const lg_weights *w, const lg_engine_opts *
     e->row_tmp = malloc((size_t)V * sizeof(float));
     e->pen_stamp = calloc((size_t)V, sizeof *e->pen_stamp);
     e->pen_idx = malloc((size_t)V * sizeof *e->pen_idx);
-    const char *dp = getenv("LG_DEVICE_PENALTIES"); /* 0: penalised rows sampled on the host (comparisons) */
-    e->dev_penalty = !(dp && strcmp(dp, "0") == 0);
-    const char *dl = getenv("LG_DEVICE_LOGPROBS"); /* 0: logprobs from downloaded logits (comparisons) */
-    e->dev_logprobs = !(dl && strcmp(dl, "0") == 0);
+    e->dev_penalty = tune->device_penalties != 0; /* LG_DEVICE_PENALTIES=0: penalised rows sampled on the host */
+    e->dev_logprobs = tune->device_logprobs != 0; /* LG_DEVICE_LOGPROBS=0: logprobs from downloaded logits */
     e->running = calloc((size_t)S + 1, sizeof *e->running);
     if (!e->fair || !e->reg_by_name || !e->seqs || !e->sched || !e->chunk || !e->logits || !e->rows || !e->ids || !e->lps ||
         !e->row_tmp || !e->pen_stamp || !e->pen_idx || !e->running) {

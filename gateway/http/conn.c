@@ -109,6 +109,7 @@ typedef struct lg_conn {
     int linger_fd;             /* >= 0: lingering close after h2o closes */
     /* HTTP/1 */
     enum { H1_HEAD, H1_BODY, H1_BUSY } h1;
+    int h1_requests;     /* dispatched and not yet disposed (the drain keeps such a connection) */
     size_t h1_head_len;  /* the head h2o is parsing (pipelining check) */
     size_t h1_prev_len;  /* bytes of an incomplete head already scanned (phr's last_len) */
     size_t h1_limit;     /* H1_BODY: the route's max_body */
@@ -333,7 +334,7 @@ void lg__conns_close_idle_http1(lg_loop *L)
         lg_conn *c = H2O_STRUCT_FROM_MEMBER(lg_conn, link, l);
         if (c->shut || c->is_h2 || c->closed)
             continue;
-        if ((c->sock->input == NULL || c->sock->input->size == 0) && !lg__loop_sock_busy(L, c->sock))
+        if ((c->sock->input == NULL || c->sock->input->size == 0) && c->h1_requests == 0)
             shut_conn(c);
     }
 }
@@ -594,6 +595,7 @@ void lg__conn_h1_dispatched(lg_loop *L, h2o_req_t *req)
     if (!c || c->is_h2)
         return;
     c->h1 = H1_BUSY;
+    c->h1_requests++;
     h2o_buffer_t *in = c->sock->input;
     const char *end = req->entity.base ? req->entity.base + req->entity.len : in->bytes + c->h1_head_len;
     if (in->bytes + in->size > end)
@@ -614,6 +616,8 @@ void lg__conn_h1_request_done(lg_loop *L, h2o_socket_t *sock)
     lg_conn *c = conn_of_sock(sock);
     if (!c || c->is_h2 || c->closed)
         return;
+    if (c->h1_requests > 0)
+        c->h1_requests--;
     if (c->h1_hold && c->h1_hold_route->release_body)
         c->h1_hold_route->release_body(c->h1_hold);
     c->h1_hold = NULL;

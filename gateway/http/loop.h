@@ -46,6 +46,9 @@ typedef struct lg_loop {
     size_t max_body;           /* the server's limit, gconf's value otherwise */
     const lg_router *router;
     atomic_int *srv_conns;     /* the server's connection count */
+    struct lg_workers *workers;       /* the server's blocking-work pool */
+    struct lg_access_log *access_log; /* NULL: none */
+    bool tls;
 
     h2o_linklist_t conns; /* struct lg_conn (conn.c): accepted sockets still open */
     int n_conns;
@@ -77,8 +80,5 @@ void lg__request_on_messages(h2o_multithread_receiver_t *rx, h2o_linklist_t *mes
 void lg__loop_drop_queued(lg_loop *L);
 void lg__probe_init(lg_loop *L);
 void lg__probe_dispose(lg_loop *L);
-/* true when a request on sock is dispatched and not yet disposed: the
- * drain must not close that HTTP/1 connection as idle */
-bool lg__loop_sock_busy(lg_loop *L, h2o_socket_t *sock);
 
 #endif

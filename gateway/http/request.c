@@ -32,7 +32,6 @@
 #include "gateway/http/head_check.h"
 #include "gateway/http/json_body.h"
 #include "gateway/http/loop.h"
-#include "gateway/http/server.h"
 #include "gateway/http/workers.h"
 
 #define PROBE_INTERVAL_MS 100
@@ -158,7 +157,7 @@ void lg_request_set_observer(lg_request_observer_fn fn, void *user)
 
 static void write_access_log(lg_request *r)
 {
-    lg_access_log *log = lg__server_access_log(r->loop->srv);
+    lg_access_log *log = r->loop->access_log;
     h2o_req_t *req = r->req;
     /* the tenant: addressed by path/host, else the one auth logged */
     json_t *lt = r->log_extra ? json_object_get(r->log_extra, "tenant") : NULL;
@@ -192,7 +191,7 @@ static void write_access_log(lg_request *r)
     json_object_set_new(o, "route", r->route ? json_string(r->route->name) : json_null());
     json_object_set_new(o, "status", json_integer(r->answered || r->finished ? req->res.status : 0));
     json_object_set_new(o, "http", json_string(req->version >= 0x200 ? "2" : req->version == 0x100 ? "1.0" : "1.1"));
-    json_object_set_new(o, "tls", json_boolean(lg_server_is_tls(r->loop->srv)));
+    json_object_set_new(o, "tls", json_boolean(r->loop->tls));
     json_object_set_new(o, "duration_ms", json_real(dur_ms));
     json_object_set_new(o, "bytes_in", json_integer(req->entity.base ? (json_int_t)req->entity.len : 0));
     json_object_set_new(o, "bytes_out", json_integer((json_int_t)req->bytes_sent));
@@ -600,14 +599,6 @@ static void on_probe(h2o_timeout_entry_t *entry)
         h2o_timeout_link(L->ctx.loop, &L->probe_timeout, &L->probe_entry);
 }
 
-bool lg__loop_sock_busy(lg_loop *L, h2o_socket_t *sock)
-{
-    for (h2o_linklist_t *l = L->requests.next; l != &L->requests; l = l->next)
-        if (H2O_STRUCT_FROM_MEMBER(lg_request, loop_link, l)->sock == sock)
-            return true;
-    return false;
-}
-
 void lg__probe_init(lg_loop *L)
 {
     h2o_linklist_init_anchor(&L->requests);
@@ -664,7 +655,7 @@ int lg_request_defer(lg_request *r, void (*work)(void *arg), void (*done)(lg_req
     *d = (deferred){r, work, done, arg};
     lg_request_retain(r);
     r->loop->jobs_pending++;
-    if (lg_workers_submit(lg__server_workers(r->loop->srv), run_deferred, d) != 0) {
+    if (lg_workers_submit(r->loop->workers, run_deferred, d) != 0) {
         r->loop->jobs_pending--;
         lg_request_release(r);
         free(d);

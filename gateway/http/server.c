@@ -2,7 +2,10 @@
  * server.c — see server.h. One lg_loop per thread (loop.h), each with its
  * own copy of the h2o configuration. Accepted sockets go to conn.c (the
  * connection list the drain walks, the TLS handshake, and the guard that
- * screens request heads before h2o reads their bodies).
+ * screens request heads before h2o reads their bodies), requests to
+ * request.c's dispatcher. Calls point one way: server.c -> request.c ->
+ * conn.c, and server.c -> conn.c; what request.c needs of the server (the
+ * worker pool, the access log) it reads from its loop (loop.h).
  */
 #include "gateway/http/server.h"
 
@@ -75,8 +78,6 @@ static void notice(const lg_server *s, const char *fmt, ...)
     va_end(ap);
 }
 
-lg_workers *lg__server_workers(lg_server *s) { return s->workers; }
-struct lg_access_log *lg__server_access_log(lg_server *s) { return s->cfg.access_log; }
 bool lg_server_is_draining(const lg_server *s) { return atomic_load(&s->draining); }
 int lg_server_listener_count(const lg_server *s) { return s->n_listeners; }
 int lg_server_listener_port(const lg_server *s, int i) { return s->listeners[i].port; }
@@ -372,6 +373,9 @@ static void *loop_main(void *p)
     L->max_body = s->cfg.max_body;
     L->router = s->router;
     L->srv_conns = &s->n_conns;
+    L->workers = s->workers;
+    L->access_log = s->cfg.access_log;
+    L->tls = s->ssl_ctx != NULL;
     h2o_context_init(&L->ctx, evloop, &L->gconf);
     pthread_mutex_init(&L->post_lock, NULL);
     L->open = true;

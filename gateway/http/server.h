@@ -106,8 +106,5 @@ typedef struct lg_conn_stats {
 } lg_conn_stats;
 void lg_conn_stats_get(lg_conn_stats *out);
 
-/* internal */
-lg_workers *lg__server_workers(lg_server *s);
-struct lg_access_log *lg__server_access_log(lg_server *s);
 
 #endif

@@ -206,7 +206,7 @@ def test_http2_rapid_reset_goaway_and_bills_only_what_ran(tmp_path):
                 break
         assert terminated is not None and terminated.error_code == h2.errors.ErrorCodes.ENHANCE_YOUR_CALM
         assert sent < 2000
-        # every dispatched request gets its record once the engine is done with it
+        # every request that reached the engine gets its record once the engine is done with it
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             with s.client(ADMIN_KEY) as c:
@@ -216,8 +216,8 @@ def test_http2_rapid_reset_goaway_and_bills_only_what_ran(tmp_path):
                 break
             time.sleep(0.2)
         time.sleep(0.5)
-        rows = s.ledger()
-        assert 0 < len(rows) <= 150, len(rows)
+        rows = s.ledger()  # those that reached the engine before their reset (none, some: timing)
+        assert len(rows) <= 150, len(rows)
         assert all(r["http_status"] == 499 for r in rows)
         billed = sum(r["prompt_tokens"] - r["cached_tokens"] for r in rows)
         computed = metric_value(text, "loragate_engine_prefill_tokens_total")

@@ -1,11 +1,11 @@
 /*
  * bench_gemv.c — the decode matmul (T = 1, 2, 4 token rows) on the Llama-2-7B
  * weight shapes: the GEMV of kernels/gemv.cu against the cuBLAS path of
- * kernels/gemm.cu, both through the backend's matmul op (lg_cuda_gemv_mode
- * picks the path: 0 cuBLAS; 11 our kernel, default variant, at every T;
- * 1 auto = what the engine runs (ours, or cuBLAS at T > 2 on N < 16384);
- * with --sweep also 2 auto with programmatic dependent launch and 10 + v
- * each variant v).
+ * kernels/gemm.cu, both through the backend's matmul op (the backend's
+ * gemv switch, G->tune.gemv, the values of LG_GEMV, picks the path: 0
+ * cuBLAS; 11 our kernel, default variant, at every T; 1 auto = what the
+ * engine runs (ours, or cuBLAS at T > 2 on N < 16384); with --sweep also
+ * 2 auto with programmatic dependent launch and 10 + v each variant v).
  *
  * Shapes (N x K, f16): 12288x4096 fused qkv, 4096x4096 o, 22016x4096 fused
  * gate_up, 4096x11008 down, 32000x4096 lm_head with f32 output.
@@ -27,7 +27,6 @@
 #include <string.h>
 
 cudaStream_t lg_cuda_compute_stream(lg_backend *be); /* kernels/lora_shrink.cu */
-void lg_cuda_gemv_mode(int mode);                    /* kernels/gemv.cu */
 
 #define REPS 24
 #define MI(mode) ((mode) < 10 ? (mode) : (mode) - 7) /* index into mname */
@@ -44,7 +43,7 @@ static double time_mm(int mode, int T, int N, int K, lg_dtype ydt, void *x, void
 {
     size_t slot;
     const int copies = rot_copies((size_t)N * K * 2, ROT_BYTES, ARENA_BYTES, &slot);
-    lg_cuda_gemv_mode(mode);
+    G->tune.gemv = mode;
     cudaStream_t st = lg_cuda_compute_stream(G);
     cudaEvent_t e0, e1;
     CKC(cudaEventCreate(&e0));
@@ -144,7 +143,7 @@ int main(int argc, char **argv)
         for (int m = 0; m < nm; m++) printf("  %s %.3f", mname[MI(modes[m])], tot_us[m][ti]);
         printf("\n");
     }
-    lg_cuda_gemv_mode(1);
+    G->tune.gemv = 1;
     CK(G->i.sync(G) == 0);
     G->i.dealloc(G, x), G->i.dealloc(G, y), G->i.dealloc(G, arena);
     lg_backend_free(G);

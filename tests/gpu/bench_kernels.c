@@ -1,27 +1,29 @@
 /*
- * bench_kernels.c — the kernel figures of docs/benchmarks.md "GPU speed
- * (issue 10)", each next to its reference, in one run:
+ * bench_kernels.c — the kernel figures of docs/benchmarks.md (GPU kernels),
+ * each next to its reference, in one run:
  *
  *  1. ceilings: device-to-device copy bandwidth (bytes read + written) and
  *     the cuBLAS f16 GEMM rate at 8192^3 (the backend's matmul at T = 8192);
  *  2. the decode matmul at T = 8, 16, 32, 64 token rows (BENCH_TS="64 128": those, 1..128) on the Llama-2-7B
  *     shapes: cuBLAS against the TMA + wgmma stream-K matmul (the default,
- *     kernels/gemm_tma.cu) and, without --quick, its other variants and the
- *     mma.sync stream-K (kernels/gemm_streamk.cu), in TB/s of weight bytes; REPS launches per step graph, W rotated over >= 256 MB
+ *     kernels/gemm_tma.cu) and, without --quick, its other variants, in TB/s
+ *     of weight bytes; REPS launches per step graph, W rotated over >= 256 MB
  *     (L2 holds none), median of NTRIAL replays (as bench_gemv.c);
+ *     BENCH_MODES="0 20 23": those columns only (0 cuBLAS, 20 + v TMA
+ *     variant v); BENCH_MM="qkv:32": that case only, for profilers;
  *  3. causal prefill attention, 2,048 tokens, 32 heads of 128 (MHA, and GQA
  *     with 8 kv heads): FlashAttention-2 kernel vs the wmma baseline
- *     (lg_cuda_attn_fa2), TFLOP/s = 4 * head_dim * heads * sum over queries
- *     of the keys they see / time.
- *     with LG_BLASLT=1, cuBLASLt with the algorithm timed per shape
- *     (kernels/gemm_lt.cu) is a column too;
+ *     (the backend's attn_fa2 switch), TFLOP/s = 4 * head_dim * heads * sum
+ *     over queries of the keys they see / time;
  *  4. decode attention (one query token per sequence, paged KV): W1's shape
  *     (32 sequences x 192 keys, 32 heads of 128), batch 1 (256 keys), and
  *     32 x 2,048 keys with 8 kv heads; us and TB/s of K/V bytes read, REPS
  *     launches per graph over rotated KV copies (L2 holds none).
  * Usage: bench_kernels [--quick] [--only matmul|prefill|decode]
- *   (--quick: cuBLAS, the default TMA matmul (and cuBLASLt) only; --only: that section and the
+ *   (--quick: cuBLAS and the default TMA matmul only; --only: that section and the
  *   ceilings)   (tests/gpu/run_device.sh bench and kernels run it)
+ * Paths are picked by writing the backend's switches (G->tune, engine/base/tuning.h) and put back
+ * to the environment's values after.
  * Output: tables on stdout. Exits on a failed check (a benchmark program).
  */
 #include "engine/backend/backend.h"
@@ -33,10 +35,6 @@
 #include <string.h>
 
 cudaStream_t lg_cuda_compute_stream(lg_backend *be); /* kernels/lora_shrink.cu */
-void lg_cuda_skinny_mode(int mode);                  /* kernels/gemm_skinny.cu */
-void lg_cuda_streamk_mode(int mode);                 /* kernels/gemm_streamk.cu */
-void lg_cuda_attn_fa2(int on);                       /* kernels/attention.cu */
-void lg_cuda_blaslt(int on);                         /* kernels/gemm_lt.cu: 1 on, 0 off, -1 as LG_BLASLT */
 
 #define REPS 24
 #define NTRIAL 15
@@ -105,18 +103,15 @@ static void mm_enqueue(void *ctx, int r)
                    false) == 0);
 }
 
-/* Median us per launch of REPS matmuls (rotating W copies) in one graph. mode: 0 cuBLAS, 1 stream-K
- * matmul as dispatched, 2 cuBLASLt with the algorithm timed per shape, 3 the older skinny matmul,
- * 10 + v stream-K variant v, 20 + v TMA + wgmma stream-K variant v (gemm_tma.cu). */
+/* Median us per launch of REPS matmuls (rotating W copies) in one graph. mode: 0 cuBLAS (the GEMV at up to
+ * 4 rows), 20 + v TMA + wgmma stream-K variant v (gemm_tma.cu; the switch LG_STREAMK's values). */
 static double time_mm(int mode, int T, int N, int K, lg_dtype ydt, void *x, void *y)
 {
     size_t slot;
     const int copies = rot_copies((size_t)N * K * 2, ROT_BYTES, ARENA_BYTES, &slot);
-    lg_cuda_skinny_mode(mode == 3 ? 1 : 0);
-    lg_cuda_streamk_mode(mode == 1 || mode >= 10 ? mode : 0);
-    lg_cuda_blaslt(mode == 2);
+    G->tune.streamk = mode >= 20 ? mode : 0;
     char key[64];
-    snprintf(key, sizeof key, "skinny %d %d %d %d %d", mode, T, N, K, (int)ydt);
+    snprintf(key, sizeof key, "mm %d %d %d %d %d", mode, T, N, K, (int)ydt);
     mm_ctx mc = {T, N, K, ydt, x, y, copies, slot};
     return graph_us(key, mm_enqueue, &mc);
 }
@@ -182,7 +177,8 @@ static double time_prefill(int fa2, int L, int nh, int nkv, int hd)
                       .q_indptr = d + 2 * L, .kv_len = d + 2 * L + 2, .page_indptr = d + 2 * L + 3,
                       .page_ids = d + 2 * L + 5};
     lg_kv_view kv = {pool, pb, 0, blk, pt, nkv, hd, LG_F16};
-    lg_cuda_attn_fa2(fa2);
+    const int fa2_env = G->tune.attn_fa2;
+    G->tune.attn_fa2 = fa2;
     timer tm = timer_new();
     float ms[9];
     for (int i = -2; i < 9; i++) {
@@ -195,7 +191,7 @@ static double time_prefill(int fa2, int L, int nh, int nkv, int hd)
             CKC(cudaEventElapsedTime(&ms[i], tm.e0, tm.e1));
     }
     timer_free(&tm);
-    lg_cuda_attn_fa2(1);
+    G->tune.attn_fa2 = fa2_env;
     G->i.dealloc(G, pool), G->i.dealloc(G, q), G->i.dealloc(G, out), G->i.dealloc(G, d);
     free(h);
     qsort(ms, 9, sizeof(float), cmp_f);
@@ -311,30 +307,29 @@ int main(int argc, char **argv)
     const int nts = env_ints("BENCH_TS", Ts, 4, 1, 128); /* e.g. "64 128": those token counts (x, y hold 128) */
     if (nts >= 0)
         nt = nts;
-    int modes[14], nm = 0;
-    const char *lt_env = getenv("LG_BLASLT"); /* the cuBLASLt column: opt-in, like the path */
+    int modes[7], nm = 0;
+    const int streamk_env = G->tune.streamk;
     modes[nm++] = 0;
     modes[nm++] = 20; /* the default decode path for 2..64 rows (gemm_tma.cu) */
-    if (lt_env && *lt_env == '1')
-        modes[nm++] = 2;
     if (!quick)
-        modes[nm++] = 10, modes[nm++] = 21, modes[nm++] = 22, modes[nm++] = 23, modes[nm++] = 24, modes[nm++] = 25;
-    if (getenv("BENCH_OLD_SKINNY"))
-        modes[nm++] = 3;
-    const char *mname[] = {"cublas",      "streamK",     "cublasLt tuned", "old skinny",  "sk v0 4w128",
-                           "sk v1 8w128", "sk v2 4w256", "sk v3 4x2w64",   "tma v0",      "tma v1",
-                           "tma v2",      "tma v3",      "tma v4",         "tma v5"};
-#define MI(mode) ((mode) < 10 ? (mode) : (mode) < 20 ? (mode) - 6 : (mode) - 12)
-    const int nms = env_ints("BENCH_MODES", modes, 14, 0, 25); /* e.g. "0 10": those paths only (MI(m) < 14) */
+        modes[nm++] = 21, modes[nm++] = 22, modes[nm++] = 23, modes[nm++] = 24, modes[nm++] = 25;
+    const char *mname[] = {"cublas", "tma v0", "tma v1", "tma v2", "tma v3", "tma v4", "tma v5"};
+#define MI(mode) ((mode) < 20 ? 0 : (mode) - 19)
+    const int nms = env_ints("BENCH_MODES", modes, 7, 0, 25); /* e.g. "0 23": those paths only (0 or 20..25) */
     if (nms >= 0)
         nm = nms;
+    for (int m = 0; m < nm; m++)
+        if (modes[m] != 0 && modes[m] < 20) {
+            fprintf(stderr, "BENCH_MODES: %d is not a path (0 cuBLAS, 20..25 the TMA matmul's variants)\n", modes[m]);
+            return 2;
+        }
     printf("== decode matmul, f16: us per launch and TB/s of weights (median of %d graph replays of %d launches, "
            "W rotated over >= %zu MB)\n",
            NTRIAL, REPS, ROT_BYTES >> 20);
     printf("%-8s %6s %6s %2s |", "shape", "N", "K", "T");
     for (int m = 0; m < nm; m++) printf(" %14s", mname[MI(modes[m])]);
     printf("\n");
-    double tot_ms[14][4] = {{0}};
+    double tot_ms[7][4] = {{0}};
     const char *pick = getenv("BENCH_MM"); /* "shape:T" (e.g. qkv:32): that case only, for profilers */
     for (int s = 0; s < 5; s++)
         for (int ti = 0; ti < nt; ti++) {
@@ -358,9 +353,7 @@ int main(int argc, char **argv)
         for (int m = 0; m < nm; m++) printf("  %s %.3f", mname[MI(modes[m])], tot_ms[m][ti]);
         printf("\n");
     }
-    lg_cuda_skinny_mode(0);
-    lg_cuda_streamk_mode(-1); /* as LG_STREAMK */
-    lg_cuda_blaslt(-1);
+    G->tune.streamk = streamk_env;
     G->i.dealloc(G, x), G->i.dealloc(G, y);
     }
 

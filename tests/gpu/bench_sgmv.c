@@ -1,6 +1,6 @@
 /*
  * bench_sgmv.c — SGMV shrink and expand alone on the CUDA backend, against
- * the device's copy bandwidth (issue 3).
+ * the device's copy bandwidth.
  *
  * Cases: Llama-2-7B projection dims (in = out = 4096), f16, f32 tmp;
  * ranks 8, 16, 64 x 1, 4, 16, 32, 64 distinct adapters over decode batches

@@ -3,7 +3,7 @@
 # (eager, LG_NO_GRAPHS=1, so every kernel is its own launch; ncu serialises
 # kernels, so programmatic dependent launch overlaps nothing here: these are
 # kernel durations, not the step's wall time). Cases: W1 with 32 rank-16
-# adapters with this tree's defaults ("new") and with the issue-10 paths off
+# adapters with this tree's defaults ("new") and with its own decode paths off
 # ("old", as run_device.sh), and batch 1 new; PROF_PREFILL=1 adds W1's
 # measured prefill step with and without its adapters. Prints, per case,
 # each kernel's time summed over one step (embed_kernel to the next
@@ -42,9 +42,9 @@ for n, (c, t) in sorted(agg.items(), key=lambda x: -x[1][1]):
     print("  %8.1f us %4d x  %s" % (t, c, n))
 PY
 }
-# PROF_OLD / PROF_OLD_LABEL: the reference configuration (default: the issue-10 paths off); PROF_B1=0 skips batch 1,
-# PROF_W1=0 both W1 runs; PROF_W3=1 adds W3
-OLD=${PROF_OLD:-"LG_PDL=0 LG_SKINNY=0 LG_ATTN_FA2=0 LG_FUSE_ROPE_KV=0 LG_FUSE_LORA=0 LG_FUSE_NORM=0"}
+# PROF_OLD / PROF_OLD_LABEL: the reference configuration (default: the tree's own decode paths off);
+# PROF_B1=0 skips batch 1, PROF_W1=0 both W1 runs; PROF_W3=1 adds W3
+OLD=${PROF_OLD:-"LG_PDL=0 LG_ATTN_FA2=0 LG_FUSE_ROPE_KV=0 LG_FUSE_LORA=0 LG_FUSE_NORM=0"}
 W1L="--num-seqs 32 --prompt-len 128 --output-len 24 --adapters 32 --rank 16 --targets q,k,v,o"
 if [ "${PROF_W1:-1}" != 0 ]; then
   prof w1_lora_new "" 5000 1000 $W1L

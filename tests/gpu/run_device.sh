@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # run_device.sh — everything the GPU test machine checks and measures, in one
 # call: build with CUDA, the op tests against the CPU backend, the golden
-# HF/peft fixtures end to end on the CUDA backend, and every figure of
-# docs/benchmarks.md "GPU speed (issue 10)" next to its reference.
+# HF/peft fixtures end to end on the CUDA backend, and every GPU figure of
+# docs/benchmarks.md next to its reference.
 #
 #   bash tests/gpu/run_device.sh [all|test|serving|bench|profile|kernels]     (from the repo root)
 #
@@ -18,14 +18,14 @@
 #
 # bench: the ceilings and kernel tables (tests/gpu/bench_kernels.c), then the
 # engine workloads, each run twice in a row: with this tree's defaults
-# ("new") and with every issue-10 path switched off ("old": LG_PDL=0
-# LG_SKINNY=0 LG_ATTN_FA2=0 LG_FUSE_ROPE_KV=0 LG_FUSE_LORA=0 LG_STREAMK=0 LG_FUSE_NORM=0 LG_L2_HINT=0, i.e. separate
+# ("new") and with its own decode paths switched off ("old": LG_PDL=0
+# LG_ATTN_FA2=0 LG_FUSE_ROPE_KV=0 LG_FUSE_LORA=0 LG_STREAMK=0 LG_FUSE_NORM=0 LG_L2_HINT=0, i.e. separate
 # LoRA shrink/expand and rope/kv launches in stream order, the wmma prefill
 # attention, cuBLAS for decode batches, no programmatic dependent launch), plus W1 and batch-1 with one
-# switch flipped at a time (LG_LORA_FIRST=0: the prefill expand after its matmul; LG_L2_HINT=0: weights read with the default L2 policy; LG_SKINNY=1 turns
-# on the opt-in skinny matmul, with the matmul_lora op the expand in its epilogue; LG_EXPAND_ROPE=0: rope + KV
-# write after the q,k,v expand; LG_SHRINK_NORM=0: add_rmsnorm before the LoRA shrink, also on W3; LG_SHRINK_RG=4:
-# the decode shrink's blocks at 4 rank rows on W3, whose down shrink takes 1).
+# switch flipped at a time (LG_LORA_FIRST=0: the prefill expand after its matmul; LG_L2_HINT=0: weights read with
+# the default L2 policy; LG_EXPAND_ROPE=0: rope + KV write after the q,k,v expand; LG_SHRINK_NORM=0: add_rmsnorm
+# before the LoRA shrink, also on W3; LG_SHRINK_RG=4: the decode shrink's blocks at 4 rank rows on W3, whose down
+# shrink takes 1). The switches: engine/base/tuning.c.
 # EXTRA="label|env|case[|bench options];..." adds runs of any case under any environment (a label run again keeps its
 # files as case.label.N.json/.err; with LG_STEP_TIMING=1 in env the line adds the GPU's median time of the last
 # 48 replayed steps). TRACE="case ...": each case once more under the CUPTI tracer
@@ -78,8 +78,8 @@ if [ $built = 0 ]; then
 fi
 note "device: $(nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem --format=csv,noheader)"
 
-# OLD / OLD_LABEL: the reference configuration of the "old" runs (default: the issue-10 paths off)
-OLD=${OLD:-"LG_PDL=0 LG_SKINNY=0 LG_ATTN_FA2=0 LG_FUSE_ROPE_KV=0 LG_FUSE_LORA=0 LG_STREAMK=0 LG_FUSE_NORM=0 LG_L2_HINT=0"}
+# OLD / OLD_LABEL: the reference configuration of the "old" runs (default: the tree's own decode paths off)
+OLD=${OLD:-"LG_PDL=0 LG_ATTN_FA2=0 LG_FUSE_ROPE_KV=0 LG_FUSE_LORA=0 LG_STREAMK=0 LG_FUSE_NORM=0 LG_L2_HINT=0"}
 OLD_LABEL=${OLD_LABEL:-old}
 
 if [ "$WHAT" = kernels ]; then
@@ -99,7 +99,7 @@ if want test; then
   grep -E "FAIL" "$OUT/test_cuda_ops.log" | head -20
   if [ $rc != 0 ]; then
     env $OLD build-cuda/test_cuda_ops --no-bench >"$OUT/test_cuda_ops_old.log" 2>&1
-    note "op tests with the issue-10 paths off: rc=$? $(grep -E 'passed|failed' "$OUT/test_cuda_ops_old.log" | tail -1)"
+    note "op tests under OLD ($OLD): rc=$? $(grep -E 'passed|failed' "$OUT/test_cuda_ops_old.log" | tail -1)"
   fi
   build-cuda/test_cuda_sample >"$OUT/test_cuda_sample.log" 2>&1
   note "device sampler vs host: rc=$? $(tail -1 "$OUT/test_cuda_sample.log")"
@@ -172,8 +172,8 @@ bench() { # label env-assignments case [more bench options]
   # the last warm-up pass ran other prefill steps than the measured batch: its prefill may hold a first use
   [ "$(field "$f" warmup_prefill_steps)" = "$(field "$f" prefill_steps)" ] || table[-1]+="  WARM-UP SHAPES DIFFER"
   # with LG_STEP_TIMING=1: the median GPU time of the last 48 replayed steps (kernels/graph.cu; the measured
-  # decode, not the warm-up's other shapes), a steadier A/B figure than the bench's mean (twenty-eighth
-  # session, docs/benchmarks.md)
+  # decode, not the warm-up's other shapes), a steadier A/B figure than the bench's mean (docs/benchmarks.md,
+  # GPU kernels, 2026-11-27)
   local gm
   gm=$(sed -n 's/^step timing: GPU per replayed step, last [0-9]*, ms: median \([0-9.]*\)$/\1/p' "$e" | tail -1)
   [ -n "$gm" ] && table[-1]+="  gpu median $gm ms"
@@ -190,7 +190,7 @@ if want bench; then
     bench new "" $c
     bench "$OLD_LABEL" "$OLD" $c
   done
-  # EXTRA="label|env assignments|case;..." adds runs (e.g. EXTRA="side0|LG_LORA_SIDE=0|w3_lora")
+  # EXTRA="label|env assignments|case;..." adds runs (e.g. EXTRA="wide0|LG_SHRINK_WIDE=0|w3_lora")
   IFS=';' read -ra extra <<<"${EXTRA:-}"
   for x in "${extra[@]}"; do
     IFS='|' read -r xl xe xc xa <<<"$x"
@@ -208,13 +208,13 @@ if want bench; then
     xz -f "$OUT/$c.cupti"
   done
   if [ "${ABLATE:-1}" != 0 ]; then   # one path switched at a time
-    for sw in LG_PDL=0 LG_FUSE_ROPE_KV=0 LG_LORA_FIRST=0 LG_FUSE_LORA=0 LG_L2_HINT=0 LG_SKINNY=1 LG_EXPAND_ROPE=0 \
+    for sw in LG_PDL=0 LG_FUSE_ROPE_KV=0 LG_LORA_FIRST=0 LG_FUSE_LORA=0 LG_L2_HINT=0 LG_EXPAND_ROPE=0 \
               LG_SHRINK_NORM=0; do
       bench "${sw//LG_/}" "${sw//,/ }" w1_lora
     done
     bench "SHRINK_NORM=0" "LG_SHRINK_NORM=0" w3_lora   # two norms a layer in the shrink there
     bench "SHRINK_RG=4" "LG_SHRINK_RG=4" w3_lora       # the decode shrink's 4 rank rows a block everywhere
-    for sw in LG_PDL=0 LG_FUSE_ROPE_KV=0 LG_FUSE_NORM=0 LG_NORM_ROPE=0 LG_SKINNY=1; do bench "${sw#LG_}" "$sw" b1; done
+    for sw in LG_PDL=0 LG_FUSE_ROPE_KV=0 LG_FUSE_NORM=0 LG_NORM_ROPE=0; do bench "${sw#LG_}" "$sw" b1; done
     bench "ATTN_FA2=0" "LG_ATTN_FA2=0" pf2048
   fi
   if [ -n "${BENCH_EAGER:-}" ]; then  # W1 without step graphs, for comparison

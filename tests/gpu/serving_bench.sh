@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # serving_bench.sh — the serving-runtime figures of docs/benchmarks.md
-# ("Serving runtime (issue 7)"), sourced by run_device.sh (mode `serving`,
+# (Serving runtime), sourced by run_device.sh (mode `serving`,
 # also part of `all`): W1 fixed batch (no regression), adapter load latency,
 # W2 many adapters (rate sweep for the SLO knee, then 2,000 adapters), W3
 # shared system prompts (prefix cache on/off), W4 one tenant floods (VTC vs

@@ -18,7 +18,9 @@
  * between syncs) and prints one table: op, case, dtype, error, limit, us.
  * Usage: test_cuda_ops [--no-bench]. Exit status 0 only if all passed.
  * LG_ONLY=group[,group...] runs only those groups (misc, attention, lora,
- * graph, matmul: gemv, skinny, matmul_lora; rope_kv; norm: norm_matmul) — for kernel work.
+ * graph, matmul: gemv, the TMA matmul, matmul_lora; rope_kv; norm: norm_matmul) — for kernel work.
+ * Kernel forms are forced by writing the backend's switches (G->tune, engine/base/tuning.h) between
+ * ops and put back to the values read from the environment (env_tune) after.
  * Needs a GPU; a CMake target of CUDA builds, run by tests/gpu/run_device.sh.
  */
 #include "engine/backend/backend.h"
@@ -33,23 +35,19 @@
 #define PATTERN 0xA5
 
 static lg_backend *G, *C; /* GPU under test, CPU oracle */
-void lg_cuda_attn_fa2(int on);    /* kernels/attention.cu: 0 = prefill on the wmma kernel */
-void lg_cuda_dec_resident(int kb); /* kernels/attention_decode.cu: 0 = no resident form, -1 = LG_DEC_RESIDENT_KB */
-long lg_cuda_dec_resident_launches(void); /* launches of the resident form so far */
-void lg_cuda_shrink_rg(int rg);     /* kernels/lora_shrink.cu: rank rows a decode shrink block (0 = auto) */
-void lg_cuda_skinny_mode(int mode); /* kernels/gemm_skinny.cu: 0 = off (default), 1 = auto, 10 + v = variant v */
+/* G's switches as the environment set them (lg_backend_create): what a test that forces a form puts back. The
+ * ones forced here: attn_fa2 (0: prefill on the wmma kernel), dec_resident_kb (0: no resident form),
+ * shrink_rg (rank rows a decode shrink block, 0 = auto), streamk (2 TMA auto, 20 + v its variant v, 0 off),
+ * gemv (1 auto, 11 variant 1 forced), shrink_wide (0: the prefill shrink's shared-memory form), exm_tpb (the
+ * store form's token tiles a block, 0 = by size), sgmv_prefill (0: segments > 4 tokens on the CUDA-core
+ * kernels, 2: on the prefill kernels at any grid size). */
+static lg_tuning env_tune;
+long lg_cuda_dec_resident_launches(void); /* kernels/attention_decode.cu: launches of the resident form so far */
 unsigned long lg_cuda_tma_launches(void); /* kernels/gemm_tma.cu: launches so far */
 int lg_cuda_carve_for(lg_backend *be, size_t smem, int blocks); /* kernels/backend_cuda.cu: cu_carve_for */
-void lg_cuda_streamk_mode(int mode); /* kernels/gemm_streamk.cu: 0 = off, 1 = mma.sync auto, 10 + v = its variant v,
-                                        2 = TMA auto (default), 20 + v = its variant v, -1 = as LG_STREAMK */
-void lg_cuda_blaslt(int on);        /* kernels/gemm_lt.cu: 1 on, 0 off, -1 as LG_BLASLT */
 unsigned long lg_cuda_lora_store_launches(void); /* kernels/lora_expand.cu: store-form expands so far */
 unsigned long lg_cuda_lora_norm_launches(void);  /* kernels/lora_shrink.cu: norm-form shrinks so far */
 unsigned long lg_cuda_lora_rope_launches(void);  /* kernels/lora_expand.cu: rope-form expands so far */
-void lg_cuda_shrink_wide(int on);   /* kernels/lora_shrink_mma.cu: 0 = the prefill shrink's shared-memory form */
-void lg_cuda_exm_tpb(int tpb);       /* kernels/lora_expand.cu: the store form's token tiles a block (0 = by size) */
-void lg_cuda_sgmv_prefill(int mode); /* kernels/lora_shrink_mma.cu: 0 = segments > 4 tokens on the CUDA-core kernels,
-                                       2 = on the prefill kernels at any grid size, -1 as LG_SGMV_PREFILL */
 static int n_fail, n_pass;
 static int only(const char *group) /* LG_ONLY unset: every group */
 {
@@ -541,12 +539,10 @@ static int expand_fn(void *p)
 }
 
 /* LG_SGMV_PREFILL=0 in the environment: both runs would be the CUDA-core kernels */
-static int sgmv_forced_off(void)
-{
-    const char *e = getenv("LG_SGMV_PREFILL");
-    return e && strcmp(e, "0") == 0;
-}
-static int sgmv_mode = -1; /* the prefill SGMV mode the LoRA tests run in (restored after a comparison) */
+static int sgmv_forced_off(void) { return env_tune.sgmv_prefill == 0; }
+static int sgmv_mode = -1; /* the prefill SGMV mode the LoRA tests run in (restored after a comparison; -1: the
+                            * environment's) */
+static void set_sgmv_prefill(int mode) { G->tune.sgmv_prefill = mode < 0 ? env_tune.sgmv_prefill : mode; }
 static int lora_cap;   /* > the ranks: lm.max_rank (tmp's width) = lora_cap, step_max_rank = the largest rank */
 static int lora_a_off; /* bytes added to each A's pool offset (2: A not 16-byte aligned) */
 
@@ -715,7 +711,7 @@ static void test_lora(lg_dtype dt, lg_dtype tmp_dt, const char *name, int n_segs
     if (max_seg > 4 && !bench && !sgmv_forced_off()) { /* the CUDA-core paths of the same segments */
         float *gy2 = malloc((size_t)T * y_total * 4);
         gt_set(&yf, yf.f, 1.0f); /* y as before the expand (gt_get refreshed the image; .f kept the inputs); tmp as the prefill shrink left it */
-        lg_cuda_sgmv_prefill(0);
+        set_sgmv_prefill(0);
         rc = G->i.lora_expand(G, y, tmp.t, &lm, slot);
         g = gt_get(&yf, gy2, NULL);
         size_t diff = 0;
@@ -731,7 +727,7 @@ static void test_lora(lg_dtype dt, lg_dtype tmp_dt, const char *name, int n_segs
         snprintf(cas, sizeof cas, "%s cuda-core", name);
         record("lora_shrink", cas, dt, lora_tmp_err(gtmp, rt, indptr, rank, n_segs, max_rank, NULL),
                lim_for(tmp_dt == LG_F32 ? LG_F16 : tmp_dt), rc == 0 && g == 0);
-        lg_cuda_sgmv_prefill(sgmv_mode);
+        set_sgmv_prefill(sgmv_mode);
         free(gy2);
     }
 
@@ -831,13 +827,13 @@ static void test_lora_multi_prefill(lg_dtype dt, const char *name, int n_segs, c
         float *g2 = malloc((size_t)T * K * W * 4);
         int same = 0, grc = 0;
         for (int rg = 1; rg <= 4; rg *= 2) {
-            lg_cuda_shrink_rg(rg);
+            G->tune.shrink_rg = rg;
             gt_poison(&tmp);
             grc |= G->i.lora_shrink_multi(G, tmp.t, x.t, &lm, slots, K);
             grc |= gt_get(&tmp, g2, nanok);
             same += memcmp(g2, gt_, (size_t)T * K * W * 4) == 0;
         }
-        lg_cuda_shrink_rg(0);
+        G->tune.shrink_rg = env_tune.shrink_rg;
         char c2[64];
         snprintf(c2, sizeof c2, "%s rank rows 1/2/4 == auto %d/3", name, same);
         record("lora_shrink_multi", c2, dt, 3 - same, 0, grc == 0);
@@ -876,10 +872,10 @@ static void test_lora_multi_prefill(lg_dtype dt, const char *name, int n_segs, c
     record("lora_expand_multi", cas, dt, eden > 0 ? sqrt(enum_ / eden) : sqrt(enum_), lim_for(dt) * 4, rc == 0 && g == 0);
     if (!sgmv_forced_off()) {
         gt_set(&yf, yf.f, 1.0f); /* y as before the expand */
-        lg_cuda_sgmv_prefill(0);
+        set_sgmv_prefill(0);
         rc = G->i.lora_expand_multi(G, ys, tmp.t, &lm, slots, K);
         g = gt_get(&yf, gy2, NULL);
-        lg_cuda_sgmv_prefill(sgmv_mode);
+        set_sgmv_prefill(sgmv_mode);
         size_t diff = 0;
         for (size_t i = 0; i < (size_t)T * ytot; i++) diff += memcmp(&gy[i], &gy2[i], 4) != 0;
         snprintf(cas, sizeof cas, "%s tile==8-token", name);
@@ -894,9 +890,9 @@ static void test_lora_multi_prefill(lg_dtype dt, const char *name, int n_segs, c
 
 /* matmul_lora (kernels/matmul_lora.cu): y = x W^T (+ bias) plus the expand of k slots into column
  * ranges of y, from the GPU's own shrink (lora_shrink_multi, as model.c runs them), against the
- * CPU matmul plus an f64 expand of that tmp. T picks the path: <= 2 the GEMV then the expand
- * kernel, 3..64 the skinny matmul with the expand in its epilogue (when the ranges are whole
- * tiles), > 64 cuBLAS then the expand kernel; segments the tile expand takes (prefill): the
+ * CPU matmul plus an f64 expand of that tmp. T picks the path: <= 2 the GEMV (one row) or the TMA
+ * matmul, then the expand kernel, 3..64 the TMA matmul then the expand, > 64 cuBLAS then the expand
+ * kernel; segments the tile expand takes (prefill): the
  * expand stores y first, then the matmul adds into it (store: 1 when that order must be taken,
  * 0 when it must not, -1 either). gap: columns of y without a slot before each range and after
  * the last (the store order zeroes them). */
@@ -1242,8 +1238,8 @@ static void test_matmul_lora_rope(lg_dtype dt)
         mlora_rope.nh = cs[i].nh, mlora_rope.nkv = cs[i].nkv, mlora_rope.hd = cs[i].hd, mlora_rope.fused = cs[i].fused;
         const int nc[3] = {cs[i].nh * cs[i].hd, cs[i].nkv * cs[i].hd, cs[i].nkv * cs[i].hd};
         const int ns = cs[i].len == len2 ? 4 : cs[i].T;
-        /* decode steps take the norm form (the skinny matmul is off here); at 128 tokens it depends on how
-         * many of its blocks are resident at once */
+        /* decode steps take the norm form; at 128 tokens it depends on how many of its blocks are resident
+         * at once */
         mlora_norm = cs[i].len == one ? (cs[i].T <= 64 ? 1 : 2) : 0; /* 2: either, by resident blocks */
         test_matmul_lora_case(dt, cs[i].name, ns, cs[i].len, cs[i].rank, cs[i].K, 3, nc, i == 1, 0, 0);
     }
@@ -1261,32 +1257,22 @@ static void test_matmul_lora(lg_dtype dt)
     for (int i = 0; i < 64; i++) one[i] = 1, r16[i] = 16, mixed[i] = (int[]){16, 8, 0, 32, 16, 4, 64, 16}[i % 8];
     const int qkv[] = {512, 128, 128}, gu[] = {1024, 1024}, o[] = {512}, odd[] = {520};
     int l70[] = {40, 30}, r70[] = {16, 8};
-    /* skinny off (the default): shrink, matmul, expand kernel; skinny on (LG_SKINNY=1): the shrink,
-     * then the expand in the skinny matmul's epilogue (T 5..64, whole tiles) */
-    for (int sk = 0; sk < 2; sk++) {
-        lg_cuda_skinny_mode(sk);
-        char nm[7][24];
-        const char *base[7] = {"decode", "decode", "decode", "ragged", "unfused", "gemv", "cublas"};
-        for (int i = 0; i < 7; i++) snprintf(nm[i], sizeof nm[i], "%s %s", sk ? "fused" : "side", base[i]);
-        /* and norm_matmul_lora on the same inputs: its norm form in decode steps (one-token
-         * segments), except where the skinny matmul's epilogue takes the expand (T 5..64) */
-        mlora_norm = !sk;
-        test_matmul_lora_case(dt, nm[0], 32, one, r16, 1024, 3, qkv, 1, 0, 0); /* skinny: fused expand */
-        mlora_norm = sk ? 0 : 2; /* 1,024 blocks: one wave on a GPU of 205 or more SMs */
-        test_matmul_lora_case(dt, nm[1], 32, one, mixed, 512, 2, gu, 0, 0, 0); /* ranks 0..64 */
-        test_matmul_lora_case(dt, nm[2], 64, one, mixed, 2048, 1, o, 0, 0, 0); /* 64 rows, split-K */
-        mlora_norm = !sk;
-        mlora_norm = 0;
-        test_matmul_lora_case(dt, nm[3], 5, len3, r3, 520, 3, qkv, 1, 0, 0);   /* segments of 1..7, rank 13 */
-        mlora_norm = !sk;
-        test_matmul_lora_case(dt, nm[4], 7, one, r16, 512, 1, odd, 0, 0, 0);   /* range not whole tiles */
-        mlora_norm = 1, mlora_norm_delta = sk;
-        test_matmul_lora_case(dt, nm[5], 2, one, r16, 1024, 3, qkv, 1, 0, 0);  /* T = 2: GEMV + expand */
-        mlora_norm = 0, mlora_norm_delta = 1;
-        test_matmul_lora_case(dt, nm[6], 2, l70, r70, 256, 3, qkv, 0, 0, 0);   /* T = 70: cuBLAS + expand */
-        mlora_norm = -1;
-    }
-    lg_cuda_skinny_mode(0);
+    /* shrink, matmul, expand kernel; and norm_matmul_lora on the same inputs: its norm form in decode
+     * steps (one-token segments) */
+    mlora_norm = 1;
+    test_matmul_lora_case(dt, "side decode", 32, one, r16, 1024, 3, qkv, 1, 0, 0);
+    mlora_norm = 2; /* 1,024 blocks: one wave on a GPU of 205 or more SMs */
+    test_matmul_lora_case(dt, "side decode", 32, one, mixed, 512, 2, gu, 0, 0, 0); /* ranks 0..64 */
+    test_matmul_lora_case(dt, "side decode", 64, one, mixed, 2048, 1, o, 0, 0, 0); /* 64 rows, split-K */
+    mlora_norm = 0;
+    test_matmul_lora_case(dt, "side ragged", 5, len3, r3, 520, 3, qkv, 1, 0, 0);   /* segments of 1..7, rank 13 */
+    mlora_norm = 1;
+    test_matmul_lora_case(dt, "side unfused", 7, one, r16, 512, 1, odd, 0, 0, 0);  /* range not whole tiles */
+    mlora_norm = 1, mlora_norm_delta = 0;
+    test_matmul_lora_case(dt, "side gemv", 2, one, r16, 1024, 3, qkv, 1, 0, 0);    /* T = 2: GEMV + expand */
+    mlora_norm = 0, mlora_norm_delta = 1;
+    test_matmul_lora_case(dt, "side cublas", 2, l70, r70, 256, 3, qkv, 0, 0, 0);   /* T = 70: cuBLAS + expand */
+    mlora_norm = -1;
     { /* the norm form's row widths: 4,104 (chunks past 512 a thread), 8,192 (the widest), 8,200 (not taken) */
         const int o1[] = {256};
         mlora_norm = 1;
@@ -1300,9 +1286,8 @@ static void test_matmul_lora(lg_dtype dt)
         test_matmul_lora_case(dt, "norm waves", 64, one, mixed, 1024, 3, qkv64, 0, 0, 0);
         mlora_norm = -1;
     }
-    /* prefill: the expand stores y, then cuBLAS adds x W^T (beta = 1), unless switched off */
-    const char *lf = getenv("LG_LORA_FIRST");
-    const int on = !sgmv_forced_off() && !(lf && strcmp(lf, "0") == 0);
+    /* prefill: the expand stores y, then cuBLAS adds x W^T (beta = 1), unless switched off (LG_LORA_FIRST=0) */
+    const int on = !sgmv_forced_off() && G->tune.lora_first != 0;
     int l24[24], r24[24], l96[3] = {96, 40, 120}, r96[3] = {16, 0, 8};
     for (int i = 0; i < 24; i++) l24[i] = 96, r24[i] = (int[]){16, 8, 0, 16, 13, 16}[i % 6];
     const int pq[] = {2048, 512, 512}, pv[] = {2048, 512}, po[] = {4096};
@@ -1313,20 +1298,20 @@ static void test_matmul_lora(lg_dtype dt)
     for (int tpb = 2; tpb <= 4; tpb += 2) { /* the store form's blocks of 2 and 4 token tiles (by size: 1 here) */
         char sfx[16];
         snprintf(sfx, sizeof sfx, " tpb%d", tpb);
-        lg_cuda_exm_tpb(tpb);
+        G->tune.exm_tpb = tpb;
         case_sfx = sfx;
         test_matmul_lora_case(dt, "prefill qkv", 24, l24, r24, 256, 3, pq, 0, 0, on);
         test_matmul_lora_case(dt, "prefill o", 24, l24, r24, 256, 1, po, 0, 0, on);
         if (!sgmv_forced_off()) { /* segments of 96, 40 and 120 tokens: a block's later tiles partial or absent */
-            lg_cuda_sgmv_prefill(2);
+            G->tune.sgmv_prefill = 2;
             test_matmul_lora_case(dt, "prefill ragged tiles", 3, l96, r96, 256, 3, pq, 0, 0, on);
-            lg_cuda_sgmv_prefill(-1);
+            G->tune.sgmv_prefill = env_tune.sgmv_prefill;
         }
     }
-    lg_cuda_exm_tpb(-1);
+    G->tune.exm_tpb = env_tune.exm_tpb;
     case_sfx = "";
     if (!sgmv_forced_off()) { /* the tile expand forced on (any grid): small and odd shapes in the store order */
-        lg_cuda_sgmv_prefill(2);
+        G->tune.sgmv_prefill = 2;
         int r32[3] = {32, 0, 64};
         test_matmul_lora_case(dt, "prefill gaps forced", 3, l96, r96, 256, 2, pv, 1, 512, on);
         test_matmul_lora_case(dt, "prefill odd forced", 3, l96, r32, 520, 1, odd, 1, 3, on); /* ranks 32, 64 */
@@ -1335,7 +1320,7 @@ static void test_matmul_lora(lg_dtype dt)
         test_matmul_lora_case(dt, "graph prefill", 3, l96, r96, 256, 3, pq, 1, 0, on);
         test_matmul_lora_case(dt, "graph decode", 32, one, r16, 1024, 3, qkv, 1, 0, 0);
         mlora_graph = 0;
-        lg_cuda_sgmv_prefill(-1);
+        G->tune.sgmv_prefill = env_tune.sgmv_prefill;
     }
     test_matmul_lora_rope(dt);
 }
@@ -1385,14 +1370,13 @@ static void round_dt(float *v, size_t n, lg_dtype dt)
     free(h);
 }
 
-void lg_cuda_gemv_mode(int mode); /* kernels/gemv.cu */
 /* The separate ops' matmul as the GEMV runs it, the kernel norm_matmul fuses (the ==ops contract): on
  * Hopper 2-row matmuls otherwise go to the TMA matmul, whose sums differ in the last bits. */
 static int gemv_matmul(lg_tensor y, lg_tensor x, lg_tensor W, lg_tensor b)
 {
-    lg_cuda_gemv_mode(11); /* the GEMV forced, variant 1 (norm_matmul's) */
+    G->tune.gemv = 11; /* the GEMV forced, variant 1 (norm_matmul's) */
     const int rc = G->i.matmul(G, y, x, W, b, false);
-    lg_cuda_gemv_mode(-1); /* as LG_GEMV */
+    G->tune.gemv = env_tune.gemv;
     return rc;
 }
 /* norm_matmul (kernels/norm_matmul.cu) against the GPU's own add_rmsnorm + matmul (+ silu_mul), bit
@@ -1888,7 +1872,7 @@ static void bench_matmul(lg_dtype dt, int T, int N, int K)
 /* ---- skinny matmul (T <= 4: kernels/gemv.cu) ----------------------------------------------
  * Each case runs twice: as the engine dispatches (on Hopper the TMA matmul for 2..4 rows, else gemv.cu
  * or cuBLAS by T and N) and with the
- * GEMV forced for every T <= 4 (lg_cuda_gemv_mode(11)), so T = 3, 4 cover the kernel too.
+ * GEMV forced for every T <= 4 (G->tune.gemv = 11), so T = 3, 4 cover the kernel too.
  * y is a column slice [T, N] at column c0 of a [T, ytot] buffer (ytot > N: strided, unaligned
  * start when c0 is odd); columns outside the slice must come back bit for bit. xpad % 8 != 0
  * sends the call to cuBLAS (the fallback). bias: 0 none, 1 f32, 2 in the act dtype. */
@@ -1997,68 +1981,17 @@ static void test_gemv_chain(lg_dtype dt, int T)
     free(x32h), free(w1), free(w2), free(hb), free(xr), free(y1), free(y2), free(got);
 }
 
-/* The tensor-core matmul for 3..64 rows (kernels/gemm_skinny.cu) through the same checks:
- * as dispatched (auto), each variant forced (10 + v) and with it off (cuBLAS). Cases cover
- * T not a multiple of 8, N not a multiple of the tile, K not a multiple of 32, split-K across
- * blocks (few tiles, long K), strided and unaligned y slices, bias and accumulate. */
-
-static void test_skinny_all(lg_dtype dt)
-{
-    const int modes[] = {1, 10, 11, 12, 13, 0};
-    const char *names[] = {"skinny", "skinny/v0", "skinny/v1", "skinny/v2", "skinny/v3", "skinny/off"};
-    for (int mi = 0; mi < 6; mi++) {
-        lg_cuda_skinny_mode(modes[mi]);
-        gemv_op = names[mi];
-        /*        T   N      K    y32 bias acc  c0  ytot  xpad */
-        test_gemv(dt, 3, 384, 1032, 0, 1, 0, 0, 384, 0);
-        test_gemv(dt, 8, 1000, 520, 0, 0, 0, 0, 1000, 0);     /* N % 32 != 0, K % 32 != 0 */
-        test_gemv(dt, 13, 777, 4104, 0, 1, 1, 3, 800, 8);    /* odd N, unaligned y slice */
-        test_gemv(dt, 32, 256, 4096, 0, 0, 0, 0, 256, 0);     /* 8 tiles: split-K across blocks */
-        test_gemv(dt, 32, 4096, 4096, 0, 2, 0, 0, 4096, 0);
-        test_gemv(dt, 33, 520, 11008, 1, 1, 1, 5, 600, 0);    /* split-K, f32 y, accumulate */
-        test_gemv(dt, 48, 1536, 1024, 0, 0, 1, 0, 1536, 8);
-        test_gemv(dt, 64, 2048, 2056, 0, 1, 0, 16, 2100, 0);
-        test_gemv(dt, 64, 32000, 256, 1, 0, 0, 0, 32000, 0);  /* many tiles, f32 logits */
-        test_gemv(dt, 17, 64, 8, 0, 0, 0, 0, 64, 0);          /* K = 8: one word per row */
-    }
-    lg_cuda_skinny_mode(1);
-    gemv_op = "skinny";
-    test_gemv_chain(dt, 32); /* PDL ordering between skinny matmuls, eager and replayed */
-    test_gemv_chain(dt, 64);
-    lg_cuda_skinny_mode(0); /* the default */
-    /* cuBLASLt with the algorithm timed per shape (kernels/gemm_lt.cu), same cases, and chains
-     * eager then replayed (bench_kernels meets its shapes first while capturing). Only with
-     * LG_BLASLT=1 in the environment: the path is opt-in and has not run on a GPU yet. */
-    const char *lt_env = getenv("LG_BLASLT");
-    if (!(lt_env && *lt_env == '1'))
-        return;
-    lg_cuda_blaslt(1);
-    gemv_op = "blaslt";
-    test_gemv(dt, 8, 1000, 520, 0, 0, 0, 0, 1000, 0);
-    test_gemv(dt, 13, 777, 4104, 0, 1, 1, 3, 800, 8);
-    test_gemv(dt, 33, 520, 11008, 1, 1, 1, 5, 600, 0);
-    test_gemv(dt, 64, 2048, 2056, 0, 1, 0, 16, 2100, 0);
-    test_gemv(dt, 64, 32000, 256, 1, 0, 0, 0, 32000, 0);
-    test_gemv(dt, 128, 1536, 1024, 0, 0, 1, 0, 1536, 8);
-    test_gemv_chain(dt, 32);
-    test_gemv_chain(dt, 128);
-    lg_cuda_blaslt(-1); /* as LG_BLASLT */
-}
-
-/* The stream-K matmuls (kernels/gemm_streamk.cu: 5..64 rows; kernels/gemm_tma.cu: 2..64 by default,
- * 1..64 forced) through the
- * same checks: as dispatched and each variant forced. Cases cover T not a multiple of 8, N not a multiple of
+/* The stream-K matmul (kernels/gemm_tma.cu: 2..64 rows by default, 1..64 forced) through the same checks:
+ * as dispatched and each variant forced. Cases cover T not a multiple of 8, N not a multiple of
  * the tile, K not a multiple of the chunk, tiles split between blocks (few tiles, long K: the
  * workspace and the last block's sum), strided and unaligned y slices, bias and accumulate, and
  * chains eager then replayed in a step graph (PDL ordering, counters left at zero). */
 static void test_streamk_all(lg_dtype dt)
 {
-    const int modes[] = {1, 10, 11, 12, 13, 2, 20, 21, 22, 23, 24, 25};
-    const char *names[] = {"streamk", "streamk/v0", "streamk/v1", "streamk/v2", "streamk/v3", "tma",
-                           "tma/v0",  "tma/v1",     "tma/v2",     "tma/v3",     "tma/v4",     "tma/v5"};
-    lg_cuda_skinny_mode(0);
-    for (int mi = 0; mi < 12; mi++) {
-        lg_cuda_streamk_mode(modes[mi]);
+    const int modes[] = {2, 20, 21, 22, 23, 24, 25};
+    const char *names[] = {"tma", "tma/v0", "tma/v1", "tma/v2", "tma/v3", "tma/v4", "tma/v5"};
+    for (int mi = 0; mi < 7; mi++) {
+        G->tune.streamk = modes[mi];
         gemv_op = names[mi];
         const unsigned long tma0 = lg_cuda_tma_launches();
         /*        T   N      K    y32 bias acc  c0  ytot  xpad */
@@ -2077,27 +2010,24 @@ static void test_streamk_all(lg_dtype dt)
         test_gemv(dt, 2, 777, 4104, 0, 1, 1, 3, 800, 8);      /* 2..4 rows: the 8-row form, rows past T zero */
         test_gemv(dt, 4, 1001, 2056, 0, 2, 1, 1, 1010, 8);
         test_gemv(dt, 1, 4096, 4096, 0, 1, 0, 0, 4096, 0);    /* one row: the GEMV's unless forced */
-        if (modes[mi] == 2 || modes[mi] >= 20) { /* the TMA kernel really ran (not the cuBLAS fallback): */
-            const unsigned long got = lg_cuda_tma_launches() - tma0; /* 2..64 rows by default, forced 1..64 */
-            record(names[mi], modes[mi] == 2 ? "took the 14 cases T >= 2" : "took all 15 cases", dt,
-                   got == (modes[mi] == 2 ? 14u : 15u) ? 0.0 : 1.0, 0.0, 1);
-        }
+        /* the TMA kernel really ran (not the cuBLAS fallback): 2..64 rows by default, forced 1..64 */
+        const unsigned long got = lg_cuda_tma_launches() - tma0;
+        record(names[mi], modes[mi] == 2 ? "took the 14 cases T >= 2" : "took all 15 cases", dt,
+               got == (modes[mi] == 2 ? 14u : 15u) ? 0.0 : 1.0, 0.0, 1);
     }
-    for (int mi = 0; mi < 2; mi++) {
-        lg_cuda_streamk_mode(mi == 0 ? 1 : 2);
-        gemv_op = mi == 0 ? "streamk" : "tma";
-        test_gemv_chain(dt, 32);
-        test_gemv_chain(dt, 64);
-        test_gemv_chain(dt, 8);
-        test_gemv_chain(dt, 2);
-    }
-    lg_cuda_streamk_mode(-1); /* as LG_STREAMK */
+    G->tune.streamk = 2;
+    gemv_op = "tma";
+    test_gemv_chain(dt, 32);
+    test_gemv_chain(dt, 64);
+    test_gemv_chain(dt, 8);
+    test_gemv_chain(dt, 2);
+    G->tune.streamk = env_tune.streamk;
 }
 
 static void test_gemv_all(lg_dtype dt)
 {
     for (int forced = 0; forced < 2; forced++) {
-        lg_cuda_gemv_mode(forced ? 11 : 1);
+        G->tune.gemv = forced ? 11 : 1;
         gemv_op = forced ? "gemv/forced" : "gemv";
         /*        T   N      K    y32 bias acc  c0  ytot  xpad */
         test_gemv(dt, 1, 1000, 520, 0, 0, 0, 0, 1000, 0);     /* K8 = 65: ragged batch tail */
@@ -2115,7 +2045,7 @@ static void test_gemv_all(lg_dtype dt)
         test_gemv_chain(dt, 1);
         test_gemv_chain(dt, 4);
     }
-    lg_cuda_gemv_mode(1);
+    G->tune.gemv = env_tune.gemv;
 }
 
 /* cu_carve_for, the preferred carveout the resident decode attention launches with (one block of 130 KB at the
@@ -2153,6 +2083,7 @@ int main(int argc, char **argv)
             fprintf(stderr, "cuda backend: %s\n", err.msg);
             return 3;
         }
+        env_tune = G->tune;
         if (G->act_dtype != dt) {
             fprintf(stderr, "act dtype %s, expected %s\n", lg_dtype_name(G->act_dtype), lg_dtype_name(dt));
             n_fail++;
@@ -2198,7 +2129,7 @@ int main(int argc, char **argv)
             int q5[] = {1, 1, 1}, k5[] = {1, 40, 256}, q6[] = {5, 1, 3}, k6[] = {20, 9, 3};
             attn_case dres = {3, q5, k5}, dres_run = {3, q6, k6};
             for (int r = 0; r < 2; r++) {
-                lg_cuda_dec_resident(r ? 0 : 200);
+                G->tune.dec_resident_kb = r ? 0 : 200;
                 const char *nm = r ? "decode split" : "decode resident";
                 const long n0 = lg_cuda_dec_resident_launches();
                 test_attention(dt, nm, &dres, 32, 32, 128, 0);
@@ -2211,7 +2142,7 @@ int main(int argc, char **argv)
                 record("attention", r ? "split form taken (4 of 4)" : "resident form taken (4 of 4)", dt, 0, 0,
                        n_res == (r ? 0 : 4));
             }
-            lg_cuda_dec_resident(200);
+            G->tune.dec_resident_kb = 200;
             {
                 const long n0 = lg_cuda_dec_resident_launches();
                 test_attention(dt, "decode gqa", &dres, 32, 8, 128, 0);
@@ -2219,7 +2150,7 @@ int main(int argc, char **argv)
                 const long n = lg_cuda_dec_resident_launches() - n0;
                 record("attention", "grouped heads: split form taken", dt, 0, 0, n == 0);
             }
-            lg_cuda_dec_resident(-1);
+            G->tune.dec_resident_kb = env_tune.dec_resident_kb;
             int q3[] = {1, 200, 1, 33}, k3[] = {3000, 200, 70, 1500};
             attn_case mixed = {4, q3, k3};
             test_attention(dt, "mixed", &mixed, 32, 8, 128, 0);
@@ -2231,9 +2162,9 @@ int main(int argc, char **argv)
             attn_pt = 12; /* page_tokens not a power of two */
             test_attention(dt, "prefill pt12", &pf, 32, 8, 128, 0);
             attn_pt = 16;
-            lg_cuda_attn_fa2(0); /* the wmma kernel at the FA2 head dims too */
+            G->tune.attn_fa2 = 0; /* the wmma kernel at the FA2 head dims too */
             test_attention(dt, "prefill wmma", &pf, 32, 32, 128, 0);
-            lg_cuda_attn_fa2(1);
+            G->tune.attn_fa2 = env_tune.attn_fa2;
         }
         if (only("lora")) {   /* LoRA */
             int len1[] = {1, 5, 17, 1, 0, 64, 3, 1, 9}, r1[] = {8, 0, 64, 1, 16, 13, 32, 0, 2};
@@ -2250,10 +2181,10 @@ int main(int argc, char **argv)
              * (small grids take the CUDA-core kernels by default), then W1's whole prefill by default;
              * the shrink in its wide form (the default), then in its shared-memory form */
             for (int wide = 1; wide >= 0; wide--) {
-                lg_cuda_shrink_wide(wide);
+                G->tune.shrink_wide = wide;
                 case_sfx = wide ? "" : " shm";
                 if (!sgmv_forced_off())
-                    lg_cuda_sgmv_prefill(sgmv_mode = 2);
+                    set_sgmv_prefill(sgmv_mode = 2);
                 int len3[] = {128, 128, 128, 128}, r3[] = {16, 16, 16, 16};
                 test_lora(dt, LG_F32, "prefill 4x128 r16", 4, len3, r3, 4096, 4096, 4096, 3 * 4096, 0);
                 int len4[] = {37, 1, 130, 6, 64, 5, 33}, r4[] = {16, 8, 13, 64, 0, 32, 1};
@@ -2278,12 +2209,12 @@ int main(int argc, char **argv)
                 int lm_[] = {50, 3, 77, 9}, rm_[] = {8, 16, 0, 32, 0, 8, 16, 16, 16, 4, 13, 2}, om[] = {2048, 512, 512};
                 test_lora_multi_prefill(dt, "GQA ragged mixed ranks", 4, lm_, rm_, 2048, om, 0);
                 test_lora_multi_prefill(dt, "GQA ragged cap 64", 4, lm_, rm_, 2048, om, 64);
-                lg_cuda_sgmv_prefill(sgmv_mode = -1);
+                set_sgmv_prefill(sgmv_mode = -1);
                 int lw1[32], rw1[96];
                 for (int i = 0; i < 32; i++) lw1[i] = 128, rw1[3 * i] = rw1[3 * i + 1] = rw1[3 * i + 2] = 16;
                 test_lora_multi_prefill(dt, "W1 prefill 32x128 default", 32, lw1, rw1, 4096, oq, 0);
             }
-            lg_cuda_shrink_wide(-1);
+            G->tune.shrink_wide = env_tune.shrink_wide;
             case_sfx = "";
             /* decode steps: W3's down shrink (in 11,008) and rows that are not 16-byte multiples */
             int l1[128], rd[384], od[] = {512, 256, 128};
@@ -2301,7 +2232,6 @@ int main(int argc, char **argv)
         }
         if (only("matmul")) {
             test_gemv_all(dt);
-            test_skinny_all(dt);
             test_streamk_all(dt);
             test_matmul_lora(dt);
         }
@@ -2337,9 +2267,9 @@ int main(int argc, char **argv)
             attn_case p1 = {1, qp, kp};
             test_attention(dt, "bench prefill 2048", &p1, 32, 8, 128, 1);
             test_attention(dt, "bench prefill 2048 mha", &p1, 32, 32, 128, 1);
-            lg_cuda_attn_fa2(0);
+            G->tune.attn_fa2 = 0;
             test_attention(dt, "bench prefill 2048 mha wmma", &p1, 32, 32, 128, 1);
-            lg_cuda_attn_fa2(1);
+            G->tune.attn_fa2 = env_tune.attn_fa2;
             int ls[64], rs[64];
             for (int i = 0; i < 64; i++) ls[i] = 1, rs[i] = 64;
             test_lora(dt, LG_F32, "bench dec 64x1 r64", 64, ls, rs, 4096, 4096, 0, 4096, 1);
