@@ -1,6 +1,6 @@
 /*
  * adapter_upload.c — see adapter_upload.h: adapter upload / import / list /
- * get / delete for a tenant, and the blocking-job helper.
+ * get / delete for a tenant.
  */
 #include "gateway/adapter_upload.h"
 
@@ -8,7 +8,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,90 +18,7 @@
 #include "db/adapter_files.h"
 #include "gateway/http/http_util.h"
 #include "gateway/http/multipart.h"
-
-/* ---- jobs ------------------------------------------------------------------ */
-
-int lg_job_fail(lg_job *j, int status, const char *code, const char *param, const char *fmt, ...)
-{
-    j->status = status;
-    j->code = code;
-    j->param = param;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(j->msg, sizeof j->msg, fmt, ap);
-    va_end(ap);
-    json_decref(j->body);
-    j->body = NULL;
-    return -1;
-}
-
-int lg_job_fail_store(lg_job *j, int st, const char *not_found_code, const char *conflict_code, const char *param,
-                      const lg_err *err)
-{
-    switch (st) {
-    case LG_STORE_NOT_FOUND: return lg_job_fail(j, 404, not_found_code, param, "%s", err->msg);
-    case LG_STORE_CONFLICT: return lg_job_fail(j, 409, conflict_code, param, "%s", err->msg);
-    case LG_STORE_INVALID: return lg_job_fail(j, 400, "invalid_value", param, "%s", err->msg);
-    default: return lg_job_fail(j, 500, "store_error", NULL, "The store failed: %s", err->msg);
-    }
-}
-
-static void job_free(lg_job *j)
-{
-    json_decref(j->body);
-    if (j->free_fn)
-        j->free_fn(j);
-    else
-        free(j);
-}
-
-static void job_work(void *arg)
-{
-    lg_job *j = arg;
-    j->work(j);
-}
-
-static void job_done(lg_request *r, void *arg)
-{
-    lg_job *j = arg;
-    if (lg_request_h2o(r)) {
-        if (j->status >= 400) {
-            lg_respond_error_ex(r, j->status, NULL, j->code, j->param, j->status == 503 ? 1 : 0, j->msg);
-        } else {
-            json_t *b = j->body ? j->body : json_object();
-            j->body = NULL;
-            lg_respond_json(r, j->status ? j->status : 200, b);
-        }
-    }
-    job_free(j);
-}
-
-int lg_job_run(lg_request *r, lg_job *j)
-{
-    if (lg_request_defer(r, job_work, job_done, j) != 0) {
-        job_free(j);
-        return lg_respond_unavailable(r, 1, "The server is shutting down."), 0;
-    }
-    return 0;
-}
-
-json_t *lg_admin_json_body(lg_request *r)
-{
-    size_t len = 0;
-    lg_request_body(r, &len);
-    if (len > 0) {
-        size_t cl;
-        const char *ct = lg_request_header(r, "content-type", &cl);
-        if (ct && !lg_media_type_is(ct, cl, "application/json") &&
-            !lg_media_type_is(ct, cl, "application/x-www-form-urlencoded")) {
-            lg_respond_error(r, 415, "unsupported_media_type", NULL,
-                             "Content-Type '%.*s' is not supported here; send application/json.",
-                             (int)(cl > 100 ? 100 : cl), ct);
-            return NULL;
-        }
-    }
-    return lg_request_json(r);
-}
+#include "gateway/job.h"
 
 /* ---- adapter objects --------------------------------------------------------- */
 
@@ -130,11 +46,11 @@ static int respond_adapter_not_found(lg_request *r, const char *name)
            0;
 }
 
-int lg_adapters_list(lg_request *r, lg_app *app, lg_app_tenant *t)
+int lg_adapters_list(lg_request *r, const lg_adapter_admin *aa, const lg_tenant_obj *t)
 {
-    lg_app_adapter *v = NULL;
+    lg_tenant_adapter *v = NULL;
     int n = 0;
-    if (lg_app_adapter_list(app, t->id, &v, &n) != 0)
+    if (lg_tenant_adapters_list(aa->adapters, t->id, &v, &n) != 0)
         return lg_respond_error(r, 500, NULL, NULL, "out of memory"), 0;
     json_t *data = json_array();
     for (int i = 0; i < n; i++)
@@ -143,10 +59,10 @@ int lg_adapters_list(lg_request *r, lg_app *app, lg_app_tenant *t)
     return lg_respond_json(r, 200, json_pack("{s:s,s:o}", "object", "list", "data", data)), 0;
 }
 
-int lg_adapters_get(lg_request *r, lg_app *app, lg_app_tenant *t, const char *name)
+int lg_adapters_get(lg_request *r, const lg_adapter_admin *aa, const lg_tenant_obj *t, const char *name)
 {
-    lg_app_adapter a;
-    if (!lg_app_adapter_find(app, t->id, name, &a))
+    lg_tenant_adapter a;
+    if (!lg_tenant_adapters_find(aa->adapters, t->id, name, &a))
         return respond_adapter_not_found(r, name);
     return lg_respond_json(r, 200, lg_adapter_json(a.name, &a.version, a.created_at, t->name)), 0;
 }
@@ -155,6 +71,7 @@ int lg_adapters_get(lg_request *r, lg_app *app, lg_app_tenant *t, const char *na
 
 typedef struct del_job {
     lg_job j;
+    lg_adapter_admin aa;
     int64_t tenant_id;
     char tenant[LG_STORE_NAME_MAX];
     char name[LG_STORE_NAME_MAX];
@@ -164,11 +81,11 @@ static void del_work(lg_job *jb)
 {
     del_job *d = (del_job *)jb;
     lg_err err = {{0}};
-    lg_store *st = lg_app_store_acquire(jb->app);
+    lg_store *st = lg_store_writer_acquire(d->aa.store);
     int rc = lg_store_adapter_delete(st, d->tenant, d->name, &err);
     if (rc == 0)
-        lg_app_adapter_uninstall(jb->app, d->tenant_id, d->name);
-    lg_app_store_release(jb->app);
+        lg_tenant_adapters_uninstall(d->aa.adapters, d->tenant_id, d->name);
+    lg_store_writer_release(d->aa.store);
     if (rc == LG_STORE_NOT_FOUND)
         lg_job_fail(jb, 404, "adapter_not_found", "name",
                     "The adapter `%s` does not exist or you do not have access to it.", d->name);
@@ -180,14 +97,14 @@ static void del_work(lg_job *jb)
     }
 }
 
-int lg_adapters_delete(lg_request *r, lg_app *app, lg_app_tenant *t, const char *name)
+int lg_adapters_delete(lg_request *r, const lg_adapter_admin *aa, const lg_tenant_obj *t, const char *name)
 {
-    if (strlen(name) >= LG_STORE_NAME_MAX || !lg_app_adapter_find(app, t->id, name, NULL))
+    if (strlen(name) >= LG_STORE_NAME_MAX || !lg_tenant_adapters_find(aa->adapters, t->id, name, NULL))
         return respond_adapter_not_found(r, name);
     del_job *d = calloc(1, sizeof *d);
     if (!d)
         return lg_respond_error(r, 500, NULL, NULL, "out of memory"), 0;
-    d->j.app = app;
+    d->aa = *aa;
     d->j.work = del_work;
     d->tenant_id = t->id;
     snprintf(d->tenant, sizeof d->tenant, "%s", t->name);
@@ -275,7 +192,7 @@ static void msg_replace(lg_err *err, const char *from, const char *to)
 /* ---- commit: inspect, put, store, install (worker) ------------------------------------- */
 
 typedef struct commit_in {
-    lg_app *app;
+    const lg_adapter_admin *aa;
     int64_t tenant_id;
     const char *tenant;
     const char *name;
@@ -288,10 +205,10 @@ typedef struct commit_in {
 
 static int commit(lg_job *j, const commit_in *in)
 {
-    lg_app *app = in->app;
+    const lg_adapter_admin *aa = in->aa;
     lg_err err = {{0}};
     lg_adapter_version v;
-    if (lg_app_adapter_inspect(app, in->dir, &v, &err) != 0) {
+    if (lg_tenant_adapters_inspect(aa->adapters, in->dir, &v, &err) != 0) {
         char from[PATH_MAX + 2];
         snprintf(from, sizeof from, "%s/", in->dir);
         msg_replace(&err, from, in->shown_dir);
@@ -306,14 +223,14 @@ static int commit(lg_job *j, const commit_in *in)
     }
     char wpath[PATH_MAX], digest[65], relpath[LG_ADAPTER_PATH_MAX];
     snprintf(wpath, sizeof wpath, "%s/" LG_ADAPTER_WEIGHTS_FILE, in->dir);
-    if (lg_store_put_adapter_files_from_tmp(app->cfg->data_dir, in->config, in->config_len, wpath, digest, relpath,
+    if (lg_store_put_adapter_files_from_tmp(aa->data_dir, in->config, in->config_len, wpath, digest, relpath,
                                             &err) != 0)
         return lg_job_fail(j, 500, "store_error", NULL, "Storing the adapter's files failed: %s", err.msg);
     if (strcmp(digest, v.digest) != 0) /* the files changed under us: cannot happen with our own tmp dir */
         return lg_job_fail(j, 500, "store_error", NULL, "The adapter's digest changed while it was stored.");
     snprintf(v.path, sizeof v.path, "%s", relpath);
 
-    lg_store *st = lg_app_store_acquire(app);
+    lg_store *st = lg_store_writer_acquire(aa->store);
     lg_adapter_rec prev, rec;
     int got = lg_store_adapter_get(st, in->tenant, in->name, &prev, &err);
     bool replace = got == 0;
@@ -325,23 +242,23 @@ static int commit(lg_job *j, const commit_in *in)
     else
         rc = lg_store_adapter_create(st, in->tenant, in->name, &v, &rec, &err);
     if (rc != 0) {
-        lg_app_store_release(app);
+        lg_store_writer_release(aa->store);
         if (rc == LG_STORE_NOT_FOUND)
             return lg_job_fail(j, 404, "tenant_not_found", NULL, "The tenant `%s` no longer exists.", in->tenant);
         return lg_job_fail_store(j, rc, "adapter_not_found", "adapter_exists", "name", &err);
     }
-    if (lg_app_adapter_install(app, in->tenant_id, in->name, &rec.current, rec.created_at, &err) != 0) {
+    if (lg_tenant_adapters_install(aa->adapters, in->tenant_id, in->name, &rec.current, rec.created_at, &err) != 0) {
         /* undo the store change: the registry (and the engine) still hold the old state */
         lg_err e2 = {{0}};
         if (replace)
             lg_store_adapter_replace(st, in->tenant, in->name, &prev.current, NULL, &e2);
         else
             lg_store_adapter_delete(st, in->tenant, in->name, &e2);
-        lg_app_store_release(app);
+        lg_store_writer_release(aa->store);
         return lg_job_fail(j, 500, "adapter_install_failed", NULL, "The engine could not load the adapter: %s",
                            err.msg);
     }
-    lg_app_store_release(app);
+    lg_store_writer_release(aa->store);
     j->status = replace ? 200 : 201;
     j->body = lg_adapter_json(in->name, &rec.current, rec.created_at, in->tenant);
     return 0;
@@ -354,6 +271,7 @@ enum { F_NONE = 0, F_NAME, F_CONFIG, F_WEIGHTS };
 
 typedef struct upload {
     lg_job j;
+    lg_adapter_admin aa;
     int64_t tenant_id;
     char tenant[LG_STORE_NAME_MAX];
     size_t max_weights;
@@ -432,7 +350,7 @@ static int mp_begin(void *user, const lg_mp_part *p, lg_err *err)
     if (f == F_WEIGHTS) {
         lg_err e = {{0}};
         char path[PATH_MAX];
-        if (!u->dir[0] && make_tmp_dir(u->j.app->cfg->data_dir, u->dir, sizeof u->dir, &e) != 0) {
+        if (!u->dir[0] && make_tmp_dir(u->aa.data_dir, u->dir, sizeof u->dir, &e) != 0) {
             lg_job_fail(&u->j, 500, "store_error", NULL, "Receiving the upload failed: %s", e.msg);
             return lg_fail(err, "tmp");
         }
@@ -516,7 +434,7 @@ static int mp_end(void *user, const lg_mp_part *p, lg_err *err)
             lg_job_fail(&u->j, 400, "invalid_value", "name", "Invalid adapter name: %s", e.msg);
             return lg_fail(err, "name");
         }
-        if (!strcmp(u->name, u->j.app->model_id)) {
+        if (!strcmp(u->name, u->aa.model_id)) {
             lg_job_fail(&u->j, 400, "invalid_value", "name", "The adapter name `%s` is the base model's id.", u->name);
             return lg_fail(err, "name");
         }
@@ -571,7 +489,7 @@ static void upload_work(void *arg)
         upload_cleanup(u);
         return;
     }
-    commit_in in = {.app = u->j.app, .tenant_id = u->tenant_id, .tenant = u->tenant, .name = u->name,
+    commit_in in = {.aa = &u->aa, .tenant_id = u->tenant_id, .tenant = u->tenant, .name = u->name,
                     .dir = u->dir, .config = u->config ? u->config : "", .config_len = u->config_len,
                     .shown_dir = "", .config_param = "config", .weights_param = "weights"};
     if (commit(&u->j, &in) != 0)
@@ -600,7 +518,7 @@ static void upload_done(lg_request *r, void *arg)
         return;
     }
     if (u->failed || u->finished) {
-        job_done(r, &u->j); /* answers (if the client is there) and frees */
+        lg_job_done(r, &u->j); /* answers (if the client is there) and frees */
         return;
     }
     upload_step(r, u);
@@ -630,7 +548,7 @@ static void on_gone_noop(lg_request *r, void *user)
     (void)user;
 }
 
-int lg_adapters_upload(lg_request *r, lg_app *app, lg_app_tenant *t)
+int lg_adapters_upload(lg_request *r, const lg_adapter_admin *aa, const lg_tenant_obj *t)
 {
     size_t cl = 0, len = 0;
     const char *ct = lg_request_header(r, "content-type", &cl);
@@ -653,12 +571,12 @@ int lg_adapters_upload(lg_request *r, lg_app *app, lg_app_tenant *t)
             free(u);
         return lg_respond_error(r, 500, NULL, NULL, "out of memory"), 0;
     }
-    u->j.app = app;
+    u->aa = *aa;
     u->j.free_fn = upload_free;
     u->wfd = -1;
     u->tenant_id = t->id;
     snprintf(u->tenant, sizeof u->tenant, "%s", t->name);
-    u->max_weights = (size_t)app->cfg->max_upload_mb << 20;
+    u->max_weights = aa->max_upload;
     lg_mp_limits lim = {.max_parts = 8, .max_header_bytes = 8192};
     lg_mp_callbacks cb = {mp_begin, mp_data, mp_end};
     if (lg_multipart_create(boundary, &lim, &cb, u, &u->mp, &err) != 0) {
@@ -675,6 +593,7 @@ int lg_adapters_upload(lg_request *r, lg_app *app, lg_app_tenant *t)
 
 typedef struct import_job {
     lg_job j;
+    lg_adapter_admin aa;
     int64_t tenant_id;
     char tenant[LG_STORE_NAME_MAX];
     char name[LG_STORE_NAME_MAX];
@@ -747,7 +666,6 @@ static int copy_file(const char *src, const char *dst, size_t max, lg_err *err)
 static void import_work(lg_job *jb)
 {
     import_job *m = (import_job *)jb;
-    lg_app *app = jb->app;
     lg_err err = {{0}};
     char dir[PATH_MAX] = "", src[PATH_MAX], dst[PATH_MAX];
     char *config = NULL;
@@ -759,7 +677,7 @@ static void import_work(lg_job *jb)
                     se ? strerror(se) : "not a directory");
         return;
     }
-    if (make_tmp_dir(app->cfg->data_dir, dir, sizeof dir, &err) != 0) {
+    if (make_tmp_dir(m->aa.data_dir, dir, sizeof dir, &err) != 0) {
         lg_job_fail(jb, 500, "store_error", NULL, "Importing the adapter failed: %s", err.msg);
         return;
     }
@@ -785,7 +703,7 @@ static void import_work(lg_job *jb)
     }
     char shown[PATH_MAX + 2];
     snprintf(shown, sizeof shown, "%s/", m->path);
-    commit_in in = {.app = app, .tenant_id = m->tenant_id, .tenant = m->tenant, .name = m->name, .dir = dir,
+    commit_in in = {.aa = &m->aa, .tenant_id = m->tenant_id, .tenant = m->tenant, .name = m->name, .dir = dir,
                     .config = config, .config_len = config_len, .shown_dir = shown, .config_param = "path",
                     .weights_param = "path"};
     commit(jb, &in);
@@ -793,7 +711,7 @@ static void import_work(lg_job *jb)
     remove_tmp_dir(dir);
 }
 
-int lg_adapters_import(lg_request *r, lg_app *app, lg_app_tenant *t)
+int lg_adapters_import(lg_request *r, const lg_adapter_admin *aa, const lg_tenant_obj *t)
 {
     json_t *body = lg_admin_json_body(r);
     if (!body)
@@ -816,9 +734,9 @@ int lg_adapters_import(lg_request *r, lg_app *app, lg_app_tenant *t)
                               "`name` must be a string (the adapter's name).");
     else if (lg_store_check_adapter_name(json_string_value(jn), &err) != 0)
         rc = lg_respond_error(r, 400, "invalid_value", "name", "Invalid adapter name: %s", err.msg);
-    else if (!strcmp(json_string_value(jn), app->model_id))
+    else if (!strcmp(json_string_value(jn), aa->model_id))
         rc = lg_respond_error(r, 400, "invalid_value", "name", "The adapter name `%s` is the base model's id.",
-                              app->model_id);
+                              aa->model_id);
     else if (!json_is_string(jp) || !json_string_length(jp) || json_string_length(jp) >= PATH_MAX - 64 ||
              strlen(json_string_value(jp)) != json_string_length(jp))
         rc = lg_respond_error(r, 400, jp ? "invalid_value" : "missing_required_parameter", "path",
@@ -830,11 +748,11 @@ int lg_adapters_import(lg_request *r, lg_app *app, lg_app_tenant *t)
             free(m);
             rc = lg_respond_error(r, 500, NULL, NULL, "out of memory");
         } else {
-            m->j.app = app;
+            m->aa = *aa;
             m->j.work = import_work;
             m->j.free_fn = import_free;
             m->tenant_id = t->id;
-            m->max_weights = (size_t)app->cfg->max_upload_mb << 20;
+            m->max_weights = aa->max_upload;
             snprintf(m->tenant, sizeof m->tenant, "%s", t->name);
             snprintf(m->name, sizeof m->name, "%s", json_string_value(jn));
             json_decref(body);

@@ -15,7 +15,13 @@
  *   the engine (queue depth, running sequences, pool pages by kind, prefix
  *   cache lookups/hits/cached tokens, adapter loads, evictions, load
  *   latency), the ledger (commit latency histogram, backlog, records,
- *   failures, health), the access log (dropped lines).
+ *   failures, health), the connection guard (early refusals, resets,
+ *   lingering closes), the access log (dropped lines).
+ *
+ * Dependencies, one way: request.c calls the observer below; routes_openai.c
+ * feeds generations and 429s; this file reads the tenant view and, when
+ * scraped, the engine, ledger, server and access log. The exposition is one
+ * function per group of series (render_*), in the order they appear.
  *
  * Tenant labels. A tenant label value is always the slug of a tenant that
  * exists (a slug nobody created, e.g. from a scanner probing /t/<x>/, is
@@ -30,7 +36,6 @@
 #include <math.h>
 #include <stdint.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,13 +43,10 @@
 #include <openssl/crypto.h>
 #include <openssl/sha.h>
 
-#include "gateway/http/access_log.h"
-#include "gateway/http/admin_key.h"
-#include "gateway/app.h"
-#include "gateway/http/server.h"
-#include "engine/base/version.h"
 #include "engine/base/strmap.h"
+#include "engine/base/version.h"
 #include "gateway/http/request.h"
+#include "gateway/http/server.h"
 
 #define LG_METRICS_MAX_TENANTS 1000
 #define OTHER_TENANT "_other"
@@ -78,7 +80,7 @@ static const double TPOT_B[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.
 static const double E2E_B[] = {0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300};
 
 struct lg_metrics {
-    lg_app *app;
+    lg_metrics_sources src;
     bool tenant_labels;
     pthread_mutex_t mu;
     tenant_ent *tenants;
@@ -121,12 +123,13 @@ static void observe(void *user, const char *route, int status, const char *tenan
     lg_metrics_request(user, route, status, tenant);
 }
 
-int lg_metrics_create(lg_app *app, bool tenant_labels, lg_metrics **out, lg_err *err)
+int lg_metrics_create(const lg_metrics_sources *src, bool tenant_labels, lg_metrics **out, lg_err *err)
 {
     lg_metrics *m = calloc(1, sizeof *m);
     if (!m)
         return lg_fail(err, "out of memory");
-    m->app = app;
+    if (src)
+        m->src = *src;
     m->tenant_labels = tenant_labels;
     m->other = -1;
     pthread_mutex_init(&m->mu, NULL);
@@ -172,11 +175,8 @@ static int tenant_ix(lg_metrics *m, const char *name, bool known)
     void *hit = lg_strmap_get(m->tenant_index, name);
     if (hit)
         return (int)((intptr_t)hit - 1);
-    if (!known) {
-        void *t = NULL;
-        if (!m->app || lg_app_resolve_tenant(m->app, name, &t) != 1)
-            return -1; /* not a tenant: no label value from a stranger */
-    }
+    if (!known && (!m->src.tenants || !lg_tenants_find(m->src.tenants, name)))
+        return -1; /* not a tenant: no label value from a stranger */
     if (m->n_tenants >= LG_METRICS_MAX_TENANTS) {
         if (m->other < 0) {
             m->other = m->n_tenants++;
@@ -366,17 +366,18 @@ static int cmp_float(const void *a, const void *b)
 }
 
 /* The per-tenant counters: with labels one line per tenant, else one line. */
-static void tenant_counter(lg_strbuf *b, const lg_metrics *m, const char *name, const char *help, size_t off)
+static void tenant_counter(lg_strbuf *b, bool labels, const tenant_ent *tenants, int nt, const char *name,
+                           const char *help, size_t off)
 {
     head(b, name, "counter", help);
-    if (!m->tenant_labels) {
-        lg_strbuf_printf(b, "%s %" PRIu64 "\n", name, *(const uint64_t *)((const char *)&m->tenants[LG_METRICS_MAX_TENANTS] + off));
+    if (!labels) {
+        lg_strbuf_printf(b, "%s %" PRIu64 "\n", name, *(const uint64_t *)((const char *)&tenants[LG_METRICS_MAX_TENANTS] + off));
         return;
     }
-    for (int i = 0; i < m->n_tenants; i++) {
+    for (int i = 0; i < nt; i++) {
         lg_strbuf_printf(b, "%s{tenant=\"", name);
-        sb_label(b, m->tenants[i].name);
-        lg_strbuf_printf(b, "\"} %" PRIu64 "\n", *(const uint64_t *)((const char *)&m->tenants[i] + off));
+        sb_label(b, tenants[i].name);
+        lg_strbuf_printf(b, "\"} %" PRIu64 "\n", *(const uint64_t *)((const char *)&tenants[i] + off));
     }
 }
 
@@ -391,193 +392,241 @@ static int cmp_req(const void *a, const void *b)
     return x->tenant - y->tenant;
 }
 
-static char *render(lg_metrics *m, size_t *len)
-{
-    lg_strbuf b = {0};
-    lg_app *app = m->app;
+/* Our own counters, copied under the lock so that rendering holds no lock. */
+typedef struct snapshot {
+    req_ent *reqs; /* route strings stay valid: entries are never freed before m */
+    size_t n_reqs;
+    tenant_ent *tenants; /* LG_METRICS_MAX_TENANTS + 1: the last one is the unlabelled total */
+    int n_tenants;
+    hist ttft, tpot, e2e;
+} snapshot;
 
-    /* ---- ours, copied under the lock ---- */
+static int take_snapshot(lg_metrics *m, snapshot *s)
+{
     pthread_mutex_lock(&m->mu);
-    req_ent *reqs = malloc((m->n_reqs ? m->n_reqs : 1) * sizeof *reqs);
-    size_t nr = 0;
-    if (reqs)
+    s->reqs = malloc((m->n_reqs ? m->n_reqs : 1) * sizeof *s->reqs);
+    s->n_reqs = 0;
+    if (s->reqs)
         for (size_t i = 0; i < m->cap_reqs; i++)
             if (m->reqs[i].route)
-                reqs[nr++] = m->reqs[i]; /* route strings stay valid: entries are never freed before m */
-    int nt = m->n_tenants;
-    tenant_ent *tenants = malloc(((size_t)LG_METRICS_MAX_TENANTS + 1) * sizeof *tenants);
-    if (tenants)
-        memcpy(tenants, m->tenants, ((size_t)LG_METRICS_MAX_TENANTS + 1) * sizeof *tenants);
-    hist ttft = m->ttft, tpot = m->tpot, e2e = m->e2e;
+                s->reqs[s->n_reqs++] = m->reqs[i];
+    s->n_tenants = m->n_tenants;
+    s->tenants = malloc(((size_t)LG_METRICS_MAX_TENANTS + 1) * sizeof *s->tenants);
+    if (s->tenants)
+        memcpy(s->tenants, m->tenants, ((size_t)LG_METRICS_MAX_TENANTS + 1) * sizeof *s->tenants);
+    s->ttft = m->ttft;
+    s->tpot = m->tpot;
+    s->e2e = m->e2e;
     pthread_mutex_unlock(&m->mu);
-    if (!reqs || !tenants) {
-        free(reqs);
-        free(tenants);
-        return NULL;
+    if (!s->reqs || !s->tenants) {
+        free(s->reqs);
+        free(s->tenants);
+        return -1;
     }
-    lg_metrics snap = *m;
-    snap.tenants = tenants;
-    snap.n_tenants = nt;
+    return 0;
+}
 
-    lg_strbuf_printf(&b, "# HELP loragate_build_info The running loragate version.\n# TYPE loragate_build_info gauge\n"
+static void render_process(lg_strbuf *b, int64_t started_at)
+{
+    lg_strbuf_printf(b, "# HELP loragate_build_info The running loragate version.\n# TYPE loragate_build_info gauge\n"
                   "loragate_build_info{version=\"%s\"} 1\n",
               LG_VERSION);
-    if (app)
-        gauge(&b, "loragate_start_time_seconds", "Unix time the serve process started.", (double)app->created_at);
+    if (started_at)
+        gauge(b, "loragate_start_time_seconds", "Unix time the serve process started.", (double)started_at);
+}
 
-    head(&b, "loragate_http_requests_total", "counter", "HTTP requests answered, by route name, status and tenant.");
-    qsort(reqs, nr, sizeof *reqs, cmp_req);
-    for (size_t i = 0; i < nr; i++) {
-        lg_strbuf_printf(&b, "loragate_http_requests_total{route=\"");
-        sb_label(&b, reqs[i].route);
-        lg_strbuf_printf(&b, "\",status=\"%d\"", reqs[i].status);
-        if (m->tenant_labels) {
-            lg_strbuf_printf(&b, ",tenant=\"");
-            sb_label(&b, reqs[i].tenant >= 0 ? tenants[reqs[i].tenant].name : "");
-            lg_strbuf_printf(&b, "\"");
+static void render_requests(lg_strbuf *b, bool labels, snapshot *s)
+{
+    head(b, "loragate_http_requests_total", "counter", "HTTP requests answered, by route name, status and tenant.");
+    qsort(s->reqs, s->n_reqs, sizeof *s->reqs, cmp_req);
+    for (size_t i = 0; i < s->n_reqs; i++) {
+        const req_ent *q = &s->reqs[i];
+        lg_strbuf_printf(b, "loragate_http_requests_total{route=\"");
+        sb_label(b, q->route);
+        lg_strbuf_printf(b, "\",status=\"%d\"", q->status);
+        if (labels) {
+            lg_strbuf_printf(b, ",tenant=\"");
+            sb_label(b, q->tenant >= 0 ? s->tenants[q->tenant].name : "");
+            lg_strbuf_printf(b, "\"");
         }
-        lg_strbuf_printf(&b, "} %" PRIu64 "\n", reqs[i].n);
+        lg_strbuf_printf(b, "} %" PRIu64 "\n", q->n);
     }
-    free(reqs);
+}
 
-    hist_out(&b, "loragate_generation_ttft_seconds",
-             "Time to first token of finished generation requests (received to first token).", &ttft);
-    hist_out(&b, "loragate_generation_tpot_seconds",
-             "Time per output token after the first, per generation request with at least two tokens.", &tpot);
-    hist_out(&b, "loragate_generation_e2e_seconds", "End-to-end time of generation requests (received to finished).",
-             &e2e);
-    tenant_counter(&b, &snap, "loragate_generations_total", "Generation requests that reached the engine (billed).",
-                   offsetof(tenant_ent, generations));
-    tenant_counter(&b, &snap, "loragate_prompt_tokens_total", "Prompt tokens billed (cached ones included).",
-                   offsetof(tenant_ent, prompt));
-    tenant_counter(&b, &snap, "loragate_cached_prompt_tokens_total",
+static void render_generations(lg_strbuf *b, bool labels, const snapshot *s)
+{
+    hist_out(b, "loragate_generation_ttft_seconds",
+             "Time to first token of finished generation requests (received to first token).", &s->ttft);
+    hist_out(b, "loragate_generation_tpot_seconds",
+             "Time per output token after the first, per generation request with at least two tokens.", &s->tpot);
+    hist_out(b, "loragate_generation_e2e_seconds", "End-to-end time of generation requests (received to finished).",
+             &s->e2e);
+    tenant_counter(b, labels, s->tenants, s->n_tenants, "loragate_generations_total",
+                   "Generation requests that reached the engine (billed).", offsetof(tenant_ent, generations));
+    tenant_counter(b, labels, s->tenants, s->n_tenants, "loragate_prompt_tokens_total",
+                   "Prompt tokens billed (cached ones included).", offsetof(tenant_ent, prompt));
+    tenant_counter(b, labels, s->tenants, s->n_tenants, "loragate_cached_prompt_tokens_total",
                    "Prompt tokens served from the prefix cache (billed at the cached-input price).",
                    offsetof(tenant_ent, cached));
-    tenant_counter(&b, &snap, "loragate_completion_tokens_total", "Completion tokens billed.",
-                   offsetof(tenant_ent, completion));
-    head(&b, "loragate_rate_limited_total", "counter",
+    tenant_counter(b, labels, s->tenants, s->n_tenants, "loragate_completion_tokens_total",
+                   "Completion tokens billed.", offsetof(tenant_ent, completion));
+}
+
+static void render_limited(lg_strbuf *b, bool labels, const snapshot *s)
+{
+    head(b, "loragate_rate_limited_total", "counter",
          "Requests refused with 429 by the tenant limits, by reason (rpm, tpm, concurrent, monthly_tokens).");
     for (int r = 0; r < R_N; r++) {
-        if (!m->tenant_labels) {
-            lg_strbuf_printf(&b, "loragate_rate_limited_total{reason=\"%s\"} %" PRIu64 "\n", REASONS[r],
-                      tenants[LG_METRICS_MAX_TENANTS].limited[r]);
+        if (!labels) {
+            lg_strbuf_printf(b, "loragate_rate_limited_total{reason=\"%s\"} %" PRIu64 "\n", REASONS[r],
+                      s->tenants[LG_METRICS_MAX_TENANTS].limited[r]);
             continue;
         }
-        for (int i = 0; i < nt; i++)
-            if (tenants[i].limited[r]) {
-                lg_strbuf_printf(&b, "loragate_rate_limited_total{reason=\"%s\",tenant=\"", REASONS[r]);
-                sb_label(&b, tenants[i].name);
-                lg_strbuf_printf(&b, "\"} %" PRIu64 "\n", tenants[i].limited[r]);
+        for (int i = 0; i < s->n_tenants; i++)
+            if (s->tenants[i].limited[r]) {
+                lg_strbuf_printf(b, "loragate_rate_limited_total{reason=\"%s\",tenant=\"", REASONS[r]);
+                sb_label(b, s->tenants[i].name);
+                lg_strbuf_printf(b, "\"} %" PRIu64 "\n", s->tenants[i].limited[r]);
             }
     }
-    free(tenants);
+}
 
-    /* ---- the engine ---- */
-    if (app && app->engine) {
-        lg_engine_stats es;
-        lg_engine_get_stats(app->engine, &es);
-        gauge(&b, "loragate_engine_queue_depth", "Requests waiting for admission to the engine.", es.queued);
-        gauge(&b, "loragate_engine_running_sequences", "Sequences admitted and running in the engine.", es.running);
-        head(&b, "loragate_pool_pages", "gauge",
-             "Pages of the device memory pool by kind: kv (KV cache in use), adapter (LoRA weights), cached "
-             "(evictable prefix-cache pages), free.");
-        lg_strbuf_printf(&b, "loragate_pool_pages{kind=\"kv\"} %d\nloragate_pool_pages{kind=\"adapter\"} %d\n"
-                      "loragate_pool_pages{kind=\"cached\"} %d\nloragate_pool_pages{kind=\"free\"} %d\n",
-                  es.pages_kv, es.pages_adapter, es.pages_cached, es.pages_free);
-        gauge(&b, "loragate_pool_pages_capacity", "Pages of the device memory pool.", es.pages_total);
-        gauge(&b, "loragate_pool_page_bytes", "Bytes per pool page.", (double)es.page_bytes);
-        gauge(&b, "loragate_prefix_cache_pages", "KV pages held by the prefix cache (in use or cached).",
-              es.pages_prefix);
-        counter(&b, "loragate_prefix_cache_lookups_total", "Admissions that looked up the prefix cache.",
-                (uint64_t)es.prefix_lookups);
-        counter(&b, "loragate_prefix_cache_hits_total", "Admissions that found at least one cached page.",
-                (uint64_t)es.prefix_hits);
-        gauge(&b, "loragate_prefix_cache_hit_ratio",
-              "Prefix-cache hits over lookups since start (NaN before the first lookup).",
-              es.prefix_lookups ? (double)es.prefix_hits / (double)es.prefix_lookups : NAN);
-        counter(&b, "loragate_engine_prompt_tokens_total", "Prompt tokens of admitted sequences.",
-                (uint64_t)es.prompt_tokens);
-        counter(&b, "loragate_engine_prefill_tokens_total",
-                "Prompt tokens the engine computed (prefill work, recomputation after preemption included).",
-                (uint64_t)es.prefill_tokens);
-        counter(&b, "loragate_prefix_cache_cached_tokens_total",
-                "Prompt tokens of admitted sequences served from the prefix cache.", (uint64_t)es.cached_tokens);
-        gauge(&b, "loragate_prefix_cache_token_ratio",
-              "Cached prompt tokens over prompt tokens since start (NaN before the first).",
-              es.prompt_tokens ? (double)es.cached_tokens / (double)es.prompt_tokens : NAN);
-        counter(&b, "loragate_engine_decode_steps_total", "Engine steps that only decoded.", (uint64_t)es.decode_steps);
-        counter(&b, "loragate_engine_chained_decode_steps_total",
-                "Decode steps enqueued before the previous step's tokens were read (decode bursts).",
-                (uint64_t)es.chained_steps);
-        counter(&b, "loragate_adapter_loads_total", "Adapter loads into the device pool.", (uint64_t)es.adapter_loads);
-        counter(&b, "loragate_adapter_evictions_total", "Adapter evictions from the device pool.",
-                (uint64_t)es.adapter_evictions);
-        counter(&b, "loragate_adapter_host_loads_total", "Adapter loads from disk into host memory.",
-                (uint64_t)es.adapter_host_loads);
-        gauge(&b, "loragate_adapters_registered", "Adapter versions registered with the engine.",
-              es.adapters_registered);
-        gauge(&b, "loragate_adapters_resident", "Adapters resident in the device pool.", es.adapters_resident);
-        float ms[512];
-        int n = lg_engine_adapter_load_times(app->engine, ms, 512);
-        qsort(ms, (size_t)n, sizeof ms[0], cmp_float);
-        head(&b, "loragate_adapter_load_seconds", "summary",
-             "Adapter load latency (asked for to resident in the pool); quantiles over the most recent loads.");
-        static const double Q[] = {0.5, 0.9, 0.99};
-        for (int i = 0; i < 3; i++) {
-            char v[40];
-            fmt_num(v, sizeof v, n ? ms[(int)floor(Q[i] * (n - 1) + 0.5)] / 1000.0 : NAN);
-            lg_strbuf_printf(&b, "loragate_adapter_load_seconds{quantile=\"%g\"} %s\n", Q[i], v);
-        }
-        char sum[40];
-        fmt_num(sum, sizeof sum, es.adapter_load_seconds);
-        lg_strbuf_printf(&b, "loragate_adapter_load_seconds_sum %s\nloragate_adapter_load_seconds_count %" PRId64 "\n", sum,
-                  es.adapter_loads);
-    }
+/* The engine's queue, pool and prefix cache, from its published snapshot. */
+static void render_engine(lg_strbuf *b, const lg_engine_stats *es)
+{
+    gauge(b, "loragate_engine_queue_depth", "Requests waiting for admission to the engine.", es->queued);
+    gauge(b, "loragate_engine_running_sequences", "Sequences admitted and running in the engine.", es->running);
+    head(b, "loragate_pool_pages", "gauge",
+         "Pages of the device memory pool by kind: kv (KV cache in use), adapter (LoRA weights), cached "
+         "(evictable prefix-cache pages), free.");
+    lg_strbuf_printf(b, "loragate_pool_pages{kind=\"kv\"} %d\nloragate_pool_pages{kind=\"adapter\"} %d\n"
+                  "loragate_pool_pages{kind=\"cached\"} %d\nloragate_pool_pages{kind=\"free\"} %d\n",
+              es->pages_kv, es->pages_adapter, es->pages_cached, es->pages_free);
+    gauge(b, "loragate_pool_pages_capacity", "Pages of the device memory pool.", es->pages_total);
+    gauge(b, "loragate_pool_page_bytes", "Bytes per pool page.", (double)es->page_bytes);
+    gauge(b, "loragate_prefix_cache_pages", "KV pages held by the prefix cache (in use or cached).",
+          es->pages_prefix);
+    counter(b, "loragate_prefix_cache_lookups_total", "Admissions that looked up the prefix cache.",
+            (uint64_t)es->prefix_lookups);
+    counter(b, "loragate_prefix_cache_hits_total", "Admissions that found at least one cached page.",
+            (uint64_t)es->prefix_hits);
+    gauge(b, "loragate_prefix_cache_hit_ratio",
+          "Prefix-cache hits over lookups since start (NaN before the first lookup).",
+          es->prefix_lookups ? (double)es->prefix_hits / (double)es->prefix_lookups : NAN);
+    counter(b, "loragate_engine_prompt_tokens_total", "Prompt tokens of admitted sequences.",
+            (uint64_t)es->prompt_tokens);
+    counter(b, "loragate_engine_prefill_tokens_total",
+            "Prompt tokens the engine computed (prefill work, recomputation after preemption included).",
+            (uint64_t)es->prefill_tokens);
+    counter(b, "loragate_prefix_cache_cached_tokens_total",
+            "Prompt tokens of admitted sequences served from the prefix cache.", (uint64_t)es->cached_tokens);
+    gauge(b, "loragate_prefix_cache_token_ratio",
+          "Cached prompt tokens over prompt tokens since start (NaN before the first).",
+          es->prompt_tokens ? (double)es->cached_tokens / (double)es->prompt_tokens : NAN);
+    counter(b, "loragate_engine_decode_steps_total", "Engine steps that only decoded.", (uint64_t)es->decode_steps);
+    counter(b, "loragate_engine_chained_decode_steps_total",
+            "Decode steps enqueued before the previous step's tokens were read (decode bursts).",
+            (uint64_t)es->chained_steps);
+}
 
-    /* ---- the ledger ---- */
-    if (app && app->ledger) {
-        lg_ledger_stats ls;
-        lg_ledger_stats_get(app->ledger, &ls);
-        head(&b, "loragate_ledger_commit_seconds", "histogram",
-             "Usage ledger group commits: BEGIN to durable COMMIT, seconds.");
-        char le[40];
-        for (int i = 0; i < LG_LEDGER_HIST_N; i++) {
-            fmt_num(le, sizeof le, lg_ledger_hist_bounds[i]);
-            lg_strbuf_printf(&b, "loragate_ledger_commit_seconds_bucket{le=\"%s\"} %" PRIu64 "\n", le, ls.hist[i]);
-        }
-        char sum[40];
-        fmt_num(sum, sizeof sum, ls.commit_seconds_sum);
-        lg_strbuf_printf(&b,
-                  "loragate_ledger_commit_seconds_bucket{le=\"+Inf\"} %" PRIu64
-                  "\nloragate_ledger_commit_seconds_sum %s\nloragate_ledger_commit_seconds_count %" PRIu64 "\n",
-                  ls.hist[LG_LEDGER_HIST_N], sum, ls.hist[LG_LEDGER_HIST_N]);
-        gauge(&b, "loragate_ledger_backlog_records", "Usage records appended and not yet durable.", (double)ls.backlog);
-        gauge(&b, "loragate_ledger_last_commit_seconds", "Duration of the last committed batch.",
-              ls.last_commit_seconds);
-        counter(&b, "loragate_ledger_appended_total", "Usage records accepted by the ledger.", ls.appended);
-        counter(&b, "loragate_ledger_records_written_total", "Usage records inserted.", ls.records_written);
-        counter(&b, "loragate_ledger_duplicates_total", "Records whose request id was already in the ledger.",
-                ls.duplicates);
-        counter(&b, "loragate_ledger_batches_total", "Committed ledger transactions.", ls.batches);
-        counter(&b, "loragate_ledger_commit_errors_total", "Failed commit attempts (retried).", ls.errors);
-        counter(&b, "loragate_ledger_rejected_total", "Records the database refused (logged in full).", ls.rejected);
-        counter(&b, "loragate_ledger_abandoned_total", "Records given up at shutdown with the disk failing (logged).",
-                ls.abandoned);
-        gauge(&b, "loragate_ledger_healthy", "1 while the ledger commits; 0 after a failed commit (requests get 503).",
-              ls.healthy ? 1 : 0);
+/* Adapters in the engine's pool: loads, evictions, residency, load latency. */
+static void render_adapters(lg_strbuf *b, lg_engine *engine, const lg_engine_stats *es)
+{
+    counter(b, "loragate_adapter_loads_total", "Adapter loads into the device pool.", (uint64_t)es->adapter_loads);
+    counter(b, "loragate_adapter_evictions_total", "Adapter evictions from the device pool.",
+            (uint64_t)es->adapter_evictions);
+    counter(b, "loragate_adapter_host_loads_total", "Adapter loads from disk into host memory.",
+            (uint64_t)es->adapter_host_loads);
+    gauge(b, "loragate_adapters_registered", "Adapter versions registered with the engine.",
+          es->adapters_registered);
+    gauge(b, "loragate_adapters_resident", "Adapters resident in the device pool.", es->adapters_resident);
+    float ms[512];
+    int n = lg_engine_adapter_load_times(engine, ms, 512);
+    qsort(ms, (size_t)n, sizeof ms[0], cmp_float);
+    head(b, "loragate_adapter_load_seconds", "summary",
+         "Adapter load latency (asked for to resident in the pool); quantiles over the most recent loads.");
+    static const double Q[] = {0.5, 0.9, 0.99};
+    for (int i = 0; i < 3; i++) {
+        char v[40];
+        fmt_num(v, sizeof v, n ? ms[(int)floor(Q[i] * (n - 1) + 0.5)] / 1000.0 : NAN);
+        lg_strbuf_printf(b, "loragate_adapter_load_seconds{quantile=\"%g\"} %s\n", Q[i], v);
     }
+    char sum[40];
+    fmt_num(sum, sizeof sum, es->adapter_load_seconds);
+    lg_strbuf_printf(b, "loragate_adapter_load_seconds_sum %s\nloragate_adapter_load_seconds_count %" PRId64 "\n", sum,
+              es->adapter_loads);
+}
+
+static void render_ledger(lg_strbuf *b, lg_ledger *ledger)
+{
+    lg_ledger_stats ls;
+    lg_ledger_stats_get(ledger, &ls);
+    head(b, "loragate_ledger_commit_seconds", "histogram",
+         "Usage ledger group commits: BEGIN to durable COMMIT, seconds.");
+    char le[40];
+    for (int i = 0; i < LG_LEDGER_HIST_N; i++) {
+        fmt_num(le, sizeof le, lg_ledger_hist_bounds[i]);
+        lg_strbuf_printf(b, "loragate_ledger_commit_seconds_bucket{le=\"%s\"} %" PRIu64 "\n", le, ls.hist[i]);
+    }
+    char sum[40];
+    fmt_num(sum, sizeof sum, ls.commit_seconds_sum);
+    lg_strbuf_printf(b,
+              "loragate_ledger_commit_seconds_bucket{le=\"+Inf\"} %" PRIu64
+              "\nloragate_ledger_commit_seconds_sum %s\nloragate_ledger_commit_seconds_count %" PRIu64 "\n",
+              ls.hist[LG_LEDGER_HIST_N], sum, ls.hist[LG_LEDGER_HIST_N]);
+    gauge(b, "loragate_ledger_backlog_records", "Usage records appended and not yet durable.", (double)ls.backlog);
+    gauge(b, "loragate_ledger_last_commit_seconds", "Duration of the last committed batch.", ls.last_commit_seconds);
+    counter(b, "loragate_ledger_appended_total", "Usage records accepted by the ledger.", ls.appended);
+    counter(b, "loragate_ledger_records_written_total", "Usage records inserted.", ls.records_written);
+    counter(b, "loragate_ledger_duplicates_total", "Records whose request id was already in the ledger.",
+            ls.duplicates);
+    counter(b, "loragate_ledger_batches_total", "Committed ledger transactions.", ls.batches);
+    counter(b, "loragate_ledger_commit_errors_total", "Failed commit attempts (retried).", ls.errors);
+    counter(b, "loragate_ledger_rejected_total", "Records the database refused (logged in full).", ls.rejected);
+    counter(b, "loragate_ledger_abandoned_total", "Records given up at shutdown with the disk failing (logged).",
+            ls.abandoned);
+    gauge(b, "loragate_ledger_healthy", "1 while the ledger commits; 0 after a failed commit (requests get 503).",
+          ls.healthy ? 1 : 0);
+}
+
+/* The connection guard's refusals (server.h). */
+static void render_connections(lg_strbuf *b)
+{
     lg_conn_stats cs;
     lg_conn_stats_get(&cs);
-    counter(&b, "loragate_http_early_refusals_total",
+    counter(b, "loragate_http_early_refusals_total",
             "Requests refused from their head (route, key, size, upload quota) without reading their body.",
             cs.early_refusals);
-    counter(&b, "loragate_http2_reset_flood_closes_total",
+    counter(b, "loragate_http2_reset_flood_closes_total",
             "HTTP/2 connections closed with GOAWAY for resetting too many streams (rapid reset).", cs.h2_reset_goaways);
-    counter(&b, "loragate_http_lingering_closes_total",
+    counter(b, "loragate_http_lingering_closes_total",
             "Connections that drained a refused request's unread body before closing.", cs.lingering_closes);
-    if (app && app->env && app->env->access_log)
+}
+
+static char *render(lg_metrics *m, size_t *len)
+{
+    snapshot s;
+    if (take_snapshot(m, &s) != 0)
+        return NULL;
+    lg_strbuf b = {0};
+    render_process(&b, m->src.started_at);
+    render_requests(&b, m->tenant_labels, &s);
+    render_generations(&b, m->tenant_labels, &s);
+    render_limited(&b, m->tenant_labels, &s);
+    free(s.reqs);
+    free(s.tenants);
+    if (m->src.engine) {
+        lg_engine_stats es;
+        lg_engine_get_stats(m->src.engine, &es);
+        render_engine(&b, &es);
+        render_adapters(&b, m->src.engine, &es);
+    }
+    if (m->src.ledger)
+        render_ledger(&b, m->src.ledger);
+    render_connections(&b);
+    if (m->src.access_log)
         counter(&b, "loragate_access_log_dropped_lines_total", "Access-log lines dropped because the sink was stuck.",
-                lg_access_log_dropped(app->env->access_log));
+                lg_access_log_dropped(m->src.access_log));
     if (b.oom) {
         free(b.p);
         return NULL;
@@ -633,16 +682,16 @@ static int auth_metrics(const lg_auth_in *in, void *user, lg_auth_result *out)
     return -1;
 }
 
-int lg_routes_metrics(lg_router *rt, lg_app *app, lg_err *err)
+int lg_routes_metrics(lg_router *rt, lg_metrics *m, bool auth, const lg_admin_key *admin, lg_err *err)
 {
-    if (!app || !app->metrics)
+    if (!m)
         return lg_fail(err, "metrics: no metrics object");
-    lg_route r = {.method = "GET", .pattern = "/metrics", .fn = get_metrics, .user = app->metrics, .name = "metrics"};
-    if (app->cfg && app->cfg->metrics_auth && !strcmp(app->cfg->metrics_auth, "on")) {
+    lg_route r = {.method = "GET", .pattern = "/metrics", .fn = get_metrics, .user = m, .name = "metrics"};
+    if (auth) {
         metrics_auth *a = calloc(1, sizeof *a);
         if (!a)
             return lg_fail(err, "out of memory");
-        a->admin = app->env ? app->env->admin_key : NULL;
+        a->admin = admin;
         const char *k = getenv(LG_METRICS_KEY_ENV);
         if (k && *k) {
             if (strlen(k) < LG_ADMIN_KEY_MIN_LEN) {
@@ -655,7 +704,7 @@ int lg_routes_metrics(lg_router *rt, lg_app *app, lg_err *err)
         r.auth = auth_metrics;
         r.auth_user = a;
         r.free_user = NULL;
-        app->metrics->auth = a;
+        m->auth = a;
     }
     return lg_router_add(rt, &r, err);
 }

@@ -2,6 +2,13 @@
  * openai_request.c — see openai_request.h. Parameter names, ranges and
  * error wording follow OpenAI's API reference for /v1/chat/completions and
  * /v1/completions.
+ *
+ * lg_oai_request_parse runs one function per concern, in a fixed order
+ * (which error a client sees first depends on it): the body's keys, the
+ * model, sampling, streaming, stop strings, logprobs, the fields accepted
+ * and ignored, the cache salt, the prompts (chat template or prompt list,
+ * then tokenization), and last max_tokens against the context. Each
+ * answers r with a 400 naming the parameter and returns -1 on a bad value.
  */
 #include "gateway/openai_request.h"
 
@@ -121,23 +128,60 @@ static int message_text(lg_request *r, json_t *content, int i, char **out)
 }
 
 /* Text so long that it cannot fit the context whatever it encodes to (every
- * token covers at most app->max_token_bytes bytes) is refused before the
+ * token covers at most m->max_token_bytes bytes) is refused before the
  * tokenizer runs: tokenizing runs on the loop thread, and this bounds its
  * work to about context x max_token_bytes bytes per prompt. */
-static int too_long(lg_app *app, lg_request *r, const char *param, size_t bytes)
+static int too_long(const lg_served_model *m, lg_request *r, const char *param, size_t bytes)
 {
-    size_t cap = (size_t)app->max_context * (size_t)(app->max_token_bytes > 0 ? app->max_token_bytes : 1);
+    size_t per_token = (size_t)(m->max_token_bytes > 0 ? m->max_token_bytes : 1);
+    size_t cap = (size_t)m->max_context * per_token;
     if (bytes <= cap)
         return 0;
     lg_respond_error(r, 400, "context_length_exceeded", param,
                      "This model's maximum context length is %d tokens. However, your %s is %zu bytes long, "
                      "which is at least %zu tokens. Please reduce the length of the %s.",
-                     app->max_context, param, bytes, bytes / (size_t)(app->max_token_bytes > 0 ? app->max_token_bytes : 1),
-                     param);
+                     m->max_context, param, bytes, bytes / per_token, param);
     return -1;
 }
 
-static int chat_prompt(lg_app *app, lg_request *r, json_t *body, lg_oai_request *q)
+/* Message i: its role (developer is system) and its text (malloc'd). */
+static int chat_message(lg_request *r, json_t *m, size_t i, lg_chat_msg *out, char **text)
+{
+    char param[64];
+    snprintf(param, sizeof param, "messages.[%zu].role", i);
+    json_t *role = json_object_get(m, "role");
+    if (!json_is_object(m) || !json_is_string(role))
+        return BAD(param, "Missing required parameter: '%s'.", param);
+    const char *ro = json_string_value(role);
+    if (!strcmp(ro, "developer"))
+        ro = "system";
+    if (strcmp(ro, "system") && strcmp(ro, "user") && strcmp(ro, "assistant"))
+        return BAD(param, "Invalid value: '%s'. Supported values are: 'system', 'developer', 'user' and "
+                          "'assistant' (tool messages need tools, which are not supported).", ro);
+    const char *k;
+    json_t *v;
+    json_object_foreach(m, k, v)
+    {
+        if (strcmp(k, "role") && strcmp(k, "content") && strcmp(k, "name")) {
+            char p2[96];
+            snprintf(p2, sizeof p2, "messages.[%zu].%s", i, k);
+            return BAD(p2, "Unsupported parameter: '%s' is not supported by this server.", p2);
+        }
+        if (!strcmp(k, "name") && !json_is_string(v)) {
+            char p2[96];
+            snprintf(p2, sizeof p2, "messages.[%zu].name", i);
+            return BAD(p2, "Invalid type for '%s': expected a string.", p2);
+        }
+    }
+    if (message_text(r, json_object_get(m, "content"), (int)i, text) != 0)
+        return -1;
+    out->role = ro;
+    out->content = *text;
+    return 0;
+}
+
+/* messages -> the chat template -> token ids (q->prompts[0]). */
+static int chat_prompt(const lg_served_model *mdl, lg_request *r, json_t *body, lg_oai_request *q)
 {
     json_t *msgs = json_object_get(body, "messages");
     if (!msgs)
@@ -146,64 +190,23 @@ static int chat_prompt(lg_app *app, lg_request *r, json_t *body, lg_oai_request 
         return BAD("messages", "Invalid 'messages': expected a non-empty array of messages.");
     if (json_array_size(msgs) > LG_OAI_MAX_MESSAGES)
         return BAD("messages", "Invalid 'messages': at most %d messages per request.", LG_OAI_MAX_MESSAGES);
-    if (!app->chat || !app->tok)
-        return BAD("messages", "The model %s has no chat template; use /v1/completions.", app->model_id);
+    if (!mdl->chat || !mdl->tok)
+        return BAD("messages", "The model %s has no chat template; use /v1/completions.", mdl->id);
     size_t n = json_array_size(msgs);
     lg_chat_msg *cm = calloc(n, sizeof *cm);
     char **texts = calloc(n, sizeof *texts);
     int rc = 0;
     if (!cm || !texts)
         rc = BAD(NULL, "out of memory");
-    for (size_t i = 0; i < n && rc == 0; i++) {
-        json_t *m = json_array_get(msgs, i);
-        char param[64];
-        snprintf(param, sizeof param, "messages.[%zu].role", i);
-        json_t *role = json_object_get(m, "role");
-        if (!json_is_object(m) || !json_is_string(role)) {
-            rc = BAD(param, "Missing required parameter: '%s'.", param);
-            break;
-        }
-        const char *ro = json_string_value(role);
-        if (!strcmp(ro, "developer"))
-            ro = "system";
-        if (strcmp(ro, "system") && strcmp(ro, "user") && strcmp(ro, "assistant")) {
-            rc = BAD(param, "Invalid value: '%s'. Supported values are: 'system', 'developer', 'user' and "
-                            "'assistant' (tool messages need tools, which are not supported).", ro);
-            break;
-        }
-        const char *k;
-        json_t *v;
-        json_object_foreach(m, k, v)
-        {
-            if (strcmp(k, "role") && strcmp(k, "content") && strcmp(k, "name")) {
-                char p2[96];
-                snprintf(p2, sizeof p2, "messages.[%zu].%s", i, k);
-                rc = BAD(p2, "Unsupported parameter: '%s' is not supported by this server.", p2);
-                break;
-            }
-            if (!strcmp(k, "name") && !json_is_string(v)) {
-                char p2[96];
-                snprintf(p2, sizeof p2, "messages.[%zu].name", i);
-                rc = BAD(p2, "Invalid type for '%s': expected a string.", p2);
-                break;
-            }
-        }
-        if (rc)
-            break;
-        if (message_text(r, json_object_get(m, "content"), (int)i, &texts[i]) != 0) {
-            rc = -1;
-            break;
-        }
-        cm[i].role = ro;
-        cm[i].content = texts[i];
-    }
+    for (size_t i = 0; i < n && rc == 0; i++)
+        rc = chat_message(r, json_array_get(msgs, i), i, &cm[i], &texts[i]);
     char *text = NULL;
     lg_err err = {{0}};
-    if (rc == 0 && lg_chat_template_apply(app->chat, cm, (int)n, &text, &err) != 0)
+    if (rc == 0 && lg_chat_template_apply(mdl->chat, cm, (int)n, &text, &err) != 0)
         rc = BAD("messages", "Invalid 'messages': %s", err.msg);
-    if (rc == 0 && too_long(app, r, "messages", strlen(text)) != 0)
+    if (rc == 0 && too_long(mdl, r, "messages", strlen(text)) != 0)
         rc = -1;
-    if (rc == 0 && lg_tokenizer_encode(app->tok, text, strlen(text), false, true, &q->prompts[0],
+    if (rc == 0 && lg_tokenizer_encode(mdl->tok, text, strlen(text), false, true, &q->prompts[0],
                                        &q->n_prompt_tokens[0], &err) != 0)
         rc = BAD("messages", "Invalid 'messages': %s", err.msg);
     if (rc == 0)
@@ -216,22 +219,22 @@ static int chat_prompt(lg_app *app, lg_request *r, json_t *body, lg_oai_request 
     return rc;
 }
 
-static int encode_text(lg_app *app, lg_request *r, json_t *s, int32_t **ids, int *n)
+static int encode_text(const lg_served_model *m, lg_request *r, json_t *s, int32_t **ids, int *n)
 {
-    if (!app->tok)
-        return BAD("prompt", "The model %s has no tokenizer; give the prompt as token ids.", app->model_id);
-    if (too_long(app, r, "prompt", json_string_length(s)) != 0)
+    if (!m->tok)
+        return BAD("prompt", "The model %s has no tokenizer; give the prompt as token ids.", m->id);
+    if (too_long(m, r, "prompt", json_string_length(s)) != 0)
         return -1;
     lg_err err = {{0}};
-    if (lg_tokenizer_encode(app->tok, json_string_value(s), json_string_length(s), lg_tokenizer_add_bos(app->tok),
+    if (lg_tokenizer_encode(m->tok, json_string_value(s), json_string_length(s), lg_tokenizer_add_bos(m->tok),
                             false, ids, n, &err) != 0)
         return BAD("prompt", "Invalid 'prompt': %s", err.msg);
     return 0;
 }
 
-static int token_list(lg_app *app, lg_request *r, json_t *a, int32_t **ids, int *n)
+static int token_list(const lg_served_model *m, lg_request *r, json_t *a, int32_t **ids, int *n)
 {
-    int vocab = lg_weights_config(app->weights)->vocab_size;
+    int vocab = m->vocab_size;
     size_t k;
     json_t *v;
     *ids = malloc((json_array_size(a) + 1) * sizeof **ids);
@@ -247,14 +250,15 @@ static int token_list(lg_app *app, lg_request *r, json_t *a, int32_t **ids, int 
     return 0;
 }
 
-static int completion_prompts(lg_app *app, lg_request *r, json_t *body, lg_oai_request *q)
+/* prompt: a string, token ids, or a list of either -> token ids per prompt. */
+static int completion_prompts(const lg_served_model *m, lg_request *r, json_t *body, lg_oai_request *q)
 {
     json_t *p = json_object_get(body, "prompt");
     if (!p || json_is_null(p))
         return BAD("prompt", "Missing required parameter: 'prompt'.");
     if (json_is_string(p)) {
         q->n_prompts = 1;
-        return encode_text(app, r, p, &q->prompts[0], &q->n_prompt_tokens[0]);
+        return encode_text(m, r, p, &q->prompts[0], &q->n_prompt_tokens[0]);
     }
     if (!json_is_array(p) || json_array_size(p) == 0)
         return BAD("prompt", "Invalid 'prompt': expected a string, an array of strings, an array of token ids or an "
@@ -262,7 +266,7 @@ static int completion_prompts(lg_app *app, lg_request *r, json_t *body, lg_oai_r
     json_t *first = json_array_get(p, 0);
     if (json_is_integer(first)) {
         q->n_prompts = 1;
-        return token_list(app, r, p, &q->prompts[0], &q->n_prompt_tokens[0]);
+        return token_list(m, r, p, &q->prompts[0], &q->n_prompt_tokens[0]);
     }
     if (json_array_size(p) > LG_OAI_MAX_PROMPTS)
         return BAD("prompt", "Invalid 'prompt': at most %d prompts per request.", LG_OAI_MAX_PROMPTS);
@@ -272,9 +276,9 @@ static int completion_prompts(lg_app *app, lg_request *r, json_t *body, lg_oai_r
     {
         int rc;
         if (json_is_string(v))
-            rc = encode_text(app, r, v, &q->prompts[k], &q->n_prompt_tokens[k]);
+            rc = encode_text(m, r, v, &q->prompts[k], &q->n_prompt_tokens[k]);
         else if (json_is_array(v) && json_array_size(v) > 0)
-            rc = token_list(app, r, v, &q->prompts[k], &q->n_prompt_tokens[k]);
+            rc = token_list(m, r, v, &q->prompts[k], &q->n_prompt_tokens[k]);
         else
             rc = BAD("prompt", "Invalid 'prompt': element %zu is neither a string nor a non-empty token-id array.", k);
         q->n_prompts = (int)k + 1;
@@ -284,14 +288,12 @@ static int completion_prompts(lg_app *app, lg_request *r, json_t *body, lg_oai_r
     return 0;
 }
 
-int lg_oai_request_parse(lg_app *app, lg_request *r, const lg_app_tenant *t, lg_oai_kind kind, json_t *body,
-                         lg_oai_request *q)
+/* ---- the parameters ---------------------------------------------------------------- */
+
+/* Every key is known; OpenAI's parameters we do not support are refused by
+ * name, unless given their harmless default. */
+static int check_keys(lg_request *r, lg_oai_kind kind, json_t *body)
 {
-    memset(q, 0, sizeof *q);
-    q->kind = kind;
-    q->n = 1;
-    q->temperature = 1.0f;
-    q->top_p = 1.0f;
     const char *const *known = kind == LG_OAI_CHAT ? CHAT_KEYS : COMPLETION_KEYS;
     const char *key;
     json_t *v;
@@ -312,20 +314,32 @@ int lg_oai_request_parse(lg_app *app, lg_request *r, const lg_app_tenant *t, lg_
         if (!in_list(known, key))
             return BAD(key, "Unrecognized request argument supplied: %s", key);
     }
-    /* model */
-    json_t *m = json_object_get(body, "model");
-    if (!m)
+    return 0;
+}
+
+/* model: the base model's id, or one of the tenant's adapters (a copy). */
+static int parse_model(const lg_served_model *m, lg_tenant_adapters *adapters, lg_request *r,
+                       const lg_tenant_obj *t, json_t *body, lg_oai_request *q)
+{
+    json_t *jm = json_object_get(body, "model");
+    if (!jm)
         return BAD("model", "Missing required parameter: 'model'.");
-    if (!json_is_string(m) || json_string_length(m) == 0 || json_string_length(m) >= sizeof q->model)
+    if (!json_is_string(jm) || json_string_length(jm) == 0 || json_string_length(jm) >= sizeof q->model)
         return BAD("model", "Invalid 'model': expected the id of a model (GET /v1/models).");
-    snprintf(q->model, sizeof q->model, "%s", json_string_value(m));
-    if (strcmp(q->model, app->model_id) != 0) {
-        if (!lg_app_adapter_find(app, t->id, q->model, &q->adapter)) {
+    snprintf(q->model, sizeof q->model, "%s", json_string_value(jm));
+    if (strcmp(q->model, m->id) != 0) {
+        if (!lg_tenant_adapters_find(adapters, t->id, q->model, &q->adapter)) {
             lg_respond_model_not_found(r, q->model);
             return -1;
         }
         q->is_adapter = true;
     }
+    return 0;
+}
+
+/* n, temperature, top_p, presence and frequency penalties, seed. */
+static int parse_sampling(lg_request *r, json_t *body, lg_oai_request *q)
+{
     long long ll;
     double d;
     int g;
@@ -357,49 +371,69 @@ int lg_oai_request_parse(lg_app *app, lg_request *r, const lg_app_tenant *t, lg_
         q->has_seed = true;
         q->seed = ll;
     }
+    return 0;
+}
+
+/* stream, stream_options (include_usage; include_obfuscation accepted). */
+static int parse_stream(lg_request *r, json_t *body, lg_oai_request *q)
+{
     if (get_bool(r, body, "stream", &q->stream) < 0)
         return -1;
     json_t *so = json_object_get(body, "stream_options");
-    if (so && !json_is_null(so)) {
-        if (!q->stream)
-            return BAD("stream_options", "The 'stream_options' parameter is only allowed when 'stream' is enabled.");
-        if (!json_is_object(so))
-            return BAD("stream_options", "Invalid type for 'stream_options': expected an object.");
-        json_object_foreach(so, key, v)
-        {
-            if (!strcmp(key, "include_usage")) {
-                if (!json_is_boolean(v))
-                    return BAD("stream_options.include_usage", "Invalid type for 'stream_options.include_usage': "
-                                                               "expected a boolean.");
-                q->include_usage = json_is_true(v);
-            } else if (strcmp(key, "include_obfuscation")) {
-                return BAD("stream_options", "Unrecognized stream option: %s", key);
-            }
+    if (!so || json_is_null(so))
+        return 0;
+    if (!q->stream)
+        return BAD("stream_options", "The 'stream_options' parameter is only allowed when 'stream' is enabled.");
+    if (!json_is_object(so))
+        return BAD("stream_options", "Invalid type for 'stream_options': expected an object.");
+    const char *key;
+    json_t *v;
+    json_object_foreach(so, key, v)
+    {
+        if (!strcmp(key, "include_usage")) {
+            if (!json_is_boolean(v))
+                return BAD("stream_options.include_usage", "Invalid type for 'stream_options.include_usage': "
+                                                           "expected a boolean.");
+            q->include_usage = json_is_true(v);
+        } else if (strcmp(key, "include_obfuscation")) {
+            return BAD("stream_options", "Unrecognized stream option: %s", key);
         }
     }
-    /* stop */
+    return 0;
+}
+
+/* stop: a string or up to LG_OAI_MAX_STOP strings. */
+static int parse_stop(lg_request *r, json_t *body, lg_oai_request *q)
+{
     json_t *st = json_object_get(body, "stop");
-    if (st && !json_is_null(st)) {
-        if (json_is_string(st)) {
-            if (json_string_length(st) > LG_OAI_MAX_STOP_BYTES)
-                return BAD("stop", "Invalid 'stop': a stop string may be at most %d bytes.", LG_OAI_MAX_STOP_BYTES);
-            q->stop[q->n_stop++] = strdup(json_string_value(st));
-        } else if (json_is_array(st) && json_array_size(st) <= LG_OAI_MAX_STOP) {
-            size_t k;
-            json_array_foreach(st, k, v)
-            {
-                if (!json_is_string(v))
-                    return BAD("stop", "Invalid 'stop': expected a string or an array of up to 4 strings.");
-                if (json_string_length(v) > LG_OAI_MAX_STOP_BYTES)
-                    return BAD("stop", "Invalid 'stop': a stop string may be at most %d bytes.",
-                               LG_OAI_MAX_STOP_BYTES);
-                q->stop[q->n_stop++] = strdup(json_string_value(v));
-            }
-        } else {
-            return BAD("stop", "Invalid 'stop': expected a string or an array of up to 4 strings.");
-        }
+    if (!st || json_is_null(st))
+        return 0;
+    if (json_is_string(st)) {
+        if (json_string_length(st) > LG_OAI_MAX_STOP_BYTES)
+            return BAD("stop", "Invalid 'stop': a stop string may be at most %d bytes.", LG_OAI_MAX_STOP_BYTES);
+        q->stop[q->n_stop++] = strdup(json_string_value(st));
+        return 0;
     }
-    /* logprobs */
+    if (!json_is_array(st) || json_array_size(st) > LG_OAI_MAX_STOP)
+        return BAD("stop", "Invalid 'stop': expected a string or an array of up to 4 strings.");
+    size_t k;
+    json_t *v;
+    json_array_foreach(st, k, v)
+    {
+        if (!json_is_string(v))
+            return BAD("stop", "Invalid 'stop': expected a string or an array of up to 4 strings.");
+        if (json_string_length(v) > LG_OAI_MAX_STOP_BYTES)
+            return BAD("stop", "Invalid 'stop': a stop string may be at most %d bytes.", LG_OAI_MAX_STOP_BYTES);
+        q->stop[q->n_stop++] = strdup(json_string_value(v));
+    }
+    return 0;
+}
+
+/* chat: logprobs (bool) + top_logprobs; completions: logprobs (0..5 alternatives). */
+static int parse_logprobs(lg_request *r, lg_oai_kind kind, json_t *body, lg_oai_request *q)
+{
+    long long ll;
+    int g;
     if (kind == LG_OAI_CHAT) {
         if (get_bool(r, body, "logprobs", &q->logprobs) < 0)
             return -1;
@@ -410,47 +444,74 @@ int lg_oai_request_parse(lg_app *app, lg_request *r, const lg_app_tenant *t, lg_
                 return BAD("top_logprobs", "'top_logprobs' requires 'logprobs' to be true.");
             q->top_logprobs = (int)ll;
         }
-    } else {
-        if ((g = get_int(r, body, "logprobs", 0, 5, &ll)) < 0)
-            return -1;
-        if (g) {
-            q->logprobs = true;
-            q->top_logprobs = (int)ll;
-        }
+        return 0;
     }
+    if ((g = get_int(r, body, "logprobs", 0, 5, &ll)) < 0)
+        return -1;
+    if (g) {
+        q->logprobs = true;
+        q->top_logprobs = (int)ll;
+    }
+    return 0;
+}
+
+/* user, store, metadata: accepted for compatibility and ignored, but only
+ * with OpenAI's types. */
+static int check_ignored(lg_request *r, json_t *body)
+{
     json_t *u = json_object_get(body, "user");
-    if (u && !json_is_null(u)) {
-        if (!json_is_string(u)) /* accepted, not stored */
-            return BAD("user", "Invalid type for 'user': expected a string.");
-    }
-    /* accepted for compatibility and ignored, but only with OpenAI's types */
+    if (u && !json_is_null(u) && !json_is_string(u)) /* accepted, not stored */
+        return BAD("user", "Invalid type for 'user': expected a string.");
     bool store_flag;
     if (get_bool(r, body, "store", &store_flag) < 0)
         return -1;
     json_t *meta = json_object_get(body, "metadata");
-    if (meta && !json_is_null(meta)) {
-        if (!json_is_object(meta) || json_object_size(meta) > 16)
-            return BAD("metadata", "Invalid 'metadata': expected an object of at most 16 string values.");
-        json_object_foreach(meta, key, v)
-        {
-            if (!json_is_string(v) || strlen(key) > 64 || json_string_length(v) > 512)
-                return BAD("metadata", "Invalid 'metadata': keys are strings of at most 64 characters and values "
-                                       "strings of at most 512.");
-        }
+    if (!meta || json_is_null(meta))
+        return 0;
+    if (!json_is_object(meta) || json_object_size(meta) > 16)
+        return BAD("metadata", "Invalid 'metadata': expected an object of at most 16 string values.");
+    const char *key;
+    json_t *v;
+    json_object_foreach(meta, key, v)
+    {
+        if (!json_is_string(v) || strlen(key) > 64 || json_string_length(v) > 512)
+            return BAD("metadata", "Invalid 'metadata': keys are strings of at most 64 characters and values "
+                                   "strings of at most 512.");
     }
+    return 0;
+}
+
+/* cache_salt: the prefix cache's isolation within the tenant. */
+static int parse_cache_salt(lg_request *r, json_t *body, lg_oai_request *q)
+{
     json_t *salt = json_object_get(body, "cache_salt");
-    if (salt && !json_is_null(salt)) {
-        if (!json_is_string(salt) || json_string_length(salt) > LG_MAX_CACHE_SALT)
-            return BAD("cache_salt", "Invalid 'cache_salt': expected a string of at most %d bytes.", LG_MAX_CACHE_SALT);
-        snprintf(q->cache_salt, sizeof q->cache_salt, "%s", json_string_value(salt));
-    }
-    /* prompts */
-    if ((kind == LG_OAI_CHAT ? chat_prompt(app, r, body, q) : completion_prompts(app, r, body, q)) != 0)
+    if (!salt || json_is_null(salt))
+        return 0;
+    if (!json_is_string(salt) || json_string_length(salt) > LG_MAX_CACHE_SALT)
+        return BAD("cache_salt", "Invalid 'cache_salt': expected a string of at most %d bytes.", LG_MAX_CACHE_SALT);
+    snprintf(q->cache_salt, sizeof q->cache_salt, "%s", json_string_value(salt));
+    return 0;
+}
+
+/* The prompts as token ids, and prompts x n within LG_OAI_MAX_N. */
+static int parse_prompts(const lg_served_model *m, lg_request *r, lg_oai_kind kind, json_t *body, lg_oai_request *q)
+{
+    if ((kind == LG_OAI_CHAT ? chat_prompt(m, r, body, q) : completion_prompts(m, r, body, q)) != 0)
         return -1;
     if ((long long)q->n_prompts * q->n > LG_OAI_MAX_N)
         return BAD("n", "Invalid 'n': at most %d choices per request (prompts x n).", LG_OAI_MAX_N);
-    /* max tokens: OpenAI's context_length_exceeded wording */
+    return 0;
+}
+
+/* max_tokens (chat: or max_completion_tokens) against the context, with
+ * OpenAI's context_length_exceeded wording; the default fills what the
+ * longest prompt leaves, up to --default-max-tokens. */
+static int resolve_max_tokens(const lg_served_model *m, lg_request *r, lg_oai_kind kind, json_t *body,
+                              lg_oai_request *q)
+{
     const char *mt_key = "max_tokens";
+    long long ll;
+    int g;
     if ((g = get_int(r, body, "max_tokens", 1, INT32_MAX, &ll)) < 0)
         return -1;
     if (kind == LG_OAI_CHAT) {
@@ -464,19 +525,19 @@ int lg_oai_request_parse(lg_app *app, lg_request *r, const lg_app_tenant *t, lg_
             mt_key = "max_completion_tokens";
         }
     }
+    const char *what = kind == LG_OAI_CHAT ? "messages" : "prompt";
     int longest = 0;
     for (int i = 0; i < q->n_prompts; i++) {
         if (q->n_prompt_tokens[i] == 0)
-            return BAD(kind == LG_OAI_CHAT ? "messages" : "prompt", "Invalid prompt: it encodes to no tokens.");
+            return BAD(what, "Invalid prompt: it encodes to no tokens.");
         if (q->n_prompt_tokens[i] > longest)
             longest = q->n_prompt_tokens[i];
     }
-    int ctx = app->max_context;
+    int ctx = m->max_context;
     if (longest >= ctx) {
-        lg_respond_error(r, 400, "context_length_exceeded", kind == LG_OAI_CHAT ? "messages" : "prompt",
+        lg_respond_error(r, 400, "context_length_exceeded", what,
                          "This model's maximum context length is %d tokens. However, your %s resulted in %d tokens. "
-                         "Please reduce the length of the %s.", ctx, kind == LG_OAI_CHAT ? "messages" : "prompt",
-                         longest, kind == LG_OAI_CHAT ? "messages" : "prompt");
+                         "Please reduce the length of the %s.", ctx, what, longest, what);
         return -1;
     }
     if (g) {
@@ -489,10 +550,26 @@ int lg_oai_request_parse(lg_app *app, lg_request *r, const lg_app_tenant *t, lg_
         }
         q->max_tokens = (int)ll;
     } else {
-        q->max_tokens = (int)app->cfg->default_max_tokens;
+        q->max_tokens = m->default_max_tokens;
         if (q->max_tokens > ctx - longest)
             q->max_tokens = ctx - longest;
     }
+    return 0;
+}
+
+int lg_oai_request_parse(const lg_served_model *m, lg_tenant_adapters *adapters, lg_request *r,
+                         const lg_tenant_obj *t, lg_oai_kind kind, json_t *body, lg_oai_request *q)
+{
+    memset(q, 0, sizeof *q);
+    q->kind = kind;
+    q->n = 1;
+    q->temperature = 1.0f;
+    q->top_p = 1.0f;
+    if (check_keys(r, kind, body) != 0 || parse_model(m, adapters, r, t, body, q) != 0 ||
+        parse_sampling(r, body, q) != 0 || parse_stream(r, body, q) != 0 || parse_stop(r, body, q) != 0 ||
+        parse_logprobs(r, kind, body, q) != 0 || check_ignored(r, body) != 0 || parse_cache_salt(r, body, q) != 0 ||
+        parse_prompts(m, r, kind, body, q) != 0 || resolve_max_tokens(m, r, kind, body, q) != 0)
+        return -1;
     return 0;
 }
 

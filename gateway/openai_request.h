@@ -12,7 +12,11 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "gateway/app.h"
+#include "engine/runtime/engine.h"
+#include "gateway/http/request.h"
+#include "gateway/served_model.h"
+#include "gateway/tenant_adapters.h"
+#include "gateway/tenants.h"
 
 #define LG_OAI_MAX_N 128
 #define LG_OAI_MAX_PROMPTS 64
@@ -24,7 +28,7 @@ typedef struct lg_oai_request {
     lg_oai_kind kind;
     char model[256];
     bool is_adapter;
-    lg_app_adapter adapter;       /* when is_adapter: a copy taken at parse time */
+    lg_tenant_adapter adapter;    /* when is_adapter: a copy taken at parse time */
     int n_prompts;                /* completions: a list of prompts; chat: 1 */
     int32_t *prompts[LG_OAI_MAX_PROMPTS];
     int n_prompt_tokens[LG_OAI_MAX_PROMPTS];
@@ -41,10 +45,12 @@ typedef struct lg_oai_request {
     char cache_salt[LG_MAX_CACHE_SALT + 1];
 } lg_oai_request;
 
-/* Parses body for tenant t. On failure answers r (400 / 404 model) and
- * returns -1; on success the caller frees q with lg_oai_request_dispose. */
-int lg_oai_request_parse(lg_app *app, lg_request *r, const lg_app_tenant *t, lg_oai_kind kind, json_t *body,
-                         lg_oai_request *q);
+/* Parses body for tenant t against the served model (tokenizer, template,
+ * context) and the tenant's adapters (the `model` it names). On failure
+ * answers r (400 / 404 model) and returns -1; either way the caller frees
+ * q with lg_oai_request_dispose. [loop] */
+int lg_oai_request_parse(const lg_served_model *m, lg_tenant_adapters *adapters, lg_request *r,
+                         const lg_tenant_obj *t, lg_oai_kind kind, json_t *body, lg_oai_request *q);
 void lg_oai_request_dispose(lg_oai_request *q);
 
 #endif

@@ -37,7 +37,8 @@
  * code "rate_limit_exceeded" for the rates and the concurrency limit, type
  * and code "insufficient_quota" for the budget; Retry-After (and
  * retry-after-ms, which the OpenAI SDKs read first) says when a retry can
- * succeed (the budget: the start of next month).
+ * succeed (the budget: the start of next month). This file only words the
+ * verdict (lg_limits_verdict); the route sends it.
  */
 #include "gateway/rate_limits.h"
 
@@ -49,9 +50,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "gateway/app.h"
 #include "db/usage.h"
-#include "gateway/metrics.h"
+#include "gateway/unix_time.h"
 
 typedef struct bucket {
     bool init;
@@ -71,7 +71,6 @@ typedef struct tstate {
 } tstate;
 
 struct lg_limits {
-    lg_app *app;
     pthread_mutex_t mu; /* the table */
     tstate **slots;     /* open addressing by tenant id */
     size_t cap, n;
@@ -106,12 +105,12 @@ static int64_t month_start_of(int64_t t, int64_t *next)
 
 /* ---- creation: the month so far from the ledger -------------------------- */
 
-static int seed_month(lg_limits *l, lg_err *err)
+static int seed_month(lg_limits *l, const char *data_dir, lg_err *err)
 {
-    int64_t now = lg_app_unix_now(), next;
+    int64_t now = lg_unix_now(), next;
     l->seed_month = month_start_of(now, &next);
     lg_store *rd = NULL;
-    if (lg_store_open_reader(l->app->cfg->data_dir, &rd, err) != 0)
+    if (lg_store_open_reader(data_dir, &rd, err) != 0)
         return -1;
     lg_usage_query q = {.start_time = l->seed_month, .end_time = next, .bucket_width = LG_USAGE_1D,
                         .tenant_id = 0, .group_by = LG_USAGE_GROUP_TENANT};
@@ -145,12 +144,11 @@ static int seed_month(lg_limits *l, lg_err *err)
     return 0;
 }
 
-int lg_limits_create(lg_app *app, lg_limits **out, lg_err *err)
+int lg_limits_create(const char *data_dir, lg_limits **out, lg_err *err)
 {
     lg_limits *l = calloc(1, sizeof *l);
     if (!l)
         return lg_fail(err, "out of memory");
-    l->app = app;
     pthread_mutex_init(&l->mu, NULL);
     l->cap = 64;
     l->slots = calloc(l->cap, sizeof *l->slots);
@@ -158,7 +156,7 @@ int lg_limits_create(lg_app *app, lg_limits **out, lg_err *err)
         lg_limits_free(l);
         return lg_fail(err, "out of memory");
     }
-    if (app && app->cfg && app->cfg->data_dir && seed_month(l, err) != 0) {
+    if (data_dir && seed_month(l, data_dir, err) != 0) {
         lg_err e2;
         lg_fail(&e2, "limits: reading this month's usage: %s", err->msg);
         *err = e2;
@@ -290,55 +288,48 @@ static void fmt_duration(double s, char *buf, size_t n)
     }
 }
 
-static void rate_headers(lg_request *r, const bucket *b, int64_t limit, const char *what)
+static void rate_headers(lg_limits_verdict *v, const bucket *b, int64_t limit, const char *what)
 {
     if (limit < 0)
         return;
-    char name[48], v[32];
-    snprintf(name, sizeof name, "x-ratelimit-limit-%s", what);
-    snprintf(v, sizeof v, "%" PRId64, limit);
-    lg_request_add_header(r, name, v);
-    snprintf(name, sizeof name, "x-ratelimit-remaining-%s", what);
+    lg_limits_header *h = &v->headers[v->n_headers];
+    v->n_headers += 3;
+    snprintf(h[0].name, sizeof h[0].name, "x-ratelimit-limit-%s", what);
+    snprintf(h[0].value, sizeof h[0].value, "%" PRId64, limit);
+    snprintf(h[1].name, sizeof h[1].name, "x-ratelimit-remaining-%s", what);
     double lv = b->level < 0 ? 0 : floor(b->level);
-    snprintf(v, sizeof v, "%" PRId64, (int64_t)lv);
-    lg_request_add_header(r, name, v);
-    snprintf(name, sizeof name, "x-ratelimit-reset-%s", what);
-    fmt_duration(limit > 0 ? ((double)limit - b->level) * 60.0 / (double)limit : 0, v, sizeof v);
-    lg_request_add_header(r, name, v);
+    snprintf(h[1].value, sizeof h[1].value, "%" PRId64, (int64_t)lv);
+    snprintf(h[2].name, sizeof h[2].name, "x-ratelimit-reset-%s", what);
+    fmt_duration(limit > 0 ? ((double)limit - b->level) * 60.0 / (double)limit : 0, h[2].value, sizeof h[2].value);
 }
 
-static int refuse(lg_request *r, const char *type, const char *code, double retry_s, const char *msg)
+/* When a retry can succeed, as Retry-After (whole seconds, at least 1) and
+ * retry-after-ms (at least 1). */
+static void retry_after(lg_limits_verdict *v, double retry_s)
 {
     if (!isfinite(retry_s) || retry_s > 40 * 86400.0)
         retry_s = 60;
     int secs = (int)ceil(retry_s);
-    if (secs < 1)
-        secs = 1;
-    char ms[32];
-    snprintf(ms, sizeof ms, "%" PRId64, (int64_t)ceil(retry_s * 1000) > 0 ? (int64_t)ceil(retry_s * 1000) : 1);
-    lg_request_add_header(r, "retry-after-ms", ms);
-    lg_respond_error_ex(r, 429, type, code, NULL, secs, msg);
-    return -1;
+    v->retry_after_s = secs < 1 ? 1 : secs;
+    int64_t ms = (int64_t)ceil(retry_s * 1000);
+    v->retry_after_ms = ms > 0 ? ms : 1;
 }
 
 /* ---- admit / finish ------------------------------------------------------------- */
 
-int lg_limits_admit(lg_limits *l, lg_request *r, const lg_app_tenant *t, int64_t est_tokens)
+int lg_limits_admit(lg_limits *l, int64_t tenant_id, const lg_tenant_limits *lim, int64_t est_tokens,
+                    lg_limits_verdict *v)
 {
-    if (!l || !t)
+    memset(v, 0, sizeof *v);
+    if (!l)
         return 0;
-    lg_tenant row;
-    if (!lg_app_tenant_get(l->app, t, &row, NULL))
-        return 0; /* deleted meanwhile: auth refuses its keys from now on */
-    tstate *s = state_of(l, t->id);
+    tstate *s = state_of(l, tenant_id);
     if (!s)
         return 0;
     if (est_tokens < 0)
         est_tokens = 0;
-    const lg_tenant_limits *lim = &row.limits;
-    int64_t wall = lg_app_unix_now(), next_month;
+    int64_t wall = lg_unix_now(), next_month;
     int64_t month = month_start_of(wall, &next_month);
-    char msg[400];
     const char *type = NULL, *code = "rate_limit_exceeded", *reason = NULL;
     double retry = 0;
 
@@ -367,7 +358,7 @@ int lg_limits_admit(lg_limits *l, lg_request *r, const lg_app_tenant *t, int64_t
         reason = "monthly_tokens";
         retry = (double)(next_month - wall);
         int64_t left = lim->monthly_tokens - s->used - s->reserved;
-        snprintf(msg, sizeof msg,
+        snprintf(v->message, sizeof v->message,
                  "You exceeded your current quota: this tenant's monthly budget is %" PRId64
                  " tokens, %" PRId64 " are left this month and this request may use up to %" PRId64
                  " tokens (prompt plus max_tokens). Ask the operator to raise the budget, or lower max_tokens.",
@@ -376,7 +367,7 @@ int lg_limits_admit(lg_limits *l, lg_request *r, const lg_app_tenant *t, int64_t
         type = "requests";
         reason = "concurrent";
         retry = 1;
-        snprintf(msg, sizeof msg,
+        snprintf(v->message, sizeof v->message,
                  "Rate limit reached on concurrent requests: Limit %" PRId64 ", in flight %" PRId64
                  ". Please try again when one of them has finished.",
                  lim->concurrent, s->inflight);
@@ -384,7 +375,7 @@ int lg_limits_admit(lg_limits *l, lg_request *r, const lg_app_tenant *t, int64_t
         type = "requests";
         reason = "rpm";
         retry = wait_for(&s->req, 1);
-        snprintf(msg, sizeof msg,
+        snprintf(v->message, sizeof v->message,
                  "Rate limit reached on requests per min (RPM): Limit %" PRId64 ", Remaining 0. Please try again in "
                  "%.3fs.",
                  lim->rpm, isfinite(retry) ? retry : 60.0);
@@ -393,12 +384,12 @@ int lg_limits_admit(lg_limits *l, lg_request *r, const lg_app_tenant *t, int64_t
         reason = "tpm";
         retry = wait_for(&s->tok, (double)est_tokens);
         if (isfinite(retry))
-            snprintf(msg, sizeof msg,
+            snprintf(v->message, sizeof v->message,
                      "Rate limit reached on tokens per min (TPM): Limit %" PRId64 ", Remaining %" PRId64
                      ", Requested %" PRId64 " (prompt plus max_tokens). Please try again in %.3fs.",
                      lim->tpm, s->tok.level > 0 ? (int64_t)s->tok.level : 0, est_tokens, retry);
         else
-            snprintf(msg, sizeof msg,
+            snprintf(v->message, sizeof v->message,
                      "Request too large for tokens per min (TPM): Limit %" PRId64 ", Requested %" PRId64
                      " (prompt plus max_tokens). Lower max_tokens or shorten the prompt.",
                      lim->tpm, est_tokens);
@@ -413,27 +404,29 @@ int lg_limits_admit(lg_limits *l, lg_request *r, const lg_app_tenant *t, int64_t
     bucket req = s->req, tok = s->tok;
     pthread_mutex_unlock(&s->mu);
 
-    rate_headers(r, &req, lim->rpm, "requests");
-    rate_headers(r, &tok, lim->tpm, "tokens");
+    rate_headers(v, &req, lim->rpm, "requests");
+    rate_headers(v, &tok, lim->tpm, "tokens");
     if (!type)
         return 0;
-    if (l->app)
-        lg_metrics_limited(l->app->metrics, t->name, reason);
-    return refuse(r, type, code, retry, msg);
+    v->type = type;
+    v->code = code;
+    v->reason = reason;
+    retry_after(v, retry);
+    return -1;
 }
 
-void lg_limits_finish(lg_limits *l, const lg_app_tenant *t, int64_t est_tokens, int64_t actual_tokens)
+void lg_limits_finish(lg_limits *l, int64_t tenant_id, int64_t est_tokens, int64_t actual_tokens)
 {
-    if (!l || !t)
+    if (!l)
         return;
-    tstate *s = state_of(l, t->id);
+    tstate *s = state_of(l, tenant_id);
     if (!s)
         return;
     if (est_tokens < 0)
         est_tokens = 0;
     if (actual_tokens < 0)
         actual_tokens = 0;
-    int64_t wall = lg_app_unix_now();
+    int64_t wall = lg_unix_now();
     int64_t month = month_start_of(wall, NULL);
     pthread_mutex_lock(&s->mu);
     if (s->inflight > 0)
@@ -454,12 +447,12 @@ void lg_limits_finish(lg_limits *l, const lg_app_tenant *t, int64_t est_tokens, 
     pthread_mutex_unlock(&s->mu);
 }
 
-int lg_limits_usage(lg_limits *l, const lg_app_tenant *t, lg_limits_state *out)
+int lg_limits_usage(lg_limits *l, int64_t tenant_id, lg_limits_state *out)
 {
     memset(out, 0, sizeof *out);
-    if (!l || !t)
+    if (!l)
         return -1;
-    tstate *s = state_of(l, t->id);
+    tstate *s = state_of(l, tenant_id);
     if (!s)
         return -1;
     pthread_mutex_lock(&s->mu);

@@ -13,38 +13,44 @@
  *
  * The work is adapter_upload.c's (shared with the operator's
  * /admin/v1/tenants/{t}/adapters routes); this file only takes the tenant
- * from the key (lg_app_auth_adapters). Another tenant's adapter is unknown
- * here (404), never forbidden.
+ * from the key (lg_auth_tenant_adapters). Another tenant's adapter is
+ * unknown here (404), never forbidden.
  */
+#include <stdlib.h>
+
 #include "gateway/adapter_upload.h"
-#include "gateway/upload_quota.h"
-#include "gateway/app.h"
 #include "gateway/routes.h"
+#include "gateway/tenant_auth.h"
+#include "gateway/upload_quota.h"
 
-static lg_app_tenant *tenant_of(lg_request *r) { return lg_app_principal_of(r)->tenant; }
+static const lg_tenant_obj *tenant_of(lg_request *r) { return lg_principal_of(r)->tenant; }
 
-static int upload(lg_request *r, void *app) { return lg_adapters_upload(r, app, tenant_of(r)); }
-static int list(lg_request *r, void *app) { return lg_adapters_list(r, app, tenant_of(r)); }
-static int get(lg_request *r, void *app) { return lg_adapters_get(r, app, tenant_of(r), lg_request_param(r, "name")); }
-static int del(lg_request *r, void *app)
+static int upload(lg_request *r, void *aa) { return lg_adapters_upload(r, aa, tenant_of(r)); }
+static int list(lg_request *r, void *aa) { return lg_adapters_list(r, aa, tenant_of(r)); }
+static int get(lg_request *r, void *aa) { return lg_adapters_get(r, aa, tenant_of(r), lg_request_param(r, "name")); }
+static int del(lg_request *r, void *aa) { return lg_adapters_delete(r, aa, tenant_of(r), lg_request_param(r, "name")); }
+
+int lg_routes_adapters(lg_router *rt, const lg_adapters_deps *d, lg_err *err)
 {
-    return lg_adapters_delete(r, app, tenant_of(r), lg_request_param(r, "name"));
-}
-
-int lg_routes_adapters(lg_router *rt, lg_app *app, lg_err *err)
-{
-    size_t max_upload = (size_t)app->cfg->max_upload_mb << 20;
+    lg_adapter_admin *aa = malloc(sizeof *aa); /* the routes' user, freed with the router */
+    if (!aa)
+        return lg_fail(err, "out of memory");
+    *aa = d->adapters;
     lg_route routes[] = {
-        {.method = "POST", .pattern = "/v1/adapters", .fn = upload, .user = app, .max_body = max_upload,
-         .content_type = "multipart/form-data", .body_required = true, .auth = lg_app_auth_adapters,
-         .auth_user = app, .admit_body = lg_upload_quota_admit, .release_body = lg_upload_quota_release,
-         .admit_user = app->uploads, .tenant_scoped = true, .name = "adapters.upload"},
-        {.method = "GET", .pattern = "/v1/adapters", .fn = list, .user = app, .auth = lg_app_auth_adapters,
-         .auth_user = app, .tenant_scoped = true, .name = "adapters.list"},
-        {.method = "GET", .pattern = "/v1/adapters/{name}", .fn = get, .user = app, .auth = lg_app_auth_adapters,
-         .auth_user = app, .tenant_scoped = true, .name = "adapters.get"},
-        {.method = "DELETE", .pattern = "/v1/adapters/{name}", .fn = del, .user = app,
-         .auth = lg_app_auth_adapters, .auth_user = app, .tenant_scoped = true, .name = "adapters.delete"},
+        {.method = "POST", .pattern = "/v1/adapters", .fn = upload, .user = aa, .max_body = aa->max_upload,
+         .content_type = "multipart/form-data", .body_required = true, .auth = lg_auth_tenant_adapters,
+         .auth_user = d->auth, .admit_body = lg_upload_quota_admit, .release_body = lg_upload_quota_release,
+         .admit_user = d->uploads, .tenant_scoped = true, .name = "adapters.upload", .free_user = free},
+        {.method = "GET", .pattern = "/v1/adapters", .fn = list, .user = aa, .auth = lg_auth_tenant_adapters,
+         .auth_user = d->auth, .tenant_scoped = true, .name = "adapters.list"},
+        {.method = "GET", .pattern = "/v1/adapters/{name}", .fn = get, .user = aa, .auth = lg_auth_tenant_adapters,
+         .auth_user = d->auth, .tenant_scoped = true, .name = "adapters.get"},
+        {.method = "DELETE", .pattern = "/v1/adapters/{name}", .fn = del, .user = aa,
+         .auth = lg_auth_tenant_adapters, .auth_user = d->auth, .tenant_scoped = true, .name = "adapters.delete"},
     };
-    return lg_router_add_all(rt, routes, (int)(sizeof routes / sizeof routes[0]), err);
+    if (lg_router_add(rt, &routes[0], err) != 0) {
+        free(aa);
+        return -1;
+    }
+    return lg_router_add_all(rt, routes + 1, (int)(sizeof routes / sizeof routes[0]) - 1, err);
 }

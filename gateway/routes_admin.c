@@ -18,13 +18,15 @@
  *   POST   /admin/v1/tenants/{t}/adapters/import  {"name", "path"}: a directory on the server
  *   GET    /admin/v1/tenants/{t}/adapters, GET/DELETE /admin/v1/tenants/{t}/adapters/{name}
  *
- * Reads answer from the app's in-memory views (tenants, adapters) on the
- * loop thread, except key listings (the store, on a worker). Every write
- * runs on the worker pool with the store's writer handle (lg_job), then
- * refreshes the views the loops read: lg_app_reload_tenants after tenant,
- * pricing and limit changes (it also refreshes the key cache), and
- * lg_app_reload_keys after key changes, so a revoked key or a deleted
- * tenant's key fails from the next request on, on every thread.
+ * Reads answer from the in-memory views (the tenant view, the tenants'
+ * adapters) on the loop thread, except key listings (the store, on a
+ * worker). Every write runs on the worker pool with the store's writer
+ * handle (job.h), then refreshes the views the loops read through the serve
+ * context (app.h), the one thing this family is given whole:
+ * lg_app_reload_tenants after tenant, pricing and limit changes (it also
+ * refreshes the key cache), lg_app_reload_keys after key changes, so a
+ * revoked key or a deleted tenant's key fails from the next request on, on
+ * every thread; lg_app_forget_tenant after a tenant's deletion.
  *
  * Partial updates: fields a PUT/PATCH leaves out keep their value; a limit
  * set to null is unlimited. Prices are USD per million tokens with at most
@@ -43,9 +45,12 @@
 #include <string.h>
 
 #include "gateway/adapter_upload.h"
-#include "gateway/http/admin_key.h"
 #include "gateway/app.h"
+#include "gateway/http/admin_key.h"
+#include "gateway/job.h"
 #include "gateway/routes.h"
+#include "gateway/store_writer.h"
+#include "gateway/tenants.h"
 #include "gateway/upload_quota.h"
 
 /* ---- JSON answers -------------------------------------------------------------- */
@@ -228,11 +233,11 @@ static int parse_weight(lg_request *r, json_t *v, int32_t *out)
 }
 
 /* The operator's {t}: a live tenant, or a 404 answered. */
-static lg_app_tenant *tenant_param(lg_request *r, lg_app *app)
+static const lg_tenant_obj *tenant_param(lg_request *r, const lg_admin_deps *c)
 {
     const char *slug = lg_request_param(r, "t");
-    void *t = NULL;
-    if (!slug || lg_app_resolve_tenant(app, slug, &t) != 1 || !t) {
+    const lg_tenant_obj *t = slug ? lg_tenants_find(c->tenants, slug) : NULL;
+    if (!t) {
         lg_respond_error(r, 404, "tenant_not_found", NULL, "Unknown tenant '%s'.", slug ? slug : "");
         return NULL;
     }
@@ -243,6 +248,7 @@ static lg_app_tenant *tenant_param(lg_request *r, lg_app *app)
 
 typedef struct tenant_job {
     lg_job j;
+    lg_app *app;
     char name[LG_STORE_NAME_MAX];
     int64_t tenant_id;
     enum { TJ_CREATE, TJ_UPDATE, TJ_DELETE } op;
@@ -266,9 +272,9 @@ static json_t *tenant_json_from_store(lg_store *st, const lg_tenant *t)
 static void tenant_work(lg_job *jb)
 {
     tenant_job *tj = (tenant_job *)jb;
-    lg_app *app = jb->app;
+    lg_app *app = tj->app;
     lg_err err = {{0}};
-    lg_store *st = lg_app_store_acquire(app);
+    lg_store *st = lg_store_writer_acquire(lg_app_store(app));
     lg_tenant row;
     int rc = 0;
     if (tj->op == TJ_DELETE) {
@@ -282,13 +288,8 @@ static void tenant_work(lg_job *jb)
             lg_err e2 = {{0}};
             if (lg_app_reload_tenants(app, st, &e2) != 0) /* the store changed: say so, still */
                 fprintf(stderr, "loragate serve: reloading tenants: %s\n", e2.msg);
-            /* committed: its cached prompt prefixes go now (the engine knows
-             * a tenant by its id, never reused: a new tenant of this name
-             * starts with an empty cache whatever happens here) */
-            char key[LG_TENANT_KEY_MAX];
-            if (app->engine && lg_engine_purge_tenant(app->engine, lg_tenant_key(row.id, key), &e2) != 0)
-                fprintf(stderr, "loragate serve: purging tenant %s's prefix cache: %s\n", tj->name, e2.msg);
-            lg_app_adapter_uninstall_tenant(app, tj->tenant_id);
+            /* committed: its cached prompt prefixes and its adapters go now */
+            lg_app_forget_tenant(app, row.id, tj->name);
             jb->status = 200;
             jb->body = json_pack("{s:s,s:s,s:b}", "id", tj->name, "object", "tenant", "deleted", 1);
         }
@@ -332,7 +333,7 @@ static void tenant_work(lg_job *jb)
             rc = 0;
         }
     }
-    lg_app_store_release(app);
+    lg_store_writer_release(lg_app_store(app));
     if (rc == LG_STORE_NOT_FOUND)
         lg_job_fail(jb, 404, "tenant_not_found", NULL, "Unknown tenant '%s'.", tj->name);
     else if (rc == LG_STORE_CONFLICT)
@@ -341,14 +342,14 @@ static void tenant_work(lg_job *jb)
         lg_job_fail_store(jb, rc, "tenant_not_found", "tenant_exists", NULL, &err);
 }
 
-static tenant_job *tenant_job_new(lg_request *r, lg_app *app, int op, const char *name)
+static tenant_job *tenant_job_new(lg_request *r, const lg_admin_deps *c, int op, const char *name)
 {
     tenant_job *tj = calloc(1, sizeof *tj);
     if (!tj) {
         lg_respond_error(r, 500, NULL, NULL, "out of memory");
         return NULL;
     }
-    tj->j.app = app;
+    tj->app = c->app;
     tj->j.work = tenant_work;
     tj->op = op;
     snprintf(tj->name, sizeof tj->name, "%s", name);
@@ -387,7 +388,7 @@ static int parse_tenant_fields(lg_request *r, json_t *body, tenant_job *tj)
 
 static int tenant_create(lg_request *r, void *user)
 {
-    lg_app *app = user;
+    const lg_admin_deps *c = user;
     json_t *body = lg_admin_json_body(r);
     if (!body)
         return 0;
@@ -411,7 +412,7 @@ static int tenant_create(lg_request *r, void *user)
                          json_string_value(jn), LG_STORE_TENANT_NAME_RULE);
         goto out;
     }
-    if (!(tj = tenant_job_new(r, app, TJ_CREATE, json_string_value(jn))))
+    if (!(tj = tenant_job_new(r, c, TJ_CREATE, json_string_value(jn))))
         goto out;
     if (parse_tenant_fields(r, body, tj) != 0) {
         free(tj);
@@ -426,15 +427,15 @@ out:
 
 /* PATCH / PUT of a tenant's settings: the body through `parse` (which
  * answers on error) into an update job, then the job runs. */
-static int tenant_update(lg_request *r, lg_app *app, int (*parse)(lg_request *, json_t *, tenant_job *))
+static int tenant_update(lg_request *r, const lg_admin_deps *c, int (*parse)(lg_request *, json_t *, tenant_job *))
 {
-    lg_app_tenant *t = tenant_param(r, app);
+    const lg_tenant_obj *t = tenant_param(r, c);
     if (!t)
         return 0;
     json_t *body = lg_admin_json_body(r);
     if (!body)
         return 0;
-    tenant_job *tj = tenant_job_new(r, app, TJ_UPDATE, t->name);
+    tenant_job *tj = tenant_job_new(r, c, TJ_UPDATE, t->name);
     if (tj && parse(r, body, tj) == 0) {
         json_decref(body);
         return lg_job_run(r, &tj->j);
@@ -460,11 +461,11 @@ static int tenant_limits_put(lg_request *r, void *user) { return tenant_update(r
 
 static int tenant_pricing_delete(lg_request *r, void *user)
 {
-    lg_app *app = user;
-    lg_app_tenant *t = tenant_param(r, app);
+    const lg_admin_deps *c = user;
+    const lg_tenant_obj *t = tenant_param(r, c);
     if (!t)
         return 0;
-    tenant_job *tj = tenant_job_new(r, app, TJ_UPDATE, t->name);
+    tenant_job *tj = tenant_job_new(r, c, TJ_UPDATE, t->name);
     if (!tj)
         return 0;
     tj->pricing.set = tj->pricing.clear = true;
@@ -473,11 +474,11 @@ static int tenant_pricing_delete(lg_request *r, void *user)
 
 static int tenant_delete(lg_request *r, void *user)
 {
-    lg_app *app = user;
-    lg_app_tenant *t = tenant_param(r, app);
+    const lg_admin_deps *c = user;
+    const lg_tenant_obj *t = tenant_param(r, c);
     if (!t)
         return 0;
-    tenant_job *tj = tenant_job_new(r, app, TJ_DELETE, t->name);
+    tenant_job *tj = tenant_job_new(r, c, TJ_DELETE, t->name);
     if (!tj)
         return 0;
     tj->tenant_id = t->id;
@@ -486,46 +487,27 @@ static int tenant_delete(lg_request *r, void *user)
 
 static int tenant_get(lg_request *r, void *user)
 {
-    lg_app *app = user;
-    lg_app_tenant *t = tenant_param(r, app);
+    const lg_admin_deps *c = user;
+    const lg_tenant_obj *t = tenant_param(r, c);
     if (!t)
         return 0;
     lg_tenant row;
     lg_pricing eff;
-    if (!lg_app_tenant_get(app, t, &row, &eff))
+    if (!lg_tenants_get(c->tenants, t, &row, &eff))
         return lg_respond_error(r, 404, "tenant_not_found", NULL, "Unknown tenant '%s'.", t->name), 0;
     return lg_respond_json(r, 200, tenant_json(&row, &eff)), 0;
 }
 
-typedef struct tenant_copy {
-    lg_tenant row;
-    lg_pricing eff;
-} tenant_copy;
-
-static int by_tenant_name(const void *a, const void *b)
-{
-    return strcmp(((const tenant_copy *)a)->row.name, ((const tenant_copy *)b)->row.name);
-}
-
 static int tenant_list(lg_request *r, void *user)
 {
-    lg_app *app = user;
-    pthread_rwlock_rdlock(&app->tenants_lock);
+    const lg_admin_deps *c = user;
+    lg_tenant_copy *v = NULL;
     int n = 0;
-    tenant_copy *v = malloc(((size_t)app->n_tenants + 1) * sizeof *v);
-    for (int i = 0; v && i < app->n_tenants; i++)
-        if (!app->tenants[i]->deleted) {
-            v[n].row = app->tenants[i]->row;
-            v[n].eff = app->tenants[i]->pricing;
-            n++;
-        }
-    pthread_rwlock_unlock(&app->tenants_lock);
-    if (!v)
+    if (lg_tenants_list(c->tenants, &v, &n) != 0)
         return lg_respond_error(r, 500, NULL, NULL, "out of memory"), 0;
-    qsort(v, (size_t)n, sizeof *v, by_tenant_name);
     json_t *data = json_array();
     for (int i = 0; i < n; i++)
-        json_array_append_new(data, tenant_json(&v[i].row, &v[i].eff));
+        json_array_append_new(data, tenant_json(&v[i].row, &v[i].pricing));
     free(v);
     return lg_respond_json(r, 200, json_pack("{s:s,s:o}", "object", "list", "data", data)), 0;
 }
@@ -534,6 +516,7 @@ static int tenant_list(lg_request *r, void *user)
 
 typedef struct pricing_job {
     lg_job j;
+    lg_app *app;
     bool write;
     pricing_in p;
 } pricing_job;
@@ -543,15 +526,15 @@ static void pricing_work(lg_job *jb)
     pricing_job *pj = (pricing_job *)jb;
     lg_err err = {{0}};
     lg_pricing p;
-    lg_store *st = lg_app_store_acquire(jb->app);
+    lg_store *st = lg_store_writer_acquire(lg_app_store(pj->app));
     int rc = lg_store_default_pricing_get(st, &p, &err);
     if (rc == 0 && pj->write) {
         pricing_apply(&pj->p, &p);
         rc = lg_store_default_pricing_set(st, &p, &err);
-        if (rc == 0 && lg_app_reload_tenants(jb->app, st, &err) != 0)
+        if (rc == 0 && lg_app_reload_tenants(pj->app, st, &err) != 0)
             rc = LG_STORE_ERROR;
     }
-    lg_app_store_release(jb->app);
+    lg_store_writer_release(lg_app_store(pj->app));
     if (rc != 0) {
         lg_job_fail_store(jb, rc, "not_found", "conflict", NULL, &err);
         return;
@@ -561,12 +544,12 @@ static void pricing_work(lg_job *jb)
     json_object_set_new(jb->body, "object", json_string("pricing"));
 }
 
-static int pricing_job_start(lg_request *r, lg_app *app, bool write)
+static int pricing_job_start(lg_request *r, const lg_admin_deps *c, bool write)
 {
     pricing_job *pj = calloc(1, sizeof *pj);
     if (!pj)
         return lg_respond_error(r, 500, NULL, NULL, "out of memory"), 0;
-    pj->j.app = app;
+    pj->app = c->app;
     pj->j.work = pricing_work;
     pj->write = write;
     if (write) {
@@ -581,13 +564,14 @@ static int pricing_job_start(lg_request *r, lg_app *app, bool write)
     return lg_job_run(r, &pj->j);
 }
 
-static int pricing_get(lg_request *r, void *app) { return pricing_job_start(r, app, false); }
-static int pricing_put(lg_request *r, void *app) { return pricing_job_start(r, app, true); }
+static int pricing_get(lg_request *r, void *c) { return pricing_job_start(r, c, false); }
+static int pricing_put(lg_request *r, void *c) { return pricing_job_start(r, c, true); }
 
 /* ---- keys ------------------------------------------------------------------------------------- */
 
 typedef struct key_job {
     lg_job j;
+    lg_app *app;
     enum { KJ_CREATE, KJ_LIST, KJ_REVOKE } op;
     char tenant[LG_STORE_NAME_MAX];
     char name[LG_STORE_NAME_MAX];
@@ -599,9 +583,9 @@ typedef struct key_job {
 static void key_work(lg_job *jb)
 {
     key_job *kj = (key_job *)jb;
-    lg_app *app = jb->app;
+    lg_app *app = kj->app;
     lg_err err = {{0}};
-    lg_store *st = lg_app_store_acquire(app);
+    lg_store *st = lg_store_writer_acquire(lg_app_store(app));
     int rc = 0;
     if (kj->op == KJ_CREATE) {
         lg_api_key k;
@@ -645,7 +629,7 @@ static void key_work(lg_job *jb)
             }
         }
     }
-    lg_app_store_release(app);
+    lg_store_writer_release(lg_app_store(app));
     if (rc == LG_STORE_NOT_FOUND && kj->op == KJ_REVOKE)
         lg_job_fail(jb, 404, "key_not_found", NULL, "No live key with id '%s'.", kj->id);
     else if (rc == LG_STORE_NOT_FOUND)
@@ -654,14 +638,14 @@ static void key_work(lg_job *jb)
         lg_job_fail_store(jb, rc, "not_found", "conflict", kj->op == KJ_CREATE ? "name" : NULL, &err);
 }
 
-static key_job *key_job_new(lg_request *r, lg_app *app, int op)
+static key_job *key_job_new(lg_request *r, const lg_admin_deps *c, int op)
 {
     key_job *kj = calloc(1, sizeof *kj);
     if (!kj) {
         lg_respond_error(r, 500, NULL, NULL, "out of memory");
         return NULL;
     }
-    kj->j.app = app;
+    kj->app = c->app;
     kj->j.work = key_work;
     kj->op = op;
     return kj;
@@ -669,8 +653,8 @@ static key_job *key_job_new(lg_request *r, lg_app *app, int op)
 
 static int key_create(lg_request *r, void *user)
 {
-    lg_app *app = user;
-    lg_app_tenant *t = tenant_param(r, app);
+    const lg_admin_deps *c = user;
+    const lg_tenant_obj *t = tenant_param(r, c);
     if (!t)
         return 0;
     json_t *body = lg_admin_json_body(r);
@@ -713,7 +697,7 @@ static int key_create(lg_request *r, void *user)
             scopes |= bit;
         }
     }
-    if (!(kj = key_job_new(r, app, KJ_CREATE)))
+    if (!(kj = key_job_new(r, c, KJ_CREATE)))
         goto out;
     snprintf(kj->tenant, sizeof kj->tenant, "%s", t->name);
     snprintf(kj->name, sizeof kj->name, "%s", json_is_string(jn) ? json_string_value(jn) : "");
@@ -727,13 +711,13 @@ out:
 
 static int key_list(lg_request *r, void *user)
 {
-    lg_app *app = user;
-    lg_app_tenant *t = tenant_param(r, app);
+    const lg_admin_deps *c = user;
+    const lg_tenant_obj *t = tenant_param(r, c);
     if (!t)
         return 0;
     char q[16];
     int ql = lg_request_query(r, "include_revoked", q, sizeof q);
-    key_job *kj = key_job_new(r, app, KJ_LIST);
+    key_job *kj = key_job_new(r, c, KJ_LIST);
     if (!kj)
         return 0;
     snprintf(kj->tenant, sizeof kj->tenant, "%s", t->name);
@@ -743,11 +727,11 @@ static int key_list(lg_request *r, void *user)
 
 static int key_revoke(lg_request *r, void *user)
 {
-    lg_app *app = user;
+    const lg_admin_deps *c = user;
     const char *id = lg_request_param(r, "id");
     if (!id || strlen(id) != LG_KEY_ID_LEN)
         return lg_respond_error(r, 404, "key_not_found", NULL, "No live key with id '%.64s'.", id ? id : ""), 0;
-    key_job *kj = key_job_new(r, app, KJ_REVOKE);
+    key_job *kj = key_job_new(r, c, KJ_REVOKE);
     if (!kj)
         return 0;
     snprintf(kj->id, sizeof kj->id, "%s", id);
@@ -756,44 +740,53 @@ static int key_revoke(lg_request *r, void *user)
 
 /* ---- adapters on behalf of a tenant ----------------------------------------------------------- */
 
-static int adapters_upload(lg_request *r, void *app)
+static int adapters_upload(lg_request *r, void *user)
 {
-    lg_app_tenant *t = tenant_param(r, app);
-    return t ? lg_adapters_upload(r, app, t) : 0;
+    const lg_admin_deps *c = user;
+    const lg_tenant_obj *t = tenant_param(r, c);
+    return t ? lg_adapters_upload(r, &c->adapters, t) : 0;
 }
-static int adapters_import(lg_request *r, void *app)
+static int adapters_import(lg_request *r, void *user)
 {
-    lg_app_tenant *t = tenant_param(r, app);
-    return t ? lg_adapters_import(r, app, t) : 0;
+    const lg_admin_deps *c = user;
+    const lg_tenant_obj *t = tenant_param(r, c);
+    return t ? lg_adapters_import(r, &c->adapters, t) : 0;
 }
-static int adapters_list(lg_request *r, void *app)
+static int adapters_list(lg_request *r, void *user)
 {
-    lg_app_tenant *t = tenant_param(r, app);
-    return t ? lg_adapters_list(r, app, t) : 0;
+    const lg_admin_deps *c = user;
+    const lg_tenant_obj *t = tenant_param(r, c);
+    return t ? lg_adapters_list(r, &c->adapters, t) : 0;
 }
-static int adapters_get(lg_request *r, void *app)
+static int adapters_get(lg_request *r, void *user)
 {
-    lg_app_tenant *t = tenant_param(r, app);
-    return t ? lg_adapters_get(r, app, t, lg_request_param(r, "name")) : 0;
+    const lg_admin_deps *c = user;
+    const lg_tenant_obj *t = tenant_param(r, c);
+    return t ? lg_adapters_get(r, &c->adapters, t, lg_request_param(r, "name")) : 0;
 }
-static int adapters_delete(lg_request *r, void *app)
+static int adapters_delete(lg_request *r, void *user)
 {
-    lg_app_tenant *t = tenant_param(r, app);
-    return t ? lg_adapters_delete(r, app, t, lg_request_param(r, "name")) : 0;
+    const lg_admin_deps *c = user;
+    const lg_tenant_obj *t = tenant_param(r, c);
+    return t ? lg_adapters_delete(r, &c->adapters, t, lg_request_param(r, "name")) : 0;
 }
 
-int lg_routes_admin(lg_router *rt, lg_app *app, lg_err *err)
+int lg_routes_admin(lg_router *rt, const lg_admin_deps *deps, lg_err *err)
 {
-    if (!app->env || !app->env->admin_key)
+    if (!deps->admin_key)
         return lg_fail(err, "the operator API needs the operator key");
-    void *key = (void *)app->env->admin_key;
-    size_t max_upload = (size_t)app->cfg->max_upload_mb << 20;
-#define ADMIN(m, p, f, n) {.method = m, .pattern = p, .fn = f, .user = app, .auth = lg_auth_admin, .auth_user = key, .name = n}
+    lg_admin_deps *c = malloc(sizeof *c); /* the routes' user, freed with the router */
+    if (!c)
+        return lg_fail(err, "out of memory");
+    *c = *deps;
+    void *key = (void *)c->admin_key;
+#define ADMIN(m, p, f, n) {.method = m, .pattern = p, .fn = f, .user = c, .auth = lg_auth_admin, .auth_user = key, .name = n}
 #define ADMIN_BODY(m, p, f, n)                                                                                      \
-    {.method = m, .pattern = p, .fn = f, .user = app, .body_required = true, .auth = lg_auth_admin,                 \
+    {.method = m, .pattern = p, .fn = f, .user = c, .body_required = true, .auth = lg_auth_admin,                   \
      .auth_user = key, .name = n}
     lg_route routes[] = {
-        ADMIN_BODY("POST", "/admin/v1/tenants", tenant_create, "admin.tenants.create"),
+        {.method = "POST", .pattern = "/admin/v1/tenants", .fn = tenant_create, .user = c, .body_required = true,
+         .auth = lg_auth_admin, .auth_user = key, .name = "admin.tenants.create", .free_user = free},
         ADMIN("GET", "/admin/v1/tenants", tenant_list, "admin.tenants.list"),
         ADMIN("GET", "/admin/v1/tenants/{t}", tenant_get, "admin.tenants.get"),
         ADMIN_BODY("PATCH", "/admin/v1/tenants/{t}", tenant_patch, "admin.tenants.update"),
@@ -806,10 +799,10 @@ int lg_routes_admin(lg_router *rt, lg_app *app, lg_err *err)
         ADMIN_BODY("PUT", "/admin/v1/tenants/{t}/limits", tenant_limits_put, "admin.tenants.limits.set"),
         ADMIN("GET", "/admin/v1/pricing", pricing_get, "admin.pricing.get"),
         ADMIN_BODY("PUT", "/admin/v1/pricing", pricing_put, "admin.pricing.set"),
-        {.method = "POST", .pattern = "/admin/v1/tenants/{t}/adapters", .fn = adapters_upload, .user = app,
-         .max_body = max_upload, .content_type = "multipart/form-data", .body_required = true,
+        {.method = "POST", .pattern = "/admin/v1/tenants/{t}/adapters", .fn = adapters_upload, .user = c,
+         .max_body = c->adapters.max_upload, .content_type = "multipart/form-data", .body_required = true,
          .auth = lg_auth_admin, .auth_user = key, .admit_body = lg_upload_quota_admit,
-         .release_body = lg_upload_quota_release, .admit_user = app->uploads, .name = "admin.adapters.upload"},
+         .release_body = lg_upload_quota_release, .admit_user = c->uploads, .name = "admin.adapters.upload"},
         ADMIN_BODY("POST", "/admin/v1/tenants/{t}/adapters/import", adapters_import, "admin.adapters.import"),
         ADMIN("GET", "/admin/v1/tenants/{t}/adapters", adapters_list, "admin.adapters.list"),
         ADMIN("GET", "/admin/v1/tenants/{t}/adapters/{name}", adapters_get, "admin.adapters.get"),
@@ -817,5 +810,9 @@ int lg_routes_admin(lg_router *rt, lg_app *app, lg_err *err)
     };
 #undef ADMIN
 #undef ADMIN_BODY
-    return lg_router_add_all(rt, routes, (int)(sizeof routes / sizeof routes[0]), err);
+    if (lg_router_add(rt, &routes[0], err) != 0) {
+        free(c);
+        return -1;
+    }
+    return lg_router_add_all(rt, routes + 1, (int)(sizeof routes / sizeof routes[0]) - 1, err);
 }

@@ -36,6 +36,20 @@
  * record, the limits (lg_limits_finish: monthly budget, token buckets) and
  * the metrics get the same numbers.
  *
+ * Why the bookkeeping at the finish (cost, limits, metrics, the ledger
+ * append) runs on the engine thread: the engine thread is the one thread
+ * that sees every choice finish, also after the client left (the stream
+ * then delivers nothing more to the loop, and a request cancelled by its
+ * client is still billed), so one path serves every request. It is a few
+ * in-memory operations (integer money, two short mutexes, a queue append);
+ * nothing there blocks or touches the disk.
+ *
+ * What this file uses is what lg_routes_openai is given (routes.h
+ * lg_openai_deps): the served model, the engine, the tenant view (a
+ * request's limits and prices), the tenants' adapters, the limits, the
+ * metrics and the ledger. The 429 path: the limits decide
+ * (lg_limits_admit), this file counts the refusal (metrics) and answers.
+ *
  * Tenants reach the engine by id (lg_tenant_key: "t<tenant id>"), never by
  * name: prefix-cache namespaces and fair-share state belong to the tenant
  * row, and a tenant recreated under a deleted one's name shares nothing
@@ -47,14 +61,20 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gateway/app.h"
+#include "db/ledger.h"
 #include "engine/model/stop_strings.h"
+#include "engine/runtime/engine.h"
+#include "gateway/http/sse.h"
+#include "gateway/http/stream.h"
 #include "gateway/metrics.h"
 #include "gateway/openai_request.h"
 #include "gateway/rate_limits.h"
 #include "gateway/routes.h"
-#include "gateway/http/sse.h"
-#include "gateway/http/stream.h"
+#include "gateway/served_model.h"
+#include "gateway/tenant_adapters.h"
+#include "gateway/tenant_auth.h"
+#include "gateway/tenants.h"
+#include "gateway/unix_time.h"
 
 enum { EV_TOKEN = 1, EV_FINISH = 2, EV_BILLED = 3 };
 
@@ -91,9 +111,9 @@ typedef struct prod {
 struct job {
     atomic_int refs;
     atomic_bool client_gone;
-    lg_app *app;
+    const lg_openai_deps *d;
     lg_stream *s;
-    lg_app_tenant *tenant;
+    const lg_tenant_obj *tenant;
     int n_choices, n_per_prompt, submitted;
     int64_t ids[LG_OAI_MAX_N];
     prod p[LG_OAI_MAX_N];
@@ -133,7 +153,7 @@ typedef struct choice_st {
 } choice_st;
 
 typedef struct gen {
-    lg_app *app;
+    const lg_openai_deps *d;
     job *j;
     lg_oai_kind kind;
     bool stream, include_usage, logprobs;
@@ -309,7 +329,7 @@ static void on_token_ev(gen *g, const ev_token *t)
     json_t *lp = NULL;
     if (g->logprobs) {
         if (g->kind == LG_OAI_CHAT) {
-            json_t *e = chat_lp_entry(g->app->tok, t, g->top_logprobs);
+            json_t *e = chat_lp_entry(g->d->model->tok, t, g->top_logprobs);
             if (g->stream)
                 lp = json_pack("[o]", e);
             else
@@ -317,9 +337,9 @@ static void on_token_ev(gen *g, const ev_token *t)
         } else {
             if (g->stream) {
                 lp = cmpl_lp_new();
-                cmpl_lp_add(lp, g->app->tok, t, g->top_logprobs, c->text.len);
+                cmpl_lp_add(lp, g->d->model->tok, t, g->top_logprobs, c->text.len);
             } else {
-                cmpl_lp_add(c->lp, g->app->tok, t, g->top_logprobs, c->text.len);
+                cmpl_lp_add(c->lp, g->d->model->tok, t, g->top_logprobs, c->text.len);
             }
         }
     }
@@ -330,7 +350,7 @@ static void on_token_ev(gen *g, const ev_token *t)
         piece = lg_stopper_push(c->stp, piece, n, &n, &matched);
         if (matched) {
             c->stop_matched = true;
-            lg_engine_cancel(g->app->engine, g->j->ids[t->choice], LG_FINISH_STOP);
+            lg_engine_cancel(g->d->engine, g->j->ids[t->choice], LG_FINISH_STOP);
         }
     }
     emit_text(g, t->choice, piece, n, lp);
@@ -446,7 +466,7 @@ static void on_cancel(lg_request *r, void *ctx)
     job *j = g->j;
     atomic_store(&j->client_gone, true);
     for (int i = 0; i < j->submitted; i++)
-        lg_engine_cancel(g->app->engine, j->ids[i], LG_FINISH_CANCELLED);
+        lg_engine_cancel(g->d->engine, j->ids[i], LG_FINISH_CANCELLED);
     gen_cleanup(g);
 }
 
@@ -498,10 +518,10 @@ static const char *disconnect_type(int64_t prefilled, int64_t prompt_len)
     return "client_disconnected";          /* the whole prompt, and what was generated */
 }
 
-/* The last choice finished: the record, limits, metrics, the ledger. Engine thread. */
-static void finalize(job *j)
+/* The usage record of the finished request: tokens (each prompt once),
+ * status and reason, times, cost at the tenant's prices. */
+static void fill_record(job *j)
 {
-    lg_app *app = j->app;
     lg_usage_record *rec = &j->rec;
     rec->prompt_tokens = rec->cached_tokens = 0;
     for (int i = 0; i < j->n_prompts; i++)
@@ -517,20 +537,37 @@ static void finalize(job *j)
     snprintf(rec->error_type, sizeof rec->error_type, "%s",
              j->any_error ? "server_error" : gone ? disconnect_type(rec->prompt_tokens, j->prompt_len) : "");
     rec->first_token_at = mono_to_ms(j, j->t_first);
-    rec->finished_at = lg_app_unix_ms();
+    rec->finished_at = lg_unix_ms();
     lg_err err = {{0}};
     if (lg_money_cost(&j->pricing, rec->prompt_tokens, rec->cached_tokens, rec->completion_tokens, &rec->cost_pico,
                       &err) != 0)
         rec->cost_pico = 0;
-    lg_limits_finish(app->limits, j->tenant, j->est_tokens, rec->prompt_tokens + rec->completion_tokens);
+}
+
+/* The record's figures to the metrics: latencies and tokens. */
+static void observe(const lg_openai_deps *d, const job *j)
+{
+    const lg_usage_record *rec = &j->rec;
     double e2e = (rec->finished_at - rec->received_at) / 1000.0;
     double ttft = rec->first_token_at ? (rec->first_token_at - rec->received_at) / 1000.0 : -1;
     int64_t per_choice = rec->completion_tokens / j->n_choices; /* n_choices >= 1 */
     double tpot = rec->completion_tokens > 1 && ttft >= 0 ? (e2e - ttft) / (double)(per_choice > 1 ? per_choice - 1 : 1)
                                                           : -1;
-    lg_metrics_generation(app->metrics, j->tenant->name, ttft, tpot, e2e, rec->prompt_tokens, rec->cached_tokens,
+    lg_metrics_generation(d->metrics, j->tenant->name, ttft, tpot, e2e, rec->prompt_tokens, rec->cached_tokens,
                           rec->completion_tokens);
-    if (lg_ledger_append(app->ledger, rec, billed, j, &err) != 0) {
+}
+
+/* The last choice finished: the record, the limits settle the estimate,
+ * the metrics, then the ledger (its commit answers: billed). Engine thread. */
+static void finalize(job *j)
+{
+    const lg_openai_deps *d = j->d;
+    lg_usage_record *rec = &j->rec;
+    fill_record(j);
+    lg_limits_finish(d->limits, j->tenant->id, j->est_tokens, rec->prompt_tokens + rec->completion_tokens);
+    observe(d, j);
+    lg_err err = {{0}};
+    if (lg_ledger_append(d->ledger, rec, billed, j, &err) != 0) {
         fprintf(stderr, "loragate serve: ledger: %s (request %s)\n", err.msg, rec->request_id);
         billed(j, LG_LEDGER_REJECTED);
     }
@@ -573,47 +610,172 @@ static uint64_t seed_counter;
 
 /* A request that never reached the engine but was refused after the parse
  * (adapter gone, engine refused): one ledger record, zero tokens. */
-static void record_refusal(lg_app *app, job *j, int status, const char *type)
+static void record_refusal(const lg_openai_deps *d, job *j, int status, const char *type)
 {
     j->rec.http_status = status;
     snprintf(j->rec.error_type, sizeof j->rec.error_type, "%s", type);
-    j->rec.finished_at = lg_app_unix_ms();
+    j->rec.finished_at = lg_unix_ms();
     lg_err err = {{0}};
-    if (lg_ledger_append(app->ledger, &j->rec, NULL, NULL, &err) != 0)
+    if (lg_ledger_append(d->ledger, &j->rec, NULL, NULL, &err) != 0)
         fprintf(stderr, "loragate serve: ledger: %s (request %s)\n", err.msg, j->rec.request_id);
 }
 
-static int generate(lg_request *r, lg_app *app, lg_oai_kind kind)
+/* The limits' verdict for this request's estimate: the x-ratelimit-*
+ * headers always; a refusal is counted and answered 429. 0: admitted. */
+static int admit_limits(const lg_openai_deps *d, lg_request *r, const lg_tenant_obj *t, const lg_tenant_limits *lim,
+                        int64_t est)
 {
-    const lg_app_principal *pr = lg_app_principal_of(r);
-    lg_app_tenant *t = pr->tenant;
-    int64_t received = lg_app_unix_ms();
+    lg_limits_verdict v;
+    int rc = lg_limits_admit(d->limits, t->id, lim, est, &v);
+    for (int i = 0; i < v.n_headers; i++)
+        lg_request_add_header(r, v.headers[i].name, v.headers[i].value);
+    if (rc == 0)
+        return 0;
+    lg_metrics_limited(d->metrics, t->name, v.reason);
+    char ms[32];
+    snprintf(ms, sizeof ms, "%" PRId64, v.retry_after_ms);
+    lg_request_add_header(r, "retry-after-ms", ms);
+    lg_respond_error_ex(r, 429, v.type, v.code, NULL, v.retry_after_s, v.message);
+    return -1;
+}
+
+/* Whether the request may go to the engine now: the ledger can write, the
+ * engine's queue has room, and the tenant's limits admit est tokens (then
+ * lg_limits_finish is owed exactly once). Also reads the tenant's prices.
+ * Answers r and returns -1 when not. */
+static int admit(const lg_openai_deps *d, lg_request *r, const lg_tenant_obj *t, int64_t est, lg_pricing *pricing)
+{
+    char reason[200];
+    if (!lg_ledger_healthy(d->ledger, reason, sizeof reason))
+        return lg_respond_unavailable(r, 5, "The usage ledger cannot write right now; try again later."), -1;
+    lg_engine_stats es;
+    lg_engine_get_stats(d->engine, &es);
+    if (es.queued >= d->max_queue)
+        return lg_respond_unavailable(r, 1, "The server is overloaded; try again shortly."), -1;
+    lg_tenant row;
+    if (!lg_tenants_get(d->tenants, t, &row, pricing))
+        return 0; /* deleted meanwhile: no limits to hold; auth refuses its keys from now on */
+    return admit_limits(d, r, t, &row.limits, est);
+}
+
+/* The job's fixed part: who, what, and the ledger record's identity. */
+static void job_init(job *j, const lg_openai_deps *d, lg_request *r, const lg_principal *pr, lg_oai_kind kind,
+                     const lg_oai_request *q, int64_t est, const lg_pricing *pricing, int64_t received)
+{
+    atomic_init(&j->refs, 2);
+    atomic_init(&j->client_gone, false);
+    j->d = d;
+    j->tenant = pr->tenant;
+    j->n_per_prompt = q->n;
+    j->n_choices = q->n_prompts * q->n;
+    j->n_prompts = q->n_prompts;
+    for (int i = 0; i < q->n_prompts; i++) {
+        j->best_choice[i] = -1;
+        j->prompt_len += q->n_prompt_tokens[i];
+    }
+    j->est_tokens = est;
+    j->pricing = *pricing;
+    lg_usage_record *rec = &j->rec;
+    snprintf(rec->request_id, sizeof rec->request_id, "%s", lg_request_id(r));
+    rec->tenant_id = pr->tenant->id;
+    snprintf(rec->key_id, sizeof rec->key_id, "%s", pr->key_id);
+    snprintf(rec->route, sizeof rec->route, "%s", kind == LG_OAI_CHAT ? "chat.completions" : "completions");
+    snprintf(rec->model, sizeof rec->model, "%s", q->model);
+    if (q->is_adapter) {
+        snprintf(rec->adapter_name, sizeof rec->adapter_name, "%s", q->adapter.name);
+        snprintf(rec->adapter_digest, sizeof rec->adapter_digest, "%s", q->adapter.version.digest);
+    }
+    rec->received_at = received;
+}
+
+/* The loop side: the answer's shape and per choice its detokenizer, stop
+ * strings and logprobs. */
+static void gen_init(gen *g, const lg_openai_deps *d, job *j, lg_request *r, lg_oai_kind kind,
+                     const lg_oai_request *q, choice_st *cs)
+{
+    memset(g, 0, sizeof *g);
+    g->d = d;
+    g->j = j;
+    g->kind = kind;
+    g->stream = q->stream;
+    g->include_usage = q->include_usage;
+    g->logprobs = q->logprobs;
+    g->top_logprobs = q->top_logprobs;
+    snprintf(g->model, sizeof g->model, "%s", q->model);
+    snprintf(g->id, sizeof g->id, "%s-%s", kind == LG_OAI_CHAT ? "chatcmpl" : "cmpl", lg_request_id(r) + 4);
+    g->created = lg_unix_now();
+    g->c = cs;
+    g->n = j->n_choices;
+    const lg_tokenizer *tok = d->model->tok;
+    for (int i = 0; i < g->n; i++) {
+        cs[i].dt = tok ? lg_detok_new(tok, true) : NULL;
+        cs[i].stp = q->n_stop ? lg_stopper_new((const char *const *)q->stop, q->n_stop) : NULL;
+        if (q->logprobs)
+            cs[i].lp = kind == LG_OAI_CHAT ? json_array() : cmpl_lp_new();
+    }
+}
+
+/* Submits every choice to the engine (j->submitted counts them); returns
+ * the index of the first one the engine refused, or -1. */
+static int submit_choices(const lg_openai_deps *d, job *j, const lg_oai_request *q, int64_t received, lg_err *err)
+{
+    uint64_t base_seed = q->has_seed ? (uint64_t)q->seed
+                                     : ((uint64_t)received * 0x9E3779B97F4A7C15ull) ^
+                                           __atomic_add_fetch(&seed_counter, 0x632BE59BD9B4E019ull, __ATOMIC_RELAXED);
+    j->t_submit = lg_now();
+    char tenant_key[LG_TENANT_KEY_MAX];
+    lg_tenant_key(j->tenant->id, tenant_key);
+    atomic_init(&j->remaining, j->n_choices + 1); /* + 1: the submit loop's guard */
+    for (int i = 0; i < j->n_choices; i++) {
+        j->p[i] = (prod){j, i};
+        lg_request_params p = {
+            .prompt = q->prompts[i / q->n],
+            .n_prompt = q->n_prompt_tokens[i / q->n],
+            .max_tokens = q->max_tokens,
+            .presence_penalty = q->presence_penalty,
+            .frequency_penalty = q->frequency_penalty,
+            .logprobs = q->logprobs,
+            .top_logprobs = q->top_logprobs,
+            .adapter_id = q->is_adapter ? q->adapter.engine_id : 0,
+            .tenant = tenant_key, /* the id, never the name (names are reused) */
+            .cache_salt = q->cache_salt[0] ? q->cache_salt : NULL,
+            .cb = {e_token, e_finish},
+            .user = &j->p[i],
+        };
+        lg_sampling_params_default(&p.sampling);
+        p.sampling.temperature = q->temperature;
+        p.sampling.top_p = q->top_p;
+        p.sampling.seed = base_seed + (uint64_t)i;
+        if (lg_engine_submit(d->engine, &p, &j->ids[i], err) != 0)
+            return i;
+        j->submitted = i + 1;
+    }
+    return -1;
+}
+
+/* One HTTP request: parse, admit, then prompts x n engine requests whose
+ * events come back to the loop through the stream (HANDLER). */
+static int generate(lg_request *r, const lg_openai_deps *d, lg_oai_kind kind)
+{
+    const lg_principal *pr = lg_principal_of(r);
+    const lg_tenant_obj *t = pr->tenant;
+    int64_t received = lg_unix_ms();
     json_t *body = lg_request_json(r);
     if (!body)
         return 0;
     lg_oai_request q;
-    int rc = lg_oai_request_parse(app, r, t, kind, body, &q);
+    int rc = lg_oai_request_parse(d->model, d->adapters, r, t, kind, body, &q);
     json_decref(body);
     if (rc != 0) {
         lg_oai_request_dispose(&q);
         return 0;
     }
     lg_request_log_set(r, "model", json_string(q.model));
-    char reason[200];
-    if (!lg_ledger_healthy(app->ledger, reason, sizeof reason)) {
-        lg_oai_request_dispose(&q);
-        return lg_respond_unavailable(r, 5, "The usage ledger cannot write right now; try again later."), 0;
-    }
-    lg_engine_stats es;
-    lg_engine_get_stats(app->engine, &es);
-    if (es.queued >= app->cfg->max_queue) {
-        lg_oai_request_dispose(&q);
-        return lg_respond_unavailable(r, 1, "The server is overloaded; try again shortly."), 0;
-    }
     int64_t est = 0;
     for (int i = 0; i < q.n_prompts; i++)
         est += q.n_prompt_tokens[i] + (int64_t)q.n * q.max_tokens;
-    if (lg_limits_admit(app->limits, r, t, est) != 0) {
+    lg_pricing pricing;
+    if (admit(d, r, t, est, &pricing) != 0) {
         lg_oai_request_dispose(&q);
         return 0;
     }
@@ -624,57 +786,15 @@ static int generate(lg_request *r, lg_app *app, lg_oai_kind kind)
     if (!j || !g || !cs) {
         free(j);
         free(cs);
-        lg_limits_finish(app->limits, t, est, 0);
+        lg_limits_finish(d->limits, t->id, est, 0);
         lg_oai_request_dispose(&q);
         return -1;
     }
-    memset(g, 0, sizeof *g);
-    atomic_init(&j->refs, 2);
-    atomic_init(&j->client_gone, false);
-    j->app = app;
-    j->tenant = t;
-    j->n_per_prompt = q.n;
-    j->n_choices = q.n_prompts * q.n;
-    j->n_prompts = q.n_prompts;
-    for (int i = 0; i < q.n_prompts; i++) {
-        j->best_choice[i] = -1;
-        j->prompt_len += q.n_prompt_tokens[i];
-    }
-    j->est_tokens = est;
-    lg_app_tenant_get(app, t, NULL, &j->pricing);
-    lg_usage_record *rec = &j->rec;
-    snprintf(rec->request_id, sizeof rec->request_id, "%s", lg_request_id(r));
-    rec->tenant_id = t->id;
-    snprintf(rec->key_id, sizeof rec->key_id, "%s", pr->key_id);
-    snprintf(rec->route, sizeof rec->route, "%s", kind == LG_OAI_CHAT ? "chat.completions" : "completions");
-    snprintf(rec->model, sizeof rec->model, "%s", q.model);
-    if (q.is_adapter) {
-        snprintf(rec->adapter_name, sizeof rec->adapter_name, "%s", q.adapter.name);
-        snprintf(rec->adapter_digest, sizeof rec->adapter_digest, "%s", q.adapter.version.digest);
-    }
-    rec->received_at = received;
-
-    g->app = app;
-    g->j = j;
-    g->kind = kind;
-    g->stream = q.stream;
-    g->include_usage = q.include_usage;
-    g->logprobs = q.logprobs;
-    g->top_logprobs = q.top_logprobs;
-    snprintf(g->model, sizeof g->model, "%s", q.model);
-    snprintf(g->id, sizeof g->id, "%s-%s", kind == LG_OAI_CHAT ? "chatcmpl" : "cmpl", lg_request_id(r) + 4);
-    g->created = lg_app_unix_now();
-    g->c = cs;
-    g->n = j->n_choices;
-    for (int i = 0; i < g->n; i++) {
-        cs[i].dt = app->tok ? lg_detok_new(app->tok, true) : NULL;
-        cs[i].stp = q.n_stop ? lg_stopper_new((const char *const *)q.stop, q.n_stop) : NULL;
-        if (q.logprobs)
-            cs[i].lp = kind == LG_OAI_CHAT ? json_array() : cmpl_lp_new();
-    }
+    job_init(j, d, r, pr, kind, &q, est, &pricing, received);
+    gen_init(g, d, j, r, kind, &q, cs);
     j->s = lg_stream_open(r, &HANDLER, g);
     if (!j->s) {
-        lg_limits_finish(app->limits, t, est, 0);
+        lg_limits_finish(d->limits, t->id, est, 0);
         job_release(j);
         gen_cleanup(g);
         lg_oai_request_dispose(&q);
@@ -687,62 +807,29 @@ static int generate(lg_request *r, lg_app *app, lg_oai_kind kind)
                 send_chunk(g, i, NULL, 0, NULL, NULL, true);
     }
 
-    uint64_t base_seed = q.has_seed ? (uint64_t)q.seed
-                                    : ((uint64_t)received * 0x9E3779B97F4A7C15ull) ^
-                                          __atomic_add_fetch(&seed_counter, 0x632BE59BD9B4E019ull, __ATOMIC_RELAXED);
-    j->t_submit = lg_now();
-    char tenant_key[LG_TENANT_KEY_MAX];
-    lg_tenant_key(t->id, tenant_key);
-    atomic_init(&j->remaining, j->n_choices + 1); /* + 1: the submit loop's guard */
     lg_err err = {{0}};
-    int failed_at = -1;
-    for (int i = 0; i < j->n_choices; i++) {
-        j->p[i] = (prod){j, i};
-        lg_request_params p = {
-            .prompt = q.prompts[i / q.n],
-            .n_prompt = q.n_prompt_tokens[i / q.n],
-            .max_tokens = q.max_tokens,
-            .presence_penalty = q.presence_penalty,
-            .frequency_penalty = q.frequency_penalty,
-            .logprobs = q.logprobs,
-            .top_logprobs = q.top_logprobs,
-            .adapter_id = q.is_adapter ? q.adapter.engine_id : 0,
-            .tenant = tenant_key, /* the id, never the name (names are reused) */
-            .cache_salt = q.cache_salt[0] ? q.cache_salt : NULL,
-            .cb = {e_token, e_finish},
-            .user = &j->p[i],
-        };
-        lg_sampling_params_default(&p.sampling);
-        p.sampling.temperature = q.temperature;
-        p.sampling.top_p = q.top_p;
-        p.sampling.seed = base_seed + (uint64_t)i;
-        if (lg_engine_submit(app->engine, &p, &j->ids[i], &err) != 0) {
-            failed_at = i;
-            break;
-        }
-        j->submitted = i + 1;
-    }
+    int failed_at = submit_choices(d, j, &q, received, &err);
     lg_oai_request_dispose(&q);
-    if (failed_at >= 0) {
-        if (failed_at == 0) {
-            /* nothing reached the engine: answer here; the producers' reference
-             * goes with the stream */
-            record_refusal(app, j, 404, "model_not_found");
-            lg_limits_finish(app->limits, t, est, 0);
-            lg_stream_close(j->s);
-            job_release(j);
-            if (g->stream)
-                respond_error_event(g, r, 404, err.msg);
-            else
-                lg_respond_error(r, 404, "model_not_found", "model", "%s", err.msg);
-            gen_cleanup(g);
-            return 0;
-        }
+    if (failed_at == 0) {
+        /* nothing reached the engine: answer here; the producers' reference
+         * goes with the stream */
+        record_refusal(d, j, 404, "model_not_found");
+        lg_limits_finish(d->limits, t->id, est, 0);
+        lg_stream_close(j->s);
+        job_release(j);
+        if (g->stream)
+            respond_error_event(g, r, 404, err.msg);
+        else
+            lg_respond_error(r, 404, "model_not_found", "model", "%s", err.msg);
+        gen_cleanup(g);
+        return 0;
+    }
+    if (failed_at > 0) {
         /* some choices run: cancel them; finalize answers 500 */
         snprintf(j->error, sizeof j->error, "The engine refused part of this request: %s", err.msg);
         j->any_error = true;
         for (int i = 0; i < failed_at; i++)
-            lg_engine_cancel(app->engine, j->ids[i], LG_FINISH_CANCELLED);
+            lg_engine_cancel(d->engine, j->ids[i], LG_FINISH_CANCELLED);
     }
     /* drop the guard and the choices never submitted; the last one out finalizes */
     int drop = 1 + (j->n_choices - j->submitted);
@@ -751,59 +838,67 @@ static int generate(lg_request *r, lg_app *app, lg_oai_kind kind)
     return 0;
 }
 
-static int chat(lg_request *r, void *app) { return generate(r, app, LG_OAI_CHAT); }
-static int completions(lg_request *r, void *app) { return generate(r, app, LG_OAI_COMPLETIONS); }
+static int chat(lg_request *r, void *d) { return generate(r, d, LG_OAI_CHAT); }
+static int completions(lg_request *r, void *d) { return generate(r, d, LG_OAI_COMPLETIONS); }
 
-static json_t *model_obj(lg_app *app, const lg_app_adapter *a, const char *owner)
+static json_t *model_obj(const lg_served_model *m, const lg_tenant_adapter *a, const char *owner)
 {
     if (!a)
-        return json_pack("{s:s,s:s,s:I,s:s}", "id", app->model_id, "object", "model", "created",
-                         (json_int_t)app->created_at, "owned_by", "loragate");
+        return json_pack("{s:s,s:s,s:I,s:s}", "id", m->id, "object", "model", "created", (json_int_t)m->created_at,
+                         "owned_by", "loragate");
     return json_pack("{s:s,s:s,s:I,s:s,s:s,s:s}", "id", a->name, "object", "model", "created",
-                     (json_int_t)(a->created_at / 1000), "owned_by", owner, "parent", app->model_id, "root", app->model_id);
+                     (json_int_t)(a->created_at / 1000), "owned_by", owner, "parent", m->id, "root", m->id);
 }
 
 static int models(lg_request *r, void *user)
 {
-    lg_app *app = user;
-    const lg_app_principal *pr = lg_app_principal_of(r);
+    const lg_openai_deps *d = user;
+    const lg_principal *pr = lg_principal_of(r);
     json_t *data = json_array();
-    json_array_append_new(data, model_obj(app, NULL, NULL));
-    lg_app_adapter *v = NULL;
+    json_array_append_new(data, model_obj(d->model, NULL, NULL));
+    lg_tenant_adapter *v = NULL;
     int n = 0;
-    if (lg_app_adapter_list(app, pr->tenant->id, &v, &n) == 0)
+    if (lg_tenant_adapters_list(d->adapters, pr->tenant->id, &v, &n) == 0)
         for (int i = 0; i < n; i++)
-            json_array_append_new(data, model_obj(app, &v[i], pr->tenant->name));
+            json_array_append_new(data, model_obj(d->model, &v[i], pr->tenant->name));
     free(v);
     return lg_respond_json(r, 200, json_pack("{s:s,s:o}", "object", "list", "data", data));
 }
 
 static int model_get(lg_request *r, void *user)
 {
-    lg_app *app = user;
-    const lg_app_principal *pr = lg_app_principal_of(r);
+    const lg_openai_deps *d = user;
+    const lg_principal *pr = lg_principal_of(r);
     const char *id = lg_request_param(r, "id");
-    if (!strcmp(id, app->model_id))
-        return lg_respond_json(r, 200, model_obj(app, NULL, NULL));
-    lg_app_adapter a;
-    if (!lg_app_adapter_find(app, pr->tenant->id, id, &a))
+    if (!strcmp(id, d->model->id))
+        return lg_respond_json(r, 200, model_obj(d->model, NULL, NULL));
+    lg_tenant_adapter a;
+    if (!lg_tenant_adapters_find(d->adapters, pr->tenant->id, id, &a))
         return lg_respond_model_not_found(r, id), 0;
-    return lg_respond_json(r, 200, model_obj(app, &a, pr->tenant->name));
+    return lg_respond_json(r, 200, model_obj(d->model, &a, pr->tenant->name));
 }
 
-int lg_routes_openai(lg_router *rt, lg_app *app, lg_err *err)
+int lg_routes_openai(lg_router *rt, const lg_openai_deps *deps, lg_err *err)
 {
+    lg_openai_deps *d = malloc(sizeof *d); /* the routes' user, freed with the router */
+    if (!d)
+        return lg_fail(err, "out of memory");
+    *d = *deps;
     lg_route routes[] = {
-        {.method = "GET", .pattern = "/v1/models", .fn = models, .user = app, .auth = lg_app_auth_inference,
-         .auth_user = app, .tenant_scoped = true, .name = "models"},
-        {.method = "GET", .pattern = "/v1/models/{id*}", .fn = model_get, .user = app,
-         .auth = lg_app_auth_inference, .auth_user = app, .tenant_scoped = true, .name = "model"},
-        {.method = "POST", .pattern = "/v1/chat/completions", .fn = chat, .user = app,
-         .content_type = "application/json", .body_required = true, .auth = lg_app_auth_inference,
-         .auth_user = app, .tenant_scoped = true, .name = "chat.completions"},
-        {.method = "POST", .pattern = "/v1/completions", .fn = completions, .user = app,
-         .content_type = "application/json", .body_required = true, .auth = lg_app_auth_inference,
-         .auth_user = app, .tenant_scoped = true, .name = "completions"},
+        {.method = "GET", .pattern = "/v1/models", .fn = models, .user = d, .auth = lg_auth_tenant_inference,
+         .auth_user = d->auth, .tenant_scoped = true, .name = "models", .free_user = free},
+        {.method = "GET", .pattern = "/v1/models/{id*}", .fn = model_get, .user = d,
+         .auth = lg_auth_tenant_inference, .auth_user = d->auth, .tenant_scoped = true, .name = "model"},
+        {.method = "POST", .pattern = "/v1/chat/completions", .fn = chat, .user = d,
+         .content_type = "application/json", .body_required = true, .auth = lg_auth_tenant_inference,
+         .auth_user = d->auth, .tenant_scoped = true, .name = "chat.completions"},
+        {.method = "POST", .pattern = "/v1/completions", .fn = completions, .user = d,
+         .content_type = "application/json", .body_required = true, .auth = lg_auth_tenant_inference,
+         .auth_user = d->auth, .tenant_scoped = true, .name = "completions"},
     };
-    return lg_router_add_all(rt, routes, (int)(sizeof routes / sizeof routes[0]), err);
+    if (lg_router_add(rt, &routes[0], err) != 0) {
+        free(d);
+        return -1;
+    }
+    return lg_router_add_all(rt, routes + 1, (int)(sizeof routes / sizeof routes[0]) - 1, err);
 }

@@ -29,7 +29,8 @@
  *
  * Queries read SQLite, so they run on the worker pool (lg_request_defer)
  * with a reader connection opened for the query (WAL: never blocks the
- * ledger writer); the loop thread only parses and answers.
+ * ledger writer); the loop thread only parses and answers. The HTML page
+ * over the same figures is usage_page.c, registered on its own.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -37,55 +38,18 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <h2o.h>
-
-#include "gateway/http/admin_key.h"
-#include "gateway/app.h"
 #include "db/usage.h"
+#include "gateway/form.h"
+#include "gateway/http/admin_key.h"
 #include "gateway/http/request.h"
 #include "gateway/routes.h"
-#include "gateway/usage_page.h"
-
-/* ---- form / query decoding (shared with usage_page.c) ---------------------- */
-
-int lg__form_each(const char *s, size_t len, int (*cb)(void *user, const char *name, const char *value), void *user)
-{
-    char name[4096], value[4096];
-    const char *end = s + len;
-    while (s < end) {
-        const char *amp = memchr(s, '&', (size_t)(end - s));
-        const char *pe = amp ? amp : end;
-        if (pe > s) {
-            const char *eq = memchr(s, '=', (size_t)(pe - s));
-            const char *ke = eq ? eq : pe;
-            const char *v = eq ? eq + 1 : pe;
-            if (lg_form_decode(s, (size_t)(ke - s), name, sizeof name) < 0 ||
-                lg_form_decode(v, (size_t)(pe - v), value, sizeof value) < 0)
-                return -1;
-            int rc = cb(user, name, value);
-            if (rc)
-                return rc;
-        }
-        s = pe + 1;
-    }
-    return 0;
-}
-
-const char *lg__request_query_string(lg_request *r, size_t *len)
-{
-    h2o_req_t *req = lg_request_h2o(r);
-    if (!req || req->query_at == SIZE_MAX) {
-        *len = 0;
-        return "";
-    }
-    *len = req->path.len - req->query_at - 1;
-    return req->path.base + req->query_at + 1;
-}
+#include "gateway/tenant_auth.h"
+#include "gateway/unix_time.h"
 
 /* ---- the query ------------------------------------------------------------------ */
 
 typedef struct uq {
-    lg_app *app;
+    const char *data_dir;
     bool admin;
     lg_usage_query q;
     bool have_start, have_end, csv;
@@ -221,7 +185,7 @@ static void query_work(void *arg)
     uq *u = arg;
     lg_err err = {{0}};
     lg_store *rd = NULL;
-    if (lg_store_open_reader(u->app->cfg->data_dir, &rd, &err) != 0) {
+    if (lg_store_open_reader(u->data_dir, &rd, &err) != 0) {
         u->status = 503;
         snprintf(u->err, sizeof u->err, "The usage store cannot be read right now: %s", err.msg);
         return;
@@ -302,22 +266,22 @@ static void query_done(lg_request *r, void *arg)
     free(u);
 }
 
-static int usage(lg_request *r, lg_app *app, bool admin)
+static int usage(lg_request *r, const char *data_dir, bool admin)
 {
     uq *u = calloc(1, sizeof *u);
     if (!u)
         return -1;
-    u->app = app;
+    u->data_dir = data_dir;
     u->admin = admin;
     u->page = -1;
     u->q.bucket_width = LG_USAGE_1D;
     if (!admin) {
-        const lg_app_principal *p = lg_app_principal_of(r);
+        const lg_principal *p = lg_principal_of(r);
         u->q.tenant_id = p->tenant->id;
     }
     size_t qlen;
-    const char *qs = lg__request_query_string(r, &qlen);
-    int rc = lg__form_each(qs, qlen, on_param, u);
+    const char *qs = lg_form_query(r, &qlen);
+    int rc = lg_form_each(qs, qlen, on_param, u);
     if (rc == 0 && !u->have_start) {
         snprintf(u->bad_param, sizeof u->bad_param, "start_time");
         snprintf(u->bad_msg, sizeof u->bad_msg, "Missing required parameter: 'start_time' (Unix seconds).");
@@ -339,7 +303,7 @@ static int usage(lg_request *r, lg_app *app, bool admin)
         u->q.start_time = u->page;
     }
     if (!u->have_end)
-        u->q.end_time = lg_app_unix_now() + 1;
+        u->q.end_time = lg_unix_now() + 1;
     if (u->q.end_time <= u->q.start_time) {
         lg_respond_error(r, 400, NULL, "end_time", "end_time must be after start_time.");
         free(u);
@@ -352,18 +316,17 @@ static int usage(lg_request *r, lg_app *app, bool admin)
     return 0;
 }
 
-static int tenant_usage(lg_request *r, void *user) { return usage(r, user, false); }
-static int admin_usage(lg_request *r, void *user) { return usage(r, user, true); }
+static int tenant_usage(lg_request *r, void *data_dir) { return usage(r, data_dir, false); }
+static int admin_usage(lg_request *r, void *data_dir) { return usage(r, data_dir, true); }
 
-int lg_routes_usage(lg_router *rt, lg_app *app, lg_err *err)
+int lg_routes_usage(lg_router *rt, const lg_usage_deps *d, lg_err *err)
 {
+    void *data_dir = (void *)d->data_dir; /* outlives the router (the serve options) */
     lg_route routes[] = {
-        {.method = "GET", .pattern = "/v1/usage", .fn = tenant_usage, .user = app, .auth = lg_app_auth_any,
-         .auth_user = app, .tenant_scoped = true, .name = "usage"},
-        {.method = "GET", .pattern = "/admin/v1/usage", .fn = admin_usage, .user = app, .auth = lg_auth_admin,
-         .auth_user = (void *)app->env->admin_key, .name = "admin_usage"},
+        {.method = "GET", .pattern = "/v1/usage", .fn = tenant_usage, .user = data_dir, .auth = lg_auth_tenant_any,
+         .auth_user = d->auth, .tenant_scoped = true, .name = "usage"},
+        {.method = "GET", .pattern = "/admin/v1/usage", .fn = admin_usage, .user = data_dir, .auth = lg_auth_admin,
+         .auth_user = (void *)d->admin_key, .name = "admin_usage"},
     };
-    if (lg_router_add_all(rt, routes, (int)(sizeof routes / sizeof routes[0]), err) != 0)
-        return -1;
-    return lg__usage_page_routes(rt, app, err);
+    return lg_router_add_all(rt, routes, (int)(sizeof routes / sizeof routes[0]), err);
 }

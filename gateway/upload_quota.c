@@ -11,7 +11,7 @@
 #include <string.h>
 #include <sys/statvfs.h>
 
-#include "gateway/app.h"
+#include "gateway/tenant_auth.h"
 
 typedef struct slot {
     int64_t tenant_id; /* -1: free */
@@ -114,8 +114,8 @@ int lg_upload_quota_admit(const lg_auth_result *who, int64_t declared, void *use
     lg_upload_quota *q = user;
     *out_hold = NULL;
     int64_t tenant_id = 0; /* the operator */
-    if (who->principal_len == sizeof(lg_app_principal)) {
-        const lg_app_principal *p = (const lg_app_principal *)who->principal;
+    if (who->principal_len == sizeof(lg_principal)) {
+        const lg_principal *p = (const lg_principal *)who->principal;
         tenant_id = p->tenant ? p->tenant->id : 0;
     }
     uint64_t bytes = declared >= 0 ? (uint64_t)declared : q->max_body;

@@ -33,8 +33,8 @@ int lg_upload_quota_create(const char *data_dir, int max_per_tenant, uint64_t by
                            uint64_t max_body, lg_upload_quota **out, lg_err *err);
 void lg_upload_quota_free(lg_upload_quota *q); /* NULL: no-op; no reservation may be held */
 
-/* lg_body_admit_fn (user: the quota). who: lg_app_principal bytes for a
- * tenant key, or the operator key's pointer. */
+/* lg_body_admit_fn (user: the quota). who: lg_principal bytes for a tenant
+ * key (tenant_auth.h), or the operator key's pointer. */
 int lg_upload_quota_admit(const lg_auth_result *who, int64_t declared, void *q, void **hold, lg_auth_result *out);
 void lg_upload_quota_release(void *hold);
 

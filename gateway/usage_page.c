@@ -6,15 +6,10 @@
  *                        -> 303 to /usage with a session cookie
  *   POST /usage/logout   -> 303 to /usage, cookie cleared
  *
- * Sign-in. The key travels once, in a POST body, never in a URL. The server
- * keeps sessions in memory (lost on restart: sign in again): a random
- * 256-bit id maps to "operator" or to the tenant key it was opened with; the
- * cookie holds only the id ("__Host-lg_usage", HttpOnly, Secure, SameSite=
- * Strict, Path=/; without TLS, on a loopback-only --insecure-http server,
- * "lg_usage" without Secure). Every page view looks the key up again in the
- * key cache, so a revoked key or a deleted tenant ends its sessions at
- * once. Sessions last 8 hours; at most 4096 exist (the oldest goes first).
- * POSTs with an Origin header from another origin are refused (403).
+ * Sign-in: usage_sessions.h (the key travels once, in a POST body; the
+ * cookie holds a random session id; every view re-checks the key). This
+ * file answers the forms: POSTs with an Origin header from another origin
+ * are refused (403).
  *
  * The page. Server-rendered HTML, no script at all, no external resource
  * (the server may run offline): the stylesheet is inline and allowed by its
@@ -31,8 +26,6 @@
  */
 #include <inttypes.h>
 #include <math.h>
-#include <pthread.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,35 +34,26 @@
 #include <h2o.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
-#include <openssl/rand.h>
 
-#include "gateway/http/admin_key.h"
-#include "gateway/app.h"
 #include "db/usage.h"
-#include "gateway/rate_limits.h"
+#include "gateway/form.h"
 #include "gateway/http/request.h"
-#include "gateway/http/server.h"
-#include "gateway/usage_page.h"
+#include "gateway/rate_limits.h"
+#include "gateway/routes.h"
+#include "gateway/tenants.h"
+#include "gateway/unix_time.h"
+#include "gateway/usage_sessions.h"
 
-#define MAX_SESSIONS 4096
-#define SESSION_SECONDS (8 * 3600)
-#define SID_HEX 64
 /* a 16x16 rounded square in the page's link colour, as an SVG data URL */
 #define ICON                                                                                                   \
     "data:image/svg+xml,%3Csvg xmlns='http://www.w3.org/2000/svg' viewBox='0 0 16 16'%3E%3Crect width='16' "  \
     "height='16' rx='3' fill='%232b5fb4'/%3E%3C/svg%3E"
 
-typedef struct session {
-    char id[SID_HEX + 1]; /* "" : free */
-    bool op;
-    char secret[LG_KEY_SECRET_LEN + 1];
-    int64_t expires, created;
-} session;
-
 typedef struct page_ctx {
-    lg_app *app;
-    pthread_mutex_t mu;
-    session *s;
+    lg_usage_sessions *sessions;
+    lg_tenants *tenants;
+    lg_limits *limits;
+    const char *data_dir;
     char csp[256];
 } page_ctx;
 
@@ -162,145 +146,6 @@ static void fmt_usd_short(int64_t pico, char *out, size_t cap)
         snprintf(out, cap, "$%.2f", usd);
 }
 
-/* ---- sessions ------------------------------------------------------------------------ */
-
-static bool random_hex(char *out, size_t nbytes)
-{
-    unsigned char b[64];
-    if (nbytes > sizeof b || RAND_bytes(b, (int)nbytes) != 1)
-        return false;
-    for (size_t i = 0; i < nbytes; i++)
-        snprintf(out + 2 * i, 3, "%02x", b[i]);
-    return true;
-}
-
-static bool server_tls(page_ctx *c)
-{
-    return !(c->app->env && c->app->env->server) || lg_server_is_tls(c->app->env->server);
-}
-
-static const char *cookie_name(page_ctx *c) { return server_tls(c) ? "__Host-lg_usage" : "lg_usage"; }
-
-/* The session id from the Cookie header(s) (HTTP/2 may split them). */
-static bool cookie_sid(page_ctx *c, lg_request *r, char sid[SID_HEX + 1])
-{
-    h2o_req_t *req = lg_request_h2o(r);
-    if (!req)
-        return false;
-    const char *name = cookie_name(c);
-    size_t nl = strlen(name);
-    for (ssize_t i = -1; (i = h2o_find_header(&req->headers, H2O_TOKEN_COOKIE, i)) != -1;) {
-        h2o_iovec_t v = req->headers.entries[i].value;
-        const char *p = v.base, *end = v.base + v.len;
-        while (p < end) {
-            while (p < end && (*p == ' ' || *p == ';'))
-                p++;
-            const char *semi = memchr(p, ';', (size_t)(end - p));
-            const char *ce = semi ? semi : end;
-            if ((size_t)(ce - p) == nl + 1 + SID_HEX && !memcmp(p, name, nl) && p[nl] == '=') {
-                memcpy(sid, p + nl + 1, SID_HEX);
-                sid[SID_HEX] = 0;
-                return true;
-            }
-            p = ce;
-        }
-    }
-    return false;
-}
-
-/* A copy of the live session with this id. */
-static bool session_find(page_ctx *c, const char *sid, session *out)
-{
-    int64_t now = lg_app_unix_now();
-    bool found = false;
-    pthread_mutex_lock(&c->mu);
-    for (int i = 0; i < MAX_SESSIONS; i++) {
-        session *s = &c->s[i];
-        if (!s->id[0])
-            continue;
-        if (s->expires <= now) {
-            OPENSSL_cleanse(s, sizeof *s);
-            continue;
-        }
-        if (!found && CRYPTO_memcmp(s->id, sid, SID_HEX) == 0) {
-            *out = *s;
-            found = true;
-        }
-    }
-    pthread_mutex_unlock(&c->mu);
-    return found;
-}
-
-static bool session_new(page_ctx *c, bool op, const char *secret, char sid[SID_HEX + 1])
-{
-    if (!random_hex(sid, SID_HEX / 2))
-        return false;
-    int64_t now = lg_app_unix_now();
-    pthread_mutex_lock(&c->mu);
-    int slot = 0;
-    for (int i = 0; i < MAX_SESSIONS; i++) {
-        if (!c->s[i].id[0] || c->s[i].expires <= now) {
-            slot = i;
-            break;
-        }
-        if (c->s[i].created < c->s[slot].created)
-            slot = i; /* full: the oldest goes */
-    }
-    session *s = &c->s[slot];
-    memset(s, 0, sizeof *s);
-    memcpy(s->id, sid, SID_HEX + 1);
-    s->op = op;
-    if (secret)
-        snprintf(s->secret, sizeof s->secret, "%s", secret);
-    s->created = now;
-    s->expires = now + SESSION_SECONDS;
-    pthread_mutex_unlock(&c->mu);
-    return true;
-}
-
-static void session_drop(page_ctx *c, const char *sid)
-{
-    pthread_mutex_lock(&c->mu);
-    for (int i = 0; i < MAX_SESSIONS; i++)
-        if (c->s[i].id[0] && CRYPTO_memcmp(c->s[i].id, sid, SID_HEX) == 0)
-            OPENSSL_cleanse(&c->s[i], sizeof c->s[i]);
-    pthread_mutex_unlock(&c->mu);
-}
-
-/* Who the session is now: operator, or a live key's tenant (false: none). */
-typedef struct viewer {
-    bool op;
-    int64_t tenant_id;
-    char tenant[LG_STORE_NAME_MAX];
-    char key_id[LG_KEY_ID_LEN + 1];
-    lg_app_tenant *t;
-} viewer;
-
-static bool viewer_of(page_ctx *c, lg_request *r, viewer *v, char sid[SID_HEX + 1])
-{
-    memset(v, 0, sizeof *v);
-    session s;
-    if (!cookie_sid(c, r, sid) || !session_find(c, sid, &s))
-        return false;
-    if (s.op) {
-        v->op = true;
-        return true;
-    }
-    lg_key_entry k;
-    if (!lg_key_cache_find(c->app->keys, s.secret, strlen(s.secret), &k)) {
-        session_drop(c, sid); /* revoked */
-        return false;
-    }
-    lg_app_tenant *t = lg_app_tenant_by_id(c->app, k.tenant_id);
-    if (!t || t->deleted)
-        return false;
-    v->t = t;
-    v->tenant_id = k.tenant_id;
-    snprintf(v->tenant, sizeof v->tenant, "%s", t->name);
-    snprintf(v->key_id, sizeof v->key_id, "%s", k.id);
-    return true;
-}
-
 /* ---- common headers ---------------------------------------------------------------- */
 
 static void page_headers(page_ctx *c, lg_request *r)
@@ -373,14 +218,6 @@ static bool same_origin(lg_request *r)
     return h && ohl == hl && !strncasecmp(oh, h, hl);
 }
 
-static void set_cookie(page_ctx *c, lg_request *r, const char *sid, int max_age)
-{
-    char v[256];
-    snprintf(v, sizeof v, "%s=%s; Path=/; HttpOnly;%s SameSite=Strict; Max-Age=%d", cookie_name(c), sid,
-             server_tls(c) ? " Secure;" : "", max_age);
-    lg_request_add_header(r, "set-cookie", v);
-}
-
 static int redirect_home(page_ctx *c, lg_request *r)
 {
     page_headers(c, r);
@@ -412,7 +249,7 @@ static int login(lg_request *r, void *user)
     const char *body = lg_request_body(r, &len);
     login_form f;
     memset(&f, 0, sizeof f);
-    if (lg__form_each(body ? body : "", len, on_login_field, &f) != 0 || !f.have || !f.key[0])
+    if (lg_form_each(body ? body : "", len, on_login_field, &f) != 0 || !f.have || !f.key[0])
         return sign_in_page(c, r, 400, "Enter an API key.");
     /* trim what a paste may bring */
     size_t kl = strlen(f.key);
@@ -421,21 +258,15 @@ static int login(lg_request *r, void *user)
     const char *key = f.key;
     while (*key == ' ')
         key++;
-    kl = strlen(key);
-    bool op = c->app->env && c->app->env->admin_key && lg_admin_key_matches(c->app->env->admin_key, key, kl);
-    lg_key_entry k;
-    bool tenant = !op && lg_key_cache_find(c->app->keys, key, kl, &k);
-    char sid[SID_HEX + 1];
-    if (!op && !tenant) {
-        OPENSSL_cleanse(&f, sizeof f);
-        return sign_in_page(c, r, 401, "That key was not accepted.");
-    }
-    bool ok = session_new(c, op, op ? NULL : key, sid);
+    char sid[LG_USAGE_SID_HEX + 1], who[LG_KEY_ID_LEN + 1];
+    lg_sign_in si = lg_usage_sign_in(c->sessions, key, strlen(key), sid, who);
     OPENSSL_cleanse(&f, sizeof f);
-    if (!ok)
+    if (si == LG_SIGN_IN_REFUSED)
+        return sign_in_page(c, r, 401, "That key was not accepted.");
+    if (si == LG_SIGN_IN_FAILED)
         return lg_respond_error(r, 500, NULL, NULL, "could not create a session"), 0;
-    lg_request_log_set(r, "usage_login", json_string(op ? "operator" : k.id));
-    set_cookie(c, r, sid, SESSION_SECONDS);
+    lg_request_log_set(r, "usage_login", json_string(who));
+    lg_usage_set_cookie(c->sessions, r, sid, LG_USAGE_SESSION_SECONDS);
     return redirect_home(c, r);
 }
 
@@ -444,10 +275,8 @@ static int logout(lg_request *r, void *user)
     page_ctx *c = user;
     if (!same_origin(r))
         return lg_respond_forbidden(r, "Cross-origin sign-out refused."), 0;
-    char sid[SID_HEX + 1];
-    if (cookie_sid(c, r, sid))
-        session_drop(c, sid);
-    set_cookie(c, r, "", 0);
+    lg_usage_sign_out(c->sessions, r);
+    lg_usage_set_cookie(c->sessions, r, "", 0);
     return redirect_home(c, r);
 }
 
@@ -466,7 +295,7 @@ typedef struct named_tot {
 
 typedef struct page_job {
     page_ctx *c;
-    viewer v;
+    lg_usage_viewer v;
     int days;
     char filter[LG_STORE_NAME_MAX]; /* operator: one tenant */
     int64_t filter_id;
@@ -547,12 +376,12 @@ static void page_work(void *arg)
     page_job *j = arg;
     lg_err err = {{0}};
     lg_store *rd = NULL;
-    if (lg_store_open_reader(j->c->app->cfg->data_dir, &rd, &err) != 0) {
+    if (lg_store_open_reader(j->c->data_dir, &rd, &err) != 0) {
         j->status = 503;
         snprintf(j->err, sizeof j->err, "The usage store cannot be read right now: %s", err.msg);
         return;
     }
-    int64_t now = lg_app_unix_now();
+    int64_t now = lg_unix_now();
     j->end = (now / LG_USAGE_1D + 1) * LG_USAGE_1D;
     j->start = j->end - (int64_t)j->days * LG_USAGE_1D;
     int64_t tenant_id = j->v.op ? 0 : j->v.tenant_id;
@@ -610,11 +439,11 @@ static void page_work(void *arg)
     }
     if (j->v.t) {
         lg_tenant row;
-        if (lg_app_tenant_get(j->c->app, j->v.t, &row, NULL)) {
+        if (lg_tenants_get(j->c->tenants, j->v.t, &row, NULL)) {
             j->limits = row.limits;
             j->have_limits = true;
         }
-        lg_limits_usage(j->c->app->limits, j->v.t, &j->lstate);
+        lg_limits_usage(j->c->limits, j->v.t->id, &j->lstate);
     }
     j->status = 200;
     render_page(j);
@@ -1061,14 +890,13 @@ static int on_page_param(void *u, const char *k, const char *v)
 static int page(lg_request *r, void *user)
 {
     page_ctx *c = user;
-    viewer v;
-    char sid[SID_HEX + 1];
-    if (!viewer_of(c, r, &v, sid))
+    lg_usage_viewer v;
+    if (!lg_usage_viewer_of(c->sessions, r, &v))
         return sign_in_page(c, r, 200, NULL);
     page_q q = {.days = 30};
     size_t qlen;
-    const char *qs = lg__request_query_string(r, &qlen);
-    if (lg__form_each(qs, qlen, on_page_param, &q) != 0 || q.bad)
+    const char *qs = lg_form_query(r, &qlen);
+    if (lg_form_each(qs, qlen, on_page_param, &q) != 0 || q.bad)
         return lg_respond_error(r, 400, NULL, NULL, "Invalid days or tenant: days is 7, 30 or 90."), 0;
     page_job *j = calloc(1, sizeof *j);
     if (!j)
@@ -1090,21 +918,22 @@ static void ctx_free(void *p)
     page_ctx *c = p;
     if (!c)
         return;
-    OPENSSL_cleanse(c->s, sizeof *c->s * MAX_SESSIONS);
-    free(c->s);
-    pthread_mutex_destroy(&c->mu);
+    lg_usage_sessions_free(c->sessions);
     free(c);
 }
 
-int lg__usage_page_routes(lg_router *rt, lg_app *app, lg_err *err)
+int lg_routes_usage_page(lg_router *rt, const lg_usage_page_deps *d, lg_err *err)
 {
     page_ctx *c = calloc(1, sizeof *c);
-    if (!c || !(c->s = calloc(MAX_SESSIONS, sizeof *c->s))) {
-        free(c);
+    if (!c)
         return lg_fail(err, "out of memory");
+    if (lg_usage_sessions_create(d->admin_key, d->auth, d->env, &c->sessions, err) != 0) {
+        free(c);
+        return -1;
     }
-    c->app = app;
-    pthread_mutex_init(&c->mu, NULL);
+    c->tenants = d->tenants;
+    c->limits = d->limits;
+    c->data_dir = d->data_dir;
     char h[64];
     css_hash(h);
     snprintf(c->csp, sizeof c->csp,

@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <strings.h>
 #include <sys/random.h>
 
@@ -95,17 +96,24 @@ static void rid_refill(void)
 void lg_request_id_new(char *out)
 {
     static const char hex[] = "0123456789abcdef";
-    if (rid_left < 16)
+    if (rid_left < 10)
         rid_refill();
     const uint8_t *b = rid_buf + sizeof rid_buf - rid_left;
+    /* time first (ms, 48 bits), then 80 random bits: the ledger's request_id
+     * index grows at its end (docs/benchmarks.md, Ledger) */
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t ms = ((uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000) & 0xffffffffffffull;
     memcpy(out, "req_", 4);
-    for (int i = 0; i < 16; i++) {
-        out[4 + 2 * i] = hex[b[i] >> 4];
-        out[5 + 2 * i] = hex[b[i] & 15];
+    for (int i = 0; i < 12; i++)
+        out[4 + i] = hex[(ms >> (44 - 4 * i)) & 15];
+    for (int i = 0; i < 10; i++) {
+        out[16 + 2 * i] = hex[b[i] >> 4];
+        out[17 + 2 * i] = hex[b[i] & 15];
     }
     out[LG_REQUEST_ID_LEN] = 0;
-    memset(rid_buf + sizeof rid_buf - rid_left, 0, 16); /* an id is never handed out twice */
-    rid_left -= 16;
+    memset(rid_buf + sizeof rid_buf - rid_left, 0, 10); /* random bytes are never handed out twice */
+    rid_left -= 10;
 }
 
 /* ---- media types ----------------------------------------------------------- */

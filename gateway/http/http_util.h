@@ -32,8 +32,10 @@ const char *lg_openai_error_type(int status);
 char *lg_openai_error_json(int status, const char *type, const char *message, const char *param, const char *code,
                            size_t *len);
 
-/* Request ids: "req_" + 32 lowercase hex digits (128 random bits from
- * getrandom, buffered per thread). out must hold LG_REQUEST_ID_LEN + 1. */
+/* Request ids: "req_" + 32 lowercase hex digits: the time in ms (12
+ * digits, so ids sort by time and the usage ledger's request_id index
+ * grows at its end) then 80 random bits from getrandom, buffered per
+ * thread. out must hold LG_REQUEST_ID_LEN + 1. */
 #define LG_REQUEST_ID_LEN 36
 void lg_request_id_new(char *out);
 

@@ -39,12 +39,13 @@
  *
  * Registering a route family (one file per family, e.g. routes_openai.c):
  *
- *     int lg_routes_openai(lg_router *rt, lg_app *app, lg_err *err) {
+ *     int lg_routes_openai(lg_router *rt, const lg_openai_deps *deps, lg_err *err) {
+ *         lg_openai_deps *d = ...a copy of deps, freed with the router...;
  *         lg_route routes[] = {
- *             {.method = "POST", .pattern = "/v1/chat/completions", .fn = chat, .user = app,
+ *             {.method = "POST", .pattern = "/v1/chat/completions", .fn = chat, .user = d,
  *              .content_type = "application/json", .body_required = true,
- *              .auth = lg_app_auth_inference, .auth_user = app, .tenant_scoped = true,
- *              .name = "chat.completions"},
+ *              .auth = lg_auth_tenant_inference, .auth_user = d->auth, .tenant_scoped = true,
+ *              .name = "chat.completions", .free_user = free},
  *             ...
  *         };
  *         return lg_router_add_all(rt, routes, (int)(sizeof routes / sizeof routes[0]), err);

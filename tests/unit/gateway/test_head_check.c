@@ -7,8 +7,8 @@
  */
 #include "tests/unit/test.h"
 
-#include "gateway/app.h"
 #include "gateway/http/head_check.h"
+#include "gateway/tenant_auth.h"
 #include "gateway/upload_quota.h"
 
 static int fn(lg_request *r, void *u) { return 0; }
@@ -141,12 +141,12 @@ static void test_quota(void)
     lg_upload_quota *q;
     lg_err err;
     CHECK(lg_upload_quota_create("/tmp", 2, 100, 0, 80, &q, &err) == 0);
-    lg_app_tenant ta = {.id = 7}, tb = {.id = 8};
+    lg_tenant_obj ta = {.id = 7}, tb = {.id = 8};
     lg_auth_result a = {0}, b = {0}, op = {.principal_ptr = (void *)1};
-    ((lg_app_principal *)a.principal)->tenant = &ta;
-    a.principal_len = sizeof(lg_app_principal);
-    ((lg_app_principal *)b.principal)->tenant = &tb;
-    b.principal_len = sizeof(lg_app_principal);
+    ((lg_principal *)a.principal)->tenant = &ta;
+    a.principal_len = sizeof(lg_principal);
+    ((lg_principal *)b.principal)->tenant = &tb;
+    b.principal_len = sizeof(lg_principal);
     void *h1, *h2, *h3, *h4;
     lg_auth_result out = {0};
     CHECK(lg_upload_quota_admit(&a, 40, q, &h1, &out) == 0 && h1);
@@ -175,10 +175,10 @@ static void test_quota(void)
     /* many tenants come and go */
     CHECK(lg_upload_quota_create("/tmp", 1, 100, 0, 80, &q, &err) == 0);
     for (int i = 0; i < 1000; i++) {
-        lg_app_tenant t = {.id = 100 + i};
+        lg_tenant_obj t = {.id = 100 + i};
         lg_auth_result w = {0};
-        ((lg_app_principal *)w.principal)->tenant = &t;
-        w.principal_len = sizeof(lg_app_principal);
+        ((lg_principal *)w.principal)->tenant = &t;
+        w.principal_len = sizeof(lg_principal);
         void *x, *y;
         CHECK(lg_upload_quota_admit(&w, 10, q, &x, &out) == 0);
         CHECK(lg_upload_quota_admit(&w, 10, q, &y, &out) != 0);

@@ -1,0 +1,37 @@
+/*
+ * served_model.h — the base model as the OpenAI routes see it: its id, its
+ * tokenizer and chat template, its context, and what a request gets when it
+ * names no max_tokens. Filled once in app.c's create, read-only afterwards,
+ * so any thread reads it without a lock. The tokenizer belongs to the
+ * weights (which outlive it); the chat template is its own.
+ */
+#ifndef LG_GW_SERVED_MODEL_H
+#define LG_GW_SERVED_MODEL_H
+
+#include <stdint.h>
+
+#include "engine/model/chat_template.h"
+#include "engine/model/tokenizer.h"
+#include "engine/model/weights.h"
+#include "gateway/http/serve_config.h"
+
+typedef struct lg_served_model {
+    char id[256];                 /* --served-model-name or the model's file/dir name */
+    int64_t created_at;           /* Unix seconds of process start ("created" of the base model) */
+    const lg_tokenizer *tok;      /* NULL: none (prompts as token ids only) */
+    lg_chat_template *chat;       /* NULL: none (chat completions refused) */
+    int vocab_size;
+    int max_context;              /* the engine's, in tokens */
+    int max_token_bytes;          /* longest vocabulary entry in bytes (an upper bound per token) */
+    int default_max_tokens;       /* --default-max-tokens */
+} lg_served_model;
+
+/* Fills m from the loaded weights and the options (--served-model-name,
+ * --chat-template, --default-max-tokens); max_context is the engine's,
+ * created_at the process's start. A model without a usable chat template
+ * gets chat NULL (not an error). */
+void lg_served_model_init(lg_served_model *m, const lg_weights *w, const lg_serve_config *cfg, int max_context,
+                          int64_t created_at);
+void lg_served_model_dispose(lg_served_model *m);
+
+#endif
