@@ -401,7 +401,7 @@ __device__ __forceinline__ uint4 ld_stream16(const void *p)
     return r;
 }
 /* 16 bytes of a once-a-step weight stream: when hint, past L1 with L2 policy pol; else a plain load
- * (a policy of evict_normal is not the same: it measured slower; docs/benchmarks.md, GPU kernels, 2026-11-23) */
+ * (a policy of evict_normal is not the same: it measured slower; docs/benchmarks.md, Tried, not kept, 2026-11-23) */
 __device__ __forceinline__ uint4 ld_weight16(const void *p, bool hint, uint64_t pol)
 {
     uint4 r;
@@ -431,7 +431,7 @@ __device__ __forceinline__ uint4 ld_weight16(const void *p, bool hint, uint64_t 
  * GEMV 13.7 -> 12.0 us a layer with the fewest that holds the block). The GEMV (no shared memory) asks for
  * none: batch 1 4.97 -> 4.93 ms a step (docs/benchmarks.md, GPU kernels, 2026-11-24). Asking the fewest of
  * the fused norm + GEMV (8 KB a block) measured slower (5.01 ms), as did the largest carveout on every launch
- * (batch 1 +0.27 ms; docs/benchmarks.md, GPU kernels, 2026-11-23): only those two launches ask. */
+ * (batch 1 +0.27 ms; docs/benchmarks.md, Tried, not kept, 2026-11-23): only those two launches ask. */
 template <typename... KArgs, typename... Args>
 static inline cudaError_t cu_launch_carve(cudaStream_t st, bool pdl, int carve, void (*kernel)(KArgs...), dim3 grid,
                                           dim3 block, size_t smem, Args... args)

@@ -39,7 +39,7 @@
 /* Each warp sweeps contiguous runs of 32 * LP_U ids. sample.cu's row_sweep
  * (lane l of warp w at ids w * 32 + l + k * 1024) was tried here: all the
  * same results, 11-24% slower per sampler + logprobs call at 32,000-151,936
- * ids, faster at 1,000 (H100, docs/benchmarks.md, GPU kernels,
+ * ids, faster at 1,000 (H100, docs/benchmarks.md, Tried, not kept,
  * 2026-11-23). */
 #define LP_FULL 0xffffffffu
 

@@ -30,7 +30,7 @@
  * formed a second wave that read B only after the matmul before had ended.
  * H100: W1 6.761 -> 6.738 ms a step, W3 7.066 -> 6.941, W2 11.85 -> 11.65
  * (four blocks an SM, 64 registers with spills: W1 +0.4 ms; docs/benchmarks.md,
- * GPU kernels, 2026-11-27).
+ * Tried, not kept, 2026-11-27).
  * Longer segments (prefill) take the tile kernel (lora_expand_tile_kernel,
  * below): 32-token tiles, B rows in registers, 4, 2 or 1 columns per thread
  * at step ranks up to 16, 32 or 64; beyond that, or with LG_SGMV_PREFILL=0
@@ -65,7 +65,7 @@
  * H100: W1 -0.077 ms a step (6 pairs); W3 and W2 within their spread. A form that
  * kept no values in shared memory (y stored, the block synced, then
  * re-read from y) was slower than the two launches (docs/benchmarks.md,
- * GPU kernels, 2026-11-27).
+ * Tried, not kept, 2026-11-27).
  * LG_EXPAND_ROPE=0: not taken (matmul_lora runs the two launches).
  */
 #include "kernels/mma.cuh"

@@ -35,7 +35,7 @@
  * 16-byte aligned half rows) when the row is at most 4096 wide (the
  * prologue's four emulated warps per warp); LG_FUSE_NORM=0 clears the slot.
  * The engine offers it one row (LG_NORM_MATMUL_MAX_T): at batch 2 two rows gave 5.44-5.48 against
- * 5.45-5.49 ms/step, within the spread (the prologue's work doubles; docs/benchmarks.md, GPU kernels,
+ * 5.45-5.49 ms/step, within the spread (the prologue's work doubles; docs/benchmarks.md, Tried, not kept,
  * 2026-11-23). Bit-identity holds against add_rmsnorm's vector kernel, the one it takes for 16-byte
  * aligned rows and output, and against the separate ops where their matmul also runs on the GEMV:
  * always for the engine's one-row steps; on Hopper a separate 2-row matmul and every matmul under a

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Causal prefill attention in PyTorch on the GPU: the outside reference for
-bench_kernels' prefill section (docs/benchmarks.md, issue 10).
+bench_kernels' prefill section (docs/benchmarks.md, GPU kernels > Prefill attention, 2026-11-27).
 
 torch.nn.functional.scaled_dot_product_attention, f16, one sequence of L
 tokens, `heads` query heads of head_dim 128 (K/V heads `kv`), causal, timed

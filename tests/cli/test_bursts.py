@@ -161,7 +161,7 @@ def test_penalties_from_a_one_token_prompt_are_stepwise(tmp_path):
     cache holds but its last token): their first step is one token, like a
     decode step, and its rows have no penalty pairs yet (nothing generated).
     It must not start a burst either; the golden device-against-host
-    penalties test found that on the GPU (thirty-second session)."""
+    penalties test found that on the GPU (2026-11-27)."""
     lines = [{"prompt_tokens": [17], "temperature": t, "seed": s} for s, t in ((1, 0.7), (2, 1.0), (3, 0.0))]
     f = batch_file(tmp_path, lines)
     args = ["--model", TINY, "--batch", f, "--max-tokens", "12", "--frequency-penalty", "1.2",

@@ -4,7 +4,7 @@
  * (2 layers, hidden 128, vocab 320) and the PEFT adapters next to it. No
  * tokenizer: prompts are token ids. Run from the repository root.
  *
- * What is checked, and why (issue 7, item 9):
+ * What is checked, and why:
  *   (a) seeded random workloads — random prompts (some sharing long
  *       prefixes), lengths, adapters, tenants, salts, sampling (greedy and
  *       seeded temperature), stop ids, submit times, cancels from the test
