@@ -28,6 +28,7 @@
 #include <time.h>
 
 #include "gateway/http/access_log.h"
+#include "gateway/http/body_encoding.h"
 #include "gateway/http/conn.h"
 #include "gateway/http/head_check.h"
 #include "gateway/http/json_body.h"
@@ -35,6 +36,7 @@
 #include "gateway/http/workers.h"
 
 #define PROBE_INTERVAL_MS 100
+#define LG_MAX_DECODED_BODY ((size_t)64 << 20) /* a compressed body decodes in memory: at most this much */
 
 struct lg_request {
     atomic_int refs;
@@ -64,6 +66,9 @@ struct lg_request {
     /* an upload reservation (route admit_body), released at dispose */
     const lg_route *hold_route;
     void *hold;
+    /* a gzip/deflate body, decoded (body_encoding.h); freed at dispose */
+    void *decoded;
+    size_t decoded_len;
 
     /* tenancy (router.h) */
     lg_tenant_via tenant_via;
@@ -242,6 +247,8 @@ static void anchor_dispose(void *p)
     if (r->hold && r->hold_route->release_body)
         r->hold_route->release_body(r->hold);
     r->hold = NULL;
+    free(r->decoded);
+    r->decoded = NULL;
     if (r->http1 && r->sock)
         lg__conn_h1_request_done(r->loop, r->sock);
     lg_request_release(r);
@@ -279,6 +286,10 @@ const char *lg_request_param(const lg_request *r, const char *name)
 
 const char *lg_request_body(const lg_request *r, size_t *len)
 {
+    if (r->req && r->decoded) {
+        *len = r->decoded_len;
+        return r->decoded;
+    }
     if (!r->req || !r->req->entity.base) {
         *len = 0;
         return NULL;
@@ -389,8 +400,15 @@ int lg_respond(lg_request *r, int status, const char *content_type, const void *
     req->res.content_length = len;
     lg__request_finished(r);
     h2o_start_response(req, &whole_body_generator);
-    h2o_send(req, &buf, len ? 1 : 0, H2O_SEND_STATE_FINAL);
+    /* HEAD: the headers GET would send (its Content-Length too), no body */
+    bool head = h2o_memis(req->method.base, req->method.len, H2O_STRLIT("HEAD"));
+    h2o_send(req, &buf, len && !head ? 1 : 0, H2O_SEND_STATE_FINAL);
     return 0;
+}
+
+bool lg_request_is_head(const lg_request *r)
+{
+    return r->req && h2o_memis(r->req->method.base, r->req->method.len, H2O_STRLIT("HEAD"));
 }
 
 int lg_respond_json(lg_request *r, int status, json_t *body)
@@ -793,6 +811,20 @@ int lg__dispatch(lg_loop *L, const lg_router *rt, h2o_req_t *req)
                                     st == 507 ? 0 : 1, out.message ? out.message : "Too many uploads in flight.");
                 return 0;
             }
+        }
+    }
+    /* a compressed body: decoded, within the route's limit on its decoded size */
+    size_t cel;
+    const char *ce = lg_request_header(r, "content-encoding", &cel);
+    if (ce && req->entity.base && req->entity.len > 0) {
+        int st;
+        char msg[256];
+        size_t max = route->max_body < LG_MAX_DECODED_BODY ? route->max_body : LG_MAX_DECODED_BODY;
+        if (lg_body_decode(ce, cel, req->entity.base, req->entity.len, max, &r->decoded, &r->decoded_len, &st, msg,
+                           sizeof msg) != 0) {
+            lg_respond_error(r, st, st == 413 ? "request_too_large" : st == 415 ? "unsupported_media_type"
+                                    : st == 400 ? "invalid_encoding" : NULL, NULL, "%s", msg);
+            return 0;
         }
     }
     if (route->fn(r, route->user) != 0 && !r->answered)

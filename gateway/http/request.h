@@ -60,6 +60,9 @@ const char *lg_request_body(const lg_request *r, size_t *len);
  * Not NUL-terminated: *len gets the length. */
 const char *lg_request_header(const lg_request *r, const char *name, size_t *len);
 bool lg_request_is_http2(const lg_request *r);
+/* A HEAD request (a GET route answers it: every answer then goes out as its
+ * headers only, Content-Length included, no body). */
+bool lg_request_is_head(const lg_request *r);
 /* Query parameter `name` of the request URL, decoded ('+' is a space) into
  * out (NUL-terminated). Returns its length, -1 when absent or malformed,
  * -2 when it does not fit in cap. */

@@ -283,6 +283,9 @@ lg_match_result lg_router_match(const lg_router *rt, const char *method, size_t 
             continue;
         path_known = true;
         bool meth = strlen(e->r.method) == method_len && memcmp(e->r.method, method, method_len) == 0;
+        /* a GET route answers HEAD too (its headers, no body: request.c) */
+        if (!meth && method_len == 4 && memcmp(method, "HEAD", 4) == 0 && !strcmp(e->r.method, "GET"))
+            meth = true;
         if (meth) {
             if (!best || strcmp(e->score, best->score) < 0)
                 best = e;
@@ -299,7 +302,9 @@ lg_match_result lg_router_match(const lg_router *rt, const char *method, size_t 
     for (int k = 0; methods[k]; k++) {
         for (int i = 0; i < rt->n; i++) {
             const route_ent *e = &rt->routes[i];
-            if (strcmp(e->r.method, methods[k]) != 0 || !match_ent(e, ps, n_ps, end, NULL))
+            bool listed = !strcmp(e->r.method, methods[k]) ||
+                          (!strcmp(methods[k], "HEAD") && !strcmp(e->r.method, "GET"));
+            if (!listed || !match_ent(e, ps, n_ps, end, NULL))
                 continue;
             size_t ml = strlen(methods[k]);
             if (alen + ml + 3 < sizeof m->allow) {

@@ -128,6 +128,11 @@ lg_sse *lg_sse_start(lg_request *r)
     h2o_req_t *req = lg_request_h2o(r);
     if (!req || lg_request_answered(r) || lg_request_is_closed(r))
         return NULL;
+    if (lg_request_is_head(r)) { /* the stream's headers, no events: the request is over */
+        lg_request_add_header(r, "cache-control", "no-cache");
+        lg_respond(r, 200, "text/event-stream", NULL, 0);
+        return NULL;
+    }
     lg_sse *s = h2o_mem_alloc_shared(&req->pool, sizeof *s, sse_dispose);
     memset(s, 0, sizeof *s);
     s->super.proceed = on_proceed;

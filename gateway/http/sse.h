@@ -30,7 +30,8 @@ typedef struct lg_sse lg_sse;
 #define LG_SSE_MAX_PENDING (8u << 20)
 
 /* Starts a 200 text/event-stream response (headers go out at once). NULL
- * when r was already answered or the client is gone. */
+ * when r was already answered or the client is gone, and for a HEAD
+ * request (answered then: the stream's headers, no events). */
 lg_sse *lg_sse_start(lg_request *r);
 
 /* One event: "data: <line>\n" per line of data (CR, LF, CRLF split lines),
