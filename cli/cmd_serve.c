@@ -65,12 +65,13 @@ static int add_routes(app_ctx *c, lg_router *rt, lg_serve_env *env, lg_err *err)
                              .metrics = c->metrics, .ledger = lg_app_ledger(app), .max_queue = cfg->max_queue};
     lg_admin_deps admin = {.admin_key = env->admin_key, .app = app, .tenants = lg_app_tenants(app),
                            .adapters = adapters, .uploads = c->uploads};
+    lg_tokenize_deps tok = {.model = lg_app_model(app), .auth = lg_app_auth(app), .adapters = lg_app_adapters(app)};
     lg_adapters_deps tenant_adapters = {.auth = lg_app_auth(app), .adapters = adapters, .uploads = c->uploads};
     lg_usage_deps usage = {.admin_key = env->admin_key, .auth = lg_app_auth(app), .data_dir = cfg->data_dir};
     lg_usage_page_deps page = {.admin_key = env->admin_key, .auth = lg_app_auth(app), .tenants = lg_app_tenants(app),
                                .limits = c->limits, .env = env, .data_dir = cfg->data_dir};
     bool metrics_auth = cfg->metrics_auth && !strcmp(cfg->metrics_auth, "on");
-    if (lg_routes_openai(rt, &openai, err) != 0 ||
+    if (lg_routes_openai(rt, &openai, err) != 0 || lg_routes_tokenize(rt, &tok, err) != 0 ||
         lg_routes_metrics(rt, c->metrics, metrics_auth, env->admin_key, err) != 0 ||
         lg_routes_admin(rt, &admin, err) != 0 || lg_routes_adapters(rt, &tenant_adapters, err) != 0 ||
         lg_routes_usage(rt, &usage, err) != 0 || lg_routes_usage_page(rt, &page, err) != 0)

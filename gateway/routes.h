@@ -48,6 +48,15 @@ typedef struct lg_openai_deps {
 } lg_openai_deps;
 int lg_routes_openai(lg_router *rt, const lg_openai_deps *d, lg_err *err);
 
+/* routes_tokenize.c: POST /tokenize, POST /detokenize (vLLM's shapes;
+ * tenant keys with the `inference` scope) */
+typedef struct lg_tokenize_deps {
+    const lg_served_model *model;  /* the tokenizer, the context, the base model's id */
+    lg_tenant_auth *auth;
+    lg_tenant_adapters *adapters;  /* the `model` a request names */
+} lg_tokenize_deps;
+int lg_routes_tokenize(lg_router *rt, const lg_tokenize_deps *d, lg_err *err);
+
 /* routes_adapters.c: /v1/adapters... (tenant keys with the `adapters` scope) */
 typedef struct lg_adapters_deps {
     lg_tenant_auth *auth;

@@ -118,3 +118,48 @@ def test_serve_head_and_gzip(tmp_path):
                 assert plain.json()["choices"][0]["text"] == z.json()["choices"][0]["text"]
     finally:
         assert s.stop() == 0
+
+
+SMOLLM2 = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), ".models",
+                       "SmolLM2-135M-Instruct.Q4_1.gguf")
+HF_TOK = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tokenizer", "fixtures", "smollm2",
+                      "tokenizer.json")
+
+
+@pytest.mark.skipif(not (os.path.exists(LORAGATE) and os.path.exists(SMOLLM2)), reason="loragate or the default model missing")
+def test_tokenize_detokenize_vllm_shapes(tmp_path):
+    """vLLM's /tokenize and /detokenize, per tenant, against HF `tokenizers` with
+    SmolLM2's tokenizer.json (tests/tokenizer/fixtures, the parity suite's)."""
+    from tokenizers import Tokenizer
+    hf = Tokenizer.from_file(HF_TOK)
+    s = Serve(tmp_path, SMOLLM2, "--tenant-host-suffix", ".api.test")
+    try:
+        s.tenant("acme")
+        s.tenant("beta")
+        k, kb = s.key("acme"), s.key("beta")
+        with s.client(k) as c:
+            base = c.get("/v1/models").json()["data"][0]["id"]
+            for text in ("Hello, world!", "naïve café — 東京 🚀", "<|im_start|>user\nhi<|im_end|>", ""):
+                for path in ("/tokenize", "/t/acme/tokenize"):
+                    r = c.post(path, json={"model": base, "prompt": text, "return_token_strs": True})
+                    assert r.status_code == 200, r.text
+                    j = r.json()
+                    want = hf.encode(text, add_special_tokens=False).ids  # SmolLM2 adds no BOS
+                    assert j["tokens"] == want and j["count"] == len(want), text
+                    assert j["token_strs"] == [hf.id_to_token(i) for i in want]
+                    assert j["max_model_len"] > 0
+                    d = c.post(path.replace("tokenize", "detokenize"), json={"tokens": j["tokens"]})
+                    assert d.status_code == 200 and d.json() == {"prompt": hf.decode(want, skip_special_tokens=False)}
+            r = c.post("/tokenize", json={"prompt": "x"})
+            assert r.status_code == 200 and r.json()["token_strs"] is None
+            # the model must be the tenant's; refusals by name
+            assert c.post("/tokenize", json={"model": "nosuch", "prompt": "x"}).status_code == 404
+            r = c.post("/tokenize", json={"prompt": "x", "truncate_prompt_tokens": 3})
+            assert r.status_code == 400 and r.json()["error"]["param"] == "truncate_prompt_tokens"
+            r = c.post("/detokenize", json={"tokens": [1, -1]})
+            assert r.status_code == 400 and r.json()["error"]["param"] == "tokens"
+            assert c.post("/t/beta/tokenize", json={"prompt": "x"}).status_code == 401  # another tenant's URL
+        with s.client() as c:
+            assert c.post("/tokenize", json={"prompt": "x"}).status_code == 401
+    finally:
+        assert s.stop() == 0
