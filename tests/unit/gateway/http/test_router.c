@@ -68,7 +68,10 @@ static void test_router(void)
     CHECK(M(rt, "GET", "v1/models", &m) == LG_MATCH_NOT_FOUND);
     CHECK(M(rt, "GET", "", &m) == LG_MATCH_NOT_FOUND);
     /* 405 with Allow in a fixed order */
-    CHECK(M(rt, "PUT", "/v1/models/abc", &m) == LG_MATCH_METHOD_NOT_ALLOWED && !strcmp(m.allow, "GET, DELETE"));
+    CHECK(M(rt, "PUT", "/v1/models/abc", &m) == LG_MATCH_METHOD_NOT_ALLOWED && !strcmp(m.allow, "GET, HEAD, DELETE"));
+    /* a GET route answers HEAD; a route of another method does not */
+    CHECK(M(rt, "HEAD", "/v1/models/abc", &m) == LG_MATCH_FOUND && !strcmp(m.route->name, "model"));
+    CHECK(M(rt, "HEAD", "/t/acme/v1/chat/completions", &m) == LG_MATCH_METHOD_NOT_ALLOWED);
     CHECK(M(rt, "GET", "/t/acme/v1/chat/completions", &m) == LG_MATCH_METHOD_NOT_ALLOWED && !strcmp(m.allow, "POST"));
     CHECK(M(rt, "get", "/v1/models", &m) == LG_MATCH_METHOD_NOT_ALLOWED);
     /* bad patterns and conflicts */
