@@ -7,7 +7,8 @@
  * wrap, which we report. The time range uses the (received_at) index, or
  * (tenant_id, received_at) with a tenant filter. Results come back ordered
  * by bucket, so each bucket's results are one contiguous run of a single
- * array.
+ * array. Top adapters group by (tenant, adapter) and name each row's tenant
+ * (deleted tenants too) with the same subquery on tenants by id.
  */
 #include "db/usage.h"
 
@@ -216,10 +217,13 @@ int lg_store_usage_totals(lg_store *st, int64_t tenant_id, int64_t start_time, i
 static int lg_top_locked(lg_store *st, int64_t tenant_id, int64_t start, int64_t end, int limit,
                          lg_usage_adapter **out, int *n, lg_err *err)
 {
-    char sql[768];
+    /* grouped by tenant as well as adapter: the base model (adapter_name NULL) and same-named adapters of
+     * different tenants stay apart, each row named by its tenant (deleted ones too) */
+    char sql[1024];
     snprintf(sql, sizeof sql,
              "SELECT u.tenant_id, coalesce(u.adapter_name, ''), sum(u.prompt_tokens), sum(u.cached_tokens), "
-             "sum(u.completion_tokens), count(*), sum(u.cost_pico), sum(u.prompt_tokens + u.completion_tokens) AS tok "
+             "sum(u.completion_tokens), count(*), sum(u.cost_pico), sum(u.prompt_tokens + u.completion_tokens) AS tok, "
+             "coalesce((SELECT t.name FROM tenants t WHERE t.id = u.tenant_id), '') "
              "FROM usage_records u WHERE u.received_at >= ?1 AND u.received_at < ?2 %s "
              "GROUP BY u.tenant_id, u.adapter_name ORDER BY tok DESC, u.tenant_id, u.adapter_name LIMIT ?4",
              tenant_id ? "AND u.tenant_id = ?3" : "");
@@ -248,6 +252,7 @@ static int lg_top_locked(lg_store *st, int64_t tenant_id, int64_t start, int64_t
         a->output_tokens = sqlite3_column_int64(s, 4);
         a->num_model_requests = sqlite3_column_int64(s, 5);
         a->cost_pico = sqlite3_column_int64(s, 6);
+        lg_st_col_text(s, 8, a->tenant_name, sizeof a->tenant_name);
     }
     if (!rc && step != SQLITE_DONE)
         rc = lg_usage_step_fail(st, err);

@@ -103,11 +103,16 @@ int lg_store_usage_totals(lg_store *st, int64_t tenant_id, int64_t start_time, i
                           lg_usage_result *out, lg_err *err);
 
 /* Adapters of a tenant (0: all tenants) by tokens (input + output) over
- * [start_time, end_time), largest first, at most `limit`. The base model
- * is one row with adapter_name "". */
+ * [start_time, end_time), largest first, at most `limit`. One row per
+ * (tenant, adapter): the base model is a row with adapter_name "" for each
+ * tenant that used it, and tenants' adapters of the same name are rows of
+ * their own, so a view of all tenants must show each row's tenant_name
+ * (and, as names of deleted tenants can be reused, tell deleted tenants
+ * apart by tenant_id). Ties are ordered by tenant_id, then adapter_name. */
 typedef struct lg_usage_adapter {
-    int64_t tenant_id;
-    char adapter_name[LG_STORE_NAME_MAX];
+    int64_t tenant_id;                    /* 0: requests that never authenticated */
+    char tenant_name[LG_STORE_NAME_MAX];  /* the tenant's name, also when deleted; "" for tenant_id 0 */
+    char adapter_name[LG_STORE_NAME_MAX]; /* "": the base model */
     int64_t input_tokens, input_cached_tokens, output_tokens, num_model_requests, cost_pico;
 } lg_usage_adapter;
 int lg_store_usage_top_adapters(lg_store *st, int64_t tenant_id, int64_t start_time, int64_t end_time, int limit,

@@ -15,14 +15,22 @@
  * (the server may run offline): the stylesheet is inline and allowed by its
  * hash in the Content-Security-Policy (default-src 'none'; img-src data: for
  * the inline icon, so browsers do not ask for /favicon.ico); charts are
- * inline SVG with <title> tooltips holding the exact figures. Every text
- * that comes from a client (model and adapter names, tenant names) is
- * HTML-escaped. Figures are read from the ledger on a worker thread (one
- * reader connection per view): per-day totals of the chosen range (7, 30 or
- * 90 days, UTC days, today included), per-key totals, top adapters, and for
- * the operator per-tenant totals (or one tenant's page, ?tenant=<slug>).
- * Every figure is also in a table, with its exact value in a data-v
- * attribute; costs are exact decimal USD (12 decimals).
+ * inline SVG with <title> tooltips holding the exact figures, drawn in a
+ * fixed viewBox and scaled to their card's width (width 100%; see CW).
+ * Every text that comes from a client (model and adapter names, tenant
+ * names) is HTML-escaped. Figures are read from the ledger on a worker
+ * thread (one reader connection per view): per-day totals of the chosen
+ * range (7, 30 or 90 days, UTC days, today included), per-key totals, top
+ * adapters, and for the operator per-tenant totals (or one tenant's page,
+ * ?tenant=<slug>). Every figure is also in a table, with its exact value in
+ * a data-v attribute; costs are exact decimal USD (12 decimals).
+ *
+ * Naming tenants. The operator's page of all tenants has one top-adapters
+ * row per tenant and adapter (the base model of two tenants is two rows),
+ * so each row and bar names its tenant (tenant_label); a deleted tenant's
+ * name may belong to a newer tenant, so deleted tenants are shown with
+ * their id ("acme (deleted, id 3)") and are not linked. A tenant's own page,
+ * and the operator's page of one tenant, show only that tenant's rows.
  */
 #include <inttypes.h>
 #include <math.h>
@@ -72,13 +80,20 @@ static const char CSS[] =
     "border-radius:8px;padding:10px 14px}.card .k{font-size:12px;color:#5b6475;text-transform:uppercase}"
     ".card .v{font-size:22px;font-weight:600}nav a,nav button{margin-right:10px}nav{margin:6px 0}"
     "a{color:#2b5fb4}.muted{color:#6b7385;font-size:13px}.err{color:#b42318;font-weight:600}"
-    "svg{display:block;max-width:100%;height:auto}svg text{font:11px system-ui,sans-serif;fill:#4a5263}"
+    "svg{display:block;width:100%;height:auto}svg text{font:11px system-ui,sans-serif;fill:#4a5263}"
+    "th.l,td.l{text-align:left}#days td:first-child{white-space:nowrap}"
     ".legend span{display:inline-block;margin-right:14px;font-size:13px}.sw{display:inline-block;width:11px;"
     "height:11px;margin-right:5px;vertical-align:-1px}.s1{background:#4c78a8}.s2{background:#72b7b2}"
     ".s3{background:#f58518}.s4{background:#54a24b}.s5{background:#b279a2}"
     ".login{max-width:420px;margin:60px auto}.login input{width:100%;box-sizing:border-box;padding:8px;"
     "font:inherit;margin:8px 0 12px}.login button,header button{padding:6px 14px;font:inherit;cursor:pointer}"
-    "select{font:inherit;padding:3px}";
+    "select{font:inherit;padding:3px}"
+    /* narrower windows scale the charts down (usage_page.c: CW): their text grows in user units by steps;
+     * the narrowest also get less padding */
+    "@media (max-width:1000px){svg text{font-size:13px}}"
+    "@media (max-width:760px){main{padding:12px 10px 30px}section{padding:10px 12px}th,td{padding:4px 5px}"
+    "svg text{font-size:15px}}"
+    "@media (max-width:600px){svg text{font-size:17px}}";
 
 static void css_hash(char out[64])
 {
@@ -313,8 +328,9 @@ typedef struct page_job {
     lg_tenant_limits limits;
     bool have_limits;
     lg_limits_state lstate;
-    lg_tenant *all_tenants;
+    lg_tenant *all_tenants; /* operator: every tenant, deleted ones too, by name (the picker shows live ones) */
     int n_all_tenants;
+    const lg_tenant **by_id; /* all_tenants by id, for naming a row's tenant */
     lg_strbuf html;
 } page_job;
 
@@ -369,6 +385,40 @@ static int cmp_named(const void *a, const void *b)
     return strcmp(x->name, y->name);
 }
 
+static int cmp_tenant_id(const void *a, const void *b)
+{
+    const lg_tenant *x = *(const lg_tenant *const *)a, *y = *(const lg_tenant *const *)b;
+    return x->id < y->id ? -1 : x->id > y->id;
+}
+
+/* The tenant of that id in all_tenants (operator views), or NULL. */
+static const lg_tenant *tenant_by_id(const page_job *j, int64_t id)
+{
+    lg_tenant key = {.id = id};
+    const lg_tenant *k = &key, **hit = NULL;
+    if (j->by_id)
+        hit = bsearch(&k, j->by_id, (size_t)j->n_all_tenants, sizeof *j->by_id, cmp_tenant_id);
+    return hit ? *hit : NULL;
+}
+
+/* How the operator's views name a row's tenant, so that no two tenants look
+ * alike: its name; a deleted tenant's name with its id (a later tenant may
+ * have the name; ids are never reused); "(no tenant)" for requests that
+ * never authenticated. `name` is the ledger query's (the tenant's name, also
+ * when deleted). */
+static void tenant_label(const page_job *j, int64_t id, const char *name, char *out, size_t cap)
+{
+    const lg_tenant *t = tenant_by_id(j, id);
+    if (!id)
+        snprintf(out, cap, "(no tenant)");
+    else if (t && t->deleted_at)
+        snprintf(out, cap, "%s (deleted, id %" PRId64 ")", t->name, id);
+    else if (t || name[0])
+        snprintf(out, cap, "%s", t ? t->name : name); /* not listed: created after the list was read */
+    else
+        snprintf(out, cap, "tenant id %" PRId64, id);
+}
+
 static void render_page(page_job *j);
 
 static void page_work(void *arg)
@@ -386,7 +436,12 @@ static void page_work(void *arg)
     j->start = j->end - (int64_t)j->days * LG_USAGE_1D;
     int64_t tenant_id = j->v.op ? 0 : j->v.tenant_id;
     if (j->v.op) {
-        lg_store_tenant_list(rd, false, &j->all_tenants, &j->n_all_tenants, &err);
+        if (lg_store_tenant_list(rd, true, &j->all_tenants, &j->n_all_tenants, &err) == 0 &&
+            (j->by_id = malloc(((size_t)j->n_all_tenants + 1) * sizeof *j->by_id)) != NULL) {
+            for (int i = 0; i < j->n_all_tenants; i++)
+                j->by_id[i] = &j->all_tenants[i];
+            qsort(j->by_id, (size_t)j->n_all_tenants, sizeof *j->by_id, cmp_tenant_id);
+        }
         if (j->filter[0]) {
             lg_tenant t;
             if (lg_store_tenant_get(rd, j->filter, &t, &err) != 0) {
@@ -451,7 +506,14 @@ static void page_work(void *arg)
 
 /* ---- charts ---------------------------------------------------------------------------------- */
 
-enum { CW = 760, CH = 230, ML = 64, MR = 12, MT = 12, MB = 34 };
+/* Charts are drawn in a CW x CH user space (the viewBox) and scaled to the
+ * card's width (width 100%, the height following from the viewBox's ratio):
+ * x1.33 in the widest card (1062 px: main's 1100 less the card's padding),
+ * less on narrower windows, where the stylesheet's steps enlarge the text
+ * (11 to 17 user units) so that it stays about 10 to 15 px on screen down
+ * to 600 px windows. ML fits the longest y label ("$0.000100" at 17 units,
+ * "$0.00000100" at 11). */
+enum { CW = 800, CH = 220, ML = 100, MR = 12, MT = 12, MB = 34 };
 
 static double nice_max(double v)
 {
@@ -509,11 +571,12 @@ static void axis(lg_strbuf *b, double ymax, bool money, bool percent, int nd, co
         }
 }
 
-static void svg_open(lg_strbuf *b, const char *id, const char *label)
+/* width 100% and no height: the card's width, the height following from the viewBox */
+static void svg_open(lg_strbuf *b, const char *id, int height, const char *label)
 {
-    lg_strbuf_printf(b, "<svg id=\"%s\" viewBox=\"0 0 %d %d\" width=\"%d\" height=\"%d\" role=\"img\" aria-label=\"%s\" "
+    lg_strbuf_printf(b, "<svg id=\"%s\" viewBox=\"0 0 %d %d\" width=\"100%%\" role=\"img\" aria-label=\"%s\" "
                  "xmlns=\"http://www.w3.org/2000/svg\">",
-              id, CW, CH, CW, CH, label);
+              id, CW, height, label);
 }
 
 static void chart_tokens(lg_strbuf *b, const page_job *j)
@@ -525,7 +588,7 @@ static void chart_tokens(lg_strbuf *b, const page_job *j)
             mx = t;
     }
     double ymax = nice_max(mx);
-    svg_open(b, "chart-tokens", "Tokens per day");
+    svg_open(b, "chart-tokens", CH, "Tokens per day");
     axis(b, ymax, false, false, j->nd, j->d);
     int h = CH - MT - MB;
     double bw = (double)(CW - ML - MR) / (j->nd ? j->nd : 1);
@@ -559,7 +622,7 @@ static void chart_cost(lg_strbuf *b, const page_job *j)
         if ((double)j->d[i].tot.cost_pico / 1e12 > mx)
             mx = (double)j->d[i].tot.cost_pico / 1e12;
     double ymax = nice_max(mx);
-    svg_open(b, "chart-cost", "Cost per day in USD");
+    svg_open(b, "chart-cost", CH, "Cost per day in USD");
     axis(b, ymax, true, false, j->nd, j->d);
     int h = CH - MT - MB;
     double bw = (double)(CW - ML - MR) / (j->nd ? j->nd : 1);
@@ -581,7 +644,7 @@ static void chart_cost(lg_strbuf *b, const page_job *j)
 
 static void chart_cached(lg_strbuf *b, const page_job *j)
 {
-    svg_open(b, "chart-cached", "Cached share of input tokens per day");
+    svg_open(b, "chart-cached", CH, "Cached share of input tokens per day");
     axis(b, 100, false, true, j->nd, j->d);
     int h = CH - MT - MB;
     double bw = (double)(CW - ML - MR) / (j->nd ? j->nd : 1);
@@ -606,45 +669,71 @@ static void chart_cached(lg_strbuf *b, const page_job *j)
     lg_strbuf_printf(b, "</svg>");
 }
 
+/* The operator's page of all tenants: one row per tenant and adapter. */
+static bool all_tenants_view(const page_job *j)
+{
+    return j->v.op && !j->filter_id;
+}
+
+/* s, at most max characters, cut in the middle with an ellipsis ("very-lo…name"), so that both ends stay
+ * (names are ASCII: lg_store_check_tenant_name / _adapter_name) */
+static void mid_cut(const char *s, size_t max, char *out, size_t cap)
+{
+    size_t n = strlen(s);
+    if (n <= max || max < 3) {
+        snprintf(out, cap, "%s", s);
+        return;
+    }
+    size_t tail = (max - 1) / 2, head = max - 1 - tail;
+    snprintf(out, cap, "%.*s\xe2\x80\xa6%s", (int)head, s, s + n - tail);
+}
+
+/* A top adapters row's name: the adapter ("base model" for none), and in the view of all tenants its
+ * tenant first ("acme / base model"). short_form: cut to fit the chart's label column. */
+static void adapter_label(const page_job *j, const lg_usage_adapter *a, bool short_form, char *out, size_t cap)
+{
+    char an[LG_STORE_NAME_MAX + 8], tn[LG_STORE_NAME_MAX + 48];
+    mid_cut(a->adapter_name[0] ? a->adapter_name : "base model", short_form ? 34 : SIZE_MAX, an, sizeof an);
+    if (!all_tenants_view(j)) {
+        snprintf(out, cap, "%s", an);
+        return;
+    }
+    char full[sizeof tn];
+    tenant_label(j, a->tenant_id, a->tenant_name, full, sizeof full);
+    mid_cut(full, short_form ? 34 : SIZE_MAX, tn, sizeof tn);
+    snprintf(out, cap, "%s / %s", tn, an);
+}
+
+/* One bar per row of the top adapters, its label above it (the bar keeps the chart's width, the label
+ * has all of it: up to 34 + 3 + 34 characters at the largest text size). */
 static void chart_adapters(lg_strbuf *b, const page_job *j)
 {
     int n = j->n_ad;
-    int rowh = 26, height = 12 + rowh * (n ? n : 1);
+    int rowh = 40, height = 8 + rowh * (n ? n : 1);
     double mx = 0;
     for (int i = 0; i < n; i++)
         if ((double)(j->ad[i].input_tokens + j->ad[i].output_tokens) > mx)
             mx = (double)(j->ad[i].input_tokens + j->ad[i].output_tokens);
-    lg_strbuf_printf(b, "<svg id=\"chart-adapters\" viewBox=\"0 0 %d %d\" width=\"%d\" height=\"%d\" role=\"img\" "
-                 "aria-label=\"Top adapters by tokens\" xmlns=\"http://www.w3.org/2000/svg\">",
-              CW, height, CW, height);
+    svg_open(b, "chart-adapters", height, "Top adapters by tokens");
     if (!n)
-        lg_strbuf_printf(b, "<text x=\"10\" y=\"24\">No requests in this range.</text>");
-    int lx = 200, w = CW - lx - 120;
+        lg_strbuf_printf(b, "<text x=\"0\" y=\"24\">No requests in this range.</text>");
+    int w = CW - 140; /* the rest: the figure after the longest bar */
     for (int i = 0; i < n; i++) {
         const lg_usage_adapter *a = &j->ad[i];
         double tok = (double)(a->input_tokens + a->output_tokens);
         double bwid = mx > 0 ? tok / mx * w : 0;
-        int y = 8 + rowh * i;
-        lg_strbuf_printf(b, "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">", lx - 8, y + 15);
-        lg_strbuf nm = {0};
-        if (j->v.op && !j->filter_id) {
-            for (int k = 0; k < j->n_all_tenants; k++)
-                if (j->all_tenants[k].id == a->tenant_id) {
-                    lg_strbuf_put(&nm, j->all_tenants[k].name, strlen(j->all_tenants[k].name));
-                    lg_strbuf_put(&nm, "/", 1);
-                }
-        }
-        const char *an = a->adapter_name[0] ? a->adapter_name : "base model";
-        lg_strbuf_put(&nm, an, strlen(an));
-        sb_esc(b, nm.p ? nm.p : "");
-        char t[32];
+        int y = 4 + rowh * i;
+        char shown[128], full[192], t[32];
+        adapter_label(j, a, true, shown, sizeof shown);
+        adapter_label(j, a, false, full, sizeof full);
         fmt_int((int64_t)tok, t, sizeof t);
-        lg_strbuf_printf(b, "</text><rect class=\"bar-adapter\" data-v=\"%.0f\" x=\"%d\" y=\"%d\" width=\"%.1f\" height=\"18\" "
-                     "fill=\"#4c78a8\"><title>",
-                  tok, lx, y + 2, bwid > 1 ? bwid : 1);
-        sb_esc(b, nm.p ? nm.p : "");
-        lg_strbuf_printf(b, ": %s tokens</title></rect><text x=\"%.1f\" y=\"%d\">%s</text>", t, lx + bwid + 6, y + 15, t);
-        free(nm.p);
+        lg_strbuf_printf(b, "<text class=\"label-adapter\" x=\"0\" y=\"%d\">", y + 15);
+        sb_esc(b, shown);
+        lg_strbuf_printf(b, "</text><rect class=\"bar-adapter\" data-v=\"%.0f\" x=\"0\" y=\"%d\" width=\"%.1f\" "
+                            "height=\"14\" fill=\"#4c78a8\"><title>",
+                         tok, y + 20, bwid > 1 ? bwid : 1);
+        sb_esc(b, full);
+        lg_strbuf_printf(b, ": %s tokens</title></rect><text x=\"%.1f\" y=\"%d\">%s</text>", t, bwid + 6, y + 32, t);
     }
     lg_strbuf_printf(b, "</svg>");
 }
@@ -724,6 +813,8 @@ static void render_page(page_job *j)
                      "<option value=\"\">all tenants</option>",
                   j->days);
         for (int i = 0; i < j->n_all_tenants; i++) {
+            if (j->all_tenants[i].deleted_at)
+                continue;
             lg_strbuf_printf(b, "<option value=\"");
             sb_esc(b, j->all_tenants[i].name);
             lg_strbuf_printf(b, "\"%s>", j->filter_id == j->all_tenants[i].id ? " selected" : "");
@@ -779,12 +870,23 @@ static void render_page(page_job *j)
     chart_cached(b, j);
     lg_strbuf_printf(b, "</section><section><h2>Top adapters by tokens</h2>");
     chart_adapters(b, j);
-    lg_strbuf_printf(b, "<table id=\"adapters\"><tr><th>Adapter</th>%s</tr>", TH);
+    /* all tenants: a row per tenant and adapter, the tenant in a column of its own */
+    lg_strbuf_printf(b, "<table id=\"adapters\"><tr>%s<th%s>Adapter</th>%s</tr>",
+                     all_tenants_view(j) ? "<th>Tenant</th>" : "", all_tenants_view(j) ? " class=\"l\"" : "", TH);
     for (int i = 0; i < j->n_ad; i++) {
         const lg_usage_adapter *a = &j->ad[i];
         lg_strbuf_printf(b, "<tr data-adapter=\"");
         sb_esc(b, a->adapter_name);
-        lg_strbuf_printf(b, "\" data-tenant-id=\"%" PRId64 "\"><td>", a->tenant_id);
+        lg_strbuf_printf(b, "\" data-tenant-id=\"%" PRId64 "\">", a->tenant_id);
+        if (all_tenants_view(j)) {
+            char tl[LG_STORE_NAME_MAX + 48];
+            tenant_label(j, a->tenant_id, a->tenant_name, tl, sizeof tl);
+            lg_strbuf_printf(b, "<td>");
+            sb_esc(b, tl);
+            lg_strbuf_printf(b, "</td><td class=\"l\">");
+        } else {
+            lg_strbuf_printf(b, "<td>");
+        }
         sb_esc(b, a->adapter_name[0] ? a->adapter_name : "base model");
         lg_strbuf_printf(b, "</td>");
         lg_usage_result r = {.input_tokens = a->input_tokens, .input_cached_tokens = a->input_cached_tokens,
@@ -800,15 +902,19 @@ static void render_page(page_job *j)
         for (int i = 0; i < j->n_tenants; i++) {
             lg_strbuf_printf(b, "<tr data-tenant=\"");
             sb_esc(b, j->tenants[i].name);
-            lg_strbuf_printf(b, "\"><td>");
-            if (j->tenants[i].name[0]) {
+            lg_strbuf_printf(b, "\" data-tenant-id=\"%" PRId64 "\"><td>", j->tenants[i].id);
+            const lg_tenant *t = tenant_by_id(j, j->tenants[i].id);
+            char tl[LG_STORE_NAME_MAX + 48];
+            tenant_label(j, j->tenants[i].id, j->tenants[i].name, tl, sizeof tl);
+            /* a deleted tenant has no page (its name may be another's now); one not listed is newer than the list */
+            if (j->tenants[i].id && j->tenants[i].name[0] && !(t && t->deleted_at)) {
                 lg_strbuf_printf(b, "<a href=\"/usage?days=%d&amp;tenant=", j->days);
                 sb_esc(b, j->tenants[i].name);
                 lg_strbuf_printf(b, "\">");
-                sb_esc(b, j->tenants[i].name);
+                sb_esc(b, tl);
                 lg_strbuf_printf(b, "</a>");
             } else {
-                lg_strbuf_printf(b, "(no tenant)");
+                sb_esc(b, tl);
             }
             lg_strbuf_printf(b, "</td>");
             row_cells(b, &j->tenants[i].tot);
@@ -863,6 +969,7 @@ static void page_done(lg_request *r, void *arg)
     free(j->keys);
     free(j->ad);
     free(j->all_tenants);
+    free(j->by_id);
     free(j);
 }
 

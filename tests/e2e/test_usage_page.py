@@ -10,7 +10,12 @@ against the usage ledger read straight from SQLite:
     the Content-Security-Policy; nothing was loaded from anywhere; the
     session cookie is HttpOnly (invisible to scripts) and the key is in no
     URL;
-  - the operator key: every tenant, and one tenant's page by ?tenant=;
+  - the operator key: every tenant, and one tenant's page by ?tenant=; the
+    top adapters keep tenants apart (two tenants on the base model are two
+    rows, each named by its tenant, with that tenant's figures; a deleted
+    tenant whose name was reused is told apart by its id);
+  - the charts use their card's width (viewBox, width 100%, the viewBox's
+    aspect ratio) at a wide and a narrow window;
   - a wrong key is refused; sign-out and a revoked key end the session; a
     cross-origin POST is refused.
 Skipped, saying why, only when no Chromium can be found.
@@ -180,6 +185,33 @@ def test_tenant_page_shows_the_ledger(srv, chrome, tmp_path):
     assert 'name="key"' in r.text and "total-requests" not in r.text
 
 
+def adapter_rows(chrome):
+    """The top adapters table: per row its tenant id and adapter (data-*), the texts of its first cells, and
+    its figures {data-k: data-v}."""
+    return chrome.eval("""
+      [...document.querySelectorAll('#adapters tr[data-adapter]')].map(tr => ({
+        tenant_id: +tr.dataset.tenantId, adapter: tr.dataset.adapter,
+        shown: [...tr.cells].filter(td => !td.dataset.k).map(td => td.textContent.trim()),
+        figures: Object.fromEntries([...tr.querySelectorAll('td[data-k]')].map(td => [td.dataset.k, td.dataset.v]))}))
+    """)
+
+
+def check_top_adapters(chrome, rows):
+    """The operator's top adapters: one row per (tenant, adapter) of the ledger, each with that pair's
+    figures, and no two rows (nor two chart labels) that read the same."""
+    got = adapter_rows(chrome)
+    pairs = {(r["tenant_id"], r["adapter_name"] or "") for r in rows}
+    assert len(got) == len(pairs) and {(g["tenant_id"], g["adapter"]) for g in got} == pairs
+    for g in got:
+        assert g["figures"] == totals([r for r in rows if r["tenant_id"] == g["tenant_id"]
+                                       and (r["adapter_name"] or "") == g["adapter"]]), g
+    assert len({tuple(g["shown"]) for g in got}) == len(got), [g["shown"] for g in got]
+    labels = chrome.eval("[...document.querySelectorAll('#chart-adapters text.label-adapter')]"
+                         ".map(t => t.textContent)")
+    assert labels == [" / ".join(g["shown"]) for g in got]
+    return got
+
+
 def test_operator_sees_all_tenants(srv, chrome, tmp_path):
     from serve_fixture import ADMIN_KEY
     sign_in(chrome, srv, ADMIN_KEY)
@@ -189,6 +221,17 @@ def test_operator_sees_all_tenants(srv, chrome, tmp_path):
     by_tenant = row_cells(chrome, "#tenants tr[data-tenant]")
     ids = {"acme": tenant_id(srv, "acme"), "beta": tenant_id(srv, "beta")}
     assert by_tenant == {t: totals([r for r in rows if r["tenant_id"] == ids[t]]) for t in ("acme", "beta")}
+    # top adapters: acme and beta both used the base model: two rows, each naming its tenant, each with that
+    # tenant's figures (not one merged row, nor two rows that both read "base model")
+    assert chrome.eval("[...document.querySelectorAll('#adapters th')].map(th => th.textContent)")[:2] == \
+        ["Tenant", "Adapter"]
+    got = check_top_adapters(chrome, rows)
+    base = {g["shown"][0]: g for g in got if g["adapter"] == ""}
+    assert set(base) == {"acme", "beta"} and all(g["shown"][1] == "base model" for g in base.values())
+    for name in ("acme", "beta"):
+        assert base[name]["tenant_id"] == ids[name]
+        assert base[name]["figures"] == totals([r for r in rows if r["tenant_id"] == ids[name]
+                                                and r["adapter_name"] is None])
     chrome.screenshot(str(tmp_path / "usage-operator.png"))
     # one tenant's page through the GET form (no key in it)
     chrome.events.clear()
@@ -199,6 +242,60 @@ def test_operator_sees_all_tenants(srv, chrome, tmp_path):
     assert chrome.eval("document.getElementById('scope').textContent") == "beta"
     beta = [r for r in rows if r["tenant_id"] == ids["beta"]]
     assert row_cells(chrome, "#total-row")["Total"] == totals(beta)
+    # one tenant's page: its own rows only, no tenant column
+    assert chrome.eval("[...document.querySelectorAll('#adapters th')].map(th => th.textContent)")[0] == "Adapter"
+    assert [(g["tenant_id"], g["adapter"], g["shown"]) for g in adapter_rows(chrome)] == \
+        [(ids["beta"], "", ["base model"])]
+
+
+def test_tenant_page_top_adapters_are_its_own(srv, chrome):
+    sign_in(chrome, srv, srv.keys["k3"])
+    beta = srv.ledger("tenant_id = ?", (tenant_id(srv, "beta"),))
+    got = adapter_rows(chrome)
+    assert [(g["adapter"], g["shown"], g["figures"]) for g in got] == [("", ["base model"], totals(beta))]
+    assert chrome.eval("document.querySelector('#adapters th').textContent") == "Adapter"
+
+
+CARDS = "[...document.querySelectorAll('section svg')]"
+
+
+def chart_boxes(chrome):
+    """Per chart: its rendered size, its viewBox and the content width of its card (the section around it)."""
+    return chrome.eval(CARDS + """.map(svg => {
+        const card = svg.closest('section'), cs = getComputedStyle(card), b = svg.getBoundingClientRect();
+        return {id: svg.id, width: b.width, height: b.height, vb: svg.viewBox.baseVal.width / svg.viewBox.baseVal.height,
+                content: card.clientWidth - parseFloat(cs.paddingLeft) - parseFloat(cs.paddingRight)};
+      })""")
+
+
+def test_charts_use_their_cards_width(srv, chrome, tmp_path):
+    from serve_fixture import ADMIN_KEY
+    sign_in(chrome, srv, ADMIN_KEY)
+    for width in (1280, 640):
+        chrome.call("Emulation.setDeviceMetricsOverride", width=width, height=1800, deviceScaleFactor=1,
+                    mobile=False)
+        assert chrome.eval("innerWidth") == width
+        boxes = chart_boxes(chrome)
+        assert [b["id"] for b in boxes] == ["chart-tokens", "chart-cost", "chart-cached", "chart-adapters"]
+        for b in boxes:
+            assert b["width"] >= 0.95 * b["content"], (width, b)
+            assert b["width"] <= b["content"] + 0.5, (width, b)  # and not past the card
+            assert abs(b["width"] / b["height"] - b["vb"]) < 0.02 * b["vb"], (width, b)  # scaled, not stretched
+        # the stylesheet still applies under the CSP (its hash), and the chart text stays legible
+        assert chrome.eval("getComputedStyle(document.body).backgroundColor") == "rgb(245, 246, 248)"
+        # (font size in user units x the chart's scale: what is seen on screen)
+        text_px = chrome.eval("(() => { const svg = document.getElementById('chart-tokens');"
+                              " return parseFloat(getComputedStyle(svg.querySelector('text')).fontSize)"
+                              " * svg.getBoundingClientRect().width / svg.viewBox.baseVal.width; })()")
+        assert 9.5 <= text_px <= 16, (width, text_px)
+        page = chrome.eval("({x: 0, y: 0, width: innerWidth,"
+                           " height: document.documentElement.scrollHeight})")
+        png = chrome.screenshot(str(tmp_path / f"usage-operator-{width}.png"), clip=page)
+        box = chrome.eval("(() => { const b = document.getElementById('chart-tokens').getBoundingClientRect();"
+                          " return {x: b.x + scrollX, y: b.y + scrollY, width: b.width, height: b.height}; })()")
+        chart = chrome.screenshot(str(tmp_path / f"usage-operator-{width}-tokens.png"), clip=box)
+        assert len(png) > 20000 and count_color(chart, (0x4c, 0x78, 0xa8)) > 20
+    print(f"screenshots: {tmp_path}/usage-operator-1280.png {tmp_path}/usage-operator-640.png")
 
 
 def test_refusals(srv, chrome):
@@ -223,3 +320,38 @@ def test_refusals(srv, chrome):
         assert "HttpOnly" in r.headers["set-cookie"] and "SameSite=Strict" in r.headers["set-cookie"]
         csp = c.get("/usage").headers["content-security-policy"]
         assert "default-src 'none'" in csp and "script-src" not in csp
+
+
+def test_operator_tells_a_deleted_tenant_from_its_namesake(srv, chrome, tmp_path):
+    """gamma uses the base model, is deleted, and a new gamma does too: four base-model rows (acme, beta and
+    the two gammas), none reading like another; the deleted one carries its id and has no link (its name is
+    the new tenant's now). Last in the file: it adds tenants the tests above do not expect."""
+    from serve_fixture import ADMIN_KEY
+    srv.tenant("gamma")
+    old_id = tenant_id(srv, "gamma")
+    n = len(srv.ledger())
+    srv.openai(srv.key("gamma", name="g1"), tenant="gamma").completions.create(
+        model="base", prompt=P11, max_tokens=2, temperature=0)
+    assert srv.admin.delete("/admin/v1/tenants/gamma").status_code == 200
+    srv.tenant("gamma")
+    new_id = tenant_id(srv, "gamma")
+    assert new_id != old_id
+    srv.openai(srv.key("gamma", name="g2"), tenant="gamma").completions.create(
+        model="base", prompt=P29, max_tokens=5, temperature=0)
+    deadline = time.monotonic() + 10
+    while len(srv.ledger()) < n + 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    rows = srv.ledger()
+    assert len(rows) == n + 2
+    sign_in(chrome, srv, ADMIN_KEY)
+    got = check_top_adapters(chrome, rows)
+    base = {g["tenant_id"]: g["shown"][0] for g in got if g["adapter"] == ""}
+    assert base[new_id] == "gamma" and base[old_id] == f"gamma (deleted, id {old_id})"
+    assert len(set(base.values())) == len(base) == 4
+    # the tenants table too; only live tenants are linked, and the picker offers live tenants only
+    shown = chrome.eval("Object.fromEntries([...document.querySelectorAll('#tenants tr[data-tenant-id]')]"
+                        ".map(tr => [tr.dataset.tenantId, [tr.cells[0].textContent, !!tr.querySelector('a')]]))")
+    assert shown[str(old_id)] == [f"gamma (deleted, id {old_id})", False] and shown[str(new_id)] == ["gamma", True]
+    assert chrome.eval("[...document.querySelectorAll('select[name=tenant] option')].map(o => o.value)") == \
+        ["", "acme", "beta", "gamma"]
+    chrome.screenshot(str(tmp_path / "usage-operator-reused-name.png"))

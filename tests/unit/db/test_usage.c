@@ -4,7 +4,8 @@
  * costs, times over six days, some unauthenticated) go through the ledger;
  * then many random queries (1h and 1d buckets, every group_by subset, with
  * and without a tenant filter, unaligned ranges) must equal sums computed
- * record by record in C. Also totals, top adapters, argument checks, and an
+ * record by record in C. Also totals, top adapters (one named row per tenant
+ * and adapter, also for a reused tenant name), argument checks, and an
  * aggregate past int64 reported as an error.
  */
 #include "tests/unit/db/db_test_util.h"
@@ -224,10 +225,19 @@ static void test_totals_and_top(lg_store *rd)
         CHECK(lg_store_usage_top_adapters(rd, tid, start, end, 100, &top, &nt, &err) == 0);
         int64_t prev = INT64_MAX, sum_n = 0;
         bool ok = true;
+        int base_rows = 0;
         for (int j = 0; j < nt; j++) {
             int64_t tok = top[j].input_tokens + top[j].output_tokens;
             ok &= tok <= prev;
             prev = tok;
+            /* each row names its tenant; no two rows are the same (tenant, adapter) */
+            int ti = tenant_index(top[j].tenant_id);
+            ok &= ti < 0 ? (top[j].tenant_id == 0 && !top[j].tenant_name[0])
+                         : !strcmp(top[j].tenant_name, tenant_names[ti]);
+            ok &= !tid || top[j].tenant_id == tid;
+            for (int k = 0; k < j; k++)
+                ok &= !(top[k].tenant_id == top[j].tenant_id && !strcmp(top[k].adapter_name, top[j].adapter_name));
+            base_rows += !top[j].adapter_name[0];
             int64_t a_in = 0, a_out = 0, a_n = 0, a_cost = 0;
             for (int i = 0; i < N_REC; i++) {
                 const lg_usage_record *r = &recs[i];
@@ -241,6 +251,9 @@ static void test_totals_and_top(lg_store *rd)
             sum_n += top[j].num_model_requests;
         }
         CHECK_MSG(ok && sum_n == n, "top adapters of tenant %lld", (long long)tid);
+        /* every tenant used the base model in this range (and unauthenticated records count as one more
+         * "tenant" 0): over all tenants that is one base-model row per tenant, not one merged row */
+        CHECK_MSG(base_rows == (tid ? 1 : 4), "tenant %lld: %d base-model rows", (long long)tid, base_rows);
         free(top);
         CHECK(lg_store_usage_top_adapters(rd, tid, start, end, 2, &top, &nt, &err) == 0 && nt <= 2);
         free(top);
@@ -248,6 +261,36 @@ static void test_totals_and_top(lg_store *rd)
     lg_usage_adapter *top;
     int nt;
     CHECK(lg_store_usage_top_adapters(rd, 0, T0, T0 + 1, 0, &top, &nt, &err) == LG_STORE_INVALID);
+}
+
+/* A deleted tenant's name can be reused: the top adapters keep the two
+ * tenants apart (their ids) and name each, the deleted one included. */
+static void test_top_reused_name(lg_store *st, lg_ledger *l, lg_store *rd)
+{
+    lg_err err;
+    const int64_t day = T0 + 20 * 86400; /* after the random records */
+    lg_tenant again;
+    lg_tenant_spec spec = lg_tenant_spec_init("gamma");
+    CHECK(lg_store_tenant_delete(st, "gamma", &err) == 0);
+    CHECK(lg_store_tenant_create(st, &spec, &again, &err) == 0 && again.id != tenant_ids[2]);
+    lg_usage_record old = tu_record("reuse-old", tenant_ids[2], day * 1000 + 5);
+    lg_usage_record now = tu_record("reuse-new", again.id, day * 1000 + 9);
+    old.adapter_name[0] = now.adapter_name[0] = '\0'; /* both on the base model */
+    old.adapter_digest[0] = now.adapter_digest[0] = '\0';
+    now.completion_tokens = 50;
+    CHECK(lg_ledger_append(l, &old, NULL, NULL, &err) == 0 && lg_ledger_append(l, &now, NULL, NULL, &err) == 0);
+    CHECK(lg_ledger_flush(l, 10000, &err) == 0);
+    lg_usage_adapter *top = NULL;
+    int nt = 0;
+    CHECK(lg_store_usage_top_adapters(rd, 0, day, day + 86400, 10, &top, &nt, &err) == 0);
+    CHECK_MSG(nt == 2, "%d rows", nt);
+    if (nt == 2) {
+        CHECK(top[0].tenant_id == again.id && top[1].tenant_id == tenant_ids[2]); /* 150 tokens, then 120 */
+        CHECK(!strcmp(top[0].tenant_name, "gamma") && !strcmp(top[1].tenant_name, "gamma"));
+        CHECK(!top[0].adapter_name[0] && !top[1].adapter_name[0]);
+        CHECK(top[0].output_tokens == 50 && top[1].output_tokens == 20 && top[0].num_model_requests == 1);
+    }
+    free(top);
 }
 
 /* CSV: exact text for a hand-made report (quoting, formula defusing,
@@ -330,6 +373,7 @@ int main(void)
     CHECK(lg_store_open_reader(dir, &rd, &err) == 0);
     test_queries(rd);
     test_totals_and_top(rd);
+    test_top_reused_name(st, l, rd);
     test_csv();
     lg_ledger_close(l);
     lg_store_close(rd);
