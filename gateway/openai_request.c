@@ -5,10 +5,18 @@
  *
  * lg_oai_request_parse runs one function per concern, in a fixed order
  * (which error a client sees first depends on it): the body's keys, the
- * model, sampling, streaming, stop strings, logprobs, the fields accepted
- * and ignored, the cache salt, the prompts (chat template or prompt list,
- * then tokenization), and last max_tokens against the context. Each
- * answers r with a 400 naming the parameter and returns -1 on a bad value.
+ * model, sampling, streaming, stop strings and stop tokens, output options,
+ * logprobs (and echo, prompt_logprobs), the fields accepted and ignored, the
+ * cache salt, the prompts (chat template or prompt list, then
+ * tokenization), max_tokens against the context, and last what depends on
+ * it (min_tokens, the scored prompt tokens). Each answers r with a 400
+ * naming the parameter and returns -1 on a bad value.
+ *
+ * vLLM's extensions keep vLLM's meaning (its protocol.py / SamplingParams):
+ * top_k -1 or 0 is off; repetition_penalty > 0 (1 off); min_tokens <=
+ * max_tokens; stop_token_ids at most LG_MAX_STOP_IDS; prompt_logprobs
+ * 0..20 and not with stream (as vLLM refuses it); continuous_usage_stats
+ * counts only with include_usage.
  */
 #include "gateway/openai_request.h"
 
@@ -25,6 +33,11 @@ static const char *const COMPLETION_KEYS[] = {"model", "prompt", "max_tokens", "
                                               "stop", "seed", "stream", "stream_options", "logprobs",
                                               "presence_penalty", "frequency_penalty", "user", "cache_salt",
                                               "echo", "best_of", "suffix", "logit_bias", NULL};
+/* vLLM's sampling and output extensions, honoured on both routes */
+static const char *const VLLM_KEYS[] = {"top_k", "min_p", "repetition_penalty", "ignore_eos", "min_tokens",
+                                        "stop_token_ids", "skip_special_tokens", "include_stop_str_in_output",
+                                        "prompt_logprobs", NULL};
+/* echo is supported on /v1/completions (OpenAI's), not on chat (vLLM's chat echo means something else) */
 static const char *const UNSUPPORTED[] = {"tools", "tool_choice", "functions", "function_call", "response_format",
                                           "logit_bias", "parallel_tool_calls", "audio", "modalities", "prediction",
                                           "reasoning_effort", "web_search_options", "service_tier", "echo",
@@ -258,6 +271,8 @@ static int completion_prompts(const lg_served_model *m, lg_request *r, json_t *b
         return BAD("prompt", "Missing required parameter: 'prompt'.");
     if (json_is_string(p)) {
         q->n_prompts = 1;
+        if (!(q->prompt_text[0] = strndup(json_string_value(p), json_string_length(p))))
+            return BAD("prompt", "out of memory");
         return encode_text(m, r, p, &q->prompts[0], &q->n_prompt_tokens[0]);
     }
     if (!json_is_array(p) || json_array_size(p) == 0)
@@ -275,7 +290,9 @@ static int completion_prompts(const lg_served_model *m, lg_request *r, json_t *b
     json_array_foreach(p, k, v)
     {
         int rc;
-        if (json_is_string(v))
+        if (json_is_string(v) && !(q->prompt_text[k] = strndup(json_string_value(v), json_string_length(v))))
+            rc = BAD("prompt", "out of memory");
+        else if (json_is_string(v))
             rc = encode_text(m, r, v, &q->prompts[k], &q->n_prompt_tokens[k]);
         else if (json_is_array(v) && json_array_size(v) > 0)
             rc = token_list(m, r, v, &q->prompts[k], &q->n_prompt_tokens[k]);
@@ -299,6 +316,8 @@ static int check_keys(lg_request *r, lg_oai_kind kind, json_t *body)
     json_t *v;
     json_object_foreach(body, key, v)
     {
+        if (in_list(VLLM_KEYS, key) || (kind == LG_OAI_COMPLETIONS && !strcmp(key, "echo")))
+            continue;
         if (in_list(UNSUPPORTED, key)) {
             /* harmless defaults are accepted: echo=false, best_of=1/n, empty logit_bias, suffix null */
             bool harmless = json_is_null(v) || (!strcmp(key, "echo") && json_is_false(v)) ||
@@ -371,6 +390,23 @@ static int parse_sampling(lg_request *r, json_t *body, lg_oai_request *q)
         q->has_seed = true;
         q->seed = ll;
     }
+    /* vLLM: top_k -1 (or 0) is off, else >= 1 */
+    if ((g = get_int(r, body, "top_k", -1, INT32_MAX, &ll)) < 0)
+        return -1;
+    if (g)
+        q->top_k = ll > 0 ? (int)ll : 0;
+    if ((g = get_number(r, body, "min_p", 0, 1, &d)) < 0)
+        return -1;
+    if (g)
+        q->min_p = (float)d;
+    if ((g = get_number(r, body, "repetition_penalty", -HUGE_VAL, HUGE_VAL, &d)) < 0)
+        return -1;
+    if (g) {
+        if (!(d > 0) || !isfinite(d))
+            return BAD("repetition_penalty", "Invalid 'repetition_penalty': %g; it must be greater than zero "
+                                             "(1 is no penalty).", d);
+        q->repetition_penalty = (float)d;
+    }
     return 0;
 }
 
@@ -395,10 +431,17 @@ static int parse_stream(lg_request *r, json_t *body, lg_oai_request *q)
                 return BAD("stream_options.include_usage", "Invalid type for 'stream_options.include_usage': "
                                                            "expected a boolean.");
             q->include_usage = json_is_true(v);
+        } else if (!strcmp(key, "continuous_usage_stats")) { /* vLLM: usage in every chunk (with include_usage) */
+            if (!json_is_boolean(v))
+                return BAD("stream_options.continuous_usage_stats",
+                           "Invalid type for 'stream_options.continuous_usage_stats': expected a boolean.");
+            q->continuous_usage = json_is_true(v);
         } else if (strcmp(key, "include_obfuscation")) {
             return BAD("stream_options", "Unrecognized stream option: %s", key);
         }
     }
+    if (!q->include_usage)
+        q->continuous_usage = false;
     return 0;
 }
 
@@ -429,7 +472,40 @@ static int parse_stop(lg_request *r, json_t *body, lg_oai_request *q)
     return 0;
 }
 
-/* chat: logprobs (bool) + top_logprobs; completions: logprobs (0..5 alternatives). */
+/* vLLM's stop_token_ids (up to LG_MAX_STOP_IDS ids of the vocabulary), ignore_eos, min_tokens (checked
+ * against max_tokens later), skip_special_tokens, include_stop_str_in_output. */
+static int parse_vllm_output(const lg_served_model *m, lg_request *r, json_t *body, lg_oai_request *q)
+{
+    json_t *ids = json_object_get(body, "stop_token_ids");
+    if (ids && !json_is_null(ids)) {
+        if (!json_is_array(ids) || json_array_size(ids) > LG_MAX_STOP_IDS)
+            return BAD("stop_token_ids", "Invalid 'stop_token_ids': expected an array of at most %d token ids.",
+                       LG_MAX_STOP_IDS);
+        size_t k;
+        json_t *v;
+        json_array_foreach(ids, k, v)
+        {
+            if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= m->vocab_size)
+                return BAD("stop_token_ids", "Invalid 'stop_token_ids': token ids must be integers in [0, %d).",
+                           m->vocab_size);
+            q->stop_token_ids[q->n_stop_token_ids++] = (int32_t)json_integer_value(v);
+        }
+    }
+    long long ll;
+    int g;
+    if ((g = get_int(r, body, "min_tokens", 0, INT32_MAX, &ll)) < 0)
+        return -1;
+    if (g)
+        q->min_tokens = (int)ll;
+    if (get_bool(r, body, "ignore_eos", &q->ignore_eos) < 0 ||
+        get_bool(r, body, "skip_special_tokens", &q->skip_special_tokens) < 0 ||
+        get_bool(r, body, "include_stop_str_in_output", &q->include_stop_str_in_output) < 0)
+        return -1;
+    return 0;
+}
+
+/* chat: logprobs (bool) + top_logprobs; completions: logprobs (0..5 alternatives) and echo; both: vLLM's
+ * prompt_logprobs (0..20 alternatives, not with stream, as vLLM). */
 static int parse_logprobs(lg_request *r, lg_oai_kind kind, json_t *body, lg_oai_request *q)
 {
     long long ll;
@@ -452,6 +528,25 @@ static int parse_logprobs(lg_request *r, lg_oai_kind kind, json_t *body, lg_oai_
         q->logprobs = true;
         q->top_logprobs = (int)ll;
     }
+    return get_bool(r, body, "echo", &q->echo) < 0 ? -1 : 0;
+}
+
+static int parse_prompt_logprobs(lg_request *r, json_t *body, lg_oai_request *q)
+{
+    json_t *v = json_object_get(body, "prompt_logprobs");
+    if (!v || json_is_null(v))
+        return 0;
+    if (!json_is_integer(v))
+        return BAD("prompt_logprobs", "Invalid type for 'prompt_logprobs': expected an integer.");
+    long long ll = json_integer_value(v);
+    if (ll < 0 || ll > LG_OAI_MAX_PROMPT_LOGPROBS)
+        return BAD("prompt_logprobs", "Invalid 'prompt_logprobs': %lld; this server returns 0 to %d alternatives "
+                                      "per prompt token (-1, the whole vocabulary, is not supported).",
+                   ll, LG_OAI_MAX_PROMPT_LOGPROBS);
+    if (q->stream && ll > 0)
+        return BAD("prompt_logprobs", "'prompt_logprobs' are not available when 'stream' is true.");
+    if (!q->stream)
+        q->prompt_logprobs = (int)ll;
     return 0;
 }
 
@@ -512,7 +607,8 @@ static int resolve_max_tokens(const lg_served_model *m, lg_request *r, lg_oai_ki
     const char *mt_key = "max_tokens";
     long long ll;
     int g;
-    if ((g = get_int(r, body, "max_tokens", 1, INT32_MAX, &ll)) < 0)
+    /* completions: max_tokens 0 computes the prompt alone (with echo: its text and logprobs) */
+    if ((g = get_int(r, body, "max_tokens", kind == LG_OAI_COMPLETIONS ? 0 : 1, INT32_MAX, &ll)) < 0)
         return -1;
     if (kind == LG_OAI_CHAT) {
         long long l2;
@@ -554,6 +650,25 @@ static int resolve_max_tokens(const lg_served_model *m, lg_request *r, lg_oai_ki
         if (q->max_tokens > ctx - longest)
             q->max_tokens = ctx - longest;
     }
+    if (q->min_tokens > q->max_tokens)
+        return BAD("min_tokens", "Invalid 'min_tokens': %d is more than max_tokens (%d).", q->min_tokens,
+                   q->max_tokens);
+    return 0;
+}
+
+/* Prompt tokens whose logprobs the answer carries (every choice scores its prompt), within
+ * LG_OAI_MAX_SCORED_PROMPT_TOKENS. */
+static int check_scored(lg_request *r, lg_oai_request *q)
+{
+    if (!(q->echo && q->logprobs) && q->prompt_logprobs < 0)
+        return 0;
+    long long tot = 0;
+    for (int i = 0; i < q->n_prompts; i++)
+        tot += (long long)q->n_prompt_tokens[i] * q->n;
+    if (tot > LG_OAI_MAX_SCORED_PROMPT_TOKENS)
+        return BAD(q->prompt_logprobs >= 0 ? "prompt_logprobs" : "echo",
+                   "Invalid request: prompt logprobs for %lld prompt tokens (prompts x n); at most %d per request.",
+                   tot, LG_OAI_MAX_SCORED_PROMPT_TOKENS);
     return 0;
 }
 
@@ -565,18 +680,25 @@ int lg_oai_request_parse(const lg_served_model *m, lg_tenant_adapters *adapters,
     q->n = 1;
     q->temperature = 1.0f;
     q->top_p = 1.0f;
+    q->repetition_penalty = 1.0f;
+    q->skip_special_tokens = true;
+    q->prompt_logprobs = -1;
     if (check_keys(r, kind, body) != 0 || parse_model(m, adapters, r, t, body, q) != 0 ||
         parse_sampling(r, body, q) != 0 || parse_stream(r, body, q) != 0 || parse_stop(r, body, q) != 0 ||
-        parse_logprobs(r, kind, body, q) != 0 || check_ignored(r, body) != 0 || parse_cache_salt(r, body, q) != 0 ||
-        parse_prompts(m, r, kind, body, q) != 0 || resolve_max_tokens(m, r, kind, body, q) != 0)
+        parse_vllm_output(m, r, body, q) != 0 || parse_logprobs(r, kind, body, q) != 0 ||
+        parse_prompt_logprobs(r, body, q) != 0 || check_ignored(r, body) != 0 ||
+        parse_cache_salt(r, body, q) != 0 || parse_prompts(m, r, kind, body, q) != 0 ||
+        resolve_max_tokens(m, r, kind, body, q) != 0 || check_scored(r, q) != 0)
         return -1;
     return 0;
 }
 
 void lg_oai_request_dispose(lg_oai_request *q)
 {
-    for (int i = 0; i < LG_OAI_MAX_PROMPTS; i++)
+    for (int i = 0; i < LG_OAI_MAX_PROMPTS; i++) {
         free(q->prompts[i]);
+        free(q->prompt_text[i]);
+    }
     for (int i = 0; i < q->n_stop; i++)
         free(q->stop[i]);
     memset(q, 0, sizeof *q);

@@ -4,6 +4,13 @@
  * strings, logprobs, n. Every parameter OpenAI defines is either honoured
  * or refused with a 400 naming it; unknown parameters are refused as
  * OpenAI refuses them ("Unrecognized request argument supplied: x").
+ *
+ * vLLM's request extensions that clients written for vLLM send (lm-eval,
+ * guidellm, vLLM's benchmark client) are honoured with vLLM's meaning on
+ * both routes: top_k, min_p, repetition_penalty, ignore_eos, min_tokens,
+ * stop_token_ids, skip_special_tokens, include_stop_str_in_output,
+ * prompt_logprobs, stream_options.continuous_usage_stats; and on
+ * /v1/completions OpenAI's echo (with max_tokens 0 allowed).
  */
 #ifndef LG_GW_OPENAI_REQUEST_H
 #define LG_GW_OPENAI_REQUEST_H
@@ -21,6 +28,12 @@
 #define LG_OAI_MAX_N 128
 #define LG_OAI_MAX_PROMPTS 64
 #define LG_OAI_MAX_STOP 4
+/* Prompt tokens scored per request (echo with logprobs, prompt_logprobs),
+ * summed over its choices: bounds what the answer holds per prompt token
+ * (up to 21 logprobs each). */
+#define LG_OAI_MAX_SCORED_PROMPT_TOKENS 65536
+/* The most alternatives prompt_logprobs may ask for (vLLM's max_logprobs). */
+#define LG_OAI_MAX_PROMPT_LOGPROBS 20
 
 typedef enum lg_oai_kind { LG_OAI_CHAT = 0, LG_OAI_COMPLETIONS = 1 } lg_oai_kind;
 
@@ -32,14 +45,27 @@ typedef struct lg_oai_request {
     int n_prompts;                /* completions: a list of prompts; chat: 1 */
     int32_t *prompts[LG_OAI_MAX_PROMPTS];
     int n_prompt_tokens[LG_OAI_MAX_PROMPTS];
+    char *prompt_text[LG_OAI_MAX_PROMPTS]; /* completions: a text prompt as given (echo); NULL for token ids */
     int n;                        /* choices per prompt */
-    int max_tokens;               /* resolved (>= 1) */
+    int max_tokens;               /* resolved (>= 1; 0 only on completions: the prompt alone) */
     float temperature, top_p, presence_penalty, frequency_penalty;
+    int top_k;                    /* 0: off (vLLM's -1 too) */
+    float min_p;                  /* 0: off */
+    float repetition_penalty;     /* 1: off */
+    bool ignore_eos;
+    int min_tokens;
+    int32_t stop_token_ids[LG_MAX_STOP_IDS];
+    int n_stop_token_ids;
+    bool skip_special_tokens;     /* default true (vLLM) */
+    bool include_stop_str_in_output;
+    bool echo;                    /* completions: the prompt starts the text (and its logprobs) */
+    int prompt_logprobs;          /* vLLM's prompt_logprobs: alternatives, -1: not asked */
     bool has_seed;
     int64_t seed;
     char *stop[LG_OAI_MAX_STOP];
     int n_stop;
     bool stream, include_usage;
+    bool continuous_usage;        /* stream_options.continuous_usage_stats with include_usage: usage in every chunk */
     bool logprobs;                /* chat: logprobs=true; completions: logprobs given */
     int top_logprobs;             /* chat top_logprobs, completions logprobs */
     char cache_salt[LG_MAX_CACHE_SALT + 1];

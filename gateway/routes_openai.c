@@ -76,11 +76,12 @@
 #include "gateway/tenants.h"
 #include "gateway/unix_time.h"
 
-enum { EV_TOKEN = 1, EV_FINISH = 2, EV_BILLED = 3 };
+enum { EV_TOKEN = 1, EV_FINISH = 2, EV_BILLED = 3, EV_PLP = 4 };
 
 typedef struct ev_token {
     int choice;
     int32_t token;
+    bool stop_token; /* ends the choice as EOS / a stop token id (lg_token_out.stop_token) */
     float logprob;
     int n_top;
     int32_t top_ids[LG_MAX_TOP_LOGPROBS];
@@ -92,6 +93,13 @@ typedef struct ev_finish {
     lg_finish_reason reason;
     char error[256];
 } ev_finish;
+
+/* Scored prompt tokens of one choice (engine.h lg_prompt_logprob), n of them after the header. */
+typedef struct ev_plp {
+    int choice;
+    int n;
+    lg_prompt_logprob rows[];
+} ev_plp;
 
 typedef struct ev_billed {
     int ledger_status;
@@ -147,17 +155,45 @@ typedef struct choice_st {
     lg_detok *dt;
     lg_stopper *stp;
     bool stop_matched, finished, role_sent;
+    bool echoed;       /* completions echo: the prompt's text (and logprobs) went out */
     lg_finish_reason reason;
     lg_strbuf text;
+    size_t out_len;    /* bytes of text released so far, echo included (text_offset) */
+    int n_tokens;      /* tokens the engine generated (continuous_usage_stats) */
     json_t *lp; /* chat: array of content logprobs; completions: object of arrays */
+    /* the prompt's scored tokens (echo with logprobs, prompt_logprobs) */
+    lg_prompt_logprob *plp;
+    int n_plp, cap_plp;
+    /* include_stop_str_in_output: the text given to the stop matcher, and how much of it came out */
+    lg_strbuf fed;
+    size_t released;
 } choice_st;
+
+/* What a prompt's echo needs on the loop (completions echo): its text, its first token, and where each of
+ * its tokens starts in that text. */
+typedef struct echo_prompt {
+    char *text;
+    size_t len;
+    int n_tokens;
+    int32_t first;
+    size_t *off;      /* [n_tokens] (with logprobs) */
+} echo_prompt;
 
 typedef struct gen {
     const lg_openai_deps *d;
     job *j;
     lg_oai_kind kind;
-    bool stream, include_usage, logprobs;
+    bool stream, include_usage, continuous_usage, logprobs;
     int top_logprobs;
+    bool echo, include_stop;
+    int min_tokens;
+    int prompt_logprobs;  /* vLLM's prompt_logprobs alternatives; -1: not asked */
+    int n_per_prompt;
+    char *stops[LG_OAI_MAX_STOP];
+    int n_stop;
+    int n_prompt_tokens[LG_OAI_MAX_PROMPTS];
+    echo_prompt *ep;      /* [n_prompts] with echo */
+    int n_prompts;
     char model[256];
     char id[64];
     int64_t created;
@@ -176,10 +212,21 @@ static void gen_cleanup(gen *g)
         lg_detok_free(g->c[i].dt);
         lg_stopper_free(g->c[i].stp);
         free(g->c[i].text.p);
+        free(g->c[i].fed.p);
+        free(g->c[i].plp);
         json_decref(g->c[i].lp);
     }
     free(g->c);
     g->c = NULL;
+    for (int i = 0; g->ep && i < g->n_prompts; i++) {
+        free(g->ep[i].text);
+        free(g->ep[i].off);
+    }
+    free(g->ep);
+    g->ep = NULL;
+    for (int i = 0; i < g->n_stop; i++)
+        free(g->stops[i]);
+    g->n_stop = 0;
     job_release(g->j);
 }
 
@@ -249,18 +296,62 @@ static json_t *cmpl_lp_new(void)
     return json_pack("{s:[],s:[],s:[],s:[]}", "tokens", "token_logprobs", "top_logprobs", "text_offset");
 }
 
-static void cmpl_lp_add(json_t *lp, const lg_tokenizer *tok, const ev_token *t, int top, size_t offset)
+/* One entry of the legacy completions logprobs: the token, its logprob, the top alternatives and the token
+ * itself ("up to logprobs + 1 elements", as OpenAI and vLLM list them), its offset in the text. */
+static void cmpl_lp_put(json_t *lp, const lg_tokenizer *tok, int32_t token, float logprob, int n_top,
+                        const int32_t *top_ids, const float *top_lp, int top, size_t offset)
 {
-    json_array_append_new(json_object_get(lp, "tokens"), token_text(tok, t->token, NULL));
-    json_array_append_new(json_object_get(lp, "token_logprobs"), lp_real(t->logprob));
+    json_array_append_new(json_object_get(lp, "tokens"), token_text(tok, token, NULL));
+    json_array_append_new(json_object_get(lp, "token_logprobs"), lp_real(logprob));
     json_t *o = json_object();
-    for (int i = 0; i < t->n_top && i < top; i++) {
-        json_t *k = token_text(tok, t->top_ids[i], NULL);
-        json_object_set_new(o, json_string_value(k), lp_real(t->top_lp[i]));
+    for (int i = 0; i < n_top && i < top; i++) {
+        json_t *k = token_text(tok, top_ids[i], NULL);
+        json_object_set_new(o, json_string_value(k), lp_real(top_lp[i]));
         json_decref(k);
     }
+    json_t *k = token_text(tok, token, NULL);
+    if (!json_object_get(o, json_string_value(k)))
+        json_object_set_new(o, json_string_value(k), lp_real(logprob));
+    json_decref(k);
     json_array_append_new(json_object_get(lp, "top_logprobs"), o);
     json_array_append_new(json_object_get(lp, "text_offset"), json_integer((json_int_t)offset));
+}
+
+static void cmpl_lp_add(json_t *lp, const lg_tokenizer *tok, const ev_token *t, int top, size_t offset)
+{
+    cmpl_lp_put(lp, tok, t->token, t->logprob, t->n_top, t->top_ids, t->top_lp, top, offset);
+}
+
+/* The first prompt token of an echo: no logprob (null), no alternatives (null). */
+static void cmpl_lp_first(json_t *lp, const lg_tokenizer *tok, int32_t token)
+{
+    json_array_append_new(json_object_get(lp, "tokens"), token_text(tok, token, NULL));
+    json_array_append_new(json_object_get(lp, "token_logprobs"), json_null());
+    json_array_append_new(json_object_get(lp, "top_logprobs"), json_null());
+    json_array_append_new(json_object_get(lp, "text_offset"), json_integer(0));
+}
+
+/* vLLM's prompt_logprobs: [null, {"<id>": {"logprob", "rank", "decoded_token"}, ...}, ...], each position
+ * with its prompt token and the top alternatives (their rank: their place in that list). */
+static json_t *vllm_prompt_logprobs(const lg_tokenizer *tok, const choice_st *c, int top)
+{
+    json_t *a = json_array();
+    json_array_append_new(a, json_null());
+    for (int k = 0; k < c->n_plp; k++) {
+        const lg_prompt_logprob *p = &c->plp[k];
+        json_t *o = json_object();
+        char key[16];
+        for (int i = 0; i < p->n_top && i < top; i++) {
+            snprintf(key, sizeof key, "%d", p->top_ids[i]);
+            json_object_set_new(o, key, json_pack("{s:o,s:i,s:o}", "logprob", lp_real(p->top_logprobs[i]), "rank",
+                                                  i + 1, "decoded_token", token_text(tok, p->top_ids[i], NULL)));
+        }
+        snprintf(key, sizeof key, "%d", p->token);
+        json_object_set_new(o, key, json_pack("{s:o,s:i,s:o}", "logprob", lp_real(p->logprob), "rank", p->rank,
+                                              "decoded_token", token_text(tok, p->token, NULL)));
+        json_array_append_new(a, o);
+    }
+    return a;
 }
 
 static json_t *chunk_base(gen *g)
@@ -273,10 +364,17 @@ static json_t *chunk_base(gen *g)
     return o;
 }
 
-/* One streamed chunk for choice i: text (may be empty), logprobs, finish reason. */
+/* One streamed chunk for choice i: text (may be empty), logprobs, finish reason; with
+ * continuous_usage_stats the choice's usage so far (vLLM: its prompt, the tokens it generated). */
 static void send_chunk(gen *g, int i, const char *text, size_t n, json_t *lp, const char *finish, bool role)
 {
     json_t *o = chunk_base(g);
+    if (g->continuous_usage) {
+        int64_t pt = g->n_prompt_tokens[i / g->n_per_prompt], ct = g->c[i].n_tokens;
+        json_object_set_new(o, "usage", json_pack("{s:I,s:I,s:I}", "prompt_tokens", (json_int_t)pt,
+                                                  "completion_tokens", (json_int_t)ct, "total_tokens",
+                                                  (json_int_t)(pt + ct)));
+    }
     json_t *ch;
     if (g->kind == LG_OAI_CHAT) {
         json_t *delta = json_object();
@@ -311,6 +409,7 @@ static json_t *usage_json(int64_t prompt, int64_t cached, int64_t completion)
 static void emit_text(gen *g, int i, const char *s, size_t n, json_t *lp)
 {
     choice_st *c = &g->c[i];
+    c->out_len += n;
     if (g->stream) {
         if (n || lp)
             send_chunk(g, i, s, n, lp, NULL, false);
@@ -321,13 +420,85 @@ static void emit_text(gen *g, int i, const char *s, size_t n, json_t *lp)
     }
 }
 
+/* Completions echo, once per choice before its first token or its end: the prompt's text and, with
+ * logprobs, its tokens' entries (the first without a logprob, each other scored by the engine). */
+static void ensure_echo(gen *g, int i)
+{
+    choice_st *c = &g->c[i];
+    if (!g->echo || c->echoed)
+        return;
+    c->echoed = true;
+    const echo_prompt *ep = &g->ep[i / g->n_per_prompt];
+    const lg_tokenizer *tok = g->d->model->tok;
+    json_t *lp = NULL;
+    if (g->logprobs) {
+        lp = g->stream ? cmpl_lp_new() : json_incref(c->lp);
+        cmpl_lp_first(lp, tok, ep->first);
+        for (int k = 0; k < c->n_plp; k++) {
+            const lg_prompt_logprob *p = &c->plp[k];
+            size_t off = ep->off && p->index < ep->n_tokens ? ep->off[p->index] : ep->len;
+            cmpl_lp_put(lp, tok, p->token, p->logprob, p->n_top, p->top_ids, p->top_logprobs, g->top_logprobs, off);
+        }
+        if (!g->stream) {
+            json_decref(lp);
+            lp = NULL;
+        }
+    }
+    emit_text(g, i, ep->text ? ep->text : "", ep->len, lp);
+}
+
+/* The stop string the matcher just found for choice i (include_stop_str_in_output): the first of the
+ * request's stop strings that the text not yet released starts with, as lg_stopper picks it. */
+static const char *matched_stop(const gen *g, const choice_st *c)
+{
+    const char *rest = c->fed.p ? c->fed.p + c->released : "";
+    size_t left = c->fed.len - c->released;
+    for (int k = 0; k < g->n_stop; k++) {
+        size_t l = strlen(g->stops[k]);
+        if (l && l <= left && !memcmp(rest, g->stops[k], l))
+            return g->stops[k];
+    }
+    return NULL;
+}
+
+/* Text of choice i through its stop strings (from min_tokens on, as vLLM checks them), then out; lp (the
+ * token's logprobs, streamed) goes with the first text. A match cancels the engine request (STOP); with
+ * include_stop_str_in_output the stop string is released too. */
+static void release_text(gen *g, int i, const char *piece, size_t n, json_t *lp)
+{
+    choice_st *c = &g->c[i];
+    if (!c->stp || c->n_tokens <= g->min_tokens) {
+        emit_text(g, i, piece, n, lp);
+        return;
+    }
+    if (g->include_stop)
+        lg_strbuf_put(&c->fed, piece, n);
+    bool matched = false;
+    piece = lg_stopper_push(c->stp, piece, n, &n, &matched);
+    const char *stop = matched && g->include_stop ? matched_stop(g, c) : NULL;
+    c->released += n;
+    emit_text(g, i, piece, n, lp);
+    if (matched) {
+        c->stop_matched = true;
+        lg_engine_cancel(g->d->engine, g->j->ids[i], LG_FINISH_STOP);
+        if (stop)
+            emit_text(g, i, stop, strlen(stop), NULL);
+    }
+}
+
 static void on_token_ev(gen *g, const ev_token *t)
 {
     choice_st *c = &g->c[t->choice];
     if (c->stop_matched || c->finished)
         return;
+    ensure_echo(g, t->choice);
+    c->n_tokens++;
+    /* a stop token (EOS, stop_token_ids) is not part of the text (vLLM, unless include_stop_str_in_output);
+     * chat's logprobs.content lists only what the text holds (OpenAI); completions list every sampled
+     * token, as vLLM does (lm-eval reads the last entry as the sampled one) */
+    const bool hide = t->stop_token && !g->include_stop;
     json_t *lp = NULL;
-    if (g->logprobs) {
+    if (g->logprobs && !(hide && g->kind == LG_OAI_CHAT)) {
         if (g->kind == LG_OAI_CHAT) {
             json_t *e = chat_lp_entry(g->d->model->tok, t, g->top_logprobs);
             if (g->stream)
@@ -337,23 +508,15 @@ static void on_token_ev(gen *g, const ev_token *t)
         } else {
             if (g->stream) {
                 lp = cmpl_lp_new();
-                cmpl_lp_add(lp, g->d->model->tok, t, g->top_logprobs, c->text.len);
+                cmpl_lp_add(lp, g->d->model->tok, t, g->top_logprobs, c->out_len);
             } else {
-                cmpl_lp_add(c->lp, g->d->model->tok, t, g->top_logprobs, c->text.len);
+                cmpl_lp_add(c->lp, g->d->model->tok, t, g->top_logprobs, c->out_len);
             }
         }
     }
     size_t n = 0;
-    const char *piece = c->dt ? lg_detok_push(c->dt, t->token, &n) : "";
-    if (c->stp) {
-        bool matched = false;
-        piece = lg_stopper_push(c->stp, piece, n, &n, &matched);
-        if (matched) {
-            c->stop_matched = true;
-            lg_engine_cancel(g->d->engine, g->j->ids[t->choice], LG_FINISH_STOP);
-        }
-    }
-    emit_text(g, t->choice, piece, n, lp);
+    const char *piece = c->dt && !hide ? lg_detok_push(c->dt, t->token, &n) : "";
+    release_text(g, t->choice, piece, n, lp);
 }
 
 static void on_finish_ev(gen *g, const ev_finish *f)
@@ -361,26 +524,42 @@ static void on_finish_ev(gen *g, const ev_finish *f)
     choice_st *c = &g->c[f->choice];
     if (c->finished)
         return;
+    if (f->reason != LG_FINISH_ERROR)
+        ensure_echo(g, f->choice);
     if (!c->stop_matched) {
         size_t n = 0;
         const char *s = c->dt ? lg_detok_flush(c->dt, &n) : "";
-        if (c->stp) {
-            bool matched = false;
-            s = lg_stopper_push(c->stp, s, n, &n, &matched);
+        if (n)
+            release_text(g, f->choice, s, n, NULL);
+        if (c->stp && !c->stop_matched) {
+            s = lg_stopper_flush(c->stp, &n);
             if (n)
                 emit_text(g, f->choice, s, n, NULL);
-            if (!matched)
-                s = lg_stopper_flush(c->stp, &n);
-            else
-                n = 0, c->stop_matched = true;
         }
-        if (n)
-            emit_text(g, f->choice, s, n, NULL);
     }
     c->finished = true;
     c->reason = c->stop_matched ? LG_FINISH_STOP : f->reason;
     if (g->stream && f->reason != LG_FINISH_ERROR)
         send_chunk(g, f->choice, NULL, 0, NULL, finish_name(c->reason), false);
+}
+
+/* Prompt rows of a choice, kept until its echo or the answer. */
+static void on_plp_ev(gen *g, const ev_plp *e)
+{
+    choice_st *c = &g->c[e->choice];
+    if (c->finished || e->n <= 0)
+        return;
+    if (c->n_plp + e->n > c->cap_plp) {
+        int cap = c->cap_plp ? c->cap_plp : 64;
+        while (cap < c->n_plp + e->n) cap *= 2;
+        lg_prompt_logprob *np = realloc(c->plp, (size_t)cap * sizeof *np);
+        if (!np)
+            return; /* out of memory: the answer lacks these rows */
+        c->plp = np;
+        c->cap_plp = cap;
+    }
+    memcpy(c->plp + c->n_plp, e->rows, (size_t)e->n * sizeof *e->rows);
+    c->n_plp += e->n;
 }
 
 static void respond_error_event(gen *g, lg_request *r, int status, const char *msg)
@@ -420,13 +599,17 @@ static void on_billed_ev(gen *g, lg_request *r, const ev_billed *b)
                                                           : json_incref(c->lp))
                                  : json_null();
         json_t *ch;
-        if (g->kind == LG_OAI_CHAT)
+        if (g->kind == LG_OAI_CHAT) {
             ch = json_pack("{s:i,s:{s:s,s:s%,s:n,s:[]},s:o,s:s}", "index", i, "message", "role", "assistant",
                            "content", c->text.p ? c->text.p : "", c->text.len, "refusal", "annotations", "logprobs", lp,
                            "finish_reason", finish_name(c->reason));
-        else
+        } else {
             ch = json_pack("{s:s%,s:i,s:o,s:s}", "text", c->text.p ? c->text.p : "", c->text.len, "index", i, "logprobs", lp,
                            "finish_reason", finish_name(c->reason));
+            if (g->prompt_logprobs >= 0) /* vLLM: per choice */
+                json_object_set_new(ch, "prompt_logprobs",
+                                    vllm_prompt_logprobs(g->d->model->tok, c, g->prompt_logprobs));
+        }
         json_array_append_new(choices, ch);
     }
     json_t *o = json_pack("{s:s,s:s,s:I,s:s,s:o,s:o,s:n}", "id", g->id, "object",
@@ -435,6 +618,8 @@ static void on_billed_ev(gen *g, lg_request *r, const ev_billed *b)
                           "system_fingerprint");
     if (g->kind == LG_OAI_CHAT)
         json_object_set_new(o, "service_tier", json_string("default"));
+    if (g->kind == LG_OAI_CHAT && g->prompt_logprobs >= 0 && g->n > 0) /* vLLM: one list, the prompt's */
+        json_object_set_new(o, "prompt_logprobs", vllm_prompt_logprobs(g->d->model->tok, &g->c[0], g->prompt_logprobs));
     lg_respond_json(r, 200, o);
 }
 
@@ -446,6 +631,7 @@ static void on_event(lg_request *r, void *ctx, int kind, const void *data, size_
     switch (kind) {
     case EV_TOKEN: on_token_ev(g, data); break;
     case EV_FINISH: on_finish_ev(g, data); break;
+    case EV_PLP: on_plp_ev(g, data); break;
     case EV_BILLED: {
         const ev_billed *b = data;
         lg_request_log_set(r, "prompt_tokens", json_integer(b->prompt_tokens));
@@ -479,10 +665,29 @@ static void e_token(void *user, int64_t id, const lg_token_out *t)
     prod *p = user;
     if (atomic_load(&p->j->client_gone))
         return;
-    ev_token ev = {.choice = p->choice, .token = t->token, .logprob = t->logprob, .n_top = t->n_top};
+    ev_token ev = {.choice = p->choice, .token = t->token, .stop_token = t->stop_token, .logprob = t->logprob,
+                   .n_top = t->n_top};
     memcpy(ev.top_ids, t->top_ids, sizeof ev.top_ids);
     memcpy(ev.top_lp, t->top_logprobs, sizeof ev.top_lp);
     lg_stream_post(p->j->s, EV_TOKEN, &ev, sizeof ev);
+}
+
+/* Scored prompt tokens to the loop (one message per call: at most the model's prompt-logit rows a step). */
+static void e_plp(void *user, int64_t id, const lg_prompt_logprob *rows, int n)
+{
+    (void)id;
+    prod *p = user;
+    if (atomic_load(&p->j->client_gone) || n <= 0)
+        return;
+    size_t len = sizeof(ev_plp) + (size_t)n * sizeof *rows;
+    ev_plp *e = malloc(len);
+    if (!e)
+        return;
+    e->choice = p->choice;
+    e->n = n;
+    memcpy(e->rows, rows, (size_t)n * sizeof *rows);
+    lg_stream_post(p->j->s, EV_PLP, e, len);
+    free(e);
 }
 
 static void billed(void *ctx, int status)
@@ -688,6 +893,44 @@ static void job_init(job *j, const lg_openai_deps *d, lg_request *r, const lg_pr
     rec->received_at = received;
 }
 
+/* Per prompt, what its echo shows: the prompt as given (a text prompt) or its tokens decoded, and with
+ * logprobs where each token starts (the byte length of the tokens before it, decoded). */
+static void echo_init(gen *g, const lg_tokenizer *tok, const lg_oai_request *q)
+{
+    g->ep = calloc((size_t)q->n_prompts, sizeof *g->ep);
+    if (!g->ep) {
+        g->echo = false;
+        return;
+    }
+    for (int i = 0; i < q->n_prompts; i++) {
+        echo_prompt *ep = &g->ep[i];
+        const int32_t *ids = q->prompts[i];
+        const int n = q->n_prompt_tokens[i];
+        ep->n_tokens = n;
+        ep->first = n > 0 ? ids[0] : 0;
+        if (q->prompt_text[i]) {
+            ep->text = strdup(q->prompt_text[i]);
+        } else if (tok) {
+            size_t len = 0;
+            if (lg_tokenizer_decode_n(tok, ids, n, q->skip_special_tokens, &ep->text, &len, NULL) != 0)
+                ep->text = NULL;
+        }
+        ep->len = ep->text ? strlen(ep->text) : 0;
+        if (!q->logprobs || !tok || !(ep->off = malloc((size_t)(n > 0 ? n : 1) * sizeof *ep->off)))
+            continue;
+        lg_detok *dt = lg_detok_new(tok, q->skip_special_tokens);
+        size_t at = 0;
+        for (int k = 0; k < n; k++) {
+            ep->off[k] = at < ep->len ? at : ep->len;
+            size_t piece = 0;
+            if (dt)
+                (void)lg_detok_push(dt, ids[k], &piece);
+            at += piece;
+        }
+        lg_detok_free(dt);
+    }
+}
+
 /* The loop side: the answer's shape and per choice its detokenizer, stop
  * strings and logprobs. */
 static void gen_init(gen *g, const lg_openai_deps *d, job *j, lg_request *r, lg_oai_kind kind,
@@ -699,16 +942,30 @@ static void gen_init(gen *g, const lg_openai_deps *d, job *j, lg_request *r, lg_
     g->kind = kind;
     g->stream = q->stream;
     g->include_usage = q->include_usage;
+    g->continuous_usage = q->continuous_usage;
     g->logprobs = q->logprobs;
     g->top_logprobs = q->top_logprobs;
+    g->echo = q->echo;
+    g->include_stop = q->include_stop_str_in_output;
+    g->min_tokens = q->min_tokens;
+    g->prompt_logprobs = q->prompt_logprobs;
+    g->n_per_prompt = q->n;
+    g->n_prompts = q->n_prompts;
+    for (int i = 0; i < q->n_prompts; i++)
+        g->n_prompt_tokens[i] = q->n_prompt_tokens[i];
+    for (int i = 0; q->include_stop_str_in_output && i < q->n_stop; i++)
+        if ((g->stops[g->n_stop] = strdup(q->stop[i])))
+            g->n_stop++;
     snprintf(g->model, sizeof g->model, "%s", q->model);
     snprintf(g->id, sizeof g->id, "%s-%s", kind == LG_OAI_CHAT ? "chatcmpl" : "cmpl", lg_request_id(r) + 4);
     g->created = lg_unix_now();
     g->c = cs;
     g->n = j->n_choices;
     const lg_tokenizer *tok = d->model->tok;
+    if (q->echo)
+        echo_init(g, tok, q);
     for (int i = 0; i < g->n; i++) {
-        cs[i].dt = tok ? lg_detok_new(tok, true) : NULL;
+        cs[i].dt = tok ? lg_detok_new(tok, q->skip_special_tokens) : NULL;
         cs[i].stp = q->n_stop ? lg_stopper_new((const char *const *)q->stop, q->n_stop) : NULL;
         if (q->logprobs)
             cs[i].lp = kind == LG_OAI_CHAT ? json_array() : cmpl_lp_new();
@@ -726,6 +983,11 @@ static int submit_choices(const lg_openai_deps *d, job *j, const lg_oai_request 
     char tenant_key[LG_TENANT_KEY_MAX];
     lg_tenant_key(j->tenant->id, tenant_key);
     atomic_init(&j->remaining, j->n_choices + 1); /* + 1: the submit loop's guard */
+    /* every choice scores its prompt when the answer shows it (echo with logprobs, prompt_logprobs) */
+    const bool plp = (q->echo && q->logprobs) || q->prompt_logprobs >= 0;
+    int plp_top = q->echo && q->logprobs ? q->top_logprobs : 0;
+    if (q->prompt_logprobs > plp_top)
+        plp_top = q->prompt_logprobs;
     for (int i = 0; i < j->n_choices; i++) {
         j->p[i] = (prod){j, i};
         lg_request_params p = {
@@ -734,17 +996,27 @@ static int submit_choices(const lg_openai_deps *d, job *j, const lg_oai_request 
             .max_tokens = q->max_tokens,
             .presence_penalty = q->presence_penalty,
             .frequency_penalty = q->frequency_penalty,
+            .repetition_penalty = q->repetition_penalty == 1.0f ? 0.0f : q->repetition_penalty,
+            .n_stop_ids = q->n_stop_token_ids,
+            .ignore_eos = q->ignore_eos,
+            .min_tokens = q->min_tokens,
             .logprobs = q->logprobs,
             .top_logprobs = q->top_logprobs,
+            .prompt_logprobs = plp,
+            .prompt_top_logprobs = plp_top,
+            .prompt_only = q->max_tokens == 0,
             .adapter_id = q->is_adapter ? q->adapter.engine_id : 0,
             .tenant = tenant_key, /* the id, never the name (names are reused) */
             .cache_salt = q->cache_salt[0] ? q->cache_salt : NULL,
-            .cb = {e_token, e_finish},
+            .cb = {e_token, e_finish, e_plp},
             .user = &j->p[i],
         };
+        memcpy(p.stop_ids, q->stop_token_ids, sizeof p.stop_ids);
         lg_sampling_params_default(&p.sampling);
         p.sampling.temperature = q->temperature;
         p.sampling.top_p = q->top_p;
+        p.sampling.top_k = q->top_k;
+        p.sampling.min_p = q->min_p;
         p.sampling.seed = base_seed + (uint64_t)i;
         if (lg_engine_submit(d->engine, &p, &j->ids[i], err) != 0)
             return i;

@@ -47,6 +47,9 @@ if [ "$PY" != "$ROOT/.venv/bin/python" ] && "$PY" -c 'import sys, sysconfig, os;
   pip_flags+=(--user --break-system-packages)
 fi
 "$PY" -m pip install "${pip_flags[@]}" -r tests/requirements.txt || die "pip install -r tests/requirements.txt failed"
+# the third-party clients the client-compatibility tests run (lm-eval, guidellm), in their own venv
+step "client venv (tests/clients/install.sh)"
+LG_CLIENTS_PYTHON="$PY" bash tests/clients/install.sh || die "installing the test clients (tests/clients/install.sh) failed"
 
 # --- 3. default model ---------------------------------------------------------
 step "default model (deploy/fetch-default-model.sh)"

@@ -19,7 +19,10 @@
  *
  * Memory: weights in one backend allocation (carved, llm.c style);
  * activations in a second one sized for max_step_tokens; step metadata in a
- * third, filled by one upload per step.
+ * third, filled by one upload per step. Prompt logprobs (lg_step_seq
+ * lp_count) have two more: prompt_logit_rows gathered rows and their f32
+ * logits, which bound what a step may ask for (the engine chunks long
+ * prompts to fit).
  *
  * Step graphs: a decode-shaped step (every query run 1 token) is recorded
  * by the backend the first time its shape key is seen and replayed after
@@ -84,6 +87,8 @@ struct lg_model {
     void *abuf;
     lg_tensor x, xn, qkv, attn, o, gu, act, mlp, rows, logits;
     lg_tensor x2;        /* [LG_NORM_MATMUL_MAX_T or max_seqs, d]: the residual's second buffer (norm_linear) */
+    lg_tensor prows;     /* [prompt_logit_rows, d] act: the gathered rows of prompt logprobs */
+    lg_tensor plogits;   /* [prompt_logit_rows, V] f32: their logits (own allocation) */
     lg_tensor lora_tmp;  /* [T, lora_max_rank] */
     lg_lora_w *lora_w_dev, *lora_w_host; /* [max_seqs * n_slots] */
     int32_t *lora_seg_dev, *lora_seg_host; /* [max_seqs + 1] */
@@ -107,6 +112,7 @@ struct lg_model {
     /* steps launched and not yet collected (lg_model_launch / lg_model_collect), oldest first */
     struct inflight {
         int n_logits;
+        int n_plog;                  /* prompt-logit rows (downloaded at collect) */
         bool sample, lp, logits;     /* sampled on the device; logprobs, logits downloaded */
         bool decode;                 /* one token a sequence (LG_STEP_TIMING's host times) */
         int slot;                    /* sample_out_host slot */
@@ -263,6 +269,8 @@ static lg_model_opts model_opts(const lg_model_opts *opts, const lg_model_config
     if (o.max_seqs <= 0) o.max_seqs = 64;
     if (o.max_seqs > o.max_step_tokens) o.max_seqs = o.max_step_tokens;
     if (o.max_context <= 0 || o.max_context > c->max_pos) o.max_context = c->max_pos;
+    if (o.prompt_logit_rows <= 0) o.prompt_logit_rows = LG_PROMPT_LOGIT_ROWS;
+    if (o.prompt_logit_rows > o.max_step_tokens) o.prompt_logit_rows = o.max_step_tokens;
     return o;
 }
 
@@ -382,6 +390,19 @@ static int alloc_activations(lg_model *m, lg_err *err)
     return 0;
 }
 
+/* The prompt-logprob rows' two buffers (model.h, lg_step_seq.lp_count): their gathered hidden states and
+ * their f32 logits, each its own allocation (freed by lg_model_free). */
+static int alloc_prompt_logits(lg_model *m, lg_err *err)
+{
+    lg_backend *be = m->be;
+    const int64_t P = m->opts.prompt_logit_rows, d = m->cfg.d_model, V = m->cfg.vocab_size;
+    m->prows = lg_tensor_2d(be->i.alloc(be, (size_t)(P * d) * lg_dtype_size(be->act_dtype)), be->act_dtype, P, d);
+    m->plogits = lg_tensor_2d(be->i.alloc(be, (size_t)(P * V) * 4), LG_F32, P, V);
+    if (!m->prows.data || !m->plogits.data)
+        return lg_fail(err, "cannot allocate the prompt logits (%lld rows of %lld)", (long long)P, (long long)V);
+    return 0;
+}
+
 /* With the backend's sampler (and LG_HOST_SAMPLE not set): m->dev_sample, and the sampler's buffers: the
  * ids and logprobs it writes, their host destinations (page-locked where the backend can download into
  * them asynchronously), the penalty pairs. */
@@ -412,14 +433,14 @@ static int alloc_sampling(lg_model *m, lg_err *err)
 }
 
 /* The step metadata, one device buffer and its host staging: tok, pos, slot [T]; q_indptr, page_indptr
- * [S+1]; kv_len [S]; logit_rows [S]; page ids [S * max pages per seq]; with device sampling, the sampling
- * rows [S] (one upload for both). */
+ * [S+1]; kv_len [S]; logit_rows [S]; page ids [S * max pages per seq]; prompt-logit rows [prompt_logit_rows];
+ * with device sampling, the sampling rows [S] (one upload for all). */
 static int alloc_step_meta(lg_model *m, lg_err *err)
 {
     lg_backend *be = m->be;
     const size_t S = (size_t)m->opts.max_seqs;
     size_t max_pages = S * ((size_t)(m->opts.max_context + m->opts.page_tokens - 1) / m->opts.page_tokens + 1);
-    m->meta_cap = 3 * (size_t)m->opts.max_step_tokens + 4 * (S + 1) + max_pages;
+    m->meta_cap = 3 * (size_t)m->opts.max_step_tokens + 4 * (S + 1) + max_pages + (size_t)m->opts.prompt_logit_rows;
     if (m->dev_sample)
         m->meta_cap += S * SAMPLE_ROW_INTS;
     m->meta_dev = be->i.alloc(be, m->meta_cap * 4);
@@ -475,7 +496,8 @@ int lg_model_create(lg_backend *be, const lg_weights *w, const lg_model_opts *op
         free(m);
         return lg_fail(err, "out of memory");
     }
-    if (upload_weights(m, w, err) != 0 || alloc_activations(m, err) != 0 || alloc_sampling(m, err) != 0 ||
+    if (upload_weights(m, w, err) != 0 || alloc_activations(m, err) != 0 || alloc_prompt_logits(m, err) != 0 ||
+        alloc_sampling(m, err) != 0 ||
         alloc_step_meta(m, err) != 0 || (m->opts.lora_max_rank > 0 && alloc_lora(m, err) != 0)) {
         lg_model_free(m);
         return -1;
@@ -527,6 +549,8 @@ void lg_model_free(lg_model *m)
     if (m->abuf) be->i.dealloc(be, m->abuf);
     if (m->abuf && lg_dtype_size(be->act_dtype) < 4 && m->logits.data) be->i.dealloc(be, m->logits.data);
     if (m->meta_dev) be->i.dealloc(be, m->meta_dev);
+    if (m->prows.data) be->i.dealloc(be, m->prows.data);
+    if (m->plogits.data) be->i.dealloc(be, m->plogits.data);
     if (m->sample_ids_dev) be->i.dealloc(be, m->sample_ids_dev);
     if (m->out_pinned)
         be->i.free_host(be, m->sample_out_host);
@@ -703,9 +727,10 @@ typedef struct step_key {
 } step_key;
 
 /* Everything from embed to the logits matmul, enqueued on the backend.
- * lora_mods: bit m set when some segment uses module m (else skipped). */
+ * lora_mods: bit m set when some segment uses module m (else skipped).
+ * plog_rows: the n_plog token rows (device) whose logits go to m->plogits. */
 static int forward(lg_model *m, const lg_kv_view *kv0, const lg_step_meta *meta, const lg_lora_meta *lora,
-                   unsigned lora_mods, lg_err *err)
+                   unsigned lora_mods, const int32_t *plog_rows, int n_plog, lg_err *err)
 {
     lg_backend *be = m->be;
     const lg_model_config *c = &m->cfg;
@@ -754,11 +779,18 @@ static int forward(lg_model *m, const lg_kv_view *kv0, const lg_step_meta *meta,
                         lora, gu_ys, 4, 2, sl, lora_mods, NULL, NULL));
         TRY(linear(be, mlp, act, lw->wdown, none, tmp, lora, &mlp, 6, 1, sl, lora_mods, NULL, NULL));
     }
+    if (n_logits > 0 || n_plog > 0)
+        TRY(be->i.add_rmsnorm(be, xs[xi], mlp, m->norm, xn, c->rms_eps));
     if (n_logits > 0) {
         lg_tensor rows = lg_tensor_rows(m->rows, 0, n_logits);
         lg_tensor lg = lg_tensor_rows(m->logits, 0, n_logits);
-        TRY(be->i.add_rmsnorm(be, xs[xi], mlp, m->norm, xn, c->rms_eps));
         TRY(be->i.get_rows(be, rows, xn, meta->logit_rows, n_logits));
+        TRY(be->i.matmul(be, lg, rows, m->lm_head, none, false));
+    }
+    if (n_plog > 0) { /* prompt logprobs: the same two ops over more rows, into their own buffer */
+        lg_tensor rows = lg_tensor_rows(m->prows, 0, n_plog);
+        lg_tensor lg = lg_tensor_rows(m->plogits, 0, n_plog);
+        TRY(be->i.get_rows(be, rows, xn, plog_rows, n_plog));
         TRY(be->i.matmul(be, lg, rows, m->lm_head, none, false));
     }
     return 0;
@@ -783,7 +815,7 @@ static int check_launch(const lg_model *m, lg_page_pool *pool, const lg_step_seq
 {
     if (n_seqs <= 0 || n_seqs > m->opts.max_seqs)
         return lg_fail(err, "step has %d sequences; the model was set up for 1..%d", n_seqs, m->opts.max_seqs);
-    if (m->n_fl >= 2 || (m->n_fl == 1 && (!lg_model_can_chain(m) || m->fl[0].logits)))
+    if (m->n_fl >= 2 || (m->n_fl == 1 && (!lg_model_can_chain(m) || m->fl[0].logits || m->fl[0].n_plog)))
         return lg_fail(err, "a step was launched while %s", m->n_fl >= 2 ? "two await collection"
                                                                          : "the previous one's results are needed first");
     /* tokens NULL: the ids the previous launched step sampled, row s for sequence s */
@@ -805,6 +837,7 @@ static int check_launch(const lg_model *m, lg_page_pool *pool, const lg_step_seq
 /* The step's totals over its sequences, each checked against the context and its page table. */
 typedef struct step_shape {
     int T, n_pages, n_logits;
+    int n_plog;        /* prompt-logit rows */
     int max_q, max_kv; /* the longest query run; the longest sequence after the step */
 } step_shape;
 
@@ -822,11 +855,18 @@ static int shape_of(const lg_model *m, const lg_step_seq *seqs, int n_seqs, step
         sh->T += q->n_tokens;
         sh->n_pages += (q->pos0 + q->n_tokens + pt - 1) / pt;
         sh->n_logits += q->want_logits;
+        if (q->lp_count < 0 || q->lp_first < 0 || (q->lp_count > 0 && q->lp_first + q->lp_count > q->n_tokens))
+            return lg_fail(err, "sequence %d: prompt-logit rows [%d, +%d) outside its %d tokens", s, q->lp_first,
+                           q->lp_count, q->n_tokens);
+        sh->n_plog += q->lp_count;
         if (q->n_tokens > sh->max_q) sh->max_q = q->n_tokens;
         if (q->pos0 + q->n_tokens > sh->max_kv) sh->max_kv = q->pos0 + q->n_tokens;
     }
     if (sh->T > m->opts.max_step_tokens)
         return lg_fail(err, "step has %d tokens; the budget is %d", sh->T, m->opts.max_step_tokens);
+    if (sh->n_plog > m->opts.prompt_logit_rows)
+        return lg_fail(err, "step has %d prompt-logit rows; the model holds %d", sh->n_plog,
+                       m->opts.prompt_logit_rows);
     return 0;
 }
 
@@ -862,24 +902,28 @@ static int upload_penalties(lg_model *m, const lg_sample_row *rows, int n_rows, 
  * rows after rows_at when sample); from_dev: the token ids then come from the previous step's sampler
  * (a device copy ordered after it). *meta: the device views, for the ops. */
 static int upload_meta(lg_model *m, const lg_step_seq *seqs, int n_seqs, const step_shape *sh, bool from_dev,
-                       const lg_sample_row *sample_rows, bool sample, lg_step_meta *meta, size_t *rows_at, lg_err *err)
+                       const lg_sample_row *sample_rows, bool sample, lg_step_meta *meta, size_t *rows_at,
+                       const int32_t **plog_rows, lg_err *err)
 {
     lg_backend *be = m->be;
     const int pt = m->opts.page_tokens, T = sh->T, n_logits = sh->n_logits, vocab = m->cfg.vocab_size;
-    *rows_at = 3 * (size_t)T + 2 * ((size_t)n_seqs + 1) + 2 * (size_t)n_seqs + (size_t)sh->n_pages;
+    *rows_at = 3 * (size_t)T + 2 * ((size_t)n_seqs + 1) + 2 * (size_t)n_seqs + (size_t)sh->n_pages + (size_t)sh->n_plog;
     const size_t need = *rows_at + (sample ? (size_t)n_logits * SAMPLE_ROW_INTS : 0);
     if (need > m->meta_cap)
         return lg_fail(err, "step metadata too large (%zu > %zu)", need, m->meta_cap);
     int32_t *h = m->meta_host;
     int32_t *tok = h, *pos = tok + T, *slot = pos + T, *q_indptr = slot + T, *page_indptr = q_indptr + n_seqs + 1,
-            *kv_len = page_indptr + n_seqs + 1, *logit_rows = kv_len + n_seqs, *page_ids = logit_rows + n_seqs;
-    int t = 0, pg = 0, lr = 0;
+            *kv_len = page_indptr + n_seqs + 1, *logit_rows = kv_len + n_seqs, *page_ids = logit_rows + n_seqs,
+            *plog = page_ids + sh->n_pages;
+    int t = 0, pg = 0, lr = 0, pl = 0;
     for (int s = 0; s < n_seqs; s++) {
         const lg_step_seq *q = &seqs[s];
         q_indptr[s] = t;
         page_indptr[s] = pg;
         int np = (q->pos0 + q->n_tokens + pt - 1) / pt;
         for (int i = 0; i < np; i++) page_ids[pg + i] = q->pages[i];
+        for (int i = 0; i < q->lp_count; i++)
+            plog[pl++] = t + q->lp_first + i;
         for (int i = 0; i < q->n_tokens; i++) {
             int p = q->pos0 + i;
             if (from_dev) {
@@ -913,6 +957,7 @@ static int upload_meta(lg_model *m, const lg_step_seq *seqs, int n_seqs, const s
         .kv_len = dv + (kv_len - h), .page_indptr = dv + (page_indptr - h), .page_ids = dv + (page_ids - h),
         .logit_rows = dv + (logit_rows - h), .n_logits = n_logits,
     };
+    *plog_rows = dv + (plog - h);
     return 0;
 }
 
@@ -1031,7 +1076,8 @@ static step_key decode_key(lg_model *m, const lg_kv_view *kv, const lg_step_meta
 
 /* The forward pass, enqueued: a decode-shaped step (max_q_len 1) recorded under its key or replayed,
  * unless step graphs are off; anything else (or a recording that failed) eagerly. */
-static int run_forward(lg_model *m, lg_page_pool *pool, const lg_step_meta *meta, const lora_step *ls, lg_err *err)
+static int run_forward(lg_model *m, lg_page_pool *pool, const lg_step_meta *meta, const lora_step *ls,
+                       const int32_t *plog_rows, int n_plog, lg_err *err)
 {
     lg_backend *be = m->be;
     const lg_lora_meta *lora = ls->lm.n_segs > 0 ? &ls->lm : NULL;
@@ -1039,7 +1085,7 @@ static int run_forward(lg_model *m, lg_page_pool *pool, const lg_step_meta *meta
         .base = lg_page_pool_base(pool), .page_bytes = lg_page_pool_page_bytes(pool),
         .page_tokens = m->opts.page_tokens, .n_kv_heads = m->cfg.n_kv_heads, .head_dim = m->cfg.head_dim, .dtype = be->act_dtype,
     };
-    if (meta->max_q_len == 1 && !m->no_graphs) {
+    if (meta->max_q_len == 1 && !m->no_graphs && n_plog == 0) {
         const step_key key = decode_key(m, &kv, meta, ls, lora != NULL);
         bool replayed = false;
         if (be->i.graph_begin(be, &key, sizeof key, &replayed) != 0) {
@@ -1047,7 +1093,7 @@ static int run_forward(lg_model *m, lg_page_pool *pool, const lg_step_meta *meta
         } else if (replayed) {
             return 0;
         } else {
-            int rc = forward(m, &kv, meta, lora, ls->mods, err);
+            int rc = forward(m, &kv, meta, lora, ls->mods, NULL, 0, err);
             if (be->i.graph_end(be, rc == 0) == 0)
                 return 0;
             if (rc != 0)
@@ -1056,7 +1102,7 @@ static int run_forward(lg_model *m, lg_page_pool *pool, const lg_step_meta *meta
             m->no_graphs = true;
         }
     }
-    return forward(m, &kv, meta, lora, ls->mods, err);
+    return forward(m, &kv, meta, lora, ls->mods, plog_rows, n_plog, err);
 }
 
 int lg_model_launch(lg_model *m, lg_page_pool *pool, const lg_step_seq *seqs, int n_seqs,
@@ -1075,21 +1121,24 @@ int lg_model_launch(lg_model *m, lg_page_pool *pool, const lg_step_seq *seqs, in
     const bool lp = sample && want_lp;
     if (sample && !m->dev_sample)
         return lg_fail(err, "backend %s does not sample on the device", be->i.name);
+    if (sh.n_plog > 0 && m->n_fl > 0)
+        return lg_fail(err, "a step with prompt-logit rows was launched while another is in flight");
     lg_step_meta meta;
     size_t rows_at;
+    const int32_t *plog_rows = NULL;
     if (upload_penalties(m, sample_rows, sh.n_logits, sample, pen, n_pen, err) != 0 ||
-        upload_meta(m, seqs, n_seqs, &sh, from_dev, sample_rows, sample, &meta, &rows_at, err) != 0)
+        upload_meta(m, seqs, n_seqs, &sh, from_dev, sample_rows, sample, &meta, &rows_at, &plog_rows, err) != 0)
         return -1;
     const double t1 = m->timing ? lg_now() : 0;
     lora_step ls;
     if (upload_lora_table(m, seqs, n_seqs, &ls, err) != 0)
         return -1;
     const double t2 = m->timing ? lg_now() : 0;
-    if (run_forward(m, pool, &meta, &ls, err) != 0)
+    if (run_forward(m, pool, &meta, &ls, plog_rows, sh.n_plog, err) != 0)
         return -1;
     const double t3 = m->timing ? lg_now() : 0;
     struct inflight *f = &m->fl[m->n_fl];
-    *f = (struct inflight){.n_logits = sh.n_logits, .sample = sample, .lp = lp,
+    *f = (struct inflight){.n_logits = sh.n_logits, .n_plog = sh.n_plog, .sample = sample, .lp = lp,
                            .logits = want_logits && sh.n_logits > 0, .decode = sh.max_q == 1,
                            .slot = (int)(m->n_launched & 1), .t = {t1 - t0, t2 - t1, t3 - t2, t3}};
     m->last_sampled = 0;
@@ -1108,7 +1157,7 @@ int lg_model_launch(lg_model *m, lg_page_pool *pool, const lg_step_seq *seqs, in
     return 0;
 }
 
-int lg_model_collect(lg_model *m, int32_t *ids, lg_logprob_row *lp, float *logits, lg_err *err)
+int lg_model_collect(lg_model *m, int32_t *ids, lg_logprob_row *lp, float *logits, float *plogits, lg_err *err)
 {
     lg_backend *be = m->be;
     if (m->n_fl == 0)
@@ -1130,6 +1179,8 @@ int lg_model_collect(lg_model *m, int32_t *ids, lg_logprob_row *lp, float *logit
     }
     if (f.logits && logits)
         TRY(be->i.download(be, logits, m->logits.data, (size_t)f.n_logits * (size_t)m->cfg.vocab_size * 4));
+    if (f.n_plog > 0 && plogits)
+        TRY(be->i.download(be, plogits, m->plogits.data, (size_t)f.n_plog * (size_t)m->cfg.vocab_size * 4));
     if (m->timing && f.decode) { /* decode steps */
         const double t4 = lg_now();
         if (m->t_steps < STEP_T_MAX) {

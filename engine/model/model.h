@@ -7,7 +7,11 @@
  * one decode token), the position of the first of them, and its page table
  * (covering every position up to the last new token); it writes their K/V
  * into the pages, and returns f32 logits on the host for the sequences that
- * asked for them (at their last new token only).
+ * asked for them (at their last new token only). A sequence may also ask for
+ * the logits of a run of its new tokens (prompt logprobs: lp_first,
+ * lp_count): those rows go to a second buffer of prompt_logit_rows rows,
+ * gathered and multiplied by lm_head with the same ops as the last-token
+ * logits (get_rows, matmul), and come back with lg_model_collect.
  *
  * LoRA: per layer, each targeted projection gets y += scale * (x A^T) B^T as
  * two segmented backend ops (lora_shrink, lora_expand) over runs of
@@ -34,7 +38,14 @@ typedef struct lg_model_opts {
     int page_tokens;     /* tokens per KV page (16) */
     int max_context;     /* longest sequence (positions) */
     int lora_max_rank;   /* largest adapter rank a step may carry; 0 = no LoRA */
+    /* most prompt-logit rows (lg_step_seq.lp_count summed) in one step; 0:
+     * LG_PROMPT_LOGIT_ROWS. Costs rows x vocab f32 on the backend (and the
+     * engine keeps as much on the host): 25 MB for a 49K vocabulary, 78 MB
+     * for 152K. */
+    int prompt_logit_rows;
 } lg_model_opts;
+
+#define LG_PROMPT_LOGIT_ROWS 128
 
 int lg_model_create(lg_backend *be, const lg_weights *w, const lg_model_opts *opts, lg_model **out, lg_err *err);
 void lg_model_free(lg_model *m); /* NULL is a no-op */
@@ -55,6 +66,10 @@ typedef struct lg_step_seq {
      * device pointers into pool pages) or NULL for the base model. Sequences
      * with the same table should be adjacent: each run is one SGMV segment. */
     const lg_lora_w *lora;
+    /* logits also at tokens[lp_first, lp_first + lp_count) (prompt
+     * logprobs), into the step's prompt-logit rows after those of the
+     * sequences before it; lp_count 0: none */
+    int lp_first, lp_count;
 } lg_step_seq;
 
 /* true when the backend has a device sampler (the `sample` slot). */
@@ -75,7 +90,9 @@ bool lg_model_samples_on_device(const lg_model *m);
  * logits are changed in place; with want_lp, lp[i] receives the
  * lg_logprob_row of each row i whose sample_rows[i].logprobs is set (others:
  * unspecified); with want_logits, the f32 logits [n_wanted, vocab] are
- * downloaded (after sampling). With seqs[s].tokens == NULL for every
+ * downloaded (after sampling); with plogits, the prompt-logit rows
+ * [sum of lp_count, vocab] f32 (a step with such rows runs eagerly, never
+ * recorded as a graph). With seqs[s].tokens == NULL for every
  * sequence (one token each), the step's input tokens are the ids the
  * previous launched step sampled, row s for sequence s: that step sampled
  * one row per sequence of this step, in this order. A second step may be
@@ -85,7 +102,7 @@ bool lg_model_samples_on_device(const lg_model *m);
 int lg_model_launch(lg_model *m, lg_page_pool *pool, const lg_step_seq *seqs, int n_seqs,
                     const lg_sample_row *sample_rows, const int32_t *pen, int n_pen, bool want_ids, bool want_lp,
                     bool want_logits, lg_err *err);
-int lg_model_collect(lg_model *m, int32_t *ids, lg_logprob_row *lp, float *logits, lg_err *err);
+int lg_model_collect(lg_model *m, int32_t *ids, lg_logprob_row *lp, float *logits, float *plogits, lg_err *err);
 /* true when steps can be chained: a device sampler and asynchronous downloads into page-locked memory */
 bool lg_model_can_chain(const lg_model *m);
 

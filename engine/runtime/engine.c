@@ -7,6 +7,15 @@
  * tenants in fairness.c; cached KV pages in prefix_cache.c; adapter tiers in
  * adapters/adapter_cache.c. See engine_internal.h for the request's state.
  *
+ * Sampling adjustments. OpenAI's presence / frequency penalties run on the
+ * device sampler where there is one (their (token, count) pairs ride with
+ * the step); vLLM's repetition penalty (HF's formula over prompt +
+ * generated tokens) and min_tokens (EOS and stop ids at -inf until then)
+ * are applied on the host to a copy of the downloaded row, which is then
+ * sampled on the host with the request's uniform: the same token either
+ * way (penalised()). Prompt logprobs come back as extra logits rows of the
+ * prefill chunks (model.h lp_count) and are scored here (score_prompt).
+ *
  * Threads and locks. `mu` guards what other threads touch: the inbox of new
  * requests, cancellations, registry messages, the adapter registry (names ->
  * current version, reference counts) and the engine thread's sleep (`cv`).
@@ -126,6 +135,7 @@ int lg_engine_create(lg_backend *be, const lg_weights *w, const lg_engine_opts *
     e->budget = mo->max_step_tokens;
     e->max_seqs = mo->max_seqs;
     e->max_context = mo->max_context;
+    e->plp_cap = mo->prompt_logit_rows;
     /* one page size for both kinds: a KV block, or the largest adapter tensor */
     size_t pb = lg_model_kv_page_bytes(e->model);
     if (mo->lora_max_rank > 0) {
@@ -183,11 +193,13 @@ int lg_engine_create(lg_backend *be, const lg_weights *w, const lg_engine_opts *
     e->row_tmp = malloc((size_t)V * sizeof(float));
     e->pen_stamp = calloc((size_t)V, sizeof *e->pen_stamp);
     e->pen_idx = malloc((size_t)V * sizeof *e->pen_idx);
+    e->plogits = malloc((size_t)e->plp_cap * (size_t)V * sizeof(float));
+    e->plp_out = calloc((size_t)e->plp_cap, sizeof *e->plp_out);
     e->dev_penalty = tune->device_penalties != 0; /* LG_DEVICE_PENALTIES=0: penalised rows sampled on the host */
     e->dev_logprobs = tune->device_logprobs != 0; /* LG_DEVICE_LOGPROBS=0: logprobs from downloaded logits */
     e->running = calloc((size_t)S + 1, sizeof *e->running);
     if (!e->fair || !e->reg_by_name || !e->seqs || !e->sched || !e->chunk || !e->logits || !e->rows || !e->ids || !e->lps ||
-        !e->row_tmp || !e->pen_stamp || !e->pen_idx || !e->running) {
+        !e->row_tmp || !e->pen_stamp || !e->pen_idx || !e->running || !e->plogits || !e->plp_out) {
         lg_engine_free(e);
         return lg_fail(err, "out of memory");
     }
@@ -290,6 +302,8 @@ void lg_engine_free(lg_engine *e)
     free(e->pen_stamp);
     free(e->pen_idx);
     free(e->pen_pairs);
+    free(e->plogits);
+    free(e->plp_out);
     lg_prefix_cache_free(e->prefix);
     lg_adapter_cache_free(e->adapters);
     lg_fair_free(e->fair);
@@ -563,6 +577,12 @@ int lg_engine_submit(lg_engine *e, const lg_request_params *p, int64_t *id, lg_e
         return lg_fail(err, "presence_penalty and frequency_penalty must be in [-2, 2]");
     if (p->logprobs && (p->top_logprobs < 0 || p->top_logprobs > LG_MAX_TOP_LOGPROBS))
         return lg_fail(err, "top_logprobs must be in [0, %d]", LG_MAX_TOP_LOGPROBS);
+    if (p->prompt_logprobs && (p->prompt_top_logprobs < 0 || p->prompt_top_logprobs > LG_MAX_TOP_LOGPROBS))
+        return lg_fail(err, "prompt top logprobs must be in [0, %d]", LG_MAX_TOP_LOGPROBS);
+    if (!(p->repetition_penalty >= 0) || !isfinite(p->repetition_penalty))
+        return lg_fail(err, "repetition_penalty must be a finite number > 0 (0: off)");
+    if (p->min_tokens < 0)
+        return lg_fail(err, "min_tokens must be >= 0");
     const char *tenant = p->tenant ? p->tenant : "";
     const char *salt = p->cache_salt ? p->cache_salt : "";
     if (strlen(tenant) > LG_MAX_TENANT)
@@ -579,7 +599,9 @@ int lg_engine_submit(lg_engine *e, const lg_request_params *p, int64_t *id, lg_e
     r->p.cache_salt = NULL;
     r->n_prompt = p->n_prompt;
     int max_total = e->max_context;
-    if (p->max_tokens > 0 && p->n_prompt + p->max_tokens < max_total)
+    if (p->prompt_only)
+        max_total = p->n_prompt; /* nothing is generated */
+    else if (p->max_tokens > 0 && p->n_prompt + p->max_tokens < max_total)
         max_total = p->n_prompt + p->max_tokens;
     r->max_total = max_total;
     r->cap_tokens = max_total;
@@ -772,8 +794,12 @@ static void finish_marked(lg_engine *e, int only_reason, const char *default_msg
 
 /* ---- sampling -------------------------------------------------------------------------- */
 
+/* tok, the request's latest token (n_generated counts it), ends it: an EOS id
+ * or a stop id, once min_tokens were generated before it. */
 static bool is_stop(const lg_engine *e, const request *r, int32_t tok)
 {
+    if (r->n_generated <= r->p.min_tokens)
+        return false;
     if (!r->p.ignore_eos)
         for (int i = 0; i < e->cfg.n_eos; i++)
             if (tok == e->cfg.eos_ids[i]) return true;
@@ -783,6 +809,18 @@ static bool is_stop(const lg_engine *e, const request *r, int32_t tok)
 }
 
 static bool has_penalty(const request *r) { return r->p.presence_penalty != 0 || r->p.frequency_penalty != 0; }
+
+static bool has_rep_penalty(const request *r)
+{
+    return r->p.repetition_penalty > 0 && r->p.repetition_penalty != 1;
+}
+
+/* The next token must not be a stop token yet (min_tokens). */
+static bool masks_stops(const request *r) { return r->n_generated < r->p.min_tokens; }
+
+/* Adjustments only the host applies (repetition penalty, min_tokens): the
+ * row is downloaded and sampled on the host. */
+static bool host_only_adjust(const request *r) { return has_rep_penalty(r) || masks_stops(r); }
 
 /* The device sampler reports the request's logprobs (lg_logprob_row): it
  * asks for them and its row is not penalised (the device penalises rows in
@@ -804,7 +842,8 @@ static bool wants_raw_row(const lg_engine *e, const request *r, bool dev_sample)
  * is wanted too (the device sampler penalises rows in place). */
 static bool host_penalised(const lg_engine *e, const request *r, bool dev_sample)
 {
-    return has_penalty(r) && !(dev_sample && e->dev_penalty && !wants_raw_row(e, r, dev_sample));
+    return host_only_adjust(r) ||
+           (has_penalty(r) && !(dev_sample && e->dev_penalty && !wants_raw_row(e, r, dev_sample)));
 }
 
 static bool needs_host_row(const lg_engine *e, const request *r, bool dev_sample)
@@ -866,22 +905,86 @@ static int add_penalty_pairs(lg_engine *e, const request *r, lg_sample_row *row)
 #error "penalised() needs float arithmetic evaluated in float (SSE2 or AArch64 math, or FLT_EVAL_METHOD 0)"
 #endif
 
-/* OpenAI's penalties over the generated tokens, into a copy of the row. */
+/* The row r samples from, as vLLM's sampler makes it: a copy of the raw
+ * row with the repetition penalty over every distinct token of the prompt
+ * and the output (HF's RepetitionPenaltyLogitsProcessor: l > 0 ? l / p :
+ * l * p), then OpenAI's frequency and presence penalties over the generated
+ * tokens, then, before min_tokens, the stop tokens at -inf. The raw row
+ * when none applies. */
 static const float *penalised(lg_engine *e, const request *r, const float *lg)
 {
-    if (!has_penalty(r))
+    const bool rep = has_rep_penalty(r), pen = has_penalty(r), mask = masks_stops(r);
+    if (!rep && !pen && !mask)
         return lg;
     memcpy(e->row_tmp, lg, (size_t)e->cfg.vocab_size * sizeof(float));
-    pen_new_gen(e);
-    for (int i = r->n_prompt; i < r->n_tokens; i++) {
-        int32_t t = r->tokens[i];
-        e->row_tmp[t] -= r->p.frequency_penalty;
-        if (e->pen_stamp[t] != e->pen_gen) {
+    if (rep) {
+        const float rp = r->p.repetition_penalty;
+        pen_new_gen(e);
+        for (int i = 0; i < r->n_tokens; i++) {
+            int32_t t = r->tokens[i];
+            if (e->pen_stamp[t] == e->pen_gen)
+                continue;
             e->pen_stamp[t] = e->pen_gen;
-            e->row_tmp[t] -= r->p.presence_penalty;
+            float l = e->row_tmp[t];
+            e->row_tmp[t] = l > 0 ? l / rp : l * rp;
         }
     }
+    if (pen) {
+        pen_new_gen(e);
+        for (int i = r->n_prompt; i < r->n_tokens; i++) {
+            int32_t t = r->tokens[i];
+            e->row_tmp[t] -= r->p.frequency_penalty;
+            if (e->pen_stamp[t] != e->pen_gen) {
+                e->pen_stamp[t] = e->pen_gen;
+                e->row_tmp[t] -= r->p.presence_penalty;
+            }
+        }
+    }
+    if (mask) {
+        if (!r->p.ignore_eos)
+            for (int i = 0; i < e->cfg.n_eos; i++)
+                if (e->cfg.eos_ids[i] >= 0 && e->cfg.eos_ids[i] < e->cfg.vocab_size)
+                    e->row_tmp[e->cfg.eos_ids[i]] = -INFINITY;
+        for (int i = 0; i < r->p.n_stop_ids; i++)
+            if (r->p.stop_ids[i] >= 0 && r->p.stop_ids[i] < e->cfg.vocab_size)
+                e->row_tmp[r->p.stop_ids[i]] = -INFINITY;
+    }
     return e->row_tmp;
+}
+
+/* The prompt-logit rows of r's chunk (seqs' lp_first / lp_count, rows[0 ..
+ * count) of the step's downloaded prompt logits), scored and handed to
+ * on_prompt_logprobs: per position q the log-softmax at prompt token q + 1,
+ * its rank and the best alternatives (lg_logprobs, the logprobs' one
+ * definition). */
+static void score_prompt(lg_engine *e, request *r, const lg_step_seq *q, const float *rows)
+{
+    const int V = e->cfg.vocab_size;
+    int n = 0;
+    for (int j = 0; j < q->lp_count; j++) {
+        const int pos = q->pos0 + q->lp_first + j;
+        if (pos < r->plp_pos || pos >= r->n_prompt - 1)
+            continue; /* scored already (the plan never asks for these) */
+        const float *lg = rows + (size_t)j * V;
+        const int32_t tok = r->tokens[pos + 1];
+        lg_logprob_row lr;
+        lg_logprobs(lg, V, tok, r->p.prompt_top_logprobs, &lr);
+        int rank = 1;
+        const float lt = lg[tok];
+        for (int i = 0; i < V; i++)
+            rank += lg[i] > lt;
+        lg_prompt_logprob *o = &e->plp_out[n++];
+        o->index = pos + 1;
+        o->token = tok;
+        o->logprob = lr.logprob;
+        o->rank = rank;
+        o->n_top = lr.n_top;
+        memcpy(o->top_ids, lr.top_ids, (size_t)lr.n_top * sizeof *o->top_ids);
+        memcpy(o->top_logprobs, lr.top_logprobs, (size_t)lr.n_top * sizeof *o->top_logprobs);
+        r->plp_pos = pos + 1;
+    }
+    if (n > 0 && r->p.cb.on_prompt_logprobs)
+        r->p.cb.on_prompt_logprobs(r->p.user, r->id, e->plp_out, n);
 }
 
 _Static_assert(LG_LOGPROB_TOP == LG_MAX_TOP_LOGPROBS, "the device reports as many alternatives as a request may ask");
@@ -975,11 +1078,13 @@ static void fail_step(lg_engine *e, int n, const lg_err *err)
 static int take_results(lg_engine *e, int n, bool dev_sample, bool want_logits)
 {
     int dropped = 0;
-    /* advance, cache computed pages, sample, call back */
+    /* advance, cache computed pages, score prompt rows, sample, call back */
     double ts = lg_now();
-    int li = 0, V = e->cfg.vocab_size;
+    int li = 0, pli = 0, V = e->cfg.vocab_size;
     for (int s = 0; s < n; s++) {
         request *r = e->sched[s];
+        const int plo = pli;
+        pli += e->seqs[s].lp_count;
         if (r->cancel) { /* finished or cancelled after its row was enqueued (a burst): the row is dropped */
             li += e->seqs[s].want_logits;
             dropped += e->chunk[s];
@@ -989,6 +1094,12 @@ static int take_results(lg_engine *e, int n, bool dev_sample, bool want_logits)
         if (r->prefilled < r->n_prompt) /* billing: once, however often preemption made it recompute */
             r->prefilled = r->n_computed < r->n_prompt ? r->n_computed : r->n_prompt;
         lg_sched_insert_prefix(e, r);
+        if (e->seqs[s].lp_count > 0)
+            score_prompt(e, r, &e->seqs[s], e->plogits + (size_t)plo * V);
+        if (r->p.prompt_only && r->n_computed >= r->n_prompt && !r->cancel) {
+            r->cancel = true; /* its prompt is computed: nothing to generate */
+            r->cancel_reason = LG_FINISH_LENGTH;
+        }
         if (!e->seqs[s].want_logits)
             continue;
         const int ri = li++; /* the row's index among the step's sampling rows */
@@ -1020,11 +1131,13 @@ static int take_results(lg_engine *e, int n, bool dev_sample, bool want_logits)
         }
         r->tokens[r->n_tokens++] = tok;
         r->n_generated++;
+        const bool stop = is_stop(e, r, tok);
+        o.stop_token = stop;
         lg_fair_charge(e->fair, r->ft, LG_VTC_WQ);
         if (r->p.cb.on_token)
             r->p.cb.on_token(r->p.user, r->id, &o);
         if (!r->cancel) {
-            if (is_stop(e, r, tok)) {
+            if (stop) {
                 r->cancel = true;
                 r->cancel_reason = LG_FINISH_STOP;
             } else if (r->n_tokens >= r->max_total) {
@@ -1126,14 +1239,15 @@ static int engine_step(lg_engine *e, lg_err *err)
     bool dev_sample = lg_model_samples_on_device(e->model);
     bool want_logits = !dev_sample;
     e->n_pen = 0;
-    bool pen_oom = false, any_lp = false, any_pen = false;
+    bool pen_oom = false, any_lp = false, any_pen = false, any_plp = false;
     for (int s = 0; s < n; s++) {
+        any_plp |= e->seqs[s].lp_count > 0;
         if (!e->seqs[s].want_logits)
             continue;
         request *r = e->sched[s];
         lg_sample_row *row = &e->rows[n_rows++];
         any_lp |= fill_row(e, r, row, dev_sample);
-        const bool pen = has_penalty(r);
+        const bool pen = has_penalty(r) || host_only_adjust(r);
         any_pen |= pen;
         if (pen && !host_penalised(e, r, dev_sample) && add_penalty_pairs(e, r, row) != 0)
             pen_oom = true;
@@ -1149,22 +1263,22 @@ static int engine_step(lg_engine *e, lg_err *err)
         return -1;
     }
     /* a decode burst (burst_next) may follow a decode step whose every row samples on the device */
-    const bool chainable = e->burst && !any_prefill && !want_logits && !any_pen && n_rows == n &&
+    const bool chainable = e->burst && !any_prefill && !want_logits && !any_pen && !any_plp && n_rows == n &&
                            lg_model_can_chain(e->model);
     for (;;) {
         lg_err berr = {{0}};
         const bool chained = chainable && burst_next(e, n, &berr);
         if (berr.msg[0]) { /* the next step's launch failed; this one is still in flight */
-            (void)lg_model_collect(e->model, NULL, NULL, NULL, NULL);
+            (void)lg_model_collect(e->model, NULL, NULL, NULL, NULL, NULL);
             if (err)
                 *err = berr;
             fail_step(e, n, &berr);
             return -1;
         }
         if (lg_model_collect(e->model, dev_sample ? e->ids : NULL, any_lp ? e->lps : NULL,
-                             want_logits ? e->logits : NULL, err) != 0) {
+                             want_logits ? e->logits : NULL, any_plp ? e->plogits : NULL, err) != 0) {
             if (chained)
-                (void)lg_model_collect(e->model, NULL, NULL, NULL, NULL);
+                (void)lg_model_collect(e->model, NULL, NULL, NULL, NULL, NULL);
             fail_step(e, n, err);
             return -1;
         }

@@ -87,7 +87,26 @@ typedef struct lg_token_out {
      * want_first_logits; NULL otherwise */
     const float *logits;
     int n_vocab;
+    /* this token ends the request as an EOS id (unless ignore_eos) or one of
+     * stop_ids: on_finish(STOP) follows. OpenAI's chat answers leave such a
+     * token out of the text and of the logprobs. */
+    bool stop_token;
 } lg_token_out;
+
+/* One scored prompt token (lg_request_params.prompt_logprobs): the
+ * log-softmax, at the prompt's token `index`, of the logits computed at
+ * position index - 1 (the raw row, as lg_logprobs defines it), its rank and
+ * the n_top best alternatives. The first prompt token has none. Valid during
+ * the call only. */
+typedef struct lg_prompt_logprob {
+    int index;               /* 1 .. n_prompt - 1 */
+    int32_t token;           /* prompt[index] */
+    float logprob;
+    int rank;                /* 1 + the number of tokens with a larger logit (vLLM's rank) */
+    int n_top;               /* best first (ties: lower id first) */
+    int32_t top_ids[LG_MAX_TOP_LOGPROBS];
+    float top_logprobs[LG_MAX_TOP_LOGPROBS];
+} lg_prompt_logprob;
 
 typedef struct lg_request_cb {
     void (*on_token)(void *user, int64_t id, const lg_token_out *t);
@@ -95,6 +114,13 @@ typedef struct lg_request_cb {
      * message with LG_FINISH_ERROR (and "engine shut down" on CANCELLED at
      * lg_engine_free), else NULL. */
     void (*on_finish)(void *user, int64_t id, lg_finish_reason reason, const lg_usage *usage, const char *error);
+    /* With prompt_logprobs: rows for consecutive prompt positions, each
+     * index 1 .. n_prompt - 1 exactly once and in order (also when the
+     * request was preempted and its prompt recomputed), in one or more calls
+     * during the prefill, all before the first on_token. A request that
+     * ends during its prefill (cancelled, failed) may have had only some.
+     * NULL: the rows are computed and dropped. */
+    void (*on_prompt_logprobs)(void *user, int64_t id, const lg_prompt_logprob *rows, int n);
 } lg_request_cb;
 
 #define LG_MAX_STOP_IDS 16
@@ -108,12 +134,33 @@ typedef struct lg_request_params {
     lg_sampling_params sampling;
     float presence_penalty;  /* OpenAI semantics, [-2, 2]; 0: off */
     float frequency_penalty; /* OpenAI semantics, [-2, 2]; 0: off */
+    /* HF's / vLLM's multiplicative repetition penalty over the prompt and
+     * the generated tokens (each distinct token once: logit > 0 ? logit /
+     * p : logit * p), before presence / frequency; 0 or 1: off. A row with
+     * it is sampled on the host from its downloaded logits. */
+    float repetition_penalty;
     int32_t stop_ids[LG_MAX_STOP_IDS]; /* in addition to the model's EOS ids */
     int n_stop_ids;
     bool ignore_eos;
+    /* EOS ids (unless ignore_eos) and stop_ids get logit -inf until this
+     * many tokens were generated (vLLM's min_tokens; such rows are sampled
+     * on the host) */
+    int min_tokens;
     bool want_first_logits;  /* pass the raw logits with the first token */
     bool logprobs;           /* report each token's logprob ... */
     int top_logprobs;        /* ... and this many alternatives (0..LG_MAX_TOP_LOGPROBS) */
+    /* Score the prompt (cb.on_prompt_logprobs) in the prefill that computes
+     * it: every chunk also gets the logits of its positions (at most
+     * lg_model_opts.prompt_logit_rows rows a step, so a long prompt takes
+     * more, smaller chunks), scored on the host. Such a request matches the
+     * prefix cache only up to the positions it has scored: a first
+     * admission computes its whole prompt (cached_tokens 0); it still
+     * offers its pages to the cache. */
+    bool prompt_logprobs;
+    int prompt_top_logprobs; /* alternatives per prompt token (0..LG_MAX_TOP_LOGPROBS) */
+    /* Generate nothing: compute the prompt (and its logprobs), then finish
+     * with LENGTH and 0 completion tokens (OpenAI's max_tokens 0 with echo). */
+    bool prompt_only;
     int adapter_id;          /* a version id from lg_engine_add_adapter; 0 = base model */
     const char *tenant;      /* copied; NULL or "" = the default tenant "" */
     const char *cache_salt;  /* copied; NULL or "" = none. Only requests with equal salts share cached KV */

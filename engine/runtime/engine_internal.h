@@ -29,6 +29,15 @@
  * prefilled from then on). A request cancelled in the queue was never
  * admitted: 0 and 0.
  *
+ * Prompt logprobs (p.prompt_logprobs). The logits at position q score
+ * prompt token q + 1, so positions [0, n_prompt - 1) are scored, each once:
+ * plp_pos is how far that went (rows 1 .. plp_pos delivered). A chunk gets
+ * the logits of its positions in [plp_pos, n_prompt - 1) (lg_step_seq
+ * lp_first / lp_count), at most e->plp_cap rows a step across the batch, so
+ * the scheduler cuts such a request's chunks to fit; the prefix cache is
+ * matched only below plp_pos (pages it serves were never scored here), so a
+ * request preempted after its prompt was scored reuses its cached pages.
+ *
  * Lists (owner thread): `live` has every request the owner thread knows;
  * `running` the admitted ones in admission order; `preempted` those waiting
  * to be re-admitted, in admission order (they go before new admissions);
@@ -69,6 +78,7 @@ typedef struct request {
     lg_fair_tenant *ft;
     int n_generated;
     int prefilled;           /* prompt tokens prefilled (computed or from the cache), at most: billed */
+    int plp_pos;             /* prompt logprobs: positions [0, plp_pos) scored (rows 1 .. plp_pos delivered) */
     bool counted;            /* prompt/cached tokens counted (first admission) */
     const lg_lora_w *lora;   /* adapter slot table while pinned, else NULL */
     bool cancel;
@@ -157,6 +167,11 @@ struct lg_engine {
     int32_t *pen_idx;           /* [vocab]: a token's pair in the row being built (pen_stamp marks it) */
     int32_t *pen_pairs;         /* [2 * pen_cap] */
     int n_pen, pen_cap;
+    /* prompt logprobs: the model's rows a step (plp_cap), how many the plan has left, their downloaded
+     * logits, and the rows handed to a request's on_prompt_logprobs */
+    int plp_cap, plp_left;
+    float *plogits;             /* [plp_cap * vocab] */
+    lg_prompt_logprob *plp_out; /* [plp_cap] */
     lg_engine_stats stats;
 
     /* ---- published counters ---- */
@@ -166,6 +181,12 @@ struct lg_engine {
     int64_t n_load_ms;
     int64_t load_seen;          /* owner: samples of the adapter cache already copied */
 };
+
+/* r still needs prompt positions scored: [plp_pos, n_prompt - 1) is not empty. */
+static inline bool lg_plp_pending(const request *r)
+{
+    return r->p.prompt_logprobs && r->plp_pos < r->n_prompt - 1;
+}
 
 /* scheduler.c */
 /* Fills e->sched / e->chunk / e->seqs (e->n_sched) for the next step:

@@ -25,6 +25,16 @@
  * any admission, the request's prompt is prefilled at least that far:
  * engine_internal.h, Billing).
  *
+ * Prompt logprobs (engine_internal.h): a chunk of a request that scores
+ * its prompt carries the logits of its unscored prompt positions, and the
+ * step has room for e->plp_cap of them, so such a chunk is cut to the rows
+ * left (plp_clamp; none left: the request waits for the next step); it
+ * matches the prefix cache only below the positions it has scored, and
+ * does not wait for another request's pages it could not use.
+ *
+ * A prompt_only request (max_tokens 0) never asks for the logits of its
+ * last token: it finishes when its prompt is computed (engine.c).
+ *
  * Preemption (recompute): when a running request cannot get the page its
  * next chunk needs, the most recently admitted running request that is not
  * in this step gives everything back (see engine_internal.h); with no such
@@ -145,6 +155,19 @@ static bool reserve(lg_engine *e, request *r, int upto, bool can_preempt)
 
 bool lg_sched_reserve_free(lg_engine *e, request *r, int upto) { return reserve(e, r, upto, false); }
 
+/* The chunk [n_computed, n_computed + c) cut so that its unscored prompt positions fit the step's
+ * prompt-logit rows left; 0: none fit (the request waits a step). */
+static int plp_clamp(const lg_engine *e, const request *r, int c)
+{
+    if (!lg_plp_pending(r))
+        return c;
+    int lo = r->n_computed > r->plp_pos ? r->n_computed : r->plp_pos; /* first position to score */
+    if (lo >= r->n_prompt - 1)
+        return c;
+    int allowed = lo - r->n_computed + e->plp_left;
+    return c < allowed ? c : allowed;
+}
+
 static void schedule(lg_engine *e, request *r, int c, int *budget, bool *any_prefill)
 {
     int s = e->n_sched++;
@@ -152,8 +175,18 @@ static void schedule(lg_engine *e, request *r, int c, int *budget, bool *any_pre
     e->chunk[s] = c;
     e->seqs[s] = (lg_step_seq){
         .tokens = r->tokens + r->n_computed, .n_tokens = c, .pos0 = r->n_computed, .pages = r->pages,
-        .n_pages = r->n_pages, .want_logits = r->n_computed + c == r->n_tokens, .lora = r->lora,
+        .n_pages = r->n_pages, .want_logits = r->n_computed + c == r->n_tokens && !r->p.prompt_only,
+        .lora = r->lora,
     };
+    if (lg_plp_pending(r)) { /* its positions [lo, hi) are scored (plp_clamp made them fit) */
+        int lo = r->n_computed > r->plp_pos ? r->n_computed : r->plp_pos;
+        int hi = r->n_computed + c < r->n_prompt - 1 ? r->n_computed + c : r->n_prompt - 1;
+        if (hi > lo) {
+            e->seqs[s].lp_first = lo - r->n_computed;
+            e->seqs[s].lp_count = hi - lo;
+            e->plp_left -= hi - lo;
+        }
+    }
     if (!(r->state == RQ_RUNNING && r->n_tokens - r->n_computed == 1))
         *any_prefill = true;
     *budget -= c;
@@ -196,12 +229,15 @@ static admit_rc try_admit(lg_engine *e, request *r, int *budget, bool *any_prefi
 {
     int P = e->page_tokens;
     int m = 0;
+    const bool plp = lg_plp_pending(r);
     if (r->use_cache && e->prefix) {
         int max_pages = (r->n_tokens - 1) / P;
-        m = lg_prefix_cache_match(e->prefix, &r->ns, r->tokens, max_pages, r->pages, r->nodes);
+        if (plp && r->plp_pos / P < max_pages) /* cached pages were never scored: only those it scored */
+            max_pages = r->plp_pos / P;
+        m = max_pages > 0 ? lg_prefix_cache_match(e->prefix, &r->ns, r->tokens, max_pages, r->pages, r->nodes) : 0;
         r->n_chain = r->n_pages = m;
         r->n_computed = m * P;
-        if (should_wait_for_sharing(e, r, m)) {
+        if (!plp && should_wait_for_sharing(e, r, m)) {
             release_pages(e, r);
             return ADMIT_NOT_READY;
         }
@@ -222,7 +258,11 @@ static admit_rc try_admit(lg_engine *e, request *r, int *budget, bool *any_prefi
         }
     }
     int remaining = r->n_tokens - r->n_computed;
-    int c = remaining < *budget ? remaining : *budget;
+    int c = plp_clamp(e, r, remaining < *budget ? remaining : *budget);
+    if (c <= 0) { /* no prompt-logit rows left in this step */
+        release_pages(e, r);
+        return ADMIT_NOT_READY;
+    }
     if (!reserve(e, r, r->n_computed + c, false)) {
         release_pages(e, r);
         return ADMIT_NO_ROOM;
@@ -272,6 +312,7 @@ int lg_sched_plan(lg_engine *e, bool *any_prefill)
 {
     int budget = e->budget;
     e->n_sched = 0;
+    e->plp_left = e->plp_cap;
     *any_prefill = false;
 
     /* 1. decodes and 2. prefill chunks of running requests, admission order */
@@ -281,7 +322,9 @@ int lg_sched_plan(lg_engine *e, bool *any_prefill)
             int remaining = r->n_tokens - r->n_computed;
             if ((pass == 0) != (remaining == 1) || is_scheduled(e, r))
                 continue;
-            int c = remaining < budget ? remaining : budget;
+            int c = plp_clamp(e, r, remaining < budget ? remaining : budget);
+            if (c <= 0)
+                continue; /* its prompt-logit rows do not fit this step */
             if (!reserve(e, r, r->n_computed + c, true)) {
                 /* nothing admitted later is left to give pages back: r yields */
                 preempt(e, r);
