@@ -193,10 +193,9 @@ static int chat_message(lg_request *r, json_t *m, size_t i, lg_chat_msg *out, ch
     return 0;
 }
 
-/* messages -> the chat template -> token ids (q->prompts[0]). */
-static int chat_prompt(const lg_served_model *mdl, lg_request *r, json_t *body, lg_oai_request *q)
+/* messages -> the chat template -> token ids (*ids malloc'd). */
+int lg_oai_chat_ids(const lg_served_model *mdl, lg_request *r, json_t *msgs, int32_t **ids, int *n_ids)
 {
-    json_t *msgs = json_object_get(body, "messages");
     if (!msgs)
         return BAD("messages", "Missing required parameter: 'messages'.");
     if (!json_is_array(msgs) || json_array_size(msgs) == 0)
@@ -219,11 +218,8 @@ static int chat_prompt(const lg_served_model *mdl, lg_request *r, json_t *body, 
         rc = BAD("messages", "Invalid 'messages': %s", err.msg);
     if (rc == 0 && too_long(mdl, r, "messages", strlen(text)) != 0)
         rc = -1;
-    if (rc == 0 && lg_tokenizer_encode(mdl->tok, text, strlen(text), false, true, &q->prompts[0],
-                                       &q->n_prompt_tokens[0], &err) != 0)
+    if (rc == 0 && lg_tokenizer_encode(mdl->tok, text, strlen(text), false, true, ids, n_ids, &err) != 0)
         rc = BAD("messages", "Invalid 'messages': %s", err.msg);
-    if (rc == 0)
-        q->n_prompts = 1;
     free(text);
     for (size_t i = 0; texts && i < n; i++)
         free(texts[i]);
@@ -232,17 +228,32 @@ static int chat_prompt(const lg_served_model *mdl, lg_request *r, json_t *body, 
     return rc;
 }
 
-static int encode_text(const lg_served_model *m, lg_request *r, json_t *s, int32_t **ids, int *n)
+static int chat_prompt(const lg_served_model *mdl, lg_request *r, json_t *body, lg_oai_request *q)
+{
+    if (lg_oai_chat_ids(mdl, r, json_object_get(body, "messages"), &q->prompts[0], &q->n_prompt_tokens[0]) != 0)
+        return -1;
+    q->n_prompts = 1;
+    return 0;
+}
+
+/* A text prompt -> token ids, as /v1/completions encodes it (the model's
+ * BOS when it adds one, special tokens' text as text). */
+int lg_oai_text_ids(const lg_served_model *m, lg_request *r, json_t *s, bool add_special, int32_t **ids, int *n)
 {
     if (!m->tok)
         return BAD("prompt", "The model %s has no tokenizer; give the prompt as token ids.", m->id);
     if (too_long(m, r, "prompt", json_string_length(s)) != 0)
         return -1;
     lg_err err = {{0}};
-    if (lg_tokenizer_encode(m->tok, json_string_value(s), json_string_length(s), lg_tokenizer_add_bos(m->tok),
-                            false, ids, n, &err) != 0)
+    if (lg_tokenizer_encode(m->tok, json_string_value(s), json_string_length(s),
+                            add_special && lg_tokenizer_add_bos(m->tok), false, ids, n, &err) != 0)
         return BAD("prompt", "Invalid 'prompt': %s", err.msg);
     return 0;
+}
+
+static int encode_text(const lg_served_model *m, lg_request *r, json_t *s, int32_t **ids, int *n)
+{
+    return lg_oai_text_ids(m, r, s, true, ids, n);
 }
 
 static int token_list(const lg_served_model *m, lg_request *r, json_t *a, int32_t **ids, int *n)

@@ -79,4 +79,13 @@ int lg_oai_request_parse(const lg_served_model *m, lg_tenant_adapters *adapters,
                          const lg_tenant_obj *t, lg_oai_kind kind, json_t *body, lg_oai_request *q);
 void lg_oai_request_dispose(lg_oai_request *q);
 
+/* What the two routes do to their prompts, for /tokenize (routes_tokenize.c):
+ * a text prompt encoded as /v1/completions encodes it (add_special: the
+ * model's BOS when its tokenizer adds one; special tokens' text stays
+ * text), and chat messages rendered by the model's template with the
+ * generation prompt, as /v1/chat/completions renders them. *ids malloc'd.
+ * On failure they answer r (400, naming the parameter) and return -1. [loop] */
+int lg_oai_text_ids(const lg_served_model *m, lg_request *r, json_t *prompt, bool add_special, int32_t **ids, int *n);
+int lg_oai_chat_ids(const lg_served_model *m, lg_request *r, json_t *messages, int32_t **ids, int *n);
+
 #endif

@@ -6,15 +6,19 @@
  * split tokens with the served model's tokenizer.
  *
  *   POST /tokenize   {"model"?, "prompt": "...", "add_special_tokens"?: true, "return_token_strs"?: false}
+ *                    {"model"?, "messages": [...], "add_generation_prompt"?: true, "return_token_strs"?: false}
  *                 -> {"count": n, "max_model_len": context, "tokens": [ids], "token_strs": [...] | null}
  *   POST /detokenize {"model"?, "tokens": [ids]}  -> {"prompt": "..."}
  *
  * `model`, when given, must be the base model's id or one of the tenant's
  * adapters (404 model_not_found otherwise, as for completions); an adapter
- * does not change the tokenizer. Special tokens written in the prompt are
- * recognised (HF's encode does the same); add_special_tokens adds what the
- * model's tokenizer adds by default (its BOS, where it adds one), as the
- * completions route does for a text prompt. Unknown fields are refused by name. A model
+ * does not change the tokenizer. The ids are the ones the generation routes
+ * run and bill: a prompt is encoded as /v1/completions encodes it
+ * (add_special_tokens: the model's BOS where its tokenizer adds one; text
+ * that spells a special token stays text), messages are rendered with the
+ * model's chat template and its generation prompt, as
+ * /v1/chat/completions renders them (add_generation_prompt false, or
+ * options of vLLM's chat form we do not serve, are refused by name). Unknown fields are refused by name. A model
  * without a tokenizer answers 400. Nothing here blocks: the tokenizer runs
  * on the loop thread, bounded by the route's 4 MiB body.
  */
@@ -22,6 +26,7 @@
 #include <string.h>
 
 #include "gateway/http/request.h"
+#include "gateway/openai_request.h"
 #include "gateway/routes.h"
 #include "gateway/served_model.h"
 #include "gateway/tenant_adapters.h"
@@ -82,34 +87,41 @@ static int opt_bool(lg_request *r, json_t *body, const char *key, bool dflt, boo
 static int tokenize(lg_request *r, void *user)
 {
     const lg_tokenize_deps *d = user;
-    static const char *const FIELDS[] = {"model", "prompt", "add_special_tokens", "return_token_strs", NULL};
+    static const char *const PROMPT_FIELDS[] = {"model", "prompt", "add_special_tokens", "return_token_strs", NULL};
+    static const char *const CHAT_FIELDS[] = {"model", "messages", "add_generation_prompt", "return_token_strs", NULL};
     json_t *body = lg_request_json(r);
     if (!body)
         return 0;
-    bool add_special, strs;
+    bool add_special, gen_prompt, strs;
     int32_t *ids = NULL;
     int n = 0;
-    lg_err err = {{0}};
-    json_t *prompt = json_object_get(body, "prompt");
-    if (only_fields(r, body, FIELDS) != 0 || check_model(d, r, body) != 0 ||
-        opt_bool(r, body, "add_special_tokens", true, &add_special) != 0 ||
+    json_t *prompt = json_object_get(body, "prompt"), *msgs = json_object_get(body, "messages");
+    bool chat = msgs && !prompt;
+    if (only_fields(r, body, chat ? CHAT_FIELDS : PROMPT_FIELDS) != 0 || check_model(d, r, body) != 0 ||
         opt_bool(r, body, "return_token_strs", false, &strs) != 0)
         goto out;
-    if (!json_is_string(prompt)) {
-        lg_respond_error(r, 400, prompt ? "invalid_type" : "missing_required_parameter", "prompt",
-                         prompt ? "`prompt` must be a string." : "Missing required parameter: 'prompt'.");
-        goto out;
-    }
-    if (!d->model->tok) {
-        lg_respond_error(r, 400, NULL, "prompt", "The model %s has no tokenizer.", d->model->id);
-        goto out;
-    }
-    /* add_special_tokens: what the model's tokenizer adds by default (its BOS, if it adds one) */
-    bool bos = add_special && lg_tokenizer_add_bos(d->model->tok);
-    if (lg_tokenizer_encode(d->model->tok, json_string_value(prompt), json_string_length(prompt), bos, true, &ids,
-                            &n, &err) != 0) {
-        lg_respond_error(r, 400, "invalid_value", "prompt", "%s", err.msg);
-        goto out;
+    if (chat) {
+        if (opt_bool(r, body, "add_generation_prompt", true, &gen_prompt) != 0)
+            goto out;
+        if (!gen_prompt) {
+            lg_respond_error(r, 400, "invalid_value", "add_generation_prompt",
+                             "Only add_generation_prompt=true is supported: messages are rendered as "
+                             "/v1/chat/completions renders them.");
+            goto out;
+        }
+        if (lg_oai_chat_ids(d->model, r, msgs, &ids, &n) != 0)
+            goto out;
+    } else {
+        if (opt_bool(r, body, "add_special_tokens", true, &add_special) != 0)
+            goto out;
+        if (!json_is_string(prompt)) {
+            lg_respond_error(r, 400, prompt ? "invalid_type" : "missing_required_parameter", "prompt",
+                             prompt ? "`prompt` must be a string."
+                                    : "Missing required parameter: 'prompt' (or 'messages').");
+            goto out;
+        }
+        if (lg_oai_text_ids(d->model, r, prompt, add_special, &ids, &n) != 0)
+            goto out;
     }
     json_t *tokens = json_array(), *texts = strs ? json_array() : json_null();
     for (int i = 0; i < n; i++) {

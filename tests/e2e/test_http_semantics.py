@@ -132,6 +132,7 @@ def test_tokenize_detokenize_vllm_shapes(tmp_path):
     SmolLM2's tokenizer.json (tests/tokenizer/fixtures, the parity suite's)."""
     from tokenizers import Tokenizer
     hf = Tokenizer.from_file(HF_TOK)
+    hf.encode_special_tokens = True  # as /v1/completions encodes a text prompt: a special token's text stays text
     s = Serve(tmp_path, SMOLLM2, "--tenant-host-suffix", ".api.test")
     try:
         s.tenant("acme")
@@ -152,6 +153,20 @@ def test_tokenize_detokenize_vllm_shapes(tmp_path):
                     assert d.status_code == 200 and d.json() == {"prompt": hf.decode(want, skip_special_tokens=False)}
             r = c.post("/tokenize", json={"prompt": "x"})
             assert r.status_code == 200 and r.json()["token_strs"] is None
+            # the ids are the ones the generation routes bill
+            msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Name a bread."}]
+            t = c.post("/tokenize", json={"model": base, "messages": msgs}).json()
+            g = c.post("/v1/chat/completions", json={"model": base, "messages": msgs, "max_tokens": 1})
+            assert t["count"] == g.json()["usage"]["prompt_tokens"] == len(t["tokens"])
+            text = c.post("/detokenize", json={"tokens": t["tokens"]}).json()["prompt"]
+            assert text.startswith("<|im_start|>system\nBe brief.") and text.endswith("<|im_start|>assistant\n")
+            g = c.post("/v1/completions", json={"model": base, "prompt": "Hello, world!", "max_tokens": 1})
+            assert c.post("/tokenize", json={"prompt": "Hello, world!"}).json()["count"] == \
+                g.json()["usage"]["prompt_tokens"]
+            r = c.post("/tokenize", json={"messages": msgs, "add_generation_prompt": False})
+            assert r.status_code == 400 and r.json()["error"]["param"] == "add_generation_prompt"
+            r = c.post("/tokenize", json={"messages": msgs, "chat_template_kwargs": {}})
+            assert r.status_code == 400 and r.json()["error"]["param"] == "chat_template_kwargs"
             # the model must be the tenant's; refusals by name
             assert c.post("/tokenize", json={"model": "nosuch", "prompt": "x"}).status_code == 404
             r = c.post("/tokenize", json={"prompt": "x", "truncate_prompt_tokens": 3})
