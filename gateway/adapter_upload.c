@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
+#include <malloc.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -219,6 +220,10 @@ static int commit(lg_job *j, const commit_in *in)
             param = in->weights_param;
         else if (strstr(err.msg, "adapter_config") || strstr(err.msg, "rank") || strstr(err.msg, "target"))
             param = in->config_param;
+        /* what the refused parse allocated is free now: give the heap's free
+         * pages back to the system (a hostile upload leaves no resident
+         * memory behind; a refusal is rare, the call a few ms) */
+        malloc_trim(0);
         return lg_job_fail(j, 400, "invalid_adapter", param, "The adapter was refused: %s", err.msg);
     }
     char wpath[PATH_MAX], digest[65], relpath[LG_ADAPTER_PATH_MAX];
