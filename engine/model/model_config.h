@@ -40,7 +40,7 @@ typedef struct lg_model_config {
     int rope_orig_max_pos;        /* llama3 original_max_position_embeddings */
     bool tie_embeddings;  /* lm_head shares embed_tokens */
     bool qkv_bias;        /* qwen2: q,k,v projections have bias */
-    bool sliding_window;  /* mistral with sliding window set: refused if < max context used */
+    bool sliding_window;  /* mistral, qwen2 with a window set: the engine refuses a context longer than it */
     int sliding_window_size;
     lg_dtype weight_dtype; /* dtype of the weights as stored (after dequantization) */
     int bos_id;           /* -1 if none */
