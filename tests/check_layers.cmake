@@ -5,16 +5,18 @@
 # Each folder is a layer; ALLOW_<folder> lists the folders its files may
 # include from (its own and those below). Includes are written with their
 # folder ("engine/base/common.h"), so the folder of an include is its prefix.
-set(LAYERS engine/base engine/backend kernels engine/model adapters engine/runtime db gateway/http gateway cli)
+set(LAYERS engine/base engine/backend kernels engine/model adapters engine/runtime engine/runtime/constrain db gateway/http gateway cli)
 set(ALLOW_engine/base    engine/base)
 set(ALLOW_engine/backend engine/base engine/backend)
 set(ALLOW_kernels        engine/base engine/backend kernels)
 set(ALLOW_engine/model   engine/base engine/backend engine/model)
 set(ALLOW_adapters       engine/base engine/backend engine/model adapters)
-set(ALLOW_engine/runtime engine/base engine/backend engine/model adapters engine/runtime)
+set(ALLOW_engine/runtime engine/base engine/backend engine/model adapters engine/runtime engine/runtime/constrain)
+# constrained decoding is part of the runtime's library, below the engine: it uses the tokenizer, not the engine
+set(ALLOW_engine/runtime/constrain engine/base engine/model engine/runtime/constrain)
 set(ALLOW_db             engine/base db)
 set(ALLOW_gateway/http   engine/base gateway/http)
-set(ALLOW_gateway        engine/base engine/backend engine/model adapters engine/runtime db gateway/http gateway)
+set(ALLOW_gateway        engine/base engine/backend engine/model adapters engine/runtime engine/runtime/constrain db gateway/http gateway)
 set(ALLOW_cli            ${LAYERS})
 
 # the layer of a repository path: the longest layer folder it lies in
