@@ -42,6 +42,11 @@ typedef struct bench_opts {
     bool adapter_load_test;
     int warmup;
     int settle_ms; /* fixed batch: idle after the warm-up, before the measured batch */
+    /* fixed batch: --json-schemas FILE (a JSON array of schemas): request k's output follows schema k % n,
+     * compiled for the model's tokenizer or --schema-tokenizer's (a tokenizer.json, for dummy weights) */
+    const char *json_schemas, *schema_tokenizer;
+    lg_constraint **constraints;
+    int n_constraints;
 } bench_opts;
 
 /* Serving workload mode (--workload poisson|closed|burst|trace). */

@@ -69,7 +69,8 @@ static void usage(FILE *f)
             "    [--adapter-host-mb N] [--threads N] [--seed S] [--json] [--no-progress]\n"
             "  sampling (default greedy; each request seeded from --seed):\n"
             "    [--temperature T] [--top-k K] [--top-p P] [--min-p P]\n"
-            "    [--presence-penalty P] [--frequency-penalty F] [--logprobs N (each token's logprob, N alternatives)]\n");
+            "    [--presence-penalty P] [--frequency-penalty F] [--logprobs N (each token's logprob, N alternatives)]\n"
+            "    [--json-schemas FILE (a JSON array: request k follows schema k %% n)] [--schema-tokenizer tokenizer.json]\n");
 }
 
 static uint64_t rng_next(uint64_t *s)
@@ -241,6 +242,8 @@ static int submit_batch(lg_engine *e, const bench_opts *o, const int *ids, bench
         lg_request_params rp = {.prompt = prompt, .n_prompt = P, .max_tokens = max_tokens, .ignore_eos = true,
                                 .adapter_id = o->adapters ? ids[k % o->adapters] : 0, .cb = {on_token, on_finish},
                                 .user = &reqs[k]};
+        if (o->n_constraints)
+            rp.constraint = o->constraints[k % o->n_constraints];
         bench_sampling(o, seed0 + (uint64_t)k, &rp);
         if (lg_engine_submit(e, &rp, NULL, err) != 0)
             return -1;
@@ -312,6 +315,10 @@ static int run_batch(lg_engine *e, lg_backend *be, const bench_opts *o, const in
                               "prefill_tok_s", pf_s > 0 ? (s1.prefill_tokens - s0.prefill_tokens) / pf_s : 0.0,
                               "adapter_loads", (json_int_t)s1.adapter_loads, "pages_adapter", (json_int_t)s1.pages_adapter);
         json_object_set_new(j, "host_s", json_real(host_s));
+        json_object_set_new(j, "json_schemas", json_integer(o->n_constraints));
+        json_object_set_new(j, "mask_s", json_real(s1.mask_seconds - s0.mask_seconds));
+        json_object_set_new(j, "constrained_rows", json_integer(s1.constrained_rows - s0.constrained_rows));
+        json_object_set_new(j, "forced_tokens", json_integer(s1.forced_tokens - s0.forced_tokens));
         json_object_set_new(j, "chained_steps", json_integer(s1.chained_steps - s0.chained_steps));
         json_object_set_new(j, "sample_s", json_real(sample_s));
         json_object_set_new(j, "sampling",
@@ -340,6 +347,10 @@ static int run_batch(lg_engine *e, lg_backend *be, const bench_opts *o, const in
                pf_s, pf_s > 0 ? (s1.prefill_tokens - s0.prefill_tokens) / pf_s : 0.0, (long long)dc_steps,
                dc_steps ? 1e3 * dc_s / dc_steps : 0.0);
         printf("pool: %d pages of %.2f MiB\n", s1.pages_total, s1.page_bytes / 1048576.0);
+        if (o->n_constraints)
+            printf("structured output: %d schemas; %lld rows masked (%lld forced) in %.3f s of mask time\n",
+                   o->n_constraints, (long long)(s1.constrained_rows - s0.constrained_rows),
+                   (long long)(s1.forced_tokens - s0.forced_tokens), s1.mask_seconds - s0.mask_seconds);
     }
     rc = 0;
 out:
@@ -444,12 +455,67 @@ static int parse_range(const char *s, int *lo, int *hi)
     return 0;
 }
 
+/* --json-schemas: every schema of the file (a JSON array) compiled for the
+ * model's tokenizer, or --schema-tokenizer's (dummy weights have none). */
+static int compile_schemas(bench_opts *o, const lg_weights *w, lg_cvocab **vocab, lg_tokenizer **own_tok, lg_err *err)
+{
+    const lg_model_config *cfg = lg_weights_config(w);
+    const lg_tokenizer *tok = lg_weights_tokenizer(w);
+    if (o->schema_tokenizer) {
+        char *txt = NULL;
+        size_t n = 0;
+        if (lg_read_file(o->schema_tokenizer, 64u << 20, &txt, &n, err) != 0 ||
+            lg_tokenizer_from_json(txt, NULL, own_tok, err) != 0) {
+            free(txt);
+            lg_err_prefix(err, "--schema-tokenizer %s", o->schema_tokenizer);
+            return -1;
+        }
+        free(txt);
+        tok = *own_tok;
+    }
+    if (!tok)
+        return lg_fail(err, "--json-schemas: the model has no tokenizer (give --schema-tokenizer)");
+    if (lg_tokenizer_n_vocab(tok) > cfg->vocab_size)
+        return lg_fail(err, "--json-schemas: the tokenizer has %d tokens, the model %d", lg_tokenizer_n_vocab(tok),
+                       cfg->vocab_size);
+    if (lg_cvocab_from_tokenizer(tok, cfg->eos_ids, cfg->n_eos, vocab, err) != 0)
+        return -1;
+    json_error_t je;
+    json_t *arr = json_load_file(o->json_schemas, 0, &je);
+    if (!json_is_array(arr) || json_array_size(arr) == 0) {
+        json_decref(arr);
+        return lg_fail(err, "--json-schemas %s: expected a non-empty JSON array of schemas", o->json_schemas);
+    }
+    o->constraints = calloc(json_array_size(arr), sizeof *o->constraints);
+    if (!o->constraints) {
+        json_decref(arr);
+        return lg_fail(err, "out of memory");
+    }
+    size_t i;
+    json_t *sch;
+    json_array_foreach(arr, i, sch)
+    {
+        char *src = json_dumps(sch, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_ENCODE_ANY);
+        lg_copts co = {.kind = LG_CK_JSON_SCHEMA};
+        lg_cerr ce = {0};
+        int rc = src ? lg_constraint_compile(*vocab, &co, src, strlen(src), &o->constraints[i], &ce) : -1;
+        free(src);
+        if (rc != 0) {
+            json_decref(arr);
+            return lg_fail(err, "--json-schemas %s: schema %zu: %s", o->json_schemas, i, src ? ce.msg : "out of memory");
+        }
+        o->n_constraints++;
+    }
+    json_decref(arr);
+    return 0;
+}
+
 int lg_cmd_bench(int argc, char **argv)
 {
     enum { O_MODEL = 1000, O_FMT, O_BACKEND, O_NSEQ, O_PLEN, O_OLEN, O_ADP, O_RANK, O_TGT, O_DT, O_JSON, O_THR,
            O_BUDGET, O_SEED, O_HELP, O_WORKLOAD, O_REQS, O_RATE, O_CLIENTS, O_TRACE, O_PRANGE, O_ORANGE, O_RMIX,
            O_POP, O_PFXLEN, O_PFXFRAC, O_TENANTS, O_TW, O_TSHARE, O_SLOT, O_SLOP, O_POLICY, O_SHARING, O_POOL,
-           O_GPUUTIL, O_HOSTMB, O_CTX, O_MAXSEQS, O_LOADTEST, O_NOPROG, O_WARMUP, O_SETTLE, O_TEMP, O_TOPK, O_TOPP, O_MINP, O_PRES, O_FREQ, O_LOGPROBS };
+           O_GPUUTIL, O_HOSTMB, O_CTX, O_MAXSEQS, O_LOADTEST, O_NOPROG, O_WARMUP, O_SETTLE, O_TEMP, O_TOPK, O_TOPP, O_MINP, O_PRES, O_FREQ, O_LOGPROBS, O_SCHEMAS, O_SCHEMA_TOK };
     static const struct option lo[] = {
         {"model", 1, 0, O_MODEL}, {"load-format", 1, 0, O_FMT}, {"backend", 1, 0, O_BACKEND},
         {"num-seqs", 1, 0, O_NSEQ}, {"prompt-len", 1, 0, O_PLEN}, {"output-len", 1, 0, O_OLEN},
@@ -467,6 +533,7 @@ int lg_cmd_bench(int argc, char **argv)
         {"temperature", 1, 0, O_TEMP},
         {"top-k", 1, 0, O_TOPK}, {"top-p", 1, 0, O_TOPP}, {"min-p", 1, 0, O_MINP},
         {"presence-penalty", 1, 0, O_PRES}, {"frequency-penalty", 1, 0, O_FREQ}, {"logprobs", 1, 0, O_LOGPROBS},
+        {"json-schemas", 1, 0, O_SCHEMAS}, {"schema-tokenizer", 1, 0, O_SCHEMA_TOK},
         {0, 0, 0, 0},
     };
     bench_opts o = {.backend = "cpu", .targets = "q,k,v,o", .num_seqs = 32, .prompt_len = 128, .output_len = 64,
@@ -520,6 +587,8 @@ int lg_cmd_bench(int argc, char **argv)
             break;
         case O_LOGPROBS: if (!num_ok || v > LG_MAX_TOP_LOGPROBS) goto bad; o.logprobs = (int)v; break;
         case O_HELP: usage(stdout); return 0;
+        case O_SCHEMAS: o.json_schemas = optarg; break;
+        case O_SCHEMA_TOK: o.schema_tokenizer = optarg; break;
         case O_WORKLOAD:
             if (strcmp(optarg, "poisson") && strcmp(optarg, "closed") && strcmp(optarg, "burst") && strcmp(optarg, "trace"))
                 goto bad;
@@ -585,6 +654,8 @@ int lg_cmd_bench(int argc, char **argv)
     lg_backend *be = NULL;
     lg_engine *e = NULL;
     int *ids = NULL;
+    lg_cvocab *cvocab = NULL;
+    lg_tokenizer *schema_tok = NULL;
     int exit_code = 1;
     unsigned targets = 0;
     if ((o.adapters || o.adapter_load_test) && parse_targets(o.targets, &targets, &err) != 0)
@@ -594,6 +665,8 @@ int lg_cmd_bench(int argc, char **argv)
     if (lg_weights_load(o.model, &lopts, &w, &err) != 0)
         goto out;
     const lg_model_config *cfg = lg_weights_config(w);
+    if (o.json_schemas && compile_schemas(&o, w, &cvocab, &schema_tok, &err) != 0)
+        goto out;
     lg_backend_opts bo = {.n_threads = o.threads, .act_dtype_hint = o.dtype == LG_BF16 ? LG_BF16 : LG_F16};
     if (lg_backend_create(o.backend, &bo, &be, &err) != 0)
         goto out;
@@ -658,6 +731,11 @@ out:
     if (exit_code)
         fprintf(stderr, "loragate bench: %s\n", err.msg[0] ? err.msg : "failed");
     lg_engine_free(e);
+    for (int i = 0; i < o.n_constraints; i++)
+        lg_constraint_unref(o.constraints[i]);
+    free(o.constraints);
+    lg_cvocab_free(cvocab);
+    lg_tokenizer_free(schema_tok);
     lg_backend_free(be);
     lg_weights_free(w);
     free(ids);

@@ -42,6 +42,7 @@
 
 #define MAX_STOPS 16
 #define MAX_LORAS 256
+#define MAX_CHOICES 256
 
 typedef struct gen_opts {
     const char *model, *backend, *prompt, *prompt_tokens, *system, *chat_template;
@@ -62,6 +63,11 @@ typedef struct gen_opts {
     const char *act_dtype; /* "auto" or a dtype name */
     bool sequential;
     lg_prefix_sharing sharing;
+    /* structured output: at most one of these */
+    const char *json_schema, *regex, *grammar; /* FILE, RE, FILE */
+    bool json_object;
+    const char *choices[MAX_CHOICES];
+    int n_choices;
 } gen_opts;
 
 /* state shared with the engine callbacks */
@@ -122,7 +128,12 @@ static void usage(FILE *f)
             "  --batch FILE.jsonl     one request per line: {\"prompt_tokens\":[..]} or {\"prompt\":\"..\"},\n"
             "                         optional \"lora\", \"max_tokens\", \"temperature\", \"seed\", \"logprobs\",\n"
             "                         \"tenant\", \"cache_salt\"; prints JSONL\n"
-            "  --sequential           with --batch: submit each line after the previous one finished\n",
+            "  --sequential           with --batch: submit each line after the previous one finished\n"
+            "  --json-schema FILE     the output is JSON valid against the JSON schema in FILE (compact JSON)\n"
+            "  --json-object          the output is a JSON object\n"
+            "  --regex RE             the output matches the regular expression RE (whole output)\n"
+            "  --grammar FILE         the output follows the Lark grammar in FILE (start rule `start`)\n"
+            "  --choice TEXT          the output is one of the --choice texts (repeatable)\n",
             MAX_STOPS, LG_MAX_TOP_LOGPROBS);
 }
 
@@ -275,7 +286,7 @@ static void on_finish(void *user, int64_t id, lg_finish_reason reason, const lg_
 static int parse_args(int argc, char **argv, gen_opts *o)
 {
     enum { O_MODEL = 1000, O_BACKEND, O_PROMPT, O_PTOK, O_CHAT, O_SYSTEM, O_TMPL, O_MAXTOK, O_TEMP, O_TOPP, O_TOPK,
-           O_MINP, O_PRES, O_FREQ, O_SEED, O_STOP, O_JSON, O_LOGITS, O_STATS, O_THREADS, O_CTX, O_DQ, O_BUDGET, O_HELP, O_LORA, O_USELORA, O_BATCH, O_MAXRANK, O_POOL, O_DTYPE, O_GPUUTIL, O_SHARING, O_SEQ, O_LOGPROBS };
+           O_MINP, O_PRES, O_FREQ, O_SEED, O_STOP, O_JSON, O_LOGITS, O_STATS, O_THREADS, O_CTX, O_DQ, O_BUDGET, O_HELP, O_LORA, O_USELORA, O_BATCH, O_MAXRANK, O_POOL, O_DTYPE, O_GPUUTIL, O_SHARING, O_SEQ, O_LOGPROBS, O_JSCHEMA, O_JOBJ, O_REGEX, O_GRAMMAR, O_CHOICE };
     static const struct option longopts[] = {
         {"model", required_argument, 0, O_MODEL}, {"backend", required_argument, 0, O_BACKEND},
         {"prompt", required_argument, 0, O_PROMPT}, {"prompt-tokens", required_argument, 0, O_PTOK},
@@ -294,6 +305,9 @@ static int parse_args(int argc, char **argv, gen_opts *o)
         {"dtype", required_argument, 0, O_DTYPE}, {"gpu-memory-utilization", required_argument, 0, O_GPUUTIL},
         {"prefix-sharing", required_argument, 0, O_SHARING}, {"sequential", no_argument, 0, O_SEQ},
         {"logprobs", required_argument, 0, O_LOGPROBS},
+        {"json-schema", required_argument, 0, O_JSCHEMA}, {"json-object", no_argument, 0, O_JOBJ},
+        {"regex", required_argument, 0, O_REGEX}, {"grammar", required_argument, 0, O_GRAMMAR},
+        {"choice", required_argument, 0, O_CHOICE},
         {0, 0, 0, 0},
     };
     *o = (gen_opts){.backend = "cpu", .max_tokens = 256, .top_p = 1.0f, .dequant = LG_F16, .budget = 512,
@@ -379,6 +393,17 @@ static int parse_args(int argc, char **argv, gen_opts *o)
             }
             break;
         case O_HELP: usage(stdout); return 1000;
+        case O_JSCHEMA: o->json_schema = optarg; break;
+        case O_JOBJ: o->json_object = true; break;
+        case O_REGEX: o->regex = optarg; break;
+        case O_GRAMMAR: o->grammar = optarg; break;
+        case O_CHOICE:
+            if (o->n_choices == MAX_CHOICES) {
+                fprintf(stderr, "loragate generate: at most %d --choice texts\n", MAX_CHOICES);
+                return 2;
+            }
+            o->choices[o->n_choices++] = optarg;
+            break;
         case O_LORA:
             if (o->n_loras == MAX_LORAS || !strchr(optarg, '=') || optarg[0] == '=') {
                 fprintf(stderr, "loragate generate: --lora takes NAME=DIR (at most %d), got '%s'\n", MAX_LORAS, optarg);
@@ -425,6 +450,10 @@ static int parse_args(int argc, char **argv, gen_opts *o)
     }
     if (!o->model) {
         fprintf(stderr, "loragate generate: --model is required\n");
+        return 2;
+    }
+    if (!!o->json_schema + o->json_object + !!o->regex + !!o->grammar + (o->n_choices > 0) > 1) {
+        fprintf(stderr, "loragate generate: give one of --json-schema, --json-object, --regex, --grammar, --choice\n");
         return 2;
     }
     if ((o->prompt != NULL) + (o->prompt_tokens != NULL) + (o->batch != NULL) != 1) {
@@ -685,10 +714,75 @@ static int load_batch(const gen_opts *o, const lg_weights *w, lg_engine *e, gen_
     return rc;
 }
 
+/* The grammar the output must follow (--json-schema, --json-object,
+ * --regex, --grammar, --choice), compiled for the model's vocabulary;
+ * *c stays NULL when none was asked. -1 with err naming the option and the
+ * place in its text (a JSON pointer, an offset, a line). */
+static int build_constraint(const gen_opts *o, const lg_weights *w, lg_cvocab **vocab, lg_constraint **c, lg_err *err)
+{
+    lg_copts co = {.kind = LG_CK_JSON_SCHEMA};
+    const char *opt = NULL;
+    char *src = NULL;
+    size_t len = 0;
+    if (o->json_schema) {
+        opt = "--json-schema";
+        if (lg_read_file(o->json_schema, 16u << 20, &src, &len, err) != 0) {
+            lg_err_prefix(err, "--json-schema %s", o->json_schema);
+            return -1;
+        }
+    } else if (o->grammar) {
+        opt = "--grammar";
+        co.kind = LG_CK_LARK;
+        if (lg_read_file(o->grammar, 16u << 20, &src, &len, err) != 0) {
+            lg_err_prefix(err, "--grammar %s", o->grammar);
+            return -1;
+        }
+    } else if (o->regex) {
+        opt = "--regex";
+        co.kind = LG_CK_REGEX;
+        src = strdup(o->regex);
+        len = src ? strlen(src) : 0;
+    } else if (o->json_object) {
+        opt = "--json-object";
+        co.kind = LG_CK_JSON_OBJECT;
+        src = strdup("");
+    } else if (o->n_choices) {
+        opt = "--choice";
+        co.kind = LG_CK_CHOICE;
+        json_t *a = json_array();
+        for (int i = 0; a && i < o->n_choices; i++)
+            json_array_append_new(a, json_string(o->choices[i]));
+        src = a ? json_dumps(a, JSON_COMPACT) : NULL;
+        json_decref(a);
+        len = src ? strlen(src) : 0;
+    } else {
+        return 0;
+    }
+    if (!src)
+        return lg_fail(err, "out of memory");
+    const lg_tokenizer *tok = lg_weights_tokenizer(w);
+    if (!tok) {
+        free(src);
+        return lg_fail(err, "%s: the model has no tokenizer", opt);
+    }
+    const lg_model_config *cfg = lg_weights_config(w);
+    if (lg_cvocab_from_tokenizer(tok, cfg->eos_ids, cfg->n_eos, vocab, err) != 0) {
+        free(src);
+        lg_err_prefix(err, "%s", opt);
+        return -1;
+    }
+    lg_cerr ce = {0};
+    int rc = lg_constraint_compile(*vocab, &co, src, len, c, &ce);
+    free(src);
+    if (rc != 0)
+        return lg_fail(err, "%s: %s", opt, ce.msg);
+    return 0;
+}
+
 /* Submits one job; -1 (err set) only for a single prompt, whose failure is
  * the command's. A --batch line that is refused reports it on its own line. */
 static int submit_job(const gen_opts *o, lg_engine *e, const lg_tokenizer *tok, bool json_out, gen_job *j,
-                      lg_err *err)
+                      lg_constraint *constraint, lg_err *err)
 {
     gen_state *st = &j->st;
     st->o = o;
@@ -705,7 +799,7 @@ static int submit_job(const gen_opts *o, lg_engine *e, const lg_tokenizer *tok, 
         .presence_penalty = o->presence_penalty, .frequency_penalty = o->frequency_penalty,
         .want_first_logits = o->logits, .logprobs = j->logprobs >= 0,
         .top_logprobs = j->logprobs > 0 ? j->logprobs : 0, .adapter_id = j->adapter_id, .tenant = j->tenant,
-        .cache_salt = j->cache_salt, .cb = {on_token, on_finish}, .user = st,
+        .cache_salt = j->cache_salt, .constraint = constraint, .cb = {on_token, on_finish}, .user = st,
     };
     lg_err rerr;
     if (lg_engine_submit(e, &rp, NULL, &rerr) == 0)
@@ -731,6 +825,8 @@ int lg_cmd_generate(int argc, char **argv)
     lg_weights *w = NULL;
     lg_backend *be = NULL;
     lg_engine *e = NULL;
+    lg_cvocab *cvocab = NULL;
+    lg_constraint *constraint = NULL;
     gen_job *jobs = NULL;
     int n_jobs = 0;
     int exit_code = 1;
@@ -739,6 +835,10 @@ int lg_cmd_generate(int argc, char **argv)
     if (lg_weights_load(o.model, &lo, &w, &err) != 0)
         goto out;
     const lg_model_config *cfg = lg_weights_config(w);
+    if (build_constraint(&o, w, &cvocab, &constraint, &err) != 0) {
+        exit_code = 2; /* bad input, like a usage error */
+        goto out;
+    }
     lg_backend_opts bo = {.n_threads = o.threads, .act_dtype_hint = cfg->weight_dtype};
     if (o.act_dtype && strcmp(o.act_dtype, "auto"))
         lg_dtype_parse(o.act_dtype, &bo.act_dtype_hint);
@@ -796,7 +896,7 @@ int lg_cmd_generate(int argc, char **argv)
     int next = 0, step_rc = 0;
     for (;;) {
         while (next < n_jobs && (!o.sequential || next == 0 || jobs[next - 1].st.done)) {
-            if (submit_job(&o, e, tok, json_out, &jobs[next], &err) != 0)
+            if (submit_job(&o, e, tok, json_out, &jobs[next], constraint, &err) != 0)
                 goto out;
             next++;
         }
@@ -845,6 +945,8 @@ out:
     if (exit_code)
         fprintf(stderr, "loragate generate: %s\n", err.msg[0] ? err.msg : "failed");
     lg_engine_free(e);
+    lg_constraint_unref(constraint);
+    lg_cvocab_free(cvocab);
     for (int i = 0; i < n_jobs; i++) {
         gen_state *st = &jobs[i].st;
         lg_detok_free(st->detok);

@@ -38,7 +38,7 @@ static const char *const VLLM_KEYS[] = {"top_k", "min_p", "repetition_penalty", 
                                         "stop_token_ids", "skip_special_tokens", "include_stop_str_in_output",
                                         "prompt_logprobs", NULL};
 /* echo is supported on /v1/completions (OpenAI's), not on chat (vLLM's chat echo means something else) */
-static const char *const UNSUPPORTED[] = {"tools", "tool_choice", "functions", "function_call", "response_format",
+static const char *const UNSUPPORTED[] = {"tools", "tool_choice", "functions", "function_call",
                                           "logit_bias", "parallel_tool_calls", "audio", "modalities", "prediction",
                                           "reasoning_effort", "web_search_options", "service_tier", "echo",
                                           "best_of", "suffix", "verbosity", "prompt_cache_key",
@@ -327,7 +327,7 @@ static int check_keys(lg_request *r, lg_oai_kind kind, json_t *body)
     json_t *v;
     json_object_foreach(body, key, v)
     {
-        if (in_list(VLLM_KEYS, key) || (kind == LG_OAI_COMPLETIONS && !strcmp(key, "echo")))
+        if (in_list(VLLM_KEYS, key) || lg_so_is_key(key) || (kind == LG_OAI_COMPLETIONS && !strcmp(key, "echo")))
             continue;
         if (in_list(UNSUPPORTED, key)) {
             /* harmless defaults are accepted: echo=false, best_of=1/n, empty logit_bias, suffix null */
@@ -683,6 +683,38 @@ static int check_scored(lg_request *r, lg_oai_request *q)
     return 0;
 }
 
+/* response_format, structured_outputs, guided_* (structured_output.h): the grammar's source; it is
+ * compiled by the route (lg_oai_request_compile), off the loop thread. */
+static int parse_structure(const lg_served_model *m, lg_request *r, const json_t *body, lg_oai_request *q)
+{
+    char param[96], msg[512];
+    if (lg_so_parse(body, &q->so, param, sizeof param, msg, sizeof msg) != 0)
+        return BAD(param, "%s", msg);
+    if (q->so.present && !m->cvocab)
+        return BAD(q->so.param, "Structured output ('%s') is not available: the model has no usable tokenizer.",
+                   q->so.param);
+    return 0;
+}
+
+int lg_oai_request_compile(const lg_served_model *m, lg_oai_request *q, char *param, size_t pn, char *msg,
+                           size_t mn)
+{
+    if (!q->so.present || q->constraint)
+        return 0;
+    lg_copts o = {.kind = q->so.kind, .whitespace = LG_CWS_COMPACT, .limits = m->climits};
+    lg_cerr ce = {0};
+    if (lg_ccache_get(m->ccache, m->cvocab, &o, q->so.src, q->so.len, &q->constraint, &ce) == 0)
+        return 0;
+    q->constraint = NULL;
+    lg_so_error_param(&q->so, &ce, param, pn);
+    const char *what = q->so.kind == LG_CK_REGEX ? "regular expression"
+                       : q->so.kind == LG_CK_LARK ? "grammar"
+                       : q->so.kind == LG_CK_CHOICE ? "choice list"
+                                                    : "JSON schema";
+    snprintf(msg, mn, "Invalid '%s': the %s cannot be enforced: %s", q->so.param, what, ce.msg);
+    return ce.code == LG_CERR_INTERNAL ? -2 : -1;
+}
+
 int lg_oai_request_parse(const lg_served_model *m, lg_tenant_adapters *adapters, lg_request *r,
                          const lg_tenant_obj *t, lg_oai_kind kind, json_t *body, lg_oai_request *q)
 {
@@ -699,7 +731,7 @@ int lg_oai_request_parse(const lg_served_model *m, lg_tenant_adapters *adapters,
         parse_vllm_output(m, r, body, q) != 0 || parse_logprobs(r, kind, body, q) != 0 ||
         parse_prompt_logprobs(r, body, q) != 0 || check_ignored(r, body) != 0 ||
         parse_cache_salt(r, body, q) != 0 || parse_prompts(m, r, kind, body, q) != 0 ||
-        resolve_max_tokens(m, r, kind, body, q) != 0 || check_scored(r, q) != 0)
+        resolve_max_tokens(m, r, kind, body, q) != 0 || check_scored(r, q) != 0 || parse_structure(m, r, body, q) != 0)
         return -1;
     return 0;
 }
@@ -712,5 +744,7 @@ void lg_oai_request_dispose(lg_oai_request *q)
     }
     for (int i = 0; i < q->n_stop; i++)
         free(q->stop[i]);
+    lg_so_spec_dispose(&q->so);
+    lg_constraint_unref(q->constraint);
     memset(q, 0, sizeof *q);
 }

@@ -22,6 +22,7 @@
 #include "engine/runtime/engine.h"
 #include "gateway/http/request.h"
 #include "gateway/served_model.h"
+#include "gateway/structured_output.h"
 #include "gateway/tenant_adapters.h"
 #include "gateway/tenants.h"
 
@@ -69,6 +70,8 @@ typedef struct lg_oai_request {
     bool logprobs;                /* chat: logprobs=true; completions: logprobs given */
     int top_logprobs;             /* chat top_logprobs, completions logprobs */
     char cache_salt[LG_MAX_CACHE_SALT + 1];
+    lg_so_spec so;                /* what the output must follow (structured_output.h); so.present: something */
+    lg_constraint *constraint;    /* so compiled (lg_oai_request_compile); NULL before, or when none */
 } lg_oai_request;
 
 /* Parses body for tenant t against the served model (tokenizer, template,
@@ -78,6 +81,15 @@ typedef struct lg_oai_request {
 int lg_oai_request_parse(const lg_served_model *m, lg_tenant_adapters *adapters, lg_request *r,
                          const lg_tenant_obj *t, lg_oai_kind kind, json_t *body, lg_oai_request *q);
 void lg_oai_request_dispose(lg_oai_request *q);
+
+/* Compiles q->so into q->constraint through the served model's compile
+ * cache: a cache hit is a lookup, a miss compiles on the calling thread
+ * under the model's limits (--grammar-*, at most --grammar-compile-ms), so
+ * call it off the loop thread. 0 (also when nothing is asked); -1: the
+ * grammar cannot be enforced (a 400: param and msg filled); -2: out of
+ * memory (a 500). [any] */
+int lg_oai_request_compile(const lg_served_model *m, lg_oai_request *q, char *param, size_t pn, char *msg,
+                           size_t mn);
 
 /* What the two routes do to their prompts, for /tokenize (routes_tokenize.c):
  * a text prompt encoded as /v1/completions encodes it (add_special: the

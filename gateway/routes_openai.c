@@ -1005,6 +1005,7 @@ static int submit_choices(const lg_openai_deps *d, job *j, const lg_oai_request 
             .prompt_logprobs = plp,
             .prompt_top_logprobs = plp_top,
             .prompt_only = q->max_tokens == 0,
+            .constraint = q->constraint, /* the engine takes its own reference */
             .adapter_id = q->is_adapter ? q->adapter.engine_id : 0,
             .tenant = tenant_key, /* the id, never the name (names are reused) */
             .cache_salt = q->cache_salt[0] ? q->cache_salt : NULL,
@@ -1025,6 +1026,40 @@ static int submit_choices(const lg_openai_deps *d, job *j, const lg_oai_request 
     return -1;
 }
 
+static int run(lg_request *r, const lg_openai_deps *d, lg_oai_kind kind, lg_oai_request *qp, int64_t received);
+
+/* A request whose output follows a grammar: its grammar is compiled (or
+ * found in the compile cache) on a worker thread, then it runs. */
+typedef struct compile_st {
+    const lg_openai_deps *d;
+    lg_oai_kind kind;
+    int64_t received;
+    lg_oai_request q;
+    int rc;
+    char param[160], msg[768];
+} compile_st;
+
+static void compile_work(void *arg)
+{
+    compile_st *c = arg;
+    c->rc = lg_oai_request_compile(c->d->model, &c->q, c->param, sizeof c->param, c->msg, sizeof c->msg);
+}
+
+static void compile_done(lg_request *r, void *arg)
+{
+    compile_st *c = arg;
+    if (lg_request_h2o(r)) {
+        if (c->rc == -1)
+            lg_respond_error(r, 400, NULL, c->param, "%s", c->msg);
+        else if (c->rc != 0)
+            lg_respond_error(r, 500, "server_error", NULL, "%s", c->msg);
+        else
+            (void)run(r, c->d, c->kind, &c->q, c->received);
+    }
+    lg_oai_request_dispose(&c->q);
+    free(c);
+}
+
 /* One HTTP request: parse, admit, then prompts x n engine requests whose
  * events come back to the loop through the stream (HANDLER). */
 static int generate(lg_request *r, const lg_openai_deps *d, lg_oai_kind kind)
@@ -1035,41 +1070,60 @@ static int generate(lg_request *r, const lg_openai_deps *d, lg_oai_kind kind)
     json_t *body = lg_request_json(r);
     if (!body)
         return 0;
-    lg_oai_request q;
-    int rc = lg_oai_request_parse(d->model, d->adapters, r, t, kind, body, &q);
-    json_decref(body);
-    if (rc != 0) {
-        lg_oai_request_dispose(&q);
-        return 0;
+    compile_st *c = calloc(1, sizeof *c);
+    if (!c) {
+        json_decref(body);
+        return -1;
     }
-    lg_request_log_set(r, "model", json_string(q.model));
+    int rc = lg_oai_request_parse(d->model, d->adapters, r, t, kind, body, &c->q);
+    json_decref(body);
+    if (rc != 0 || !c->q.so.present) { /* answered (a 400), or nothing to compile: run now */
+        int ran = rc == 0 ? run(r, d, kind, &c->q, received) : 0;
+        lg_oai_request_dispose(&c->q);
+        free(c);
+        return ran;
+    }
+    c->d = d;
+    c->kind = kind;
+    c->received = received;
+    if (lg_request_defer(r, compile_work, compile_done, c) != 0) {
+        lg_oai_request_dispose(&c->q);
+        free(c);
+        lg_respond_error(r, 503, "server_error", NULL, "The server is shutting down.");
+    }
+    return 0;
+}
+
+/* Admits q (limits), then submits its choices; q stays the caller's. */
+static int run(lg_request *r, const lg_openai_deps *d, lg_oai_kind kind, lg_oai_request *qp, int64_t received)
+{
+    const lg_principal *pr = lg_principal_of(r);
+    const lg_tenant_obj *t = pr->tenant;
+    lg_request_log_set(r, "model", json_string(qp->model));
     int64_t est = 0;
-    for (int i = 0; i < q.n_prompts; i++)
-        est += q.n_prompt_tokens[i] + (int64_t)q.n * q.max_tokens;
+    for (int i = 0; i < qp->n_prompts; i++)
+        est += qp->n_prompt_tokens[i] + (int64_t)qp->n * qp->max_tokens;
     lg_pricing pricing;
     if (admit(d, r, t, est, &pricing) != 0) {
-        lg_oai_request_dispose(&q);
         return 0;
     }
 
     job *j = calloc(1, sizeof *j);
     gen *g = lg_request_alloc(r, sizeof *g);
-    choice_st *cs = calloc((size_t)(q.n_prompts * q.n), sizeof *cs);
+    choice_st *cs = calloc((size_t)(qp->n_prompts * qp->n), sizeof *cs);
     if (!j || !g || !cs) {
         free(j);
         free(cs);
         lg_limits_finish(d->limits, t->id, est, 0);
-        lg_oai_request_dispose(&q);
         return -1;
     }
-    job_init(j, d, r, pr, kind, &q, est, &pricing, received);
-    gen_init(g, d, j, r, kind, &q, cs);
+    job_init(j, d, r, pr, kind, qp, est, &pricing, received);
+    gen_init(g, d, j, r, kind, qp, cs);
     j->s = lg_stream_open(r, &HANDLER, g);
     if (!j->s) {
         lg_limits_finish(d->limits, t->id, est, 0);
         job_release(j);
         gen_cleanup(g);
-        lg_oai_request_dispose(&q);
         return 0;
     }
     if (g->stream) {
@@ -1080,8 +1134,7 @@ static int generate(lg_request *r, const lg_openai_deps *d, lg_oai_kind kind)
     }
 
     lg_err err = {{0}};
-    int failed_at = submit_choices(d, j, &q, received, &err);
-    lg_oai_request_dispose(&q);
+    int failed_at = submit_choices(d, j, qp, received, &err);
     if (failed_at == 0) {
         /* nothing reached the engine: answer here; the producers' reference
          * goes with the stream */

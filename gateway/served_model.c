@@ -43,7 +43,17 @@ void lg_served_model_init(lg_served_model *m, const lg_weights *w, const lg_serv
                                  bos >= 0 ? lg_tokenizer_token_text(m->tok, bos) : NULL,
                                  eos >= 0 ? lg_tokenizer_token_text(m->tok, eos) : NULL, &m->chat, &cerr) != 0)
             m->chat = NULL;
+        const lg_model_config *mc = lg_weights_config(w);
+        lg_err verr = {{0}};
+        if (lg_cvocab_from_tokenizer(m->tok, mc->eos_ids, mc->n_eos, &m->cvocab, &verr) != 0)
+            m->cvocab = NULL;
     }
+    lg_climits_default(&m->climits);
+    m->climits.max_compile_ms = (int)cfg->grammar_compile_ms;
+    m->climits.max_dfa_states = (int)cfg->grammar_max_states;
+    m->climits.max_depth = (int)cfg->grammar_max_depth;
+    if (m->cvocab)
+        m->ccache = lg_ccache_new(4096, (size_t)cfg->grammar_cache_mb << 20);
     if (cfg->served_model_name)
         snprintf(m->id, sizeof m->id, "%s", cfg->served_model_name);
     else
@@ -54,4 +64,8 @@ void lg_served_model_dispose(lg_served_model *m)
 {
     lg_chat_template_free(m->chat);
     m->chat = NULL;
+    lg_ccache_free(m->ccache); /* before the vocabulary its constraints point to */
+    m->ccache = NULL;
+    lg_cvocab_free(m->cvocab);
+    m->cvocab = NULL;
 }

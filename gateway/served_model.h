@@ -2,7 +2,7 @@
  * served_model.h — the base model as the OpenAI routes see it: its id, its
  * tokenizer and chat template, its context, and what a request gets when it
  * names no max_tokens. Filled once in app.c's create, read-only afterwards,
- * so any thread reads it without a lock. The tokenizer belongs to the
+ * so any thread reads it without a lock (the compile cache locks itself). The tokenizer belongs to the
  * weights (which outlive it); the chat template is its own.
  */
 #ifndef LG_GW_SERVED_MODEL_H
@@ -13,6 +13,7 @@
 #include "engine/model/chat_template.h"
 #include "engine/model/tokenizer.h"
 #include "engine/model/weights.h"
+#include "engine/runtime/constrain/constrain.h"
 #include "gateway/http/serve_config.h"
 
 typedef struct lg_served_model {
@@ -24,6 +25,12 @@ typedef struct lg_served_model {
     int max_context;              /* the engine's, in tokens */
     int max_token_bytes;          /* longest vocabulary entry in bytes (an upper bound per token) */
     int default_max_tokens;       /* --default-max-tokens */
+    /* structured output: the vocabulary as byte strings (NULL: no tokenizer, or it could not be
+     * built: response_format and grammars are then refused), the compile cache, and the limits
+     * every compilation runs under (--grammar-*) */
+    lg_cvocab *cvocab;
+    lg_ccache *ccache;
+    lg_climits climits;
 } lg_served_model;
 
 /* Fills m from the loaded weights and the options (--served-model-name,

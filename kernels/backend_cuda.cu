@@ -419,6 +419,7 @@ extern "C" int lg_backend_cuda_create(const lg_backend_opts *opts, lg_backend **
     /* optional slots (sample.cu, host_mem.cu): device sampling; pinned host
      * memory + async uploads (attach also wraps i->free to release its ring) */
     i->sample = cu_sample;
+    i->mask_logits = cu_mask_logits;
     if (cu_host_mem_attach(be) != 0)
         return create_fail(err, be, "cuda backend: %s", c->last_err);
     *out = be;

@@ -17,6 +17,8 @@
  *   bit-identical to lg_sampler_sample_u(logits row, (double)rows[i].u),
  *   then with lp: cu_logprobs.
  * logits f32 [n, V] contiguous, rows [n], out_ids [n], pen, lp: all device memory. */
+/* backend.h's mask_logits: the grammar masks of structured output, -inf outside them */
+int cu_mask_logits(lg_backend *be, float *logits, int n, int V, const lg_sample_row *rows, const uint32_t *masks);
 int cu_sample(lg_backend *be, int32_t *out_ids, float *logits, int n, int V, const lg_sample_row *rows,
               const int32_t *pen, lg_logprob_row *lp);
 

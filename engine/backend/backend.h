@@ -171,6 +171,11 @@ typedef struct lg_sample_row {
      * in an lg_logprob_row: the chosen token's logprob and the
      * top_logprobs (0..LG_LOGPROB_TOP) best alternatives. */
     int32_t logprobs, top_logprobs;
+    /* masked != 0: a grammar's allowed tokens (structured output) at
+     * masks[mask_off ...], ceil(V / 32) words, bit (t % 32) of word t / 32
+     * for token t; every other token's logit becomes -inf before the
+     * penalties and the sampler (the backend's mask_logits). */
+    int32_t masked, mask_off;
 } lg_sample_row;
 
 #define LG_LOGPROB_TOP 20
@@ -273,6 +278,13 @@ typedef struct lg_backend_i {
      * NULL: logits are downloaded and sampled on the host. */
     int (*sample)(lg_backend *be, int32_t *out_ids, float *logits, int n, int V, const struct lg_sample_row *rows,
                   const int32_t *pen, struct lg_logprob_row *lp);
+    /* Structured output on the device: for each row i < n of logits (f32
+     * [n, V], device) whose rows[i].masked (rows: device) is set, the logit
+     * of every token whose bit is clear in masks[rows[i].mask_off ...]
+     * (device, ceil(V / 32) words a row) becomes -inf, in place. NULL
+     * where sample is NULL; the engine then masks rows on the host. */
+    int (*mask_logits)(lg_backend *be, float *logits, int n, int V, const struct lg_sample_row *rows,
+                       const uint32_t *masks);
 
     /* Several LoRA slots over one input in one launch (q,k,v; gate,up). With
      * R = lm->max_rank and tmp [T, k * R]:

@@ -103,6 +103,23 @@ static int cpu_sample(lg_backend *be, int32_t *out_ids, float *logits, int n, in
     return 0;
 }
 
+/* backend.h's `mask_logits`, beside cpu_sample (on with it). */
+static int cpu_mask_logits(lg_backend *be, float *logits, int n, int V, const lg_sample_row *rows,
+                           const uint32_t *masks)
+{
+    (void)be;
+    for (int i = 0; i < n; i++) {
+        if (!rows[i].masked)
+            continue;
+        float *row = logits + (size_t)i * V;
+        const uint32_t *m = masks + rows[i].mask_off;
+        for (int t = 0; t < V; t++)
+            if (!(m[t / 32] >> (t % 32) & 1u))
+                row[t] = -INFINITY;
+    }
+    return 0;
+}
+
 static int grow_per_thread(float **arr, int nt, size_t *cap, size_t need)
 {
     if (need <= *cap)
@@ -581,8 +598,10 @@ int lg_backend_cpu_create(const lg_backend_opts *opts, lg_backend **out, lg_err 
         .lora_shrink = cpu_lora_shrink,
         .lora_expand = cpu_lora_expand,
     };
-    if (be->tune.cpu_device_sample) /* the device-sampling paths without a GPU (tests) */
+    if (be->tune.cpu_device_sample) { /* the device-sampling paths without a GPU (tests) */
         be->i.sample = cpu_sample;
+        be->i.mask_logits = cpu_mask_logits;
+    }
     *out = be;
     return 0;
 }

@@ -24,7 +24,7 @@
  * example be->tune.gemv = 11 forces a GEMV variant in tests/gpu); the engine
  * only reads them. Values the model and the engine take at their create
  * (host_sample, no_graphs, step_timing, burst, device_penalties,
- * device_logprobs) and the CUDA backend's slots and launch attribute (pdl,
+ * device_logprobs, device_masks) and the CUDA backend's slots and launch attribute (pdl,
  * fuse_*) are fixed from then on.
  */
 #ifndef LG_TUNING_H
@@ -37,6 +37,7 @@ typedef struct lg_tuning {
     int burst;             /* LG_BURST */
     int device_penalties;  /* LG_DEVICE_PENALTIES */
     int device_logprobs;   /* LG_DEVICE_LOGPROBS */
+    int device_masks;      /* LG_DEVICE_MASKS */
     /* engine/model/model.c */
     int host_sample;       /* LG_HOST_SAMPLE */
     int no_graphs;         /* LG_NO_GRAPHS */

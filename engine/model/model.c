@@ -124,6 +124,8 @@ struct lg_model {
     int last_sampled;               /* rows the last launched step sampled into sample_ids_dev (a continuation's tokens) */
     int32_t *pen_dev;               /* [2 * pen_cap]: the step's penalty pairs, grown on demand */
     int pen_cap;
+    uint32_t *mask_dev;             /* [mask_cap]: the step's grammar masks (lg_step_masks), grown on demand */
+    size_t mask_cap;
     size_t meta_cap;     /* int32 elements */
     size_t page_bytes;
     bool no_graphs;      /* step graphs off: backend lacks them, LG_NO_GRAPHS is set, or recording failed */
@@ -552,6 +554,7 @@ void lg_model_free(lg_model *m)
     if (m->prows.data) be->i.dealloc(be, m->prows.data);
     if (m->plogits.data) be->i.dealloc(be, m->plogits.data);
     if (m->sample_ids_dev) be->i.dealloc(be, m->sample_ids_dev);
+    if (m->mask_dev) be->i.dealloc(be, m->mask_dev);
     if (m->out_pinned)
         be->i.free_host(be, m->sample_out_host);
     else
@@ -1105,9 +1108,33 @@ static int run_forward(lg_model *m, lg_page_pool *pool, const lg_step_meta *meta
     return forward(m, &kv, meta, lora, ls->mods, plog_rows, n_plog, err);
 }
 
+/* Structured output: the host fills the masks while the forward just
+ * enqueued runs, then they go up (after the forward in stream order) and
+ * the masked rows' logits get -inf outside them before the sampler. */
+static int apply_masks(lg_model *m, const step_shape *sh, size_t rows_at, const lg_step_masks *masks, lg_err *err)
+{
+    lg_backend *be = m->be;
+    if (!be->i.mask_logits)
+        return lg_fail(err, "backend %s cannot apply grammar masks on the device", be->i.name);
+    masks->fill(masks->ctx);
+    if (masks->n_words > m->mask_cap) {
+        size_t cap = m->mask_cap ? m->mask_cap : 4096;
+        while (cap < masks->n_words) cap *= 2;
+        if (m->mask_dev) be->i.dealloc(be, m->mask_dev); /* the last step that read it has finished */
+        m->mask_dev = be->i.alloc(be, cap * sizeof(uint32_t));
+        m->mask_cap = m->mask_dev ? cap : 0;
+        if (!m->mask_dev)
+            return lg_fail(err, "cannot allocate %zu mask words on the device", cap);
+    }
+    TRY(be->i.upload(be, m->mask_dev, masks->host, masks->n_words * sizeof(uint32_t)));
+    TRY(be->i.mask_logits(be, m->logits.data, sh->n_logits, m->cfg.vocab_size,
+                          (const lg_sample_row *)(m->meta_dev + rows_at), m->mask_dev));
+    return 0;
+}
+
 int lg_model_launch(lg_model *m, lg_page_pool *pool, const lg_step_seq *seqs, int n_seqs,
                     const lg_sample_row *sample_rows, const int32_t *pen, int n_pen, bool want_ids, bool want_lp,
-                    bool want_logits, lg_err *err)
+                    bool want_logits, const lg_step_masks *masks, lg_err *err)
 {
     lg_backend *be = m->be;
     bool from_dev;
@@ -1142,6 +1169,8 @@ int lg_model_launch(lg_model *m, lg_page_pool *pool, const lg_step_seq *seqs, in
                            .logits = want_logits && sh.n_logits > 0, .decode = sh.max_q == 1,
                            .slot = (int)(m->n_launched & 1), .t = {t1 - t0, t2 - t1, t3 - t2, t3}};
     m->last_sampled = 0;
+    if (sample && masks && masks->n_words > 0 && apply_masks(m, &sh, rows_at, masks, err) != 0)
+        return -1;
     if (sample) { /* the sampler, then its one download (asynchronous into page-locked memory where it can be) */
         const size_t ms = (size_t)m->opts.max_seqs; /* the logprobs follow max_seqs ids */
         TRY(be->i.sample(be, m->sample_ids_dev, m->logits.data, sh.n_logits, m->cfg.vocab_size,

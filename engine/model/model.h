@@ -99,9 +99,22 @@ bool lg_model_samples_on_device(const lg_model *m);
  * launched before the first is collected only when lg_model_can_chain and
  * the first downloads no logits (they live in one buffer); at most two are
  * in flight. */
+/* Structured output's masks for a step sampled on the device, for the rows
+ * whose lg_sample_row.masked is set (their mask_off indexes host): the
+ * launch calls fill(ctx) once the step's forward is enqueued, so the host
+ * computes them while the device runs it, then uploads host[0, n_words)
+ * and applies them before the sampler (the backend's mask_logits). */
+typedef struct lg_step_masks {
+    uint32_t *host;
+    size_t n_words;
+    void (*fill)(void *ctx);
+    void *ctx;
+} lg_step_masks;
+
+/* masks: NULL, or the masks of the step's masked rows (only with want_ids). */
 int lg_model_launch(lg_model *m, lg_page_pool *pool, const lg_step_seq *seqs, int n_seqs,
                     const lg_sample_row *sample_rows, const int32_t *pen, int n_pen, bool want_ids, bool want_lp,
-                    bool want_logits, lg_err *err);
+                    bool want_logits, const lg_step_masks *masks, lg_err *err);
 int lg_model_collect(lg_model *m, int32_t *ids, lg_logprob_row *lp, float *logits, float *plogits, lg_err *err);
 /* true when steps can be chained: a device sampler and asynchronous downloads into page-locked memory */
 bool lg_model_can_chain(const lg_model *m);

@@ -208,9 +208,15 @@ int lg_engine_create(lg_backend *be, const lg_weights *w, const lg_engine_opts *
     e->plp_out = calloc((size_t)e->plp_cap, sizeof *e->plp_out);
     e->dev_penalty = tune->device_penalties != 0; /* LG_DEVICE_PENALTIES=0: penalised rows sampled on the host */
     e->dev_logprobs = tune->device_logprobs != 0; /* LG_DEVICE_LOGPROBS=0: logprobs from downloaded logits */
+    e->dev_mask = tune->device_masks != 0 && be->i.mask_logits; /* LG_DEVICE_MASKS=0: grammar masks on the host */
+    e->cmask_words = (V + 31) / 32;
+    e->cmask = malloc((size_t)e->cmask_words * sizeof *e->cmask);
+    e->dmasks = malloc((size_t)S * (size_t)e->cmask_words * sizeof *e->dmasks);
+    e->dmask_req = calloc((size_t)S, sizeof *e->dmask_req);
     e->running = calloc((size_t)S + 1, sizeof *e->running);
     if (!e->fair || !e->reg_by_name || !e->seqs || !e->sched || !e->chunk || !e->logits || !e->rows || !e->ids || !e->lps ||
-        !e->row_tmp || !e->pen_stamp || !e->pen_idx || !e->running || !e->plogits || !e->plp_out) {
+        !e->row_tmp || !e->pen_stamp || !e->pen_idx || !e->running || !e->plogits || !e->plp_out || !e->cmask ||
+        !e->dmasks || !e->dmask_req) {
         lg_engine_free(e);
         return lg_fail(err, "out of memory");
     }
@@ -226,6 +232,7 @@ static void request_free(request *r)
     if (!r)
         return;
     lg_sampler_free(r->sampler);
+    lg_cmatch_free(r->cm);
     free(r->tokens);
     free(r->pages);
     free(r->nodes);
@@ -310,6 +317,9 @@ void lg_engine_free(lg_engine *e)
     free(e->ids);
     free(e->lps);
     free(e->row_tmp);
+    free(e->cmask);
+    free(e->dmasks);
+    free(e->dmask_req);
     free(e->pen_stamp);
     free(e->pen_idx);
     free(e->pen_pairs);
@@ -621,9 +631,12 @@ int lg_engine_submit(lg_engine *e, const lg_request_params *p, int64_t *id, lg_e
     r->pages = malloc((size_t)r->cap_pages * sizeof(int32_t));
     r->nodes = calloc((size_t)r->cap_pages, sizeof *r->nodes);
     r->sampler = lg_sampler_new(e->cfg.vocab_size, sp);
+    r->p.constraint = NULL; /* the matcher holds its own reference */
+    if (p->constraint)
+        r->cm = lg_cmatch_new(p->constraint);
     snprintf(r->tenant, sizeof r->tenant, "%s", tenant);
     r->ft = lg_fair_tenant_get(e->fair, tenant);
-    if (!r->tokens || !r->pages || !r->nodes || !r->sampler || !r->ft) {
+    if (!r->tokens || !r->pages || !r->nodes || !r->sampler || !r->ft || (p->constraint && !r->cm)) {
         request_free(r);
         return lg_fail(err, "out of memory");
     }
@@ -829,9 +842,81 @@ static bool has_rep_penalty(const request *r)
 /* The next token must not be a stop token yet (min_tokens). */
 static bool masks_stops(const request *r) { return r->n_generated < r->p.min_tokens; }
 
-/* Adjustments only the host applies (repetition penalty, min_tokens): the
- * row is downloaded and sampled on the host. */
+/* Adjustments only the host applies (repetition penalty, min_tokens, a
+ * grammar's mask): the row is downloaded and sampled on the host. */
 static bool host_only_adjust(const request *r) { return has_rep_penalty(r) || masks_stops(r); }
+
+static bool is_eos(const lg_engine *e, int32_t tok)
+{
+    for (int i = 0; i < e->cfg.n_eos; i++)
+        if (tok == e->cfg.eos_ids[i]) return true;
+    return false;
+}
+
+/* Ends r with an error at the end of this step (its row is not sampled). */
+static void fail_request(request *r, const char *msg)
+{
+    r->cancel = true;
+    r->cancel_reason = LG_FINISH_ERROR;
+    snprintf(r->error, sizeof r->error, "%s", msg);
+}
+
+/* A constrained request's allowed tokens for this step, into e->cmask:
+ * the grammar's mask, then, before min_tokens, without the stop tokens
+ * unless that would leave none (the grammar is complete and allows only
+ * EOS: then it ends). Returns how many are allowed (>= 1), or -1 with r
+ * failed (a runtime limit of the grammar, or out of memory). */
+static int constrain_row(lg_engine *e, request *r, uint32_t *mask)
+{
+    const int V = e->cfg.vocab_size, W = e->cmask_words;
+    const double t0 = lg_now();
+    memset(mask, 0, (size_t)W * sizeof *mask);
+    lg_err cerr = {{0}};
+    int n = lg_cmatch_mask(r->cm, mask, W, &cerr);
+    e->stats.mask_seconds += lg_now() - t0;
+    char msg[300];
+    if (n < 0) {
+        snprintf(msg, sizeof msg, "structured output: %s", cerr.msg);
+        fail_request(r, msg);
+        return -1;
+    }
+    if (n == 0) {
+        fail_request(r, "structured output: the grammar allows no token here");
+        return -1;
+    }
+    if (masks_stops(r)) {
+        int32_t stops[LG_MAX_STOP_IDS + 64];
+        int ns = 0;
+        for (int i = 0; i < e->cfg.n_eos && ns < 64; i++)
+            stops[ns++] = e->cfg.eos_ids[i];
+        for (int i = 0; i < r->p.n_stop_ids; i++)
+            stops[ns++] = r->p.stop_ids[i];
+        int taken = 0;
+        for (int i = 0; i < ns; i++)
+            if (stops[i] >= 0 && stops[i] < V && (mask[stops[i] / 32] >> (stops[i] % 32) & 1u))
+                taken++;
+        if (taken > 0 && taken < n) {
+            for (int i = 0; i < ns; i++)
+                if (stops[i] >= 0 && stops[i] < V)
+                    mask[stops[i] / 32] &= ~(1u << (stops[i] % 32));
+            n -= taken;
+        }
+    }
+    e->stats.constrained_rows++;
+    e->stats.forced_tokens += n == 1;
+    return n;
+}
+
+/* A constrained row whose grammar mask the device applies before sampling
+ * it (lg_step_masks): computed on the host while the step's forward runs.
+ * Rows that are sampled on the host anyway (host-only adjustments),
+ * report logprobs (of the raw row, which the device masks in place) or
+ * want their first logits are masked on the host instead. */
+static bool dev_masked(const lg_engine *e, const request *r, bool dev_sample)
+{
+    return r->cm && dev_sample && e->dev_mask && !r->p.logprobs && !host_only_adjust(r) &&
+           !(r->n_generated == 0 && r->p.want_first_logits);
+}
 
 /* The device sampler reports the request's logprobs (lg_logprob_row): it
  * asks for them and its row is not penalised (the device penalises rows in
@@ -853,7 +938,7 @@ static bool wants_raw_row(const lg_engine *e, const request *r, bool dev_sample)
  * is wanted too (the device sampler penalises rows in place). */
 static bool host_penalised(const lg_engine *e, const request *r, bool dev_sample)
 {
-    return host_only_adjust(r) ||
+    return host_only_adjust(r) || (r->cm && !dev_masked(e, r, dev_sample)) ||
            (has_penalty(r) && !(dev_sample && e->dev_penalty && !wants_raw_row(e, r, dev_sample)));
 }
 
@@ -922,10 +1007,10 @@ static int add_penalty_pairs(lg_engine *e, const request *r, lg_sample_row *row)
  * l * p), then OpenAI's frequency and presence penalties over the generated
  * tokens, then, before min_tokens, the stop tokens at -inf. The raw row
  * when none applies. */
-static const float *penalised(lg_engine *e, const request *r, const float *lg)
+static const float *penalised(lg_engine *e, const request *r, const float *lg, const uint32_t *cmask)
 {
-    const bool rep = has_rep_penalty(r), pen = has_penalty(r), mask = masks_stops(r);
-    if (!rep && !pen && !mask)
+    const bool rep = has_rep_penalty(r), pen = has_penalty(r), mask = masks_stops(r) && !cmask;
+    if (!rep && !pen && !mask && !cmask)
         return lg;
     memcpy(e->row_tmp, lg, (size_t)e->cfg.vocab_size * sizeof(float));
     if (rep) {
@@ -959,6 +1044,18 @@ static const float *penalised(lg_engine *e, const request *r, const float *lg)
         for (int i = 0; i < r->p.n_stop_ids; i++)
             if (r->p.stop_ids[i] >= 0 && r->p.stop_ids[i] < e->cfg.vocab_size)
                 e->row_tmp[r->p.stop_ids[i]] = -INFINITY;
+    }
+    if (cmask) { /* the grammar's mask (constrain_row: min_tokens' stops already out of it) */
+        const int V = e->cfg.vocab_size;
+        for (int w = 0; w * 32 < V; w++) {
+            const uint32_t bits = cmask[w];
+            if (bits == 0xffffffffu)
+                continue;
+            const int hi = V - w * 32 < 32 ? V - w * 32 : 32;
+            for (int b = 0; b < hi; b++)
+                if (!(bits >> b & 1u))
+                    e->row_tmp[w * 32 + b] = -INFINITY;
+        }
     }
     return e->row_tmp;
 }
@@ -1064,6 +1161,11 @@ static bool fill_row(lg_engine *e, request *r, lg_sample_row *row, bool dev_samp
     const lg_sampling_params *sp = &r->p.sampling;
     *row = (lg_sample_row){.temperature = sp->temperature, .top_k = sp->top_k, .top_p = sp->top_p,
                            .min_p = sp->min_p, .u = (float)lg_sampler_next_u(r->sampler)};
+    if (dev_masked(e, r, dev_sample)) { /* its mask: the step's next one (fill_masks) */
+        row->masked = 1;
+        row->mask_off = e->n_dmask * e->cmask_words;
+        e->dmask_req[e->n_dmask++] = r;
+    }
     if (!device_logprobs(e, r, dev_sample))
         return false;
     row->logprobs = 1;
@@ -1116,10 +1218,27 @@ static int take_results(lg_engine *e, int n, bool dev_sample, bool want_logits)
         const int ri = li++; /* the row's index among the step's sampling rows */
         const float *lg = want_logits ? e->logits + (size_t)ri * V : NULL;
         int32_t tok;
-        if (lg && (!dev_sample || host_penalised(e, r, dev_sample)))
-            tok = lg_sampler_sample_u(r->sampler, penalised(e, r, lg), (double)e->rows[ri].u);
+        const uint32_t *cmask = NULL;
+        if (r->cm && !e->rows[ri].masked) { /* masked here (the device masked the others: dev_masked) */
+            if (constrain_row(e, r, e->cmask) < 0)
+                continue; /* failed: finishes with the error */
+            cmask = e->cmask;
+        }
+        if (cmask && lg_cmask_single(cmask, e->cmask_words) >= 0)
+            tok = lg_cmask_single(cmask, e->cmask_words); /* the only token the grammar allows: no sampling */
+        else if (lg && (!dev_sample || host_penalised(e, r, dev_sample)))
+            tok = lg_sampler_sample_u(r->sampler, penalised(e, r, lg, cmask), (double)e->rows[ri].u);
         else
             tok = e->ids[ri];
+        if (r->cm) {
+            lg_err cerr = {{0}};
+            if (lg_cmatch_advance(r->cm, tok, &cerr) != 0) {
+                char msg[300];
+                snprintf(msg, sizeof msg, "structured output: token %d refused: %s", tok, cerr.msg);
+                fail_request(r, msg);
+                continue;
+            }
+        }
         lg_token_out o = {.token = tok, .index = r->n_generated, .n_vocab = V};
         lg_logprob_row hl;
         const lg_logprob_row *d = NULL; /* the row's logprobs: the device's, else from its downloaded logits */
@@ -1142,13 +1261,16 @@ static int take_results(lg_engine *e, int n, bool dev_sample, bool want_logits)
         }
         r->tokens[r->n_tokens++] = tok;
         r->n_generated++;
-        const bool stop = is_stop(e, r, tok);
+        /* a grammar ends the request once it is complete and nothing can extend it (EOS accepted, or a
+         * complete output no token continues) */
+        const bool cdone = r->cm && lg_cmatch_is_done(r->cm);
+        const bool stop = is_stop(e, r, tok) || (cdone && is_eos(e, tok));
         o.stop_token = stop;
         lg_fair_charge(e->fair, r->ft, LG_VTC_WQ);
         if (r->p.cb.on_token)
             r->p.cb.on_token(r->p.user, r->id, &o);
         if (!r->cancel) {
-            if (stop) {
+            if (stop || cdone) {
                 r->cancel = true;
                 r->cancel_reason = LG_FINISH_STOP;
             } else if (r->n_tokens >= r->max_total) {
@@ -1212,7 +1334,21 @@ static bool burst_next(lg_engine *e, int n, lg_err *err)
                                    .n_pages = r->n_pages, .want_logits = true, .lora = r->lora};
         any_lp |= fill_row(e, r, &e->rows[s], true);
     }
-    return lg_model_launch(e->model, e->pool, e->seqs, n, e->rows, NULL, 0, true, any_lp, false, err) == 0;
+    return lg_model_launch(e->model, e->pool, e->seqs, n, e->rows, NULL, 0, true, any_lp, false, NULL, err) == 0;
+}
+
+/* lg_step_masks' fill: the grammar masks of the step's device-masked rows
+ * (fill_row), computed while its forward runs. A row whose mask failed
+ * gets every token (its request fails and its token is dropped). */
+static void fill_masks(void *ctx)
+{
+    lg_engine *e = ctx;
+    const size_t W = (size_t)e->cmask_words;
+    for (int k = 0; k < e->n_dmask; k++) {
+        uint32_t *m = e->dmasks + (size_t)k * W;
+        if (constrain_row(e, e->dmask_req[k], m) < 0)
+            memset(m, 0xff, W * sizeof *m);
+    }
 }
 
 /* Arrivals, cancels and adapter messages taken in; adapter loads advanced. */
@@ -1250,6 +1386,7 @@ static int engine_step(lg_engine *e, lg_err *err)
     bool dev_sample = lg_model_samples_on_device(e->model);
     bool want_logits = !dev_sample;
     e->n_pen = 0;
+    e->n_dmask = 0;
     bool pen_oom = false, any_lp = false, any_pen = false, any_plp = false;
     for (int s = 0; s < n; s++) {
         any_plp |= e->seqs[s].lp_count > 0;
@@ -1258,7 +1395,7 @@ static int engine_step(lg_engine *e, lg_err *err)
         request *r = e->sched[s];
         lg_sample_row *row = &e->rows[n_rows++];
         any_lp |= fill_row(e, r, row, dev_sample);
-        const bool pen = has_penalty(r) || host_only_adjust(r);
+        const bool pen = has_penalty(r) || host_only_adjust(r) || r->cm; /* a grammar: no bursts */
         any_pen |= pen;
         if (pen && !host_penalised(e, r, dev_sample) && add_penalty_pairs(e, r, row) != 0)
             pen_oom = true;
@@ -1266,10 +1403,12 @@ static int engine_step(lg_engine *e, lg_err *err)
             want_logits = true;
     }
 
+    const lg_step_masks dm = {.host = e->dmasks, .n_words = (size_t)e->n_dmask * (size_t)e->cmask_words,
+                              .fill = fill_masks, .ctx = e};
     double t0 = lg_now();
     if ((pen_oom && lg_fail(err, "out of memory for the step's penalty pairs")) ||
         lg_model_launch(e->model, e->pool, e->seqs, n, dev_sample ? e->rows : NULL, e->pen_pairs, e->n_pen, dev_sample,
-                        any_lp, want_logits, err) != 0) {
+                        any_lp, want_logits, e->n_dmask ? &dm : NULL, err) != 0) {
         fail_step(e, n, err);
         return -1;
     }

@@ -40,6 +40,7 @@
 #include "engine/backend/backend.h"
 #include "engine/model/model.h"
 #include "engine/backend/sampling.h"
+#include "engine/runtime/constrain/constrain.h"
 
 typedef struct lg_engine lg_engine;
 
@@ -161,6 +162,16 @@ typedef struct lg_request_params {
     /* Generate nothing: compute the prompt (and its logprobs), then finish
      * with LENGTH and 0 completion tokens (OpenAI's max_tokens 0 with echo). */
     bool prompt_only;
+    /* Structured output (engine/runtime/constrain/constrain.h): NULL, or a
+     * compiled grammar the output must follow. The engine takes its own
+     * reference and runs a matcher for the request: each step's row gets
+     * the grammar's token mask (tokens outside it at -inf before the
+     * sampler's filters; logprobs stay those of the raw row), a mask of one
+     * token is taken without sampling, EOS is allowed exactly when the
+     * output is complete, and the request stops (STOP) once it is complete
+     * and nothing can extend it. min_tokens never masks the only token the
+     * grammar allows. */
+    lg_constraint *constraint;
     int adapter_id;          /* a version id from lg_engine_add_adapter; 0 = base model */
     const char *tenant;      /* copied; NULL or "" = the default tenant "" */
     const char *cache_salt;  /* copied; NULL or "" = none. Only requests with equal salts share cached KV */
@@ -322,6 +333,10 @@ typedef struct lg_engine_stats {
     double prefill_seconds, decode_seconds; /* forward time of steps with prefill / decode-only */
     double step_seconds;     /* whole lg_engine_step calls (scheduling, forward, sampling, callbacks) */
     double sample_seconds;   /* sampling and token callbacks */
+    /* structured output: rows sampled under a grammar's mask, those whose mask allowed one token
+     * (taken without sampling), and the time spent computing masks */
+    int64_t constrained_rows, forced_tokens;
+    double mask_seconds;
     int queued, running;     /* requests waiting for admission / admitted */
     int pages_total, pages_free;
     int pages_kv, pages_adapter, pages_cached;

@@ -70,6 +70,7 @@ typedef struct request {
     int max_total;           /* n_prompt + max_tokens, capped by the context */
     int adapter_pages;       /* pages of its adapter version (0: none) */
     lg_sampler *sampler;
+    lg_cmatch *cm;           /* structured output: the grammar's matcher, else NULL */
     lg_request_params p;     /* copy; prompt/tenant/cache_salt point nowhere */
     char tenant[LG_MAX_TENANT + 1];
     bool use_cache;          /* prefix cache on for this request (and still inserting) */
@@ -159,6 +160,14 @@ struct lg_engine {
     lg_logprob_row *lps;        /* [max_seqs]: the device sampler's logprobs (LG_DEVICE_LOGPROBS=0: host) */
     bool dev_logprobs;
     float *row_tmp;             /* [vocab] penalised copy of a logits row */
+    uint32_t *cmask;            /* [mask words]: a constrained row's allowed tokens (lazily allocated) */
+    int cmask_words;
+    /* grammar masks applied by the device sampler (LG_DEVICE_MASKS=0, or no mask_logits: on the host):
+     * the step's masked rows, their masks [n_dmask * cmask_words], filled while the forward runs */
+    bool dev_mask;
+    uint32_t *dmasks;
+    request **dmask_req;
+    int n_dmask;
     uint32_t *pen_stamp;        /* [vocab] */
     uint32_t pen_gen;
     /* penalties applied by the device sampler (LG_DEVICE_PENALTIES=0: on the

@@ -52,6 +52,10 @@ static const opt opts[] = {
     {"prefix-sharing", K_CHOICE, O(prefix_sharing), 0, 0, "tenant|global|off", "tenant|global|off", "who shares cached prompt prefixes (default tenant)"},
     {"scheduler", K_CHOICE, O(scheduler), 0, 0, "vtc|fcfs", "vtc|fcfs", "admission order across tenants: fair share (default) or arrival order"},
     {"decode-bursts", K_CHOICE, O(decode_bursts), 0, 0, "on|off", "on|off", "enqueue each decode step before the last one's tokens are read (default on; off: no extra step before an arriving request's prefill)"},
+    {"grammar-compile-ms", K_INT, O(grammar_compile_ms), 1, 600000, NULL, "MS", "longest a response_format schema, regex or grammar may take to compile before its request gets 400 (default 2000)"},
+    {"grammar-max-states", K_INT, O(grammar_max_states), 1000, 100000000, NULL, "N", "automaton states one compiled grammar may have (default 200000)"},
+    {"grammar-max-depth", K_INT, O(grammar_max_depth), 4, 4096, NULL, "N", "nesting a schema, regex or grammar may have (default 64)"},
+    {"grammar-cache-mb", K_INT, O(grammar_cache_mb), 1, 1 << 20, NULL, "N", "memory for compiled grammars and their mask tables, reused across requests (default 256)"},
     {"metrics-tenant-labels", K_CHOICE, O(metrics_tenant_labels), 0, 0, "on|off", "on|off", "tenant label on /metrics series (default on)"},
     {"metrics-auth", K_CHOICE, O(metrics_auth), 0, 0, "off|on", "off|on", "GET /metrics needs the metrics key ($LORAGATE_METRICS_KEY or DATA_DIR/metrics.key) or the operator key (default off)"},
     {"config", K_CONFIG, 0, 0, 0, NULL, "FILE", "JSON object of these options (long names); command-line options win"},
@@ -309,6 +313,14 @@ int lg_serve_config_parse(lg_serve_config *c, int argc, char **argv, lg_err *err
     }
     if (!c->default_max_tokens)
         c->default_max_tokens = 256;
+    if (!c->grammar_compile_ms)
+        c->grammar_compile_ms = 2000;
+    if (!c->grammar_max_states)
+        c->grammar_max_states = 200000;
+    if (!c->grammar_max_depth)
+        c->grammar_max_depth = 64;
+    if (!c->grammar_cache_mb)
+        c->grammar_cache_mb = 256;
     return 0;
 }
 

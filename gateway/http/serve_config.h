@@ -57,6 +57,11 @@ typedef struct lg_serve_config {
     const char *metrics_tenant_labels; /* on|off */
     const char *metrics_auth;          /* off|on */
     const char *decode_bursts;         /* on|off */
+    /* structured output (response_format, grammars): limits on compiling one, the compile cache */
+    long grammar_compile_ms;           /* default 2000 */
+    long grammar_max_states;           /* automaton states of one grammar, default 200000 */
+    long grammar_max_depth;            /* schema / grammar nesting, default 64 */
+    long grammar_cache_mb;             /* compiled grammars kept, default 256 */
 
     json_t *file_json;                /* the --config file (strings above may point into it) */
 } lg_serve_config;

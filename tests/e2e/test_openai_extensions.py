@@ -222,7 +222,7 @@ def test_vllm_parameters_refused_or_checked(smol):
         ({"stop_token_ids": [10 ** 6]}, "stop_token_ids"), ({"ignore_eos": "yes"}, "ignore_eos"),
         ({"prompt_logprobs": 21}, "prompt_logprobs"), ({"prompt_logprobs": -1}, "prompt_logprobs"),
         ({"prompt_logprobs": 2, "stream": True}, "prompt_logprobs"),
-        ({"use_beam_search": True}, "use_beam_search"), ({"guided_json": {}}, "guided_json"),
+        ({"use_beam_search": True}, "use_beam_search"), ({"guided_json": 5}, "guided_json"),
         ({"prompt": [5] * 1100, "echo": True, "logprobs": 1, "n": 64}, "echo"),
     ]
     for extra, param in cases:

@@ -4,7 +4,7 @@
 # HF/peft fixtures end to end on the CUDA backend, and every GPU figure of
 # docs/benchmarks.md next to its reference.
 #
-#   bash tests/gpu/run_device.sh [all|test|serving|bench|profile|kernels]     (from the repo root)
+#   bash tests/gpu/run_device.sh [all|test|serving|bench|profile|kernels|structured]     (from the repo root)
 #
 # kernels: quick loop for kernel work — builds only test_cuda_ops and
 # bench_kernels (unless TARGETS says otherwise), runs the op tests of the
@@ -154,6 +154,9 @@ declare -A CASE=(
   # every row's logits downloaded and the log-softmax computed on the host)
   [b1_lp]="$B --num-seqs 1 --prompt-len 128 --output-len 128 --logprobs 5"
   [w1_lp]="$W1 --logprobs 5"
+  # W1 with every sequence under a different JSON schema (tests/bench/w1_schemas.json, 32 schemas that keep
+  # every row masked for the 64 tokens), masks for a 32,000-token SentencePiece vocabulary like Llama-2's
+  [w1_schema]="$W1 --adapters 32 --rank 16 --targets q,k,v,o --json-schemas tests/bench/w1_schemas.json --schema-tokenizer tests/tokenizer/fixtures/mistral/tokenizer.json"
   [w2_lp]="$W2 --logprobs 5"
 )
 table=()
@@ -227,6 +230,24 @@ if want bench; then
     python3 tests/bench/hf_w1.py --mode peft --adapters 32 --rank 16 >"$OUT/hf_peft.json" 2>"$OUT/hf_peft.err"
     note "W1 HF peft: $(tail -1 "$OUT/hf_peft.json") $(tail -2 "$OUT/hf_peft.err" | head -1)"
   fi
+fi
+
+# structured: the grammar masks on the device against the host (tests/gpu/check_structured.py), then W1
+# unconstrained and W1 with a schema a sequence, interleaved (REPS pairs), and once with the masks on the host
+if [ "$WHAT" = structured ]; then
+  late "check_structured" || {
+    python3 tests/gpu/check_structured.py "$BIN" >"$OUT/check_structured.log" 2>&1
+    note "structured output, device masks vs host masks: rc=$? $(tail -1 "$OUT/check_structured.log")"
+    grep -E "^schema|differs|invalid|not JSON" "$OUT/check_structured.log" | head -20
+  }
+  for i in $(seq "${REPS:-3}"); do
+    bench new "" w1_lora
+    bench new "" w1_schema
+  done
+  bench hostmask "LG_DEVICE_MASKS=0" w1_schema
+  for f in "$OUT"/w1_schema.*json; do
+    note "$(basename "$f"): $(python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print('mask_s %.4f rows %d forced %d' % (d['mask_s'], d['constrained_rows'], d['forced_tokens']))" "$f")"
+  done
 fi
 
 if want profile; then
