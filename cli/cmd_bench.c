@@ -319,6 +319,7 @@ static int run_batch(lg_engine *e, lg_backend *be, const bench_opts *o, const in
         json_object_set_new(j, "mask_s", json_real(s1.mask_seconds - s0.mask_seconds));
         json_object_set_new(j, "constrained_rows", json_integer(s1.constrained_rows - s0.constrained_rows));
         json_object_set_new(j, "forced_tokens", json_integer(s1.forced_tokens - s0.forced_tokens));
+        json_object_set_new(j, "fast_forward_tokens", json_integer(s1.fast_forward_tokens - s0.fast_forward_tokens));
         json_object_set_new(j, "chained_steps", json_integer(s1.chained_steps - s0.chained_steps));
         json_object_set_new(j, "sample_s", json_real(sample_s));
         json_object_set_new(j, "sampling",
@@ -348,9 +349,11 @@ static int run_batch(lg_engine *e, lg_backend *be, const bench_opts *o, const in
                dc_steps ? 1e3 * dc_s / dc_steps : 0.0);
         printf("pool: %d pages of %.2f MiB\n", s1.pages_total, s1.page_bytes / 1048576.0);
         if (o->n_constraints)
-            printf("structured output: %d schemas; %lld rows masked (%lld forced) in %.3f s of mask time\n",
+            printf("structured output: %d schemas; %lld rows masked (%lld forced), %lld forced tokens appended "
+                   "without a step, %.3f s of mask time\n",
                    o->n_constraints, (long long)(s1.constrained_rows - s0.constrained_rows),
-                   (long long)(s1.forced_tokens - s0.forced_tokens), s1.mask_seconds - s0.mask_seconds);
+                   (long long)(s1.forced_tokens - s0.forced_tokens),
+                   (long long)(s1.fast_forward_tokens - s0.fast_forward_tokens), s1.mask_seconds - s0.mask_seconds);
     }
     rc = 0;
 out:

@@ -24,7 +24,7 @@
  * example be->tune.gemv = 11 forces a GEMV variant in tests/gpu); the engine
  * only reads them. Values the model and the engine take at their create
  * (host_sample, no_graphs, step_timing, burst, device_penalties,
- * device_logprobs, device_masks) and the CUDA backend's slots and launch attribute (pdl,
+ * device_logprobs, device_masks, fast_forward) and the CUDA backend's slots and launch attribute (pdl,
  * fuse_*) are fixed from then on.
  */
 #ifndef LG_TUNING_H
@@ -38,6 +38,7 @@ typedef struct lg_tuning {
     int device_penalties;  /* LG_DEVICE_PENALTIES */
     int device_logprobs;   /* LG_DEVICE_LOGPROBS */
     int device_masks;      /* LG_DEVICE_MASKS */
+    int fast_forward;      /* LG_FAST_FORWARD */
     /* engine/model/model.c */
     int host_sample;       /* LG_HOST_SAMPLE */
     int no_graphs;         /* LG_NO_GRAPHS */

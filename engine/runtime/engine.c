@@ -209,6 +209,7 @@ int lg_engine_create(lg_backend *be, const lg_weights *w, const lg_engine_opts *
     e->dev_penalty = tune->device_penalties != 0; /* LG_DEVICE_PENALTIES=0: penalised rows sampled on the host */
     e->dev_logprobs = tune->device_logprobs != 0; /* LG_DEVICE_LOGPROBS=0: logprobs from downloaded logits */
     e->dev_mask = tune->device_masks != 0 && be->i.mask_logits; /* LG_DEVICE_MASKS=0: grammar masks on the host */
+    e->fast_forward = tune->fast_forward != 0; /* LG_FAST_FORWARD=0: a forced token takes its own step */
     e->cmask_words = (V + 31) / 32;
     e->cmask = malloc((size_t)e->cmask_words * sizeof *e->cmask);
     e->dmasks = malloc((size_t)S * (size_t)e->cmask_words * sizeof *e->dmasks);
@@ -902,8 +903,6 @@ static int constrain_row(lg_engine *e, request *r, uint32_t *mask)
             n -= taken;
         }
     }
-    e->stats.constrained_rows++;
-    e->stats.forced_tokens += n == 1;
     return n;
 }
 
@@ -945,6 +944,46 @@ static bool host_penalised(const lg_engine *e, const request *r, bool dev_sample
 static bool needs_host_row(const lg_engine *e, const request *r, bool dev_sample)
 {
     return host_penalised(e, r, dev_sample) || wants_raw_row(e, r, dev_sample);
+}
+
+/* Structured output's forced tokens. While the grammar allows exactly one
+ * token next, that token is the output whatever the model says: it is
+ * appended at once (streamed, counted as generated, the matcher advanced)
+ * without a step of its own, and the next step computes all the appended
+ * tokens in one chunk (the scheduler's prefill chunk of a running request)
+ * and samples after them. Exact: each appended token had probability 1.
+ * Not for requests that report logprobs (they need each token's row).
+ * LG_FAST_FORWARD=0 leaves every forced token to its own step. */
+static void fast_forward(lg_engine *e, request *r)
+{
+    if (r->p.logprobs)
+        return;
+    while (!r->cancel && r->n_tokens < r->max_total && !lg_cmatch_is_done(r->cm)) {
+        if (constrain_row(e, r, e->cmask) != 1)
+            return;
+        const int32_t tok = lg_cmask_single(e->cmask, e->cmask_words);
+        lg_err cerr = {{0}};
+        if (tok < 0 || is_eos(e, tok) || lg_cmatch_advance(r->cm, tok, &cerr) != 0)
+            return; /* EOS (or a refusal) is left to the next step's sampling row */
+        lg_token_out o = {.token = tok, .index = r->n_generated, .n_vocab = e->cfg.vocab_size};
+        r->tokens[r->n_tokens++] = tok;
+        r->n_generated++;
+        e->stats.fast_forward_tokens++;
+        const bool stop = is_stop(e, r, tok);
+        o.stop_token = stop;
+        lg_fair_charge(e->fair, r->ft, LG_VTC_WQ);
+        if (r->p.cb.on_token)
+            r->p.cb.on_token(r->p.user, r->id, &o);
+        if (r->cancel)
+            return;
+        if (stop || lg_cmatch_is_done(r->cm)) {
+            r->cancel = true;
+            r->cancel_reason = LG_FINISH_STOP;
+        } else if (r->n_tokens >= r->max_total) {
+            r->cancel = true;
+            r->cancel_reason = LG_FINISH_LENGTH;
+        }
+    }
 }
 
 /* A new generation of pen_stamp: no token is marked as seen. */
@@ -1220,9 +1259,12 @@ static int take_results(lg_engine *e, int n, bool dev_sample, bool want_logits)
         int32_t tok;
         const uint32_t *cmask = NULL;
         if (r->cm && !e->rows[ri].masked) { /* masked here (the device masked the others: dev_masked) */
-            if (constrain_row(e, r, e->cmask) < 0)
+            const int allowed = constrain_row(e, r, e->cmask);
+            if (allowed < 0)
                 continue; /* failed: finishes with the error */
             cmask = e->cmask;
+            e->stats.constrained_rows++;
+            e->stats.forced_tokens += allowed == 1;
         }
         if (cmask && lg_cmask_single(cmask, e->cmask_words) >= 0)
             tok = lg_cmask_single(cmask, e->cmask_words); /* the only token the grammar allows: no sampling */
@@ -1276,6 +1318,8 @@ static int take_results(lg_engine *e, int n, bool dev_sample, bool want_logits)
             } else if (r->n_tokens >= r->max_total) {
                 r->cancel = true;
                 r->cancel_reason = LG_FINISH_LENGTH;
+            } else if (r->cm && e->fast_forward) {
+                fast_forward(e, r);
             }
         }
     }
@@ -1346,8 +1390,11 @@ static void fill_masks(void *ctx)
     const size_t W = (size_t)e->cmask_words;
     for (int k = 0; k < e->n_dmask; k++) {
         uint32_t *m = e->dmasks + (size_t)k * W;
-        if (constrain_row(e, e->dmask_req[k], m) < 0)
+        const int allowed = constrain_row(e, e->dmask_req[k], m);
+        if (allowed < 0)
             memset(m, 0xff, W * sizeof *m);
+        e->stats.constrained_rows++;
+        e->stats.forced_tokens += allowed == 1;
     }
 }
 

@@ -336,6 +336,7 @@ typedef struct lg_engine_stats {
     /* structured output: rows sampled under a grammar's mask, those whose mask allowed one token
      * (taken without sampling), and the time spent computing masks */
     int64_t constrained_rows, forced_tokens;
+    int64_t fast_forward_tokens; /* forced tokens appended without a step of their own */
     double mask_seconds;
     int queued, running;     /* requests waiting for admission / admitted */
     int pages_total, pages_free;

@@ -165,6 +165,7 @@ struct lg_engine {
     /* grammar masks applied by the device sampler (LG_DEVICE_MASKS=0, or no mask_logits: on the host):
      * the step's masked rows, their masks [n_dmask * cmask_words], filled while the forward runs */
     bool dev_mask;
+    bool fast_forward;          /* forced tokens appended without a step (fast_forward; LG_FAST_FORWARD=0: off) */
     uint32_t *dmasks;
     request **dmask_req;
     int n_dmask;

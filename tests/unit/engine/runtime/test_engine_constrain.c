@@ -15,7 +15,9 @@
  * matcher offers and matching again) when it finished with LENGTH. Also:
  *   - a grammar that allows one string gives it (several tokenizations
  *     may spell it: a step whose mask holds one token takes it without
- *     sampling, and the engine counts exactly those), and the request stops
+ *     sampling, and the tokens forced after a sampled one are appended at
+ *     once; the engine counts exactly those), greedy gives the same tokens
+ *     in fewer steps with the appending on than off, and the request stops
  *     when it is complete without needing EOS;
  *   - the same seed gives the same tokens with the masks applied by the
  *     host and by the backend's mask_logits slot (the CPU backend's device
@@ -250,9 +252,25 @@ static void test_forced(lg_engine *e, lg_cvocab *v)
         CHECK(lg_cmatch_advance(m, t.toks[i], &err) == 0);
     }
     lg_cmatch_free(m);
-    CHECK_MSG(single > 0 && s1.forced_tokens - s0.forced_tokens == single, "forced %lld, single-token masks %d",
-              (long long)(s1.forced_tokens - s0.forced_tokens), single);
+    const long long forced = s1.forced_tokens - s0.forced_tokens, ff = s1.fast_forward_tokens - s0.fast_forward_tokens;
+    CHECK_MSG(single > 0 && forced + ff == single && ff > 0, "forced %lld + appended %lld, single-token masks %d",
+              forced, ff, single);
     CHECK(t.n_tok > 0 && t.toks[t.n_tok - 1] != EOS);
+    /* greedy: the same tokens with the forced ones appended at once and each in its own step, in fewer steps */
+    static treq g[2];
+    int64_t steps[2];
+    for (int k = 0; k < 2; k++) {
+        e->fast_forward = k == 0;
+        lg_engine_get_stats(e, &s0);
+        submit(e, &g[k], c, 0.0f, 1, 60, 0, 11);
+        run_idle(e);
+        lg_engine_get_stats(e, &s1);
+        steps[k] = s1.steps - s0.steps;
+    }
+    e->fast_forward = true;
+    CHECK(g[0].n_tok == g[1].n_tok && !memcmp(g[0].toks, g[1].toks, sizeof(int32_t) * (size_t)g[0].n_tok));
+    CHECK_MSG(steps[0] < steps[1], "steps with fast-forward %lld, without %lld", (long long)steps[0],
+              (long long)steps[1]);
     lg_constraint_unref(c);
 }
 
