@@ -4,7 +4,10 @@
  *
  *   loragate chat-template (--template-file F | --builtin NAME) [--bos T] [--eos T]
  *
- * stdin:  one JSON object per line: {"messages": [{"role": "...", "content": "..."}, ...]}
+ * stdin:  one JSON object per line: {"messages": [...]} with, optionally,
+ *         "tools": [...], "documents": [...], "chat_template_kwargs": {...}
+ *         and "add_generation_prompt": bool (default true); messages are
+ *         OpenAI-shaped (see engine/model/chat_template.h)
  * stdout: one JSON object per line: {"text": "..."} or {"error": "..."}
  * A bad line yields an {"error"} line and processing goes on; the exit status
  * is 2 for bad arguments / unloadable templates, 0 otherwise.
@@ -46,33 +49,16 @@ static void ct_line(const lg_chat_template *t, const char *line)
         json_decref(root);
         return;
     }
-    size_t n = json_array_size(arr);
-    lg_chat_msg *msgs = calloc(n ? n : 1, sizeof *msgs);
-    const char *bad = NULL;
-    for (size_t i = 0; i < n && msgs; i++) {
-        json_t *m = json_array_get(arr, i);
-        json_t *r = json_object_get(m, "role"), *c = json_object_get(m, "content");
-        if (!json_is_string(r) || !json_is_string(c)) {
-            bad = "each message needs string \"role\" and \"content\"";
-            break;
-        }
-        msgs[i].role = json_string_value(r);
-        msgs[i].content = json_string_value(c);
-    }
-    if (!msgs) {
-        ct_emit("error", "out of memory");
-    } else if (bad) {
-        ct_emit("error", bad);
-    } else {
-        lg_err err = {{0}};
-        char *text = NULL;
-        if (lg_chat_template_apply(t, msgs, (int)n, &text, &err) == 0)
-            ct_emit("text", text);
-        else
-            ct_emit("error", err.msg);
-        free(text);
-    }
-    free(msgs);
+    json_t *agp = json_object_get(root, "add_generation_prompt");
+    lg_err err = {{0}};
+    char *text = NULL;
+    if (lg_chat_template_render(t, arr, json_object_get(root, "tools"), json_object_get(root, "documents"),
+                                json_object_get(root, "chat_template_kwargs"), agp ? json_is_true(agp) : true,
+                                &text, &err) == 0)
+        ct_emit("text", text);
+    else
+        ct_emit("error", err.msg);
+    free(text);
     json_decref(root);
 }
 

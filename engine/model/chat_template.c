@@ -1,32 +1,26 @@
 /*
- * chat_template.c — recognise a model's Jinja chat template and render it in C.
+ * chat_template.c — a model's chat template: its own Jinja text run by the
+ * interpreter (jinja.h), or a built-in family as the fallback.
  *
- * We never evaluate Jinja. lg_chat_template_new() looks for distinctive
- * markers in the template text, decides the family and a handful of variant
- * flags, and pulls out the few literals that differ between models (a default
- * system prompt, Llama-3.1's date). lg_chat_template_apply() then renders the
- * messages the way that template would under HF transformers (jinja2 with
- * trim_blocks/lstrip_blocks, add_generation_prompt=True), byte for byte.
- * tests/chat/test_templates.py checks that against the real template texts
- * saved in tests/chat/templates/.
+ * The Jinja path (lg_chat_template_render) prepares the conversation as
+ * vLLM and transformers do before rendering (see chat_template.h): null
+ * keys dropped, tool-call arguments parsed from JSON strings, content parts
+ * joined unless the template loops over content, reasoning fields aliased;
+ * then the template sees messages, tools, documents, add_generation_prompt,
+ * bos_token, eos_token and the caller's kwargs.
  *
- * Families and the variants we know (see tests/chat/templates/SOURCES.md):
- *   ChatML   every message "<|im_start|>ROLE\nCONTENT<|im_end|>\n"; an optional
- *            default system message when messages[0] is not "system"
- *            (SmolLM2, Qwen2, Qwen2.5); no role checks.
+ * The built-in families render without Jinja, byte for byte as the real
+ * templates they stand for (tests/chat/test_templates.py checks them
+ * against those texts):
+ *   ChatML   every message "<|im_start|>ROLE\nCONTENT<|im_end|>\n".
  *   Llama-3  "<|start_header_id|>ROLE<|end_header_id|>\n\n" + trim(CONTENT) +
- *            "<|eot_id|>"; plain 3.0 writes BOS before the first message; 3.1+
- *            always writes a system block with "Cutting Knowledge Date" and
- *            "Today Date", holding trim(messages[0]) when it is a system message.
+ *            "<|eot_id|>", BOS before the first message.
  *   [INST]   Llama-2 (<<SYS>> folded into the first user turn, content strip()ed,
- *            BOS before every user turn) and Mistral (no system slot: either the
- *            template raises on a system message, or, in the later "v1" text,
- *            the system text is prepended to the first user turn). Roles must
- *            alternate user/assistant after the optional system message; where
- *            the real template raises, we return an error.
- *
- * Only the roles system/user/assistant are accepted (tool roles are not
- * rendered by us). trim/strip follow Python's str.strip(): Unicode whitespace.
+ *            BOS before every user turn) and Mistral (the system text is
+ *            prepended to the first user turn). Roles must alternate
+ *            user/assistant after the optional system message.
+ * Only the roles system/user/assistant are accepted by the built-ins.
+ * trim/strip follow Python's str.strip(): Unicode whitespace.
  * Workload: one render per request; texts are short, so clarity wins over speed.
  */
 #include "engine/model/chat_template.h"
@@ -35,7 +29,7 @@
 #include <stdlib.h>
 #include <time.h>
 
-#define LG_CT_UNRECOGNISED "unrecognised chat template; pass --chat-template chatml|llama3|llama2|mistral"
+#include "engine/model/jinja.h"
 
 typedef enum lg_inst_kind {
     LG_INST_LLAMA2 = 0,   /* <<SYS>> folded into the first user turn */
@@ -45,6 +39,7 @@ typedef enum lg_inst_kind {
 
 struct lg_chat_template {
     lg_chat_family family;
+    lg_jinja *jinja; /* LG_CHAT_JINJA: the model's template */
     char *bos; /* text written where the template writes bos_token (or '<s>') */
     char *eos;
     char *default_system; /* ChatML / Llama-2: used when messages[0] is not system; may be NULL */
@@ -117,93 +112,7 @@ static void sb_put_stripped(lg_strbuf *b, const char *s)
     lg_strbuf_put(b, s + i, end - i);
 }
 
-/* ---- reading literals out of the template text ------------------------------ */
-
-/* Decodes a Jinja (Python-like) string literal body s[0..n) with escapes. */
-static char *decode_literal(const char *s, size_t n)
-{
-    char *out = malloc(n + 1), *o = out;
-    if (!out)
-        return NULL;
-    for (size_t i = 0; i < n; i++) {
-        if (s[i] == '\\' && i + 1 < n) {
-            char c = s[++i];
-            switch (c) {
-            case 'n': *o++ = '\n'; break;
-            case 't': *o++ = '\t'; break;
-            case 'r': *o++ = '\r'; break;
-            default: *o++ = c; break; /* \\ \' \" */
-            }
-        } else {
-            *o++ = s[i];
-        }
-    }
-    *o = 0;
-    return out;
-}
-
-/* Finds the string literal that contains `after` immediately following `head`
- * (e.g. head "<|im_start|>system", after "\n") and ends at `tail`, with no quote
- * of its own kind between. Returns the decoded text between head+newline and
- * tail, or NULL if no such literal exists. */
-static char *find_literal_between(const char *t, const char *head, const char *tail)
-{
-    size_t hl = strlen(head);
-    for (const char *p = strstr(t, head); p; p = strstr(p + 1, head)) {
-        if (p == t)
-            continue;
-        char q = p[-1];
-        if (q != '\'' && q != '"')
-            continue;
-        const char *s = p + hl;
-        if (s[0] == '\n') s += 1;
-        else if (s[0] == '\\' && s[1] == 'n') s += 2;
-        else continue;
-        /* scan to tail inside the same literal */
-        const char *e = s;
-        bool ok = false;
-        while (*e) {
-            if (*e == '\\' && e[1]) { e += 2; continue; }
-            if (*e == q) break;
-            if (!strncmp(e, tail, strlen(tail))) { ok = true; break; }
-            e++;
-        }
-        if (ok)
-            return decode_literal(s, (size_t)(e - s));
-    }
-    return NULL;
-}
-
-/* Finds `key` (e.g. "set date_string = ") followed by a quoted literal that is
- * the whole right-hand side; returns its decoded body or NULL. */
-static char *find_assigned_literal(const char *t, const char *key)
-{
-    for (const char *p = strstr(t, key); p; p = strstr(p + 1, key)) {
-        const char *s = p + strlen(key);
-        char q = *s;
-        if (q != '\'' && q != '"')
-            continue;
-        const char *e = ++s;
-        while (*e && *e != q) {
-            if (*e == '\\' && e[1]) e++;
-            e++;
-        }
-        if (*e != q)
-            return NULL;
-        /* only a whole-literal assignment: `set x = '...' %}` */
-        const char *after = e + 1;
-        while (*after == ' ')
-            after++;
-        if (strncmp(after, "%}", 2) && strncmp(after, "-%}", 3))
-            continue;
-        return decode_literal(s, (size_t)(e - s));
-    }
-    return NULL;
-}
-
-static bool has(const char *t, const char *s) { return strstr(t, s) != NULL; }
-
-/* ---- recognition ---------------------------------------------------------- */
+/* ---- construction ---------------------------------------------------------- */
 
 static char *dup_or(const char *s, const char *dflt)
 {
@@ -217,6 +126,7 @@ const char *lg_chat_family_name(lg_chat_family f)
     case LG_CHAT_CHATML: return "chatml";
     case LG_CHAT_LLAMA3: return "llama3";
     case LG_CHAT_LLAMA2: return "llama2";
+    case LG_CHAT_JINJA: return "jinja";
     }
     return "?";
 }
@@ -246,92 +156,6 @@ static int setup_builtin(lg_chat_template *t, const char *name, lg_err *err)
     return 0;
 }
 
-static int recognise_inst(lg_chat_template *t, const char *j, lg_err *err)
-{
-    t->family = LG_CHAT_LLAMA2;
-    t->bos_per_user = has(j, "bos_token + '[INST]") || has(j, "'<s>' + '[INST]");
-    if (has(j, "'<s>'")) { free(t->bos); t->bos = strdup("<s>"); }
-    if (has(j, "'</s>'")) { free(t->eos); t->eos = strdup("</s>"); }
-    if (has(j, "<<SYS>>")) {
-        t->inst = LG_INST_LLAMA2;
-        t->inst_strip = has(j, "content.strip()") || has(j, "content | trim") || has(j, "content|trim");
-        t->l2_sys_trim = has(j, "messages[0]['content'] | trim") || has(j, "messages[0]['content']|trim");
-        t->l2_sys_branch = has(j, "elif message['role'] == 'system'");
-        t->asst_prefix = " ";
-        t->asst_space_before_eos = has(j, "' ' + eos_token") || has(j, "' ' + '</s>'");
-        /* A default system prompt guarded by a constant (transformers'
-         * USE_DEFAULT_PROMPT, substituted as "true"/"false"). */
-        char *dflt = find_assigned_literal(j, "set system_message = ");
-        if (dflt && !*dflt) { /* '' means "none" (the text is prepended as is) */
-            free(dflt);
-            dflt = NULL;
-        }
-        if (dflt) {
-            if (has(j, "elif true == true and not '<<SYS>>' in messages[0]['content']")) {
-                t->default_system = dflt;
-                t->l2_default_needs_no_sys_marker = true;
-            } else if (has(j, "elif false == true")) {
-                free(dflt);
-            } else {
-                free(dflt);
-                return lg_fail(err, "Llama-2 chat template with an unknown default-system rule; " LG_CT_UNRECOGNISED);
-            }
-        }
-        if (!t->inst_strip)
-            return lg_fail(err, "Llama-2 chat template variant not known (no strip of content); " LG_CT_UNRECOGNISED);
-        return 0;
-    }
-    /* Mistral */
-    if (has(j, "system_message") && (has(j, "system_message + '\\n\\n'") || has(j, "system_message + '\n\n'"))) {
-        t->inst = LG_INST_MISTRAL_MERGE;
-        t->inst_lead_space = has(j, "' [INST] '");
-        t->asst_prefix = has(j, "' ' + message['content']") ? " " : "";
-        return 0;
-    }
-    if (has(j, "raise_exception('Only user and assistant roles are supported!')")) {
-        t->inst = LG_INST_MISTRAL_RAISE;
-        t->asst_prefix = "";
-        t->asst_suffix = has(j, "eos_token + ' '") ? " " : "";
-        return 0;
-    }
-    return lg_fail(err, "[INST] chat template variant not known; " LG_CT_UNRECOGNISED);
-}
-
-static int recognise(lg_chat_template *t, const char *j, lg_err *err)
-{
-    if (has(j, "<|im_start|>")) {
-        /* ChatML relatives that render differently (phi-4's <|im_sep|>, Qwen3's
-         * reasoning blocks) are not plain ChatML. */
-        if (!has(j, "<|im_end|>") || has(j, "<|im_sep|>") || has(j, "<think>") || has(j, "reasoning_content"))
-            return lg_fail(err, LG_CT_UNRECOGNISED);
-        t->family = LG_CHAT_CHATML;
-        /* The injected default is a literal "<|im_start|>system\n...<|im_end|>";
-         * the system-from-messages writes go through `+ message ... +` and are
-         * skipped because the literal closes before <|im_end|>. */
-        t->default_system = find_literal_between(j, "<|im_start|>system", "<|im_end|>");
-        return 0;
-    }
-    if (has(j, "<|start_header_id|>") && has(j, "<|eot_id|>")) {
-        t->family = LG_CHAT_LLAMA3;
-        if (has(j, "Cutting Knowledge Date: ")) {
-            t->l3_sys_block = true;
-            const char *p = strstr(j, "Cutting Knowledge Date: ") + strlen("Cutting Knowledge Date: ");
-            const char *e = p;
-            while (*e && *e != '\\' && *e != '\n' && *e != '"' && *e != '\'')
-                e++;
-            t->l3_cutoff = decode_literal(p, (size_t)(e - p));
-            if (has(j, "strftime_now"))
-                t->l3_date = NULL; /* transformers passes strftime_now: today's date */
-            else if (!(t->l3_date = find_assigned_literal(j, "set date_string = ")))
-                return lg_fail(err, "Llama-3.1 chat template without a date_string literal; " LG_CT_UNRECOGNISED);
-        }
-        return 0;
-    }
-    if (has(j, "[INST]"))
-        return recognise_inst(t, j, err);
-    return lg_fail(err, LG_CT_UNRECOGNISED);
-}
-
 int lg_chat_template_new(const char *jinja_text, const char *builtin_name, const char *bos_text,
                          const char *eos_text, lg_chat_template **out, lg_err *err)
 {
@@ -342,23 +166,24 @@ int lg_chat_template_new(const char *jinja_text, const char *builtin_name, const
     t->asst_prefix = "";
     t->asst_suffix = "";
     int rc;
-    if (builtin_name && *builtin_name)
+    if (builtin_name && *builtin_name) {
         rc = setup_builtin(t, builtin_name, err);
-    else if (jinja_text && *jinja_text)
-        rc = recognise(t, jinja_text, err);
-    else
-        rc = lg_fail(err, "model has no chat template; pass --chat-template chatml|llama3|llama2|mistral");
+    } else if (jinja_text && *jinja_text) {
+        t->family = LG_CHAT_JINJA;
+        rc = lg_jinja_parse(jinja_text, strlen(jinja_text), &t->jinja, err);
+    } else {
+        rc = lg_fail(err, "model has no chat template; pass --chat-template chatml|llama3|llama2|mistral or a template file");
+    }
     if (rc != 0) {
         lg_chat_template_free(t);
         return -1;
     }
     const char *dbos = t->family == LG_CHAT_LLAMA3 ? "<|begin_of_text|>" : t->family == LG_CHAT_LLAMA2 ? "<s>" : "";
     const char *deos = t->family == LG_CHAT_LLAMA3 ? "<|eot_id|>" : t->family == LG_CHAT_LLAMA2 ? "</s>" : "";
-    if (!t->bos) t->bos = dup_or(bos_text, dbos);
-    if (!t->eos) t->eos = dup_or(eos_text, deos);
-    if (t->family == LG_CHAT_LLAMA3 && t->l3_sys_block && !t->l3_cutoff)
-        t->l3_cutoff = strdup("December 2023");
-    if (!t->bos || !t->eos) {
+    /* a Jinja template sees bos_token/eos_token only where the model has them */
+    t->bos = t->family == LG_CHAT_JINJA ? (bos_text ? strdup(bos_text) : NULL) : dup_or(bos_text, dbos);
+    t->eos = t->family == LG_CHAT_JINJA ? (eos_text ? strdup(eos_text) : NULL) : dup_or(eos_text, deos);
+    if ((!t->bos && (bos_text || t->family != LG_CHAT_JINJA)) || (!t->eos && (eos_text || t->family != LG_CHAT_JINJA))) {
         lg_chat_template_free(t);
         return lg_fail(err, "out of memory");
     }
@@ -375,6 +200,7 @@ void lg_chat_template_free(lg_chat_template *t)
     free(t->default_system);
     free(t->l3_cutoff);
     free(t->l3_date);
+    lg_jinja_free(t->jinja);
     free(t);
 }
 
@@ -384,7 +210,7 @@ lg_chat_family lg_chat_template_family(const lg_chat_template *t) { return t->fa
 
 static bool is_role(const lg_chat_msg *m, const char *r) { return !strcmp(m->role, r); }
 
-static void render_chatml(const lg_chat_template *t, const lg_chat_msg *m, int n, lg_strbuf *b)
+static void render_chatml(const lg_chat_template *t, const lg_chat_msg *m, int n, bool agp, lg_strbuf *b)
 {
     if (t->default_system && !is_role(&m[0], "system")) {
         lg_strbuf_puts(b, "<|im_start|>system\n");
@@ -398,7 +224,8 @@ static void render_chatml(const lg_chat_template *t, const lg_chat_msg *m, int n
         lg_strbuf_puts(b, m[i].content);
         lg_strbuf_puts(b, "<|im_end|>\n");
     }
-    lg_strbuf_puts(b, "<|im_start|>assistant\n");
+    if (agp)
+        lg_strbuf_puts(b, "<|im_start|>assistant\n");
 }
 
 static void l3_header(lg_strbuf *b, const char *role)
@@ -408,7 +235,7 @@ static void l3_header(lg_strbuf *b, const char *role)
     lg_strbuf_puts(b, "<|end_header_id|>\n\n");
 }
 
-static void render_llama3(const lg_chat_template *t, const lg_chat_msg *m, int n, lg_strbuf *b)
+static void render_llama3(const lg_chat_template *t, const lg_chat_msg *m, int n, bool agp, lg_strbuf *b)
 {
     int i = 0;
     if (t->l3_sys_block) {
@@ -441,7 +268,8 @@ static void render_llama3(const lg_chat_template *t, const lg_chat_msg *m, int n
         sb_put_stripped(b, m[i].content);
         lg_strbuf_puts(b, "<|eot_id|>");
     }
-    l3_header(b, "assistant");
+    if (agp)
+        l3_header(b, "assistant");
 }
 
 #define LG_ALTERNATE_MSG "Conversation roles must alternate user/assistant/user/assistant/..."
@@ -526,8 +354,8 @@ static int render_inst(const lg_chat_template *t, const lg_chat_msg *m, int n, l
     return 0;
 }
 
-int lg_chat_template_apply(const lg_chat_template *t, const lg_chat_msg *msgs, int n_msgs, char **out,
-                           lg_err *err)
+static int builtin_apply(const lg_chat_template *t, const lg_chat_msg *msgs, int n_msgs, bool agp, char **out,
+                         lg_err *err)
 {
     *out = NULL;
     if (n_msgs <= 0)
@@ -542,9 +370,10 @@ int lg_chat_template_apply(const lg_chat_template *t, const lg_chat_msg *msgs, i
     lg_strbuf b = {0};
     int rc = 0;
     switch (t->family) {
-    case LG_CHAT_CHATML: render_chatml(t, msgs, n_msgs, &b); break;
-    case LG_CHAT_LLAMA3: render_llama3(t, msgs, n_msgs, &b); break;
+    case LG_CHAT_CHATML: render_chatml(t, msgs, n_msgs, agp, &b); break;
+    case LG_CHAT_LLAMA3: render_llama3(t, msgs, n_msgs, agp, &b); break;
     case LG_CHAT_LLAMA2: rc = render_inst(t, msgs, n_msgs, &b, err); break;
+    case LG_CHAT_JINJA: rc = lg_fail(err, "chat template: not a built-in"); break;
     }
     if (rc == 0 && b.oom)
         rc = lg_fail(err, "out of memory rendering chat template");
@@ -556,4 +385,208 @@ int lg_chat_template_apply(const lg_chat_template *t, const lg_chat_msg *msgs, i
     if (!*out)
         return lg_fail(err, "out of memory rendering chat template");
     return 0;
+}
+
+/* ---- preparing an OpenAI conversation --------------------------------------- */
+
+/* The text parts of a content list joined with "\n" (vLLM's "string" content
+ * format); a non-text part is an error. Returns a new JSON string. */
+static json_t *join_text_parts(const json_t *parts, size_t mi, lg_err *err)
+{
+    lg_strbuf b = {0};
+    for (size_t k = 0; k < json_array_size(parts); k++) {
+        const json_t *p = json_array_get(parts, k);
+        const json_t *ty = json_object_get(p, "type"), *tx = json_object_get(p, "text");
+        if (!json_is_object(p) || (ty && !json_is_string(ty)) ||
+            (ty && strcmp(json_string_value(ty), "text") && strcmp(json_string_value(ty), "input_text")) ||
+            !json_is_string(tx)) {
+            free(b.p);
+            lg_fail(err, "chat template: messages[%zu].content[%zu] is not a text part", mi, k);
+            return NULL;
+        }
+        if (k)
+            lg_strbuf_puts(&b, "\n");
+        lg_strbuf_put(&b, json_string_value(tx), json_string_length(tx));
+    }
+    json_t *s = b.oom ? NULL : json_stringn(b.p ? b.p : "", b.p ? b.len : 0);
+    free(b.p);
+    if (!s)
+        lg_fail(err, "out of memory");
+    return s;
+}
+
+/* messages as the template sees them (a new array). */
+static json_t *prepare_messages(const lg_chat_template *t, const json_t *messages, lg_err *err)
+{
+    if (!json_is_array(messages) || json_array_size(messages) == 0) {
+        lg_fail(err, "chat template: messages must be a non-empty array");
+        return NULL;
+    }
+    bool keep_parts = t->jinja && lg_jinja_iterates_content(t->jinja);
+    json_t *out = json_array();
+    for (size_t i = 0; out && i < json_array_size(messages); i++) {
+        const json_t *m = json_array_get(messages, i);
+        if (!json_is_object(m)) {
+            lg_fail(err, "chat template: messages[%zu] is not an object", i);
+            json_decref(out);
+            return NULL;
+        }
+        json_t *c = json_object();
+        const char *k;
+        json_t *v;
+        /* transformers: the reasoning under any of its names, `thinking` first */
+        const char *const rnames[] = {"reasoning_content", "thinking", "reasoning"};
+        json_t *reasoning = NULL;
+        for (int r = 0; r < 3 && !reasoning; r++) {
+            json_t *x = json_object_get(m, rnames[r]);
+            if (x && !json_is_null(x))
+                reasoning = x;
+        }
+        if (reasoning && !json_object_get(m, "thinking"))
+            json_object_set(c, "thinking", reasoning);
+        json_object_foreach((json_t *)m, k, v) {
+            if (json_is_null(v))
+                continue; /* transformers drops keys whose value is None */
+            if (!strcmp(k, "content") && json_is_array(v) && !keep_parts) {
+                json_t *s = join_text_parts(v, i, err);
+                if (!s) {
+                    json_decref(c);
+                    json_decref(out);
+                    return NULL;
+                }
+                json_object_set_new(c, k, s);
+            } else if (!strcmp(k, "tool_calls") && json_is_array(v)) {
+                json_t *calls = json_deep_copy(v);
+                for (size_t j = 0; calls && j < json_array_size(calls); j++) {
+                    json_t *fn = json_object_get(json_array_get(calls, j), "function");
+                    json_t *args = json_object_get(fn, "arguments");
+                    if (!json_is_string(args))
+                        continue;
+                    json_error_t je;
+                    json_t *parsed = json_loadb(json_string_value(args), json_string_length(args),
+                                                JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
+                    if (!parsed) {
+                        lg_fail(err, "chat template: messages[%zu].tool_calls[%zu].function.arguments is not valid JSON: %s",
+                                i, j, je.text);
+                        json_decref(calls);
+                        json_decref(c);
+                        json_decref(out);
+                        return NULL;
+                    }
+                    json_object_set_new(fn, "arguments", parsed);
+                }
+                json_object_set_new(c, k, calls);
+            } else {
+                json_object_set(c, k, v);
+            }
+        }
+        if (reasoning)
+            json_object_set(c, "reasoning_content", reasoning);
+        /* vLLM: a null or missing content reaches the template as "" */
+        if (!json_object_get(c, "content"))
+            json_object_set_new(c, "content", json_string(""));
+        if (json_array_append_new(out, c) != 0) {
+            json_decref(out);
+            out = NULL;
+        }
+    }
+    if (!out)
+        lg_fail(err, "out of memory");
+    return out;
+}
+
+/* The built-ins see role/content text only. */
+static int builtin_render(const lg_chat_template *t, const json_t *messages, const json_t *tools, bool agp,
+                          char **out, lg_err *err)
+{
+    if (json_array_size(tools) > 0)
+        return lg_fail(err, "the built-in chat template '%s' does not render tools", lg_chat_family_name(t->family));
+    json_t *pm = prepare_messages(t, messages, err);
+    if (!pm)
+        return -1;
+    size_t n = json_array_size(pm);
+    lg_chat_msg *msgs = calloc(n, sizeof *msgs);
+    if (!msgs) {
+        json_decref(pm);
+        return lg_fail(err, "out of memory");
+    }
+    int rc = 0;
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        const json_t *m = json_array_get(pm, i);
+        const json_t *r = json_object_get(m, "role"), *c = json_object_get(m, "content");
+        msgs[i].role = json_string_value(r);
+        msgs[i].content = json_string_value(c);
+        if (!msgs[i].role || !msgs[i].content)
+            rc = lg_fail(err, "chat template: message %zu needs a string role and content", i);
+    }
+    if (rc == 0)
+        rc = builtin_apply(t, msgs, (int)n, agp, out, err);
+    free(msgs);
+    json_decref(pm);
+    return rc;
+}
+
+int lg_chat_template_render(const lg_chat_template *t, const json_t *messages, const json_t *tools,
+                            const json_t *documents, const json_t *kwargs, bool add_generation_prompt,
+                            char **out, lg_err *err)
+{
+    *out = NULL;
+    if (tools && !json_is_array(tools) && !json_is_null(tools))
+        return lg_fail(err, "chat template: tools must be an array");
+    if (documents && !json_is_array(documents) && !json_is_null(documents))
+        return lg_fail(err, "chat template: documents must be an array");
+    if (kwargs && !json_is_object(kwargs) && !json_is_null(kwargs))
+        return lg_fail(err, "chat template: chat_template_kwargs must be an object");
+    if (t->family != LG_CHAT_JINJA)
+        return builtin_render(t, messages, tools, add_generation_prompt, out, err);
+    json_t *pm = prepare_messages(t, messages, err);
+    if (!pm)
+        return -1;
+    json_t *vars = json_object();
+    int rc = vars ? 0 : lg_fail(err, "out of memory");
+    if (rc == 0) {
+        /* transformers: special tokens, then the caller's kwargs, then the conversation */
+        if (t->bos)
+            json_object_set_new(vars, "bos_token", json_string(t->bos));
+        if (t->eos)
+            json_object_set_new(vars, "eos_token", json_string(t->eos));
+        if (json_is_object(kwargs))
+            json_object_update(vars, (json_t *)kwargs);
+        json_object_set(vars, "messages", pm);
+        json_object_set_new(vars, "tools", tools && json_is_array(tools) ? json_incref((json_t *)tools) : json_null());
+        json_object_set_new(vars, "documents",
+                            documents && json_is_array(documents) ? json_incref((json_t *)documents) : json_null());
+        json_object_set_new(vars, "add_generation_prompt", json_boolean(add_generation_prompt));
+        rc = lg_jinja_render(t->jinja, vars, NULL, out, NULL, err);
+        if (rc != 0)
+            lg_err_prefix(err, "chat template");
+    }
+    json_decref(vars);
+    json_decref(pm);
+    return rc;
+}
+
+int lg_chat_template_apply(const lg_chat_template *t, const lg_chat_msg *msgs, int n_msgs, char **out,
+                           lg_err *err)
+{
+    *out = NULL;
+    if (t->family != LG_CHAT_JINJA)
+        return builtin_apply(t, msgs, n_msgs, true, out, err);
+    if (n_msgs <= 0)
+        return lg_fail(err, "chat template: no messages");
+    json_t *arr = json_array();
+    int rc = arr ? 0 : lg_fail(err, "out of memory");
+    for (int i = 0; i < n_msgs && rc == 0; i++) {
+        if (!msgs[i].role || !msgs[i].content) {
+            rc = lg_fail(err, "chat template: message %d has no %s", i, msgs[i].role ? "content" : "role");
+            break;
+        }
+        json_t *m = json_pack("{s:s, s:s}", "role", msgs[i].role, "content", msgs[i].content);
+        if (!m || json_array_append_new(arr, m) != 0)
+            rc = lg_fail(err, "out of memory (or invalid UTF-8 in message %d)", i);
+    }
+    if (rc == 0)
+        rc = lg_chat_template_render(t, arr, NULL, NULL, NULL, true, out, err);
+    json_decref(arr);
+    return rc;
 }
