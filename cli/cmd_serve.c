@@ -62,7 +62,9 @@ static int add_routes(app_ctx *c, lg_router *rt, lg_serve_env *env, lg_err *err)
                                  .max_upload = (size_t)cfg->max_upload_mb << 20};
     lg_openai_deps openai = {.model = lg_app_model(app), .engine = lg_app_engine(app), .auth = lg_app_auth(app),
                              .tenants = lg_app_tenants(app), .adapters = lg_app_adapters(app), .limits = c->limits,
-                             .metrics = c->metrics, .ledger = lg_app_ledger(app), .max_queue = cfg->max_queue};
+                             .metrics = c->metrics, .ledger = lg_app_ledger(app), .max_queue = cfg->max_queue,
+                             .store = lg_app_store(app), .data_dir = cfg->data_dir,
+                             .responses_retention_h = cfg->responses_retention_h};
     lg_admin_deps admin = {.admin_key = env->admin_key, .app = app, .tenants = lg_app_tenants(app),
                            .adapters = adapters, .uploads = c->uploads};
     lg_tokenize_deps tok = {.model = lg_app_model(app), .auth = lg_app_auth(app), .adapters = lg_app_adapters(app)};

@@ -173,7 +173,8 @@ int lg_app_create(const lg_serve_config *cfg, lg_app **out, lg_err *err)
     int64_t started_at = lg_unix_now();
     if (load_model(app, cfg, err) != 0)
         return -1;
-    lg_served_model_init(&app->model, app->weights, cfg, lg_engine_max_context(app->engine), started_at);
+    if (lg_served_model_init(&app->model, app->weights, cfg, lg_engine_max_context(app->engine), started_at, err) != 0)
+        return -1;
     if (open_store(app, cfg, err) != 0 || build_views(app, cfg, err) != 0)
         return -1;
     app->ready = true;

@@ -28,7 +28,8 @@
 static const char *const CHAT_KEYS[] = {"model", "messages", "max_tokens", "max_completion_tokens", "temperature",
                                         "top_p", "n", "stop", "seed", "stream", "stream_options", "logprobs",
                                         "top_logprobs", "presence_penalty", "frequency_penalty", "user",
-                                        "cache_salt", "store", "metadata", NULL};
+                                        "cache_salt", "store", "metadata", "tools", "tool_choice",
+                                        "parallel_tool_calls", "documents", "chat_template_kwargs", NULL};
 static const char *const COMPLETION_KEYS[] = {"model", "prompt", "max_tokens", "temperature", "top_p", "n",
                                               "stop", "seed", "stream", "stream_options", "logprobs",
                                               "presence_penalty", "frequency_penalty", "user", "cache_salt",
@@ -38,8 +39,7 @@ static const char *const VLLM_KEYS[] = {"top_k", "min_p", "repetition_penalty", 
                                         "stop_token_ids", "skip_special_tokens", "include_stop_str_in_output",
                                         "prompt_logprobs", NULL};
 /* echo is supported on /v1/completions (OpenAI's), not on chat (vLLM's chat echo means something else) */
-static const char *const UNSUPPORTED[] = {"tools", "tool_choice", "functions", "function_call",
-                                          "logit_bias", "parallel_tool_calls", "audio", "modalities", "prediction",
+static const char *const UNSUPPORTED[] = {"functions", "function_call", "logit_bias", "audio", "modalities", "prediction",
                                           "reasoning_effort", "web_search_options", "service_tier", "echo",
                                           "best_of", "suffix", "verbosity", "prompt_cache_key",
                                           "safety_identifier", NULL};
@@ -111,7 +111,7 @@ static int message_text(lg_request *r, json_t *content, int i, char **out)
         *out = strdup(json_string_value(content));
         return *out ? 0 : BAD(param, "out of memory");
     }
-    if (json_is_null(content)) {
+    if (!content || json_is_null(content)) {
         *out = strdup("");
         return 0;
     }
@@ -157,44 +157,98 @@ static int too_long(const lg_served_model *m, lg_request *r, const char *param, 
     return -1;
 }
 
-/* Message i: its role (developer is system) and its text (malloc'd). */
-static int chat_message(lg_request *r, json_t *m, size_t i, lg_chat_msg *out, char **text)
+#define MSG_PARAM(buf, i, key) snprintf(buf, sizeof buf, "messages.[%zu].%s", (size_t)(i), key)
+
+/* An assistant message's tool_calls: [{id, type: "function", function: {name, arguments: JSON text}}]. */
+static int check_tool_calls(lg_request *r, json_t *tc, size_t i)
 {
-    char param[64];
-    snprintf(param, sizeof param, "messages.[%zu].role", i);
+    char p[96];
+    MSG_PARAM(p, i, "tool_calls");
+    if (!json_is_array(tc))
+        return BAD(p, "Invalid type for '%s': expected an array of tool calls.", p);
+    if (json_array_size(tc) == 0) /* OpenAI's rule */
+        return BAD(p, "Invalid '%s': empty array. Expected an array with minimum length 1, but got an empty "
+                      "array instead.", p);
+    size_t k;
+    json_t *c;
+    json_array_foreach(tc, k, c)
+    {
+        json_t *fn = json_object_get(c, "function"), *id = json_object_get(c, "id"), *ty = json_object_get(c, "type");
+        json_t *name = json_object_get(fn, "name"), *args = json_object_get(fn, "arguments");
+        snprintf(p, sizeof p, "messages.[%zu].tool_calls.[%zu]", i, k);
+        if (!json_is_object(c) || !json_is_string(id) || !json_is_object(fn) || !json_is_string(name) ||
+            !json_is_string(args))
+            return BAD(p, "Invalid '%s': expected {\"id\", \"type\": \"function\", \"function\": {\"name\", "
+                          "\"arguments\"}} with string values.", p);
+        if (ty && !json_is_null(ty) && (!json_is_string(ty) || strcmp(json_string_value(ty), "function")))
+            return BAD(p, "Invalid '%s.type': only 'function' tool calls are supported.", p);
+    }
+    return 0;
+}
+
+/* Message i checked, and appended to out as the chat template gets it
+ * (developer is system; the rest as given: content as a string, text parts
+ * or null, name, an assistant's tool_calls, a tool message's tool_call_id). */
+static int chat_message(lg_request *r, json_t *m, size_t i, json_t *out)
+{
+    char param[96];
+    MSG_PARAM(param, i, "role");
     json_t *role = json_object_get(m, "role");
     if (!json_is_object(m) || !json_is_string(role))
         return BAD(param, "Missing required parameter: '%s'.", param);
     const char *ro = json_string_value(role);
-    if (!strcmp(ro, "developer"))
-        ro = "system";
-    if (strcmp(ro, "system") && strcmp(ro, "user") && strcmp(ro, "assistant"))
-        return BAD(param, "Invalid value: '%s'. Supported values are: 'system', 'developer', 'user' and "
-                          "'assistant' (tool messages need tools, which are not supported).", ro);
+    bool assistant = !strcmp(ro, "assistant"), tool = !strcmp(ro, "tool");
+    if (strcmp(ro, "system") && strcmp(ro, "developer") && strcmp(ro, "user") && !assistant && !tool)
+        return BAD(param, "Invalid value: '%s'. Supported values are: 'system', 'developer', 'user', 'assistant' "
+                          "and 'tool'.", ro);
     const char *k;
     json_t *v;
     json_object_foreach(m, k, v)
     {
-        if (strcmp(k, "role") && strcmp(k, "content") && strcmp(k, "name")) {
-            char p2[96];
-            snprintf(p2, sizeof p2, "messages.[%zu].%s", i, k);
-            return BAD(p2, "Unsupported parameter: '%s' is not supported by this server.", p2);
-        }
-        if (!strcmp(k, "name") && !json_is_string(v)) {
-            char p2[96];
-            snprintf(p2, sizeof p2, "messages.[%zu].name", i);
-            return BAD(p2, "Invalid type for '%s': expected a string.", p2);
-        }
+        MSG_PARAM(param, i, k);
+        /* an assistant message as the SDKs send back what we answered: annotations (dropped), audio and
+         * function_call null */
+        bool known = !strcmp(k, "role") || !strcmp(k, "content") || !strcmp(k, "name") ||
+                     (assistant && (!strcmp(k, "tool_calls") || !strcmp(k, "refusal") ||
+                                    !strcmp(k, "reasoning_content") || !strcmp(k, "reasoning") ||
+                                    !strcmp(k, "annotations") ||
+                                    ((!strcmp(k, "audio") || !strcmp(k, "function_call")) && json_is_null(v)))) ||
+                     (tool && !strcmp(k, "tool_call_id"));
+        if (!known)
+            return BAD(param, "Unsupported parameter: '%s' is not supported by this server.", param);
+        if ((!strcmp(k, "name") || !strcmp(k, "tool_call_id") || !strcmp(k, "reasoning_content") ||
+             !strcmp(k, "reasoning") || !strcmp(k, "refusal")) &&
+            !json_is_string(v) && !json_is_null(v))
+            return BAD(param, "Invalid type for '%s': expected a string.", param);
     }
-    if (message_text(r, json_object_get(m, "content"), (int)i, text) != 0)
+    if (tool && !json_is_string(json_object_get(m, "tool_call_id"))) {
+        MSG_PARAM(param, i, "tool_call_id");
+        return BAD(param, "Missing required parameter: '%s'.", param);
+    }
+    json_t *tc = json_object_get(m, "tool_calls");
+    if (tc && !json_is_null(tc) && check_tool_calls(r, tc, i) != 0)
         return -1;
-    out->role = ro;
-    out->content = *text;
+    char *text = NULL; /* the content's shape is checked here; the template gets it as given */
+    if (message_text(r, json_object_get(m, "content"), (int)i, &text) != 0)
+        return -1;
+    free(text);
+    json_t *c = json_copy(m);
+    if (!c)
+        return BAD(NULL, "out of memory");
+    if (!strcmp(ro, "developer"))
+        json_object_set_new(c, "role", json_string("system"));
+    json_object_del(c, "annotations");
+    json_t *content = json_object_get(m, "content");
+    if (!content || json_is_null(content)) /* templates read content; "" is as false as none */
+        json_object_set_new(c, "content", json_string(""));
+    json_array_append_new(out, c);
     return 0;
 }
 
-/* messages -> the chat template -> token ids (*ids malloc'd). */
-int lg_oai_chat_ids(const lg_served_model *mdl, lg_request *r, json_t *msgs, int32_t **ids, int *n_ids)
+/* messages (+ tools, documents, chat_template_kwargs: NULL for none) ->
+ * the model's chat template -> token ids (*ids malloc'd). */
+static int chat_render_ids(const lg_served_model *mdl, lg_request *r, json_t *msgs, const json_t *tools,
+                           const json_t *documents, const json_t *kwargs, int32_t **ids, int *n_ids)
 {
     if (!msgs)
         return BAD("messages", "Missing required parameter: 'messages'.");
@@ -204,33 +258,56 @@ int lg_oai_chat_ids(const lg_served_model *mdl, lg_request *r, json_t *msgs, int
         return BAD("messages", "Invalid 'messages': at most %d messages per request.", LG_OAI_MAX_MESSAGES);
     if (!mdl->chat || !mdl->tok)
         return BAD("messages", "The model %s has no chat template; use /v1/completions.", mdl->id);
-    size_t n = json_array_size(msgs);
-    lg_chat_msg *cm = calloc(n, sizeof *cm);
-    char **texts = calloc(n, sizeof *texts);
-    int rc = 0;
-    if (!cm || !texts)
-        rc = BAD(NULL, "out of memory");
-    for (size_t i = 0; i < n && rc == 0; i++)
-        rc = chat_message(r, json_array_get(msgs, i), i, &cm[i], &texts[i]);
+    json_t *conv = json_array();
+    int rc = conv ? 0 : BAD(NULL, "out of memory");
+    size_t i;
+    json_t *m;
+    json_array_foreach(msgs, i, m)
+        if (rc == 0)
+            rc = chat_message(r, m, i, conv);
     char *text = NULL;
     lg_err err = {{0}};
-    if (rc == 0 && lg_chat_template_apply(mdl->chat, cm, (int)n, &text, &err) != 0)
+    if (rc == 0 && lg_chat_template_render(mdl->chat, conv, tools, documents, kwargs, true, &text, &err) != 0)
         rc = BAD("messages", "Invalid 'messages': %s", err.msg);
+    json_decref(conv);
     if (rc == 0 && too_long(mdl, r, "messages", strlen(text)) != 0)
         rc = -1;
     if (rc == 0 && lg_tokenizer_encode(mdl->tok, text, strlen(text), false, true, ids, n_ids, &err) != 0)
         rc = BAD("messages", "Invalid 'messages': %s", err.msg);
     free(text);
-    for (size_t i = 0; texts && i < n; i++)
-        free(texts[i]);
-    free(texts);
-    free(cm);
     return rc;
 }
 
+int lg_oai_chat_ids(const lg_served_model *mdl, lg_request *r, json_t *msgs, int32_t **ids, int *n_ids)
+{
+    return chat_render_ids(mdl, r, msgs, NULL, NULL, NULL, ids, n_ids);
+}
+
+/* tools / tool_choice / parallel_tool_calls (tool_calls.h), documents and
+ * chat_template_kwargs (vLLM's: extra template variables), then the
+ * rendered conversation. */
 static int chat_prompt(const lg_served_model *mdl, lg_request *r, json_t *body, lg_oai_request *q)
 {
-    if (lg_oai_chat_ids(mdl, r, json_object_get(body, "messages"), &q->prompts[0], &q->n_prompt_tokens[0]) != 0)
+    char param[96], msg[512];
+    if (lg_tc_request_parse(body, &q->tc, param, sizeof param, msg, sizeof msg) != 0)
+        return BAD(param, "%s", msg);
+    json_t *docs = json_object_get(body, "documents"), *kw = json_object_get(body, "chat_template_kwargs");
+    if (docs && !json_is_null(docs) && !json_is_array(docs))
+        return BAD("documents", "Invalid type for 'documents': expected an array of objects.");
+    if (kw && !json_is_null(kw) && !json_is_object(kw))
+        return BAD("chat_template_kwargs", "Invalid type for 'chat_template_kwargs': expected an object.");
+    const char *reserved[] = {"messages", "tools", "documents", "add_generation_prompt", NULL};
+    for (int k = 0; json_is_object(kw) && reserved[k]; k++)
+        if (json_object_get(kw, reserved[k]))
+            return BAD("chat_template_kwargs", "Invalid 'chat_template_kwargs': '%s' is set by the request itself.",
+                       reserved[k]);
+    if (q->tc.mode == LG_TC_AUTO && mdl->tool_parser) {
+        q->tc_parser = mdl->tool_parser;
+        if (q->tc_parser->keeps_special) /* its markers are special tokens: the parser must see them */
+            q->skip_special_tokens = false;
+    }
+    if (chat_render_ids(mdl, r, json_object_get(body, "messages"), q->tc.tools, json_is_array(docs) ? docs : NULL,
+                        json_is_object(kw) ? kw : NULL, &q->prompts[0], &q->n_prompt_tokens[0]) != 0)
         return -1;
     q->n_prompts = 1;
     return 0;
@@ -334,7 +411,6 @@ static int check_keys(lg_request *r, lg_oai_kind kind, json_t *body)
             bool harmless = json_is_null(v) || (!strcmp(key, "echo") && json_is_false(v)) ||
                             (!strcmp(key, "best_of") && json_is_integer(v) && json_integer_value(v) == 1) ||
                             (!strcmp(key, "logit_bias") && json_is_object(v) && json_object_size(v) == 0) ||
-                            (!strcmp(key, "parallel_tool_calls") && !json_object_get(body, "tools")) ||
                             (!strcmp(key, "service_tier") && json_is_string(v) &&
                              (!strcmp(json_string_value(v), "auto") || !strcmp(json_string_value(v), "default")));
             if (!harmless)
@@ -715,6 +791,28 @@ int lg_oai_request_compile(const lg_served_model *m, lg_oai_request *q, char *pa
     return ce.code == LG_CERR_INTERNAL ? -2 : -1;
 }
 
+/* tool_choice "required" or a named function: the output is constrained to
+ * the calls' schema (tool_calls.h), through the same grammar engine as
+ * response_format, which it cannot be combined with. */
+static int parse_forced_tools(const lg_served_model *m, lg_request *r, lg_oai_request *q)
+{
+    if (q->tc.mode != LG_TC_NAMED && q->tc.mode != LG_TC_REQUIRED)
+        return 0;
+    if (q->so.present)
+        return BAD(q->so.param, "Invalid '%s': it cannot be combined with tool_choice '%s'.", q->so.param,
+                   q->tc.mode == LG_TC_NAMED ? "function" : "required");
+    if (!m->cvocab)
+        return BAD("tool_choice", "tool_choice '%s' is not available: the model has no usable tokenizer.",
+                   q->tc.mode == LG_TC_NAMED ? "function" : "required");
+    q->so.present = true;
+    q->so.kind = LG_CK_JSON_SCHEMA;
+    q->so.len = strlen(q->tc.schema);
+    if (!(q->so.src = strdup(q->tc.schema)))
+        return BAD(NULL, "out of memory");
+    snprintf(q->so.param, sizeof q->so.param, "tool_choice");
+    return 0;
+}
+
 int lg_oai_request_parse(const lg_served_model *m, lg_tenant_adapters *adapters, lg_request *r,
                          const lg_tenant_obj *t, lg_oai_kind kind, json_t *body, lg_oai_request *q)
 {
@@ -731,7 +829,8 @@ int lg_oai_request_parse(const lg_served_model *m, lg_tenant_adapters *adapters,
         parse_vllm_output(m, r, body, q) != 0 || parse_logprobs(r, kind, body, q) != 0 ||
         parse_prompt_logprobs(r, body, q) != 0 || check_ignored(r, body) != 0 ||
         parse_cache_salt(r, body, q) != 0 || parse_prompts(m, r, kind, body, q) != 0 ||
-        resolve_max_tokens(m, r, kind, body, q) != 0 || check_scored(r, q) != 0 || parse_structure(m, r, body, q) != 0)
+        resolve_max_tokens(m, r, kind, body, q) != 0 || check_scored(r, q) != 0 || parse_structure(m, r, body, q) != 0 ||
+        parse_forced_tools(m, r, q) != 0)
         return -1;
     return 0;
 }
@@ -745,6 +844,7 @@ void lg_oai_request_dispose(lg_oai_request *q)
     for (int i = 0; i < q->n_stop; i++)
         free(q->stop[i]);
     lg_so_spec_dispose(&q->so);
+    lg_tc_request_dispose(&q->tc);
     lg_constraint_unref(q->constraint);
     memset(q, 0, sizeof *q);
 }

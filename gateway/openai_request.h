@@ -5,6 +5,11 @@
  * or refused with a 400 naming it; unknown parameters are refused as
  * OpenAI refuses them ("Unrecognized request argument supplied: x").
  *
+ * Chat requests may carry tools (tool_calls.h): the model's own chat
+ * template renders them with the messages (tool results as role "tool"
+ * messages with tool_call_id, earlier calls as an assistant's tool_calls),
+ * documents and chat_template_kwargs (vLLM's extra template variables).
+ *
  * vLLM's request extensions that clients written for vLLM send (lm-eval,
  * guidellm, vLLM's benchmark client) are honoured with vLLM's meaning on
  * both routes: top_k, min_p, repetition_penalty, ignore_eos, min_tokens,
@@ -25,6 +30,7 @@
 #include "gateway/structured_output.h"
 #include "gateway/tenant_adapters.h"
 #include "gateway/tenants.h"
+#include "gateway/tool_calls.h"
 
 #define LG_OAI_MAX_N 128
 #define LG_OAI_MAX_PROMPTS 64
@@ -72,6 +78,10 @@ typedef struct lg_oai_request {
     char cache_salt[LG_MAX_CACHE_SALT + 1];
     lg_so_spec so;                /* what the output must follow (structured_output.h); so.present: something */
     lg_constraint *constraint;    /* so compiled (lg_oai_request_compile); NULL before, or when none */
+    /* chat: tools, tool_choice, parallel_tool_calls (tool_calls.h); a forced call (named, required) is
+     * also so (its JSON schema, param "tool_choice") */
+    lg_tc_request tc;
+    const lg_tc_parser *tc_parser; /* tc.mode AUTO: how calls are read from the output; NULL: plain text */
 } lg_oai_request;
 
 /* Parses body for tenant t against the served model (tokenizer, template,

@@ -32,9 +32,11 @@ typedef struct lg_tenant_adapters lg_tenant_adapters; /* tenant_adapters.h */
 typedef struct lg_limits lg_limits;                   /* rate_limits.h */
 typedef struct lg_metrics lg_metrics;                 /* metrics.h */
 typedef struct lg_upload_quota lg_upload_quota;       /* upload_quota.h */
+typedef struct lg_store_writer lg_store_writer;       /* store_writer.h */
 
 /* routes_openai.c: /v1/models, /v1/models/{id}, /v1/chat/completions,
- * /v1/completions (tenant keys with the `inference` scope) */
+ * /v1/completions; and routes_responses.c (registered with them):
+ * /v1/responses, /v1/responses/{id} (tenant keys with the `inference` scope) */
 typedef struct lg_openai_deps {
     const lg_served_model *model;  /* tokenizer, chat template, context, id */
     lg_engine *engine;             /* submit, cancel, queue depth */
@@ -45,8 +47,14 @@ typedef struct lg_openai_deps {
     lg_metrics *metrics;           /* generations, 429s */
     lg_ledger *ledger;             /* one usage record per request that reached the engine */
     long max_queue;                /* 503 while the engine has this many queued */
+    lg_store_writer *store;        /* /v1/responses: stored responses are written with it (worker pool) */
+    const char *data_dir;          /* /v1/responses: a reader connection per lookup (worker pool) */
+    long responses_retention_h;    /* how long a stored response is kept; 0: none is stored */
 } lg_openai_deps;
 int lg_routes_openai(lg_router *rt, const lg_openai_deps *d, lg_err *err);
+/* routes_responses.c, called by lg_routes_openai with its copy of the handles (kept until the router is
+ * freed) */
+int lg_routes_responses(lg_router *rt, const lg_openai_deps *d, lg_err *err);
 
 /* routes_tokenize.c: POST /tokenize, POST /detokenize (vLLM's shapes;
  * tenant keys with the `inference` scope) */

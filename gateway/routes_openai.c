@@ -6,6 +6,17 @@
  *   POST /v1/chat/completions              messages -> chat template -> engine
  *   POST /v1/completions                   prompt(s) -> engine
  *
+ * POST /v1/responses (routes_responses.c) runs through this file too: its
+ * request becomes a chat body, and its output is shaped by responses.h.
+ *
+ * Tools (tool_calls.h): a chat request with tools keeps each choice's text
+ * (also when streaming); at the choice's end the text is read as calls
+ * (the template's parser for tool_choice auto, the constrained JSON for
+ * required / a named function) which become message.tool_calls and
+ * finish_reason "tool_calls". Streaming, auto releases as content only what
+ * its parser says cannot be a call, a named call streams its argument
+ * fragments, and calls go out as delta.tool_calls (id and name first).
+ *
  * One HTTP request becomes prompts x n engine requests (choices). Flow:
  *
  *   loop thread                    engine thread                  ledger writer
@@ -69,11 +80,13 @@
 #include "gateway/metrics.h"
 #include "gateway/openai_request.h"
 #include "gateway/rate_limits.h"
+#include "gateway/responses.h"
 #include "gateway/routes.h"
 #include "gateway/served_model.h"
 #include "gateway/tenant_adapters.h"
 #include "gateway/tenant_auth.h"
 #include "gateway/tenants.h"
+#include "gateway/tool_calls.h"
 #include "gateway/unix_time.h"
 
 enum { EV_TOKEN = 1, EV_FINISH = 2, EV_BILLED = 3, EV_PLP = 4 };
@@ -167,6 +180,14 @@ typedef struct choice_st {
     /* include_stop_str_in_output: the text given to the stop matcher, and how much of it came out */
     lg_strbuf fed;
     size_t released;
+    /* tools (and /v1/responses): text is kept in `text` while streaming too; `sent` bytes of it went out
+     * as content; `holding`: a call has started, nothing more goes out as content until the end */
+    size_t sent;
+    bool holding;
+    bool call_started;  /* chat, named tool_choice, streamed: the call's id and name went out */
+    char call_id[40];
+    json_t *calls;      /* at the end: [{id, name, arguments}] found in the output, or NULL */
+    char *content;      /* with calls: the text outside them (NULL: none) */
 } choice_st;
 
 /* What a prompt's echo needs on the loop (completions echo): its text, its first token, and where each of
@@ -201,6 +222,12 @@ typedef struct gen {
     choice_st *c;
     int n;
     bool cleaned;
+    /* tools (tool_calls.h) */
+    lg_tc_mode tc_mode;
+    const lg_tc_parser *tc_parser;
+    char tc_name[LG_TC_NAME_MAX + 1];
+    lg_resp *resp;       /* /v1/responses: the response being made (responses.h); NULL for chat */
+    bool keep_text;      /* streamed text is kept in c->text too (tools, responses) */
 } gen;
 
 static void gen_cleanup(gen *g)
@@ -215,6 +242,8 @@ static void gen_cleanup(gen *g)
         free(g->c[i].fed.p);
         free(g->c[i].plp);
         json_decref(g->c[i].lp);
+        json_decref(g->c[i].calls);
+        free(g->c[i].content);
     }
     free(g->c);
     g->c = NULL;
@@ -227,6 +256,8 @@ static void gen_cleanup(gen *g)
     for (int i = 0; i < g->n_stop; i++)
         free(g->stops[i]);
     g->n_stop = 0;
+    lg_resp_free(g->resp);
+    g->resp = NULL;
     job_release(g->j);
 }
 
@@ -405,12 +436,91 @@ static json_t *usage_json(int64_t prompt, int64_t cached, int64_t completion)
                      "accepted_prediction_tokens", (json_int_t)0, "rejected_prediction_tokens", (json_int_t)0);
 }
 
+/* Streamed content of choice i: a chat chunk, or a Responses text delta. */
+static void out_content(gen *g, int i, const char *s, size_t n, json_t *lp)
+{
+    if (g->resp) {
+        json_decref(lp);
+        if (n)
+            lg_resp_stream_text(g->resp, s, n);
+    } else if (n || lp) {
+        send_chunk(g, i, s, n, lp, NULL, false);
+    } else {
+        json_decref(lp);
+    }
+}
+
+/* One chat chunk with a tool-call delta for choice i: {index, id, type, function: {name, arguments: ""}}
+ * to open call k (id and name given), then {index, function: {arguments}} fragments. */
+static void send_tool_delta(gen *g, int i, int k, const char *id, const char *name, const char *args, size_t n)
+{
+    json_t *o = chunk_base(g);
+    json_t *tc = json_pack("{s:i}", "index", k);
+    if (id) {
+        json_object_set_new(tc, "id", json_string(id));
+        json_object_set_new(tc, "type", json_string("function"));
+        json_object_set_new(tc, "function", json_pack("{s:s,s:s}", "name", name, "arguments", ""));
+    } else {
+        json_object_set_new(tc, "function", json_pack("{s:s%}", "arguments", args, n));
+    }
+    json_array_append_new(json_object_get(o, "choices"),
+                          json_pack("{s:i,s:{s:[o]},s:n,s:n}", "index", i, "delta", "tool_calls", tc, "logprobs",
+                                    "finish_reason"));
+    lg_sse_send_json(g->sse, o);
+}
+
+/* Streamed text of a request with tools: named (chat) streams the call's argument fragments as they come;
+ * auto streams what its parser says is plain text and holds back from where a call may start; required
+ * holds everything (its array becomes calls at the end). */
+static void stream_tool_text(gen *g, int i, const char *s, size_t n, json_t *lp)
+{
+    choice_st *c = &g->c[i];
+    if (g->tc_mode == LG_TC_NAMED && !g->resp) {
+        json_decref(lp);
+        if (!n)
+            return;
+        if (!c->call_started) {
+            c->call_started = true;
+            lg_tc_new_id_for(g->d->model->tool_parser, c->call_id, sizeof c->call_id);
+            send_tool_delta(g, i, 0, c->call_id, g->tc_name, NULL, 0);
+        }
+        send_tool_delta(g, i, 0, NULL, NULL, s, n);
+        c->sent = c->text.len;
+        return;
+    }
+    if (g->tc_mode != LG_TC_AUTO || !g->tc_parser) {
+        if (g->tc_mode == LG_TC_NONE || (g->tc_mode == LG_TC_AUTO && !g->tc_parser)) {
+            out_content(g, i, s, n, lp);
+            c->sent = c->text.len;
+        } else {
+            json_decref(lp);
+        }
+        return;
+    }
+    if (c->holding) {
+        json_decref(lp);
+        return;
+    }
+    size_t h = g->tc_parser->hold(c->text.p ? c->text.p : "", c->text.len);
+    if (h > c->sent) {
+        out_content(g, i, c->text.p + c->sent, h - c->sent, lp);
+        c->sent = h;
+    } else {
+        json_decref(lp);
+    }
+    if (c->text.len - h >= 16) /* more than any partial marker: a call has started */
+        c->holding = true;
+}
+
 /* Text released for choice i (after detok and stop strings). */
 static void emit_text(gen *g, int i, const char *s, size_t n, json_t *lp)
 {
     choice_st *c = &g->c[i];
     c->out_len += n;
-    if (g->stream) {
+    if (g->stream && g->keep_text) {
+        lg_strbuf_put(&c->text, s, n);
+        stream_tool_text(g, i, s, n, lp);
+    } else if (g->stream) {
         if (n || lp)
             send_chunk(g, i, s, n, lp, NULL, false);
         else
@@ -519,6 +629,57 @@ static void on_token_ev(gen *g, const ev_token *t)
     release_text(g, t->choice, piece, n, lp);
 }
 
+/* The end of choice i's text: the calls in it (tool_calls.h; each gets an id), and when streaming what
+ * was held back: the calls as deltas (chat) or items (responses), or the rest as content. */
+static void choice_output(gen *g, int i)
+{
+    choice_st *c = &g->c[i];
+    const char *text = c->text.p ? c->text.p : "";
+    lg_tc_result res = {0};
+    int rc = 0;
+    if (g->tc_mode == LG_TC_AUTO && g->tc_parser)
+        rc = g->tc_parser->parse(text, c->text.len, &res);
+    else if (g->tc_mode == LG_TC_NAMED || g->tc_mode == LG_TC_REQUIRED)
+        rc = lg_tc_parse_forced(g->tc_mode, g->tc_name, text, c->text.len, &res);
+    if (rc == 1) {
+        size_t k;
+        json_t *call;
+        json_array_foreach(res.calls, k, call)
+        {
+            char id[40];
+            if (k == 0 && c->call_started)
+                snprintf(id, sizeof id, "%s", c->call_id);
+            else
+                lg_tc_new_id_for(g->d->model->tool_parser, id, sizeof id);
+            json_object_set_new(call, "id", json_string(id));
+        }
+        c->calls = res.calls;
+        c->content = res.content;
+    }
+    if (!g->stream || !g->keep_text)
+        return;
+    if (c->calls) {
+        if (g->resp) {
+            lg_resp_stream_calls(g->resp, c->calls);
+            return;
+        }
+        size_t k;
+        json_t *call;
+        json_array_foreach(c->calls, k, call)
+        {
+            if (k == 0 && c->call_started)
+                continue; /* streamed as it came */
+            const char *a = json_string_value(json_object_get(call, "arguments"));
+            send_tool_delta(g, i, (int)k, json_string_value(json_object_get(call, "id")),
+                            json_string_value(json_object_get(call, "name")), NULL, 0);
+            send_tool_delta(g, i, (int)k, NULL, NULL, a, strlen(a));
+        }
+    } else if (!c->call_started && c->text.len > c->sent) {
+        out_content(g, i, text + c->sent, c->text.len - c->sent, NULL); /* no call after all: plain text */
+        c->sent = c->text.len;
+    }
+}
+
 static void on_finish_ev(gen *g, const ev_finish *f)
 {
     choice_st *c = &g->c[f->choice];
@@ -539,8 +700,11 @@ static void on_finish_ev(gen *g, const ev_finish *f)
     }
     c->finished = true;
     c->reason = c->stop_matched ? LG_FINISH_STOP : f->reason;
-    if (g->stream && f->reason != LG_FINISH_ERROR)
-        send_chunk(g, f->choice, NULL, 0, NULL, finish_name(c->reason), false);
+    if (f->reason != LG_FINISH_ERROR)
+        choice_output(g, f->choice);
+    if (g->stream && f->reason != LG_FINISH_ERROR && !g->resp)
+        send_chunk(g, f->choice, NULL, 0, NULL, c->calls && c->reason == LG_FINISH_STOP ? "tool_calls"
+                                                                                        : finish_name(c->reason), false);
 }
 
 /* Prompt rows of a choice, kept until its echo or the answer. */
@@ -564,7 +728,9 @@ static void on_plp_ev(gen *g, const ev_plp *e)
 
 static void respond_error_event(gen *g, lg_request *r, int status, const char *msg)
 {
-    if (g->stream) {
+    if (g->stream && g->resp) {
+        lg_resp_stream_error(g->resp, status == 503 ? "service_unavailable" : "server_error", msg);
+    } else if (g->stream) {
         json_t *e = json_pack("{s:{s:s,s:s,s:n,s:n}}", "error", "message", msg, "type",
                               status == 503 ? "service_unavailable" : "server_error", "param", "code");
         lg_sse_send_json(g->sse, e);
@@ -578,6 +744,17 @@ static void on_billed_ev(gen *g, lg_request *r, const ev_billed *b)
 {
     if (b->http_status >= 400) {
         respond_error_event(g, r, b->http_status, b->error);
+        return;
+    }
+    if (g->resp) { /* one choice (n is 1) */
+        choice_st *c = &g->c[0];
+        json_t *o = lg_resp_object(g->resp, g->model, c->calls ? c->content : c->text.p,
+                                   c->calls ? (c->content ? strlen(c->content) : 0) : c->text.len, c->calls,
+                                   c->reason == LG_FINISH_LENGTH, b->prompt_tokens, b->cached_tokens,
+                                   b->completion_tokens);
+        lg_resp *x = g->resp;
+        g->resp = NULL;
+        lg_resp_answer(r, x, o);
         return;
     }
     json_t *usage = usage_json(b->prompt_tokens, b->cached_tokens, b->completion_tokens);
@@ -599,7 +776,20 @@ static void on_billed_ev(gen *g, lg_request *r, const ev_billed *b)
                                                           : json_incref(c->lp))
                                  : json_null();
         json_t *ch;
-        if (g->kind == LG_OAI_CHAT) {
+        if (g->kind == LG_OAI_CHAT && c->calls) {
+            json_t *tcs = json_array();
+            size_t k;
+            json_t *call;
+            json_array_foreach(c->calls, k, call)
+                json_array_append_new(tcs, json_pack("{s:O,s:s,s:{s:O,s:O}}", "id", json_object_get(call, "id"),
+                                                     "type", "function", "function", "name",
+                                                     json_object_get(call, "name"), "arguments",
+                                                     json_object_get(call, "arguments")));
+            ch = json_pack("{s:i,s:{s:s,s:o,s:n,s:[],s:o},s:o,s:s}", "index", i, "message", "role", "assistant",
+                           "content", c->content ? json_string(c->content) : json_null(), "refusal", "annotations",
+                           "tool_calls", tcs, "logprobs", lp, "finish_reason",
+                           c->reason == LG_FINISH_STOP ? "tool_calls" : finish_name(c->reason));
+        } else if (g->kind == LG_OAI_CHAT) {
             ch = json_pack("{s:i,s:{s:s,s:s%,s:n,s:[]},s:o,s:s}", "index", i, "message", "role", "assistant",
                            "content", c->text.p ? c->text.p : "", c->text.len, "refusal", "annotations", "logprobs", lp,
                            "finish_reason", finish_name(c->reason));
@@ -961,6 +1151,9 @@ static void gen_init(gen *g, const lg_openai_deps *d, job *j, lg_request *r, lg_
     g->created = lg_unix_now();
     g->c = cs;
     g->n = j->n_choices;
+    g->tc_mode = q->tc.mode;
+    g->tc_parser = q->tc_parser;
+    snprintf(g->tc_name, sizeof g->tc_name, "%s", q->tc.name);
     const lg_tokenizer *tok = d->model->tok;
     if (q->echo)
         echo_init(g, tok, q);
@@ -1026,7 +1219,8 @@ static int submit_choices(const lg_openai_deps *d, job *j, const lg_oai_request 
     return -1;
 }
 
-static int run(lg_request *r, const lg_openai_deps *d, lg_oai_kind kind, lg_oai_request *qp, int64_t received);
+static int run(lg_request *r, const lg_openai_deps *d, lg_oai_kind kind, lg_oai_request *qp, int64_t received,
+               lg_resp *x);
 
 /* A request whose output follows a grammar: its grammar is compiled (or
  * found in the compile cache) on a worker thread, then it runs. */
@@ -1035,6 +1229,7 @@ typedef struct compile_st {
     lg_oai_kind kind;
     int64_t received;
     lg_oai_request q;
+    lg_resp *x; /* /v1/responses: the response (taken by run), else NULL */
     int rc;
     char param[160], msg[768];
 } compile_st;
@@ -1053,32 +1248,31 @@ static void compile_done(lg_request *r, void *arg)
             lg_respond_error(r, 400, NULL, c->param, "%s", c->msg);
         else if (c->rc != 0)
             lg_respond_error(r, 500, "server_error", NULL, "%s", c->msg);
-        else
-            (void)run(r, c->d, c->kind, &c->q, c->received);
+        else {
+            (void)run(r, c->d, c->kind, &c->q, c->received, c->x); /* run takes x */
+            c->x = NULL;
+        }
     }
+    lg_resp_free(c->x);
     lg_oai_request_dispose(&c->q);
     free(c);
 }
 
 /* One HTTP request: parse, admit, then prompts x n engine requests whose
  * events come back to the loop through the stream (HANDLER). */
-static int generate(lg_request *r, const lg_openai_deps *d, lg_oai_kind kind)
+static int generate_body(lg_request *r, const lg_openai_deps *d, lg_oai_kind kind, json_t *body, lg_resp *x)
 {
     const lg_principal *pr = lg_principal_of(r);
     const lg_tenant_obj *t = pr->tenant;
     int64_t received = lg_unix_ms();
-    json_t *body = lg_request_json(r);
-    if (!body)
-        return 0;
     compile_st *c = calloc(1, sizeof *c);
     if (!c) {
-        json_decref(body);
+        lg_resp_free(x);
         return -1;
     }
     int rc = lg_oai_request_parse(d->model, d->adapters, r, t, kind, body, &c->q);
-    json_decref(body);
     if (rc != 0 || !c->q.so.present) { /* answered (a 400), or nothing to compile: run now */
-        int ran = rc == 0 ? run(r, d, kind, &c->q, received) : 0;
+        int ran = rc == 0 ? run(r, d, kind, &c->q, received, x) : (lg_resp_free(x), 0);
         lg_oai_request_dispose(&c->q);
         free(c);
         return ran;
@@ -1086,7 +1280,9 @@ static int generate(lg_request *r, const lg_openai_deps *d, lg_oai_kind kind)
     c->d = d;
     c->kind = kind;
     c->received = received;
+    c->x = x;
     if (lg_request_defer(r, compile_work, compile_done, c) != 0) {
+        lg_resp_free(c->x);
         lg_oai_request_dispose(&c->q);
         free(c);
         lg_respond_error(r, 503, "server_error", NULL, "The server is shutting down.");
@@ -1094,8 +1290,24 @@ static int generate(lg_request *r, const lg_openai_deps *d, lg_oai_kind kind)
     return 0;
 }
 
+static int generate(lg_request *r, const lg_openai_deps *d, lg_oai_kind kind)
+{
+    json_t *body = lg_request_json(r);
+    if (!body)
+        return 0;
+    int rc = generate_body(r, d, kind, body, NULL);
+    json_decref(body);
+    return rc;
+}
+
+int lg_oai_generate_responses(lg_request *r, const lg_openai_deps *d, json_t *chat_body, lg_resp *x)
+{
+    return generate_body(r, d, LG_OAI_CHAT, chat_body, x);
+}
+
 /* Admits q (limits), then submits its choices; q stays the caller's. */
-static int run(lg_request *r, const lg_openai_deps *d, lg_oai_kind kind, lg_oai_request *qp, int64_t received)
+static int run(lg_request *r, const lg_openai_deps *d, lg_oai_kind kind, lg_oai_request *qp, int64_t received,
+               lg_resp *x)
 {
     const lg_principal *pr = lg_principal_of(r);
     const lg_tenant_obj *t = pr->tenant;
@@ -1105,6 +1317,7 @@ static int run(lg_request *r, const lg_openai_deps *d, lg_oai_kind kind, lg_oai_
         est += qp->n_prompt_tokens[i] + (int64_t)qp->n * qp->max_tokens;
     lg_pricing pricing;
     if (admit(d, r, t, est, &pricing) != 0) {
+        lg_resp_free(x);
         return 0;
     }
 
@@ -1114,11 +1327,16 @@ static int run(lg_request *r, const lg_openai_deps *d, lg_oai_kind kind, lg_oai_
     if (!j || !g || !cs) {
         free(j);
         free(cs);
+        lg_resp_free(x);
         lg_limits_finish(d->limits, t->id, est, 0);
         return -1;
     }
     job_init(j, d, r, pr, kind, qp, est, &pricing, received);
+    if (x)
+        snprintf(j->rec.route, sizeof j->rec.route, "responses");
     gen_init(g, d, j, r, kind, qp, cs);
+    g->resp = x; /* freed with g from here on */
+    g->keep_text = x || qp->tc.mode != LG_TC_NONE;
     j->s = lg_stream_open(r, &HANDLER, g);
     if (!j->s) {
         lg_limits_finish(d->limits, t->id, est, 0);
@@ -1128,7 +1346,9 @@ static int run(lg_request *r, const lg_openai_deps *d, lg_oai_kind kind, lg_oai_
     }
     if (g->stream) {
         g->sse = lg_sse_start(r);
-        if (g->kind == LG_OAI_CHAT)
+        if (g->resp)
+            lg_resp_stream_begin(g->resp, g->sse, g->model);
+        else if (g->kind == LG_OAI_CHAT)
             for (int i = 0; i < g->n; i++)
                 send_chunk(g, i, NULL, 0, NULL, NULL, true);
     }
@@ -1225,5 +1445,7 @@ int lg_routes_openai(lg_router *rt, const lg_openai_deps *deps, lg_err *err)
         free(d);
         return -1;
     }
-    return lg_router_add_all(rt, routes + 1, (int)(sizeof routes / sizeof routes[0]) - 1, err);
+    if (lg_router_add_all(rt, routes + 1, (int)(sizeof routes / sizeof routes[0]) - 1, err) != 0)
+        return -1;
+    return lg_routes_responses(rt, d, err); /* the same handles, the first route's copy */
 }

@@ -4,6 +4,7 @@
 #include "gateway/served_model.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* "models/SmolLM2-135M-Instruct/" -> "SmolLM2-135M-Instruct"; "x/m.gguf" -> "m" */
@@ -21,8 +22,33 @@ static void model_id_from_path(char *out, size_t n, const char *path)
     snprintf(out, n, "%.*s", (int)len, b);
 }
 
-void lg_served_model_init(lg_served_model *m, const lg_weights *w, const lg_serve_config *cfg, int max_context,
-                          int64_t created_at)
+static bool builtin_name(const char *s)
+{
+    return s && (!strcmp(s, "chatml") || !strcmp(s, "llama3") || !strcmp(s, "llama2") || !strcmp(s, "mistral"));
+}
+
+/* The whole file (malloc'd), or NULL with err set. */
+static char *read_template(const char *path, lg_err *err)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return lg_fail(err, "--chat-template %s: cannot open the file", path), NULL;
+    char *s = NULL;
+    long n = -1;
+    if (fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 && n <= (8L << 20) && fseek(f, 0, SEEK_SET) == 0 &&
+        (s = malloc((size_t)n + 1)) && fread(s, 1, (size_t)n, f) == (size_t)n) {
+        s[n] = 0;
+    } else {
+        free(s);
+        s = NULL;
+        lg_fail(err, "--chat-template %s: cannot read the file (at most 8 MiB)", path);
+    }
+    fclose(f);
+    return s;
+}
+
+int lg_served_model_init(lg_served_model *m, const lg_weights *w, const lg_serve_config *cfg, int max_context,
+                         int64_t created_at, lg_err *err)
 {
     memset(m, 0, sizeof *m);
     m->created_at = created_at;
@@ -38,11 +64,25 @@ void lg_served_model_init(lg_served_model *m, const lg_weights *w, const lg_serv
                 m->max_token_bytes = len;
         }
         int bos = lg_tokenizer_bos(m->tok), eos = lg_tokenizer_eos(m->tok);
+        const char *bos_t = bos >= 0 ? lg_tokenizer_token_text(m->tok, bos) : NULL;
+        const char *eos_t = eos >= 0 ? lg_tokenizer_token_text(m->tok, eos) : NULL;
         lg_err cerr = {{0}};
-        if (lg_chat_template_new(lg_weights_chat_template(w), cfg->chat_template,
-                                 bos >= 0 ? lg_tokenizer_token_text(m->tok, bos) : NULL,
-                                 eos >= 0 ? lg_tokenizer_token_text(m->tok, eos) : NULL, &m->chat, &cerr) != 0)
-            m->chat = NULL;
+        if (cfg->chat_template && !builtin_name(cfg->chat_template)) { /* a template file: it must work */
+            char *text = read_template(cfg->chat_template, err);
+            if (!text)
+                return -1;
+            int rc = lg_chat_template_new(text, NULL, bos_t, eos_t, &m->chat, &cerr);
+            m->tool_parser = lg_tc_parser_for_template(text);
+            free(text);
+            if (rc != 0)
+                return lg_fail(err, "--chat-template %s: %s", cfg->chat_template, cerr.msg);
+        } else {
+            const char *text = lg_weights_chat_template(w);
+            if (lg_chat_template_new(text, cfg->chat_template, bos_t, eos_t, &m->chat, &cerr) != 0)
+                m->chat = NULL;
+            if (!cfg->chat_template)
+                m->tool_parser = lg_tc_parser_for_template(text);
+        }
         const lg_model_config *mc = lg_weights_config(w);
         lg_err verr = {{0}};
         if (lg_cvocab_from_tokenizer(m->tok, mc->eos_ids, mc->n_eos, &m->cvocab, &verr) != 0)
@@ -58,6 +98,9 @@ void lg_served_model_init(lg_served_model *m, const lg_weights *w, const lg_serv
         snprintf(m->id, sizeof m->id, "%s", cfg->served_model_name);
     else
         model_id_from_path(m->id, sizeof m->id, cfg->model);
+    if (cfg->tool_call_parser)
+        m->tool_parser = lg_tc_parser_find(cfg->tool_call_parser); /* the option's choices are the parsers */
+    return 0;
 }
 
 void lg_served_model_dispose(lg_served_model *m)

@@ -15,12 +15,16 @@
 #include "engine/model/weights.h"
 #include "engine/runtime/constrain/constrain.h"
 #include "gateway/http/serve_config.h"
+#include "gateway/tool_calls.h"
 
 typedef struct lg_served_model {
     char id[256];                 /* --served-model-name or the model's file/dir name */
     int64_t created_at;           /* Unix seconds of process start ("created" of the base model) */
     const lg_tokenizer *tok;      /* NULL: none (prompts as token ids only) */
     lg_chat_template *chat;       /* NULL: none (chat completions refused) */
+    /* how tool_choice "auto" output is read: --tool-call-parser, else the parser the template's text
+     * teaches (tool_calls.h); NULL: no parser (such output is plain text) */
+    const lg_tc_parser *tool_parser;
     int vocab_size;
     int max_context;              /* the engine's, in tokens */
     int max_token_bytes;          /* longest vocabulary entry in bytes (an upper bound per token) */
@@ -34,11 +38,13 @@ typedef struct lg_served_model {
 } lg_served_model;
 
 /* Fills m from the loaded weights and the options (--served-model-name,
- * --chat-template, --default-max-tokens); max_context is the engine's,
+ * --chat-template: a built-in family's name or a Jinja template file,
+ * --tool-call-parser, --default-max-tokens); max_context is the engine's,
  * created_at the process's start. A model without a usable chat template
- * gets chat NULL (not an error). */
-void lg_served_model_init(lg_served_model *m, const lg_weights *w, const lg_serve_config *cfg, int max_context,
-                          int64_t created_at);
+ * of its own gets chat NULL (not an error); a --chat-template file that
+ * cannot be read or parsed is (-1, err set). */
+int lg_served_model_init(lg_served_model *m, const lg_weights *w, const lg_serve_config *cfg, int max_context,
+                         int64_t created_at, lg_err *err);
 void lg_served_model_dispose(lg_served_model *m);
 
 #endif

@@ -44,7 +44,9 @@ static const opt opts[] = {
     {"max-lora-rank", K_INT, O(max_lora_rank), 1, 1024, NULL, "N", "largest adapter rank accepted (default 64)"},
     {"dtype", K_CHOICE, O(dtype), 0, 0, "auto|f32|f16|bf16", "auto|f32|f16|bf16", "GPU compute dtype (default auto)"},
     {"dequant-dtype", K_CHOICE, O(dequant_dtype), 0, 0, "f16|f32", "f16|f32", "dtype quantized GGUF weights expand to (default f16)"},
-    {"chat-template", K_CHOICE, O(chat_template), 0, 0, "chatml|llama3|llama2|mistral", "NAME", "built-in chat template when the model's is missing"},
+    {"chat-template", K_STR, O(chat_template), 0, 0, NULL, "FILE|NAME", "the chat template: a Jinja file (instead of the model's own), or a built-in family (chatml|llama3|llama2|mistral)"},
+    {"tool-call-parser", K_CHOICE, O(tool_call_parser), 0, 0, "hermes|llama3_json|mistral|granite", "NAME", "how tool calls are read from tool_choice auto output: hermes|llama3_json|mistral|granite (default: the format the chat template teaches)"},
+    {"responses-retention", K_INT, O(responses_retention_h), 0, 24 * 3650, NULL, "HOURS", "how long /v1/responses keeps stored responses (store, previous_response_id) (default 720; 0: none are stored)"},
     {"engine-threads", K_INT, O(engine_threads), 1, 1024, NULL, "N", "CPU backend threads (default: all cores)"},
     {"max-queue", K_INT, O(max_queue), 1, 1 << 20, NULL, "N", "requests waiting for the engine before 503 (default 256)"},
     {"default-max-tokens", K_INT, O(default_max_tokens), 1, 1 << 20, NULL, "N", "max_tokens when a request gives none (default 256)"},
@@ -214,6 +216,7 @@ int lg_serve_config_parse(lg_serve_config *c, int argc, char **argv, lg_err *err
 {
     memset(c, 0, sizeof *c);
     c->min_free_disk_mb = -1; /* 0 is a value: no floor */
+    c->responses_retention_h = -1; /* 0 is a value: nothing stored */
     bool set[N_OPTS] = {0};
     const char *config = NULL;
     for (int i = 1; i < argc; i++) {
@@ -281,6 +284,8 @@ int lg_serve_config_parse(lg_serve_config *c, int argc, char **argv, lg_err *err
         c->upload_tmp_mb_per_tenant = 2 * c->max_upload_mb;
     if (c->min_free_disk_mb < 0)
         c->min_free_disk_mb = 256;
+    if (c->responses_retention_h < 0)
+        c->responses_retention_h = 720;
     if (!c->drain_timeout_s)
         c->drain_timeout_s = 30;
     if (!c->access_log)

@@ -47,7 +47,9 @@ typedef struct lg_serve_config {
     long max_lora_rank;               /* default 64 */
     const char *dtype;                /* auto|f32|f16|bf16 */
     const char *dequant_dtype;        /* f16|f32 */
-    const char *chat_template;        /* chatml|llama3|llama2|mistral, NULL: the model's */
+    const char *chat_template;        /* chatml|llama3|llama2|mistral or a Jinja file, NULL: the model's */
+    const char *tool_call_parser;     /* hermes|llama3_json|mistral|granite, NULL: from the template */
+    long responses_retention_h;       /* stored /v1/responses kept this many hours, default 720; 0: none stored */
     long engine_threads;              /* CPU backend threads, 0: all cores */
     long max_queue;                   /* requests waiting for the engine before 503, default 256 */
     long default_max_tokens;          /* when a request gives none, default 256 */
