@@ -23,6 +23,12 @@
  * --sequential each line is submitted only once the previous one finished,
  * so a later line can reuse what an earlier one cached ("usage" reports
  * "cached_tokens").
+ * Structured output: --json-schema FILE, --json-object, --regex RE,
+ * --grammar FILE (Lark) or --choice TEXT... make every output follow that
+ * grammar (engine/runtime/constrain); a --batch line's own "json_schema"
+ * (an object) or "regex" replaces it for that line. A grammar that cannot
+ * be compiled is a usage error (exit 2) naming the option or line and the
+ * place in it.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -133,7 +139,8 @@ static void usage(FILE *f)
             "  --json-object          the output is a JSON object\n"
             "  --regex RE             the output matches the regular expression RE (whole output)\n"
             "  --grammar FILE         the output follows the Lark grammar in FILE (start rule `start`)\n"
-            "  --choice TEXT          the output is one of the --choice texts (repeatable)\n",
+            "  --choice TEXT          the output is one of the --choice texts (repeatable)\n"
+            "                         (--batch lines may carry their own \"json_schema\" or \"regex\")\n",
             MAX_STOPS, LG_MAX_TOP_LOGPROBS);
 }
 
@@ -580,11 +587,54 @@ typedef struct gen_job {
     int logprobs; /* as gen_opts.logprobs */
     uint64_t seed;
     char *tenant, *cache_salt;
+    lg_constraint *constraint; /* the line's "json_schema" / "regex", else NULL (--json-schema etc. apply) */
     gen_state st;
 } gen_job;
 
+/* The vocabulary structured output compiles for (built on first use). */
+static int cvocab_get(const lg_weights *w, lg_cvocab **vocab, lg_err *err)
+{
+    if (*vocab)
+        return 0;
+    const lg_tokenizer *tok = lg_weights_tokenizer(w);
+    if (!tok)
+        return lg_fail(err, "structured output needs the model's tokenizer, and it has none");
+    const lg_model_config *cfg = lg_weights_config(w);
+    return lg_cvocab_from_tokenizer(tok, cfg->eos_ids, cfg->n_eos, vocab, err);
+}
+
+/* A --batch line's own constraint: "json_schema" (an object) or "regex" (a string). */
+static int line_constraint(json_t *root, int lineno, const lg_weights *w, lg_cvocab **vocab, gen_job *j, lg_err *err)
+{
+    json_t *js = json_object_get(root, "json_schema"), *rx = json_object_get(root, "regex");
+    if ((!js || json_is_null(js)) && (!rx || json_is_null(rx)))
+        return 0;
+    if (js && !json_is_null(js) && rx && !json_is_null(rx))
+        return lg_fail(err, "--batch line %d: give one of \"json_schema\" and \"regex\"", lineno);
+    lg_copts co = {.kind = LG_CK_JSON_SCHEMA};
+    char *src;
+    if (js && !json_is_null(js)) {
+        if (!json_is_object(js) && !json_is_boolean(js))
+            return lg_fail(err, "--batch line %d: \"json_schema\" must be a JSON schema object", lineno);
+        src = json_dumps(js, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_ENCODE_ANY);
+    } else {
+        if (!json_is_string(rx))
+            return lg_fail(err, "--batch line %d: \"regex\" must be a string", lineno);
+        co.kind = LG_CK_REGEX;
+        src = strdup(json_string_value(rx));
+    }
+    if (!src)
+        return lg_fail(err, "out of memory");
+    lg_cerr ce = {0};
+    int rc = cvocab_get(w, vocab, err);
+    if (rc == 0 && lg_constraint_compile(*vocab, &co, src, strlen(src), &j->constraint, &ce) != 0)
+        rc = lg_fail(err, "--batch line %d: %s", lineno, ce.msg);
+    free(src);
+    return rc;
+}
+
 static int parse_batch_line(const char *line, int lineno, const gen_opts *o, const lg_weights *w, lg_engine *e,
-                            gen_job *j, lg_err *err)
+                            lg_cvocab **vocab, gen_job *j, lg_err *err)
 {
     json_error_t je;
     json_t *root = json_loads(line, 0, &je);
@@ -673,12 +723,15 @@ static int parse_batch_line(const char *line, int lineno, const gen_opts *o, con
         else if (!(j->cache_salt = strdup(json_string_value(cs))))
             rc = lg_fail(err, "out of memory");
     }
+    if (rc == 0)
+        rc = line_constraint(root, lineno, w, vocab, j, err);
     json_decref(root);
     return rc;
 }
 
 /* Reads the --batch file into jobs. */
-static int load_batch(const gen_opts *o, const lg_weights *w, lg_engine *e, gen_job **jobs, int *n_jobs, lg_err *err)
+static int load_batch(const gen_opts *o, const lg_weights *w, lg_engine *e, lg_cvocab **vocab, gen_job **jobs,
+                      int *n_jobs, lg_err *err)
 {
     char *text;
     size_t len;
@@ -701,7 +754,7 @@ static int load_batch(const gen_opts *o, const lg_weights *w, lg_engine *e, gen_
             js = nj;
         }
         memset(&js[n], 0, sizeof js[n]);
-        rc = parse_batch_line(line, lineno, o, w, e, &js[n], err);
+        rc = parse_batch_line(line, lineno, o, w, e, vocab, &js[n], err);
         n++;
     }
     free(text);
@@ -760,13 +813,7 @@ static int build_constraint(const gen_opts *o, const lg_weights *w, lg_cvocab **
     }
     if (!src)
         return lg_fail(err, "out of memory");
-    const lg_tokenizer *tok = lg_weights_tokenizer(w);
-    if (!tok) {
-        free(src);
-        return lg_fail(err, "%s: the model has no tokenizer", opt);
-    }
-    const lg_model_config *cfg = lg_weights_config(w);
-    if (lg_cvocab_from_tokenizer(tok, cfg->eos_ids, cfg->n_eos, vocab, err) != 0) {
+    if (cvocab_get(w, vocab, err) != 0) {
         free(src);
         lg_err_prefix(err, "%s", opt);
         return -1;
@@ -799,7 +846,7 @@ static int submit_job(const gen_opts *o, lg_engine *e, const lg_tokenizer *tok, 
         .presence_penalty = o->presence_penalty, .frequency_penalty = o->frequency_penalty,
         .want_first_logits = o->logits, .logprobs = j->logprobs >= 0,
         .top_logprobs = j->logprobs > 0 ? j->logprobs : 0, .adapter_id = j->adapter_id, .tenant = j->tenant,
-        .cache_salt = j->cache_salt, .constraint = constraint, .cb = {on_token, on_finish}, .user = st,
+        .cache_salt = j->cache_salt, .constraint = j->constraint ? j->constraint : constraint, .cb = {on_token, on_finish}, .user = st,
     };
     lg_err rerr;
     if (lg_engine_submit(e, &rp, NULL, &rerr) == 0)
@@ -868,7 +915,7 @@ int lg_cmd_generate(int argc, char **argv)
     }
 
     if (o.batch) {
-        if (load_batch(&o, w, e, &jobs, &n_jobs, &err) != 0)
+        if (load_batch(&o, w, e, &cvocab, &jobs, &n_jobs, &err) != 0)
             goto out;
     } else {
         jobs = calloc(1, sizeof *jobs);
@@ -958,6 +1005,7 @@ out:
         free(jobs[i].prompt);
         free(jobs[i].tenant);
         free(jobs[i].cache_salt);
+        lg_constraint_unref(jobs[i].constraint);
     }
     free(jobs);
     lg_backend_free(be);

@@ -32,6 +32,7 @@
 #include "engine/runtime/constrain/constrain.h"
 
 #include <jansson.h>
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -307,6 +308,9 @@ int main(int argc, char **argv)
         free(src);
         return 1;
     }
+    /* the vocabulary file's JSON tree was just freed: consolidate the heap now so
+     * that the first large allocation of the compilation does not pay for it */
+    malloc_trim(0);
     lg_constraint *c = NULL;
     lg_cerr cerr;
     double t0 = lg_now();

@@ -44,7 +44,7 @@ int lg_cbudget_tick(lg_cbudget *b)
     if (++b->ticks & 1023)
         return 0;
     if (b->deadline > 0 && lg_now() > b->deadline)
-        return lg_cfail(b, LG_CERR_LIMIT, "", "compilation took longer than max_compile_ms");
+        return lg_cfail(b, LG_CERR_LIMIT, "", "compilation took longer than max_compile_ms (%d)", b->max_ms);
     return 0;
 }
 
@@ -538,7 +538,8 @@ int lg_nfa_to_dfa(const lg_nfa *a, const uint8_t cls[256], int n_cls, lg_dfa *ou
         }
         free(members);
         x.d.final[s] = fin;
-        qsort(pairs, np, sizeof *pairs, lg_cmp_pair);
+        if (np > 1)
+            qsort(pairs, np, sizeof *pairs, lg_cmp_pair);
         /* calls first (negative keys, most negative = highest callee): collect to keep state order */
         for (size_t i = 0; i < np;) {
             size_t j = i;

@@ -31,6 +31,7 @@ typedef struct lg_cbudget {
     long nfa_states, max_nfa;
     long dfa_states, max_dfa;
     double deadline;   /* lg_now() seconds */
+    int max_ms;        /* the limit the deadline came from (messages) */
     int ticks;         /* deadline checked every 1024 ticks */
     bool failed;
     lg_cerr *err;

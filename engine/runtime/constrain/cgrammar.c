@@ -164,41 +164,126 @@ int lg_cgram_build(lg_cgb *g, int root, lg_cgram **out)
     }
     c->call_off[total] = (int32_t)k;
 
-    /* productivity: a fixpoint over rules; live[node]: can reach FINAL */
+    /* productivity: live[node] = can reach FINAL over byte edges and calls to
+     * productive rules; a rule is productive when its start is live. One
+     * backward worklist over reversed edges: linear in the grammar. */
     {
         uint8_t *prod = calloc((size_t)nr, 1), *live = calloc(total + 1, 1);
-        if (!prod || !live) {
+        int32_t *boff = calloc(total + 2, 4), *badj = NULL, *coff = calloc((size_t)nr + 2, 4), *cadj = NULL;
+        int32_t *roff = calloc(total + 2, 4), *radj = NULL, *wl = malloc((total + 1) * 4);
+        size_t nb = 0, ncall = k;
+        if (!prod || !live || !boff || !coff || !roff || !wl)
+            goto prod_oom;
+        /* reversed byte edges: boff/badj; calls by callee: coff/cadj; calls by return node: roff/radj */
+        for (size_t s2 = 0; s2 < total; s2++)
+            for (int cl = 0; cl < n_cls; cl++) {
+                int32_t t = c->next[s2 * n_cls + cl];
+                if (t >= 0 && (cl == 0 || c->next[s2 * n_cls + cl - 1] != t))
+                    boff[t + 1]++, nb++;
+            }
+        for (size_t t = 0; t < total; t++)
+            boff[t + 1] += boff[t];
+        badj = malloc(nb * 4 + 4);
+        cadj = malloc(ncall * 4 + 4);
+        radj = malloc(ncall * 4 + 4);
+        int32_t *fill = calloc(total + 1, 4);
+        if (!badj || !cadj || !radj || !fill) {
+            free(fill);
+            goto prod_oom;
+        }
+        for (size_t s2 = 0; s2 < total; s2++)
+            for (int cl = 0; cl < n_cls; cl++) {
+                int32_t t = c->next[s2 * n_cls + cl];
+                if (t >= 0 && (cl == 0 || c->next[s2 * n_cls + cl - 1] != t))
+                    badj[boff[t] + fill[t]++] = (int32_t)s2;
+            }
+        free(fill);
+        for (size_t j = 0; j < ncall; j++) {
+            coff[c->call_rule[j] + 1]++;
+            roff[c->call_ret[j] + 1]++;
+        }
+        for (int r = 0; r < nr; r++)
+            coff[r + 1] += coff[r];
+        for (size_t t = 0; t < total; t++)
+            roff[t + 1] += roff[t];
+        {
+            int32_t *cf = calloc((size_t)nr + 1, 4), *rf = calloc(total + 1, 4);
+            if (!cf || !rf) {
+                free(cf);
+                free(rf);
+                goto prod_oom;
+            }
+            /* the call index j's source node: found by scanning call_off */
+            for (size_t s2 = 0; s2 < total; s2++)
+                for (int32_t j = c->call_off[s2]; j < c->call_off[s2 + 1]; j++) {
+                    cadj[coff[c->call_rule[j]] + cf[c->call_rule[j]]++] = j;
+                    radj[roff[c->call_ret[j]] + rf[c->call_ret[j]]++] = j;
+                }
+            free(cf);
+            free(rf);
+        }
+        int32_t *call_src = malloc(ncall * 4 + 4);
+        if (!call_src)
+            goto prod_oom;
+        for (size_t s2 = 0; s2 < total; s2++)
+            for (int32_t j = c->call_off[s2]; j < c->call_off[s2 + 1]; j++)
+                call_src[j] = (int32_t)s2;
+        size_t nw = 0;
+        for (size_t s2 = 0; s2 < total; s2++)
+            if (c->flags[s2] & LG_CN_FINAL) {
+                live[s2] = 1;
+                wl[nw++] = (int32_t)s2;
+            }
+#define LG_MARK(x) do { if (!live[x]) { live[x] = 1; wl[nw++] = (x); } } while (0)
+        while (nw) {
+            int32_t t = wl[--nw];
+            for (int32_t q = boff[t]; q < boff[t + 1]; q++)
+                LG_MARK(badj[q]);
+            /* t as a return node: the caller is live if the callee is productive */
+            for (int32_t q = roff[t]; q < roff[t + 1]; q++) {
+                int32_t j = radj[q];
+                if (prod[c->call_rule[j]])
+                    LG_MARK(call_src[j]);
+            }
+            /* t as a rule start: the rule becomes productive */
+            int32_t r = c->node_rule[t];
+            if (c->rule_start[r] == t && !prod[r]) {
+                prod[r] = 1;
+                for (int32_t q = coff[r]; q < coff[r + 1]; q++) {
+                    int32_t j = cadj[q];
+                    if (live[c->call_ret[j]])
+                        LG_MARK(call_src[j]);
+                }
+            }
+        }
+#undef LG_MARK
+        free(call_src);
+        free(boff);
+        free(badj);
+        free(coff);
+        free(cadj);
+        free(roff);
+        free(radj);
+        free(wl);
+        boff = badj = coff = cadj = roff = radj = wl = NULL;
+        if (lg_cbudget_tick(b)) {
+            free(prod);
+            free(live);
+            goto done;
+        }
+        if (0) {
+        prod_oom:
+            free(boff);
+            free(badj);
+            free(coff);
+            free(cadj);
+            free(roff);
+            free(radj);
+            free(wl);
             free(prod);
             free(live);
             lg_cfail(b, LG_CERR_INTERNAL, "", "out of memory");
             goto done;
-        }
-        bool changed = true;
-        while (changed) {
-            changed = false;
-            for (size_t s = 0; s < total; s++)
-                if ((c->flags[s] & LG_CN_FINAL) && !live[s])
-                    live[s] = 1, changed = true;
-            for (size_t s = total; s-- > 0;) {
-                if (live[s])
-                    continue;
-                for (int cl = 0; cl < n_cls && !live[s]; cl++) {
-                    int32_t t = c->next[s * n_cls + cl];
-                    if (t >= 0 && live[t])
-                        live[s] = 1, changed = true;
-                }
-                for (int32_t j = c->call_off[s]; j < c->call_off[s + 1] && !live[s]; j++)
-                    if (prod[c->call_rule[j]] && live[c->call_ret[j]])
-                        live[s] = 1, changed = true;
-            }
-            for (int r = 0; r < nr; r++)
-                if (!prod[r] && live[c->rule_start[r]])
-                    prod[r] = 1, changed = true;
-            if (lg_cbudget_tick(b)) {
-                free(prod);
-                free(live);
-                goto done;
-            }
         }
         if (!live[c->rule_start[root]]) {
             free(prod);
@@ -320,7 +405,7 @@ int lg_cgram_build(lg_cgb *g, int root, lg_cgram **out)
                 if (iter[dep] < loff[r + 1]) {
                     int t = ladj[iter[dep]++];
                     if (color[t] == 1) {
-                        lg_cfail(b, LG_CERR_UNSUPPORTED, "",
+                        lg_cfail(b, LG_CERR_UNSUPPORTED, c->rule_name[t],
                                  "rule '%s' is left-recursive (reaches itself without consuming input); "
                                  "rewrite it with repetition", c->rule_name[t]);
                         break;

@@ -25,20 +25,73 @@
  *                  sampling: the two never overlap for one sequence).
  *
  * Compilation (lg_constraint_compile) is the slow part and runs on the
- * caller's thread: a JSON schema of real-world size compiles in well under
- * 10 ms; the limits below bound the worst case (max_compile_ms, default
- * 2000 ms, is checked throughout; automaton sizes are bounded before they are
- * built), so a hostile schema costs at most that and a bounded amount of
+ * caller's thread: the real-world schemas of tests/constrain compile in
+ * 1-80 ms; the limits below bound the worst case (max_compile_ms, default
+ * 2000 ms, is checked throughout; automaton sizes are bounded before they
+ * are built), so a hostile schema costs at most that and a bounded amount of
  * memory and never hangs. Do it off the HTTP loop thread, and cache it
  * (lg_ccache). The first masks of a new constraint also fill its table: a
- * state never seen before costs one walk of the token trie (~1-10 ms for a
- * 128k vocabulary, once per grammar state, then a lookup).
+ * state never seen before costs one walk of the token trie (~0.5-20 ms for
+ * a 131k vocabulary, once per grammar state; states inside strings and
+ * numbers are the cheap end), then a lookup: ~1-10 us per mask.
  *
  * Whitespace policy (JSON schemas and JSON mode): none. The output is
  * compact JSON (`{"a":1,"b":[true,null]}`), like OpenAI's structured
  * outputs; LG_CWS_SPACED instead asks for exactly ", " and ": " between
  * items and after keys (Python's json.dumps). No whitespace is allowed
  * before the value or after it. Property order is the schema's.
+ *
+ * JSON Schema, what is enforced (json_schema.c):
+ *   type (a name or a list; absent: every type, each with its keywords),
+ *   boolean schemas, null, boolean;
+ *   objects: properties in schema order, each optional unless in required;
+ *     additionalProperties false: nothing else; absent, true or {}: any other
+ *     properties (any value) after the listed ones, keys other than the
+ *     listed names (llguidance's reading; OpenAI's strict mode requires
+ *     false, we do not); a schema: other properties of that schema, after
+ *     the listed ones; required names that are not properties come after
+ *     the properties with the additionalProperties schema;
+ *   arrays: items (a schema), minItems, maxItems;
+ *   strings: minLength, maxLength (code points), pattern (ECMA-style search:
+ *     unanchored sides are open; \d \w are ASCII), format (date-time, date,
+ *     time, duration, email, hostname, ipv4, ipv6, uuid, uri; json_formats.c
+ *     says which choices), enum, const; escapes as llguidance: \" \\ \b
+ *     \f \n \r \t and \u00XX for other controls and DEL, nothing else;
+ *   numbers and integers: minimum, maximum, exclusiveMinimum,
+ *     exclusiveMaximum (numbers, or draft-4 booleans); without bounds the
+ *     full JSON number syntax, with any bound no exponent (json_numeric.c);
+ *   enum / const of any JSON value (written compact, numbers as serde_json
+ *     writes them), filtered by type;
+ *   anyOf; oneOf only when its branches' types are disjoint (then it is
+ *     anyOf); allOf with one schema; $ref to "#", "#/..." pointers ($defs,
+ *     definitions, anything), recursive and mutually recursive;
+ *   annotations and unknown keywords are ignored.
+ * Refused with LG_CERR_UNSUPPORTED and the keyword's pointer: not, if/then/
+ * else, patternProperties, propertyNames, dependent*, min/maxProperties,
+ * uniqueItems (true), contains, prefixItems, additionalItems, unevaluated*,
+ * multipleOf, remote $refs, unknown formats, $ref / anyOf / oneOf / allOf
+ * next to other validation keywords, left recursion (a $ref cycle that
+ * consumes nothing first). A bare $ref cycle is LG_CERR_INVALID; bounds or
+ * lengths that nothing satisfies are LG_CERR_UNSATISFIABLE.
+ *
+ * Regular expressions (regex.h): Python/Rust syntax without backreferences,
+ * lookarounds and word boundaries; \d \w \s Unicode, (?i) Unicode simple
+ * case folding, whole-match. Lark grammars (lark.c): rules, terminals,
+ * strings ("..."i), regexes (/.../is), "a".."z", ( ) [ ] ? * + ~n ~n..m,
+ * %import common.X, %json { schema }; context-free over bytes (no lexer:
+ * adjacent terminals are not split by longest match), no %ignore, no left
+ * recursion, no templates. Choice lists: the output is one of the strings.
+ *
+ * Masks differ from llguidance 1.9's in documented ways only:
+ *   - where the grammar forces bytes (one continuation), llguidance allows
+ *     only the first token of its tokenizer's spelling of them; we allow
+ *     every token that fits (lg_cmatch_forced_bytes gives the bytes; the
+ *     engine may spell them itself);
+ *   - bounded non-integer numbers are judged by value: "2.50" for minimum
+ *     2.5 and "2.0" for [2, 2] are allowed, negative zero is not (llguidance
+ *     differs on such trailing-zero and negative-zero spellings);
+ *   - a schema nothing satisfies is refused at compile time (llguidance
+ *     compiles it and allows nothing).
  *
  * Errors: every refusal fills an lg_cerr: a one-line message naming what was
  * refused and where, and `param`, the place: a JSON pointer into the schema

@@ -132,7 +132,7 @@ int lg_constraint_compile(const lg_cvocab *v, const lg_copts *opts, const char *
     lg_ckind kind = opts ? opts->kind : LG_CK_JSON_VALUE;
     lg_cws ws = opts ? opts->whitespace : LG_CWS_COMPACT;
     lg_cbudget b = {.max_nfa = lim.max_nfa_states, .max_dfa = lim.max_dfa_states,
-                    .deadline = lg_now() + lim.max_compile_ms / 1000.0, .err = err};
+                    .deadline = lg_now() + lim.max_compile_ms / 1000.0, .max_ms = lim.max_compile_ms, .err = err};
     bool needs_src = kind != LG_CK_JSON_OBJECT && kind != LG_CK_JSON_VALUE;
     if (needs_src && !src)
         src = "", len = 0;

@@ -26,6 +26,7 @@
  *
  * Errors carry the JSON pointer of the offending keyword in param.
  */
+#include "engine/base/strmap.h"
 #include "engine/runtime/constrain/compilers.h"
 #include "engine/runtime/constrain/regex.h"
 
@@ -48,23 +49,29 @@ typedef struct js {
     const lg_climits *lim;
     json_t *doc;
     const char *sep_item, *sep_key;
-    js_work *work;          /* every rule made for a $ref or items, memo by path */
+    js_work *work;          /* every rule made for a $ref or items */
     int nwork, capwork, done;
+    lg_strmap *memo;        /* path -> index + 1 into work */
     int any_rule;           /* the generic value rule, -1 until needed */
     int n_refs;
-    char path[1024];        /* JSON pointer of the schema being compiled */
+    char path[8192];        /* JSON pointer of the schema being compiled */
 } js;
 
 static int js_emit(js *c, lg_nfa *a, int from, int to, json_t *s, int depth);
 
 /* ---- paths --------------------------------------------------------------------------- */
 
+/* Appends "/seg" (escaped) to the path. A path that does not fit fails the
+ * compilation (LIMIT): paths name rules, so a truncated one must never be used. */
 static size_t js_push(js *c, const char *seg)
 {
     size_t old = strlen(c->path), n = old;
-    if (n + 2 < sizeof c->path)
-        c->path[n++] = '/';
-    for (const char *p = seg; *p && n + 3 < sizeof c->path; p++) {
+    if (old + 1 + 2 * strlen(seg) + 1 > sizeof c->path) {
+        lg_cfail(c->b, LG_CERR_LIMIT, "", "schema path longer than %zu bytes", sizeof c->path);
+        return old;
+    }
+    c->path[n++] = '/';
+    for (const char *p = seg; *p; p++) {
         if (*p == '~' || *p == '/') {
             c->path[n++] = '~';
             c->path[n++] = *p == '~' ? '0' : '1';
@@ -292,9 +299,9 @@ static int js_any_rule(js *c)
 /* A rule compiled later from the worklist (memo by path). */
 static int js_deferred_rule(js *c, json_t *s, const char *path, const char *kind)
 {
-    for (int i = 0; i < c->nwork; i++)
-        if (!strcmp(c->work[i].path, path))
-            return c->work[i].rule;
+    intptr_t hit = (intptr_t)lg_strmap_get(c->memo, path);
+    if (hit)
+        return c->work[hit - 1].rule;
     if (c->nwork == c->capwork) {
         int nc = c->capwork ? c->capwork * 2 : 16;
         js_work *w = realloc(c->work, (size_t)nc * sizeof *w);
@@ -304,7 +311,7 @@ static int js_deferred_rule(js *c, json_t *s, const char *path, const char *kind
         c->capwork = nc;
     }
     char name[300];
-    snprintf(name, sizeof name, "%s%s", path[0] ? path : "#", kind);
+    snprintf(name, sizeof name, "%s%s", path[0] ? path : "#", kind); /* display only */
     int r = lg_cgb_rule(c->g, name);
     if (r < 0)
         return -1;
@@ -312,6 +319,8 @@ static int js_deferred_rule(js *c, json_t *s, const char *path, const char *kind
     if (!p)
         return lg_cfail(c->b, LG_CERR_INTERNAL, "", "out of memory");
     c->work[c->nwork++] = (js_work){s, p, r, -1};
+    if (lg_strmap_put(c->memo, path, (void *)(intptr_t)c->nwork))
+        return lg_cfail(c->b, LG_CERR_INTERNAL, "", "out of memory");
     return r;
 }
 
@@ -359,9 +368,10 @@ static json_t *js_resolve(js *c, const char *ref, char *out, size_t cap)
             cur = NULL;
         if (!cur)
             return NULL;
-        int k = snprintf(out + on, cap - on, "/");
-        on += (size_t)k;
-        for (size_t j = 0; j < n && on + 3 < cap; j++) {
+        if (on + 2 * n + 2 > cap)
+            return NULL; /* a pointer longer than the buffer: never truncated */
+        out[on++] = '/';
+        for (size_t j = 0; j < n; j++) {
             if (seg[j] == '~' || seg[j] == '/') {
                 out[on++] = '~';
                 out[on++] = seg[j] == '~' ? '0' : '1';
@@ -990,7 +1000,7 @@ static int js_emit(js *c, lg_nfa *a, int from, int to, json_t *s, int depth)
     if (c->b->failed)
         return -1;
     if (depth > c->lim->max_depth)
-        return js_fail(c, LG_CERR_LIMIT, NULL, "schema nests deeper than max_depth (%s)", "");
+        return js_fail(c, LG_CERR_LIMIT, NULL, "schema nests deeper than max_depth (%d)", c->lim->max_depth);
     if (lg_cbudget_tick(c->b))
         return -1;
     if (json_is_true(s)) {
@@ -1023,7 +1033,7 @@ static int js_emit(js *c, lg_nfa *a, int from, int to, json_t *s, int depth)
             return js_fail(c, LG_CERR_INVALID, "$ref", "$ref must be a string%s", "");
         if (validation || json_object_get(s, "anyOf") || json_object_get(s, "oneOf") || json_object_get(s, "allOf"))
             return js_fail(c, LG_CERR_UNSUPPORTED, "$ref", "$ref next to other validation keywords is not supported%s", "");
-        char target[1024];
+        char target[8192];
         json_t *t = js_resolve(c, json_string_value(ref), target, sizeof target);
         if (!t) {
             if (json_string_value(ref)[0] != '#')
@@ -1034,26 +1044,25 @@ static int js_emit(js *c, lg_nfa *a, int from, int to, json_t *s, int depth)
         /* a chain of bare $refs that comes back to itself matches nothing */
         {
             json_t *t2 = t;
-            char hop[1024];
-            for (int k = 0; k <= c->lim->max_ref_expansions && json_is_object(t2); k++) {
+            char hop[8192] = "";
+            /* bounded: a longer cycle is refused later as matching nothing */
+            for (int k = 0; k < 64 && json_is_object(t2) && !lg_strmap_get(c->memo, hop); k++) {
                 json_t *r2 = json_object_get(t2, "$ref");
                 if (!json_is_string(r2))
                     break;
                 t2 = js_resolve(c, json_string_value(r2), hop, sizeof hop);
                 if (t2 == t || (t2 && t2 == s)) {
-                    char param[1100];
+                    char param[8300];
                     snprintf(param, sizeof param, "%s/$ref", target);
                     return lg_cfail(c->b, LG_CERR_INVALID, param, "$ref cycle through '%s' matches nothing", target);
                 }
             }
         }
-        int r = -1;
-        for (int i = 0; i < c->nwork; i++)
-            if (!strcmp(c->work[i].path, target))
-                r = c->work[i].rule;
+        intptr_t hit = (intptr_t)lg_strmap_get(c->memo, target);
+        int r = hit ? c->work[hit - 1].rule : -1;
         if (r < 0) {
             if (++c->n_refs > c->lim->max_ref_expansions)
-                return js_fail(c, LG_CERR_LIMIT, "$ref", "more than max_ref_expansions (%s) $ref targets", "");
+                return js_fail(c, LG_CERR_LIMIT, "$ref", "more than max_ref_expansions (%d) $ref targets", c->lim->max_ref_expansions);
             r = js_deferred_rule(c, t, target, "");
         }
         if (r < 0)
@@ -1160,11 +1169,15 @@ int lg_cjson_compile(lg_cgb *g, lg_ckind kind, const char *src, size_t len, lg_c
         lg_nfa_call(a, a->start, end, js_any_rule(&c));
         return g->b->failed ? -1 : 0;
     }
+    c.memo = lg_strmap_new();
+    if (!c.memo)
+        return lg_cfail(g->b, LG_CERR_INTERNAL, "", "out of memory");
     json_error_t je;
     c.doc = json_loadb(src, len, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &je);
     if (!c.doc) {
         char param[64];
         snprintf(param, sizeof param, "offset %d", je.position);
+        lg_strmap_free(c.memo);
         if (strstr(je.text, "maximum parsing depth"))
             return lg_cfail(g->b, LG_CERR_LIMIT, param, "schema nests deeper than the JSON parser allows: %s", je.text);
         return lg_cfail(g->b, LG_CERR_INVALID, param, "schema is not valid JSON: %s", je.text);
@@ -1192,6 +1205,7 @@ out:
     for (int i = 0; i < c.nwork; i++)
         free(c.work[i].path);
     free(c.work);
+    lg_strmap_free(c.memo);
     json_decref(c.doc);
     return g->b->failed ? -1 : rc;
 }

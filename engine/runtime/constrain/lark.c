@@ -272,7 +272,7 @@ static int lk_tokenize(lk *c)
             t.kind = LT_OP;
             t.n = 2;
             i += 2;
-        } else if (strchr(":|()[]?*+~.,{}-><=", ch)) {
+        } else if (strchr(":|()[]?*+~.,{}-><=!", ch)) {
             t.kind = LT_OP;
             t.n = 1;
             i++;
@@ -470,7 +470,9 @@ static lexpr *lk_atom(lk *c)
         bool opt = lk_is_op(t, "[");
         c->pos++;
         if (++c->depth > c->lim->max_depth) {
-            lk_fail(c, t->line, LG_CERR_LIMIT, "grammar nests deeper than max_depth%s", "");
+            char lim[32];
+            snprintf(lim, sizeof lim, "%d", c->lim->max_depth);
+            lk_fail(c, t->line, LG_CERR_LIMIT, "grammar nests deeper than max_depth (%s)", lim);
             return NULL;
         }
         lexpr *in = lk_alts(c);
@@ -725,15 +727,13 @@ static int lk_parse(lk *c)
             }
             return lk_fail(c, t->line, LG_CERR_UNSUPPORTED, "directive %s is not supported", nm);
         }
+        bool bol = t->bol;
         if (lk_is_op(t, "?") || lk_is_op(t, "!")) {
             c->pos++;
             t = lk_peek(c);
         }
-        if (t->kind != LT_NAME || !t->bol) {
-            if (t->kind == LT_NAME || c->t[c->pos > 0 ? c->pos - 1 : 0].bol)
-                return lk_fail(c, t->line, LG_CERR_INVALID, "expected a definition 'name: ...'%s", "");
+        if (t->kind != LT_NAME || !bol)
             return lk_fail(c, t->line, LG_CERR_INVALID, "expected a definition 'name: ...'%s", "");
-        }
         const char *name = t->s;
         size_t nlen = t->n;
         int line = t->line;
@@ -793,7 +793,7 @@ static int lk_emit(lk *c, lg_nfa *a, int from, int to, const lexpr *x, bool in_t
     if (c->b->failed)
         return -1;
     if (depth > c->lim->max_depth + 64)
-        return lk_fail(c, x->line, LG_CERR_LIMIT, "terminals nest deeper than max_depth%s", "");
+        return lk_fail(c, x->line, LG_CERR_LIMIT, "terminals nest too deep%s", "");
     if (lg_cbudget_tick(c->b))
         return -1;
     switch (x->kind) {

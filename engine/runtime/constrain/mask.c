@@ -132,9 +132,20 @@ static lg_centry *lg_entry_compute(lg_constraint *c, int32_t node, lg_err *err)
     lg_pda_init(&p, c->g, &fr, &c->lim);
     if (lg_walker_init(&w, v->max_len))
         goto oom;
+    const lg_cgram *g = c->g;
+    /* simple[d]: the grammar node when the parse at depth d is one top
+     * (node, EXIT) on a node with byte edges only; then a step is one table
+     * lookup, no frame, no closure (the common case: inside a string or a
+     * number). -1: the full state is in w.lvl[d]. */
+    int32_t *simple = malloc(((size_t)v->max_len + 2) * sizeof *simple);
+    if (!simple)
+        goto oom;
+    simple[0] = node;
     int32_t f0 = lg_frames_intern(&p, node, LG_FR_EXIT);
-    if (f0 < 0 || lg_pstate_reserve(&p, &w.lvl[0], 1))
+    if (f0 < 0 || lg_pstate_reserve(&p, &w.lvl[0], 1)) {
+        free(simple);
         goto fail;
+    }
     w.lvl[0].tops[0] = f0;
     w.lvl[0].n = 1;
     for (int32_t i = 1; i < v->n_nodes;) {
@@ -143,13 +154,39 @@ static lg_centry *lg_entry_compute(lg_constraint *c, int32_t node, lg_err *err)
             /* bound the arena: nothing below depth 1 is live between root children */
             lg_frames_reset(&fr);
             f0 = lg_frames_intern(&p, node, LG_FR_EXIT);
-            if (f0 < 0)
+            if (f0 < 0) {
+                free(simple);
                 goto fail;
+            }
             w.lvl[0].tops[0] = f0;
         }
         lg_pstate *s = &w.lvl[d];
-        if (lg_pda_step(&p, &w.lvl[d - 1], v->t_byte[i], s))
+        if (simple[d - 1] >= 0) {
+            int32_t t = lg_cg_next(g, simple[d - 1], v->t_byte[i]);
+            if (t < 0) {
+                i = v->t_end[i];
+                continue;
+            }
+            if (g->flags[t] == LG_CN_BYTES) {
+                simple[d] = t;
+                for (int32_t k = v->t_tok0[i]; k < v->t_tok0[i] + v->t_ntok[i]; k++)
+                    if (lg_ivec_push(&acc, v->tok_sorted[k])) {
+                        free(simple);
+                        goto oom;
+                    }
+                i++;
+                continue;
+            }
+            int32_t ft = lg_frames_intern(&p, t, LG_FR_EXIT);
+            if (ft < 0 || lg_pda_closure(&p, &ft, 1, s)) {
+                free(simple);
+                goto fail;
+            }
+        } else if (lg_pda_step(&p, &w.lvl[d - 1], v->t_byte[i], s)) {
+            free(simple);
             goto fail;
+        }
+        simple[d] = -1;
         if (s->n == 0 && !s->exit) {
             i = v->t_end[i];
             continue;
@@ -165,6 +202,7 @@ static lg_centry *lg_entry_compute(lg_constraint *c, int32_t node, lg_err *err)
         }
         i++;
     }
+    free(simple);
     e = calloc(1, sizeof *e);
     if (!e)
         goto oom;

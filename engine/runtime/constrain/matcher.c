@@ -155,7 +155,7 @@ static bool lg_is_eos(const lg_cvocab *v, int32_t t)
 
 static bool lg_pstate_eq(const lg_pstate *x, const lg_pstate *y)
 {
-    return x->n == y->n && x->accept == y->accept && !memcmp(x->tops, y->tops, (size_t)x->n * 4);
+    return x->n == y->n && x->accept == y->accept && (x->n == 0 || !memcmp(x->tops, y->tops, (size_t)x->n * 4));
 }
 
 /* Feeds bytes from `from` into m->a / m->b; returns the final state or NULL
@@ -417,7 +417,7 @@ long lg_cmatch_shortest_completion(lg_cmatch *m, char *buf, size_t cap)
         while (ht[h_] >= 0) {                                                                \
             lg_bfs_node *o_ = &q[ht[h_]];                                                    \
             if (o_->n == (st)->n && o_->accept == (st)->accept &&                            \
-                !memcmp(pool + o_->off, (st)->tops, (size_t)(st)->n * 4)) {                  \
+                ((st)->n == 0 || !memcmp(pool + o_->off, (st)->tops, (size_t)(st)->n * 4))) {  \
                 dup_ = true;                                                                 \
                 break;                                                                       \
             }                                                                                \
@@ -431,7 +431,8 @@ long lg_cmatch_shortest_completion(lg_cmatch *m, char *buf, size_t cap)
                     goto out;                                                                \
                 pool = pp_;                                                                  \
             }                                                                                \
-            memcpy(pool + np, (st)->tops, (size_t)(st)->n * 4);                              \
+            if ((st)->n)                                                                     \
+                memcpy(pool + np, (st)->tops, (size_t)(st)->n * 4);                          \
             q[nq] = (lg_bfs_node){np, (st)->n, (st)->accept, (par), (by)};                   \
             np += (size_t)(st)->n;                                                           \
             ht[h_] = nq++;                                                                   \
@@ -451,7 +452,7 @@ long lg_cmatch_shortest_completion(lg_cmatch *m, char *buf, size_t cap)
             result = (long)len;
             goto out;
         }
-        lg_pstate cur = {.tops = pool + q[qi].off, .n = q[qi].n, .accept = q[qi].accept};
+        lg_pstate cur = {.tops = pool ? pool + q[qi].off : NULL, .n = q[qi].n, .accept = q[qi].accept};
         uint8_t set[32];
         lg_pda_next_bytes(&m->pda, &cur, set);
         for (int by = 0; by < 256; by++) {
@@ -465,7 +466,7 @@ long lg_cmatch_shortest_completion(lg_cmatch *m, char *buf, size_t cap)
             if (m->a.n == 0 && !m->a.accept)
                 continue;
             BFS_ADD(&m->a, qi, (uint8_t)by);
-            cur.tops = pool + q[qi].off;
+            cur.tops = pool ? pool + q[qi].off : NULL;
         }
     }
 #undef BFS_ADD

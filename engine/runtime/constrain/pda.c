@@ -232,7 +232,8 @@ int lg_pstate_copy(lg_pda *p, lg_pstate *dst, const lg_pstate *src)
 {
     if (lg_pstate_reserve(p, dst, src->n))
         return -1;
-    memcpy(dst->tops, src->tops, (size_t)src->n * 4);
+    if (src->n)
+        memcpy(dst->tops, src->tops, (size_t)src->n * 4);
     dst->n = src->n;
     dst->accept = src->accept;
     dst->exit = src->exit;

@@ -487,7 +487,7 @@ static int rx_cls_posix(rx_parser *p, rx_node *c, const char *name, bool neg)
     return -1;
 }
 
-/* ---- lexing helpers ------------------------------------------------------------------------ */
+/* ---- lexing -------------------------------------------------------------------------------- */
 
 static int rx_utf8(rx_parser *p, uint32_t *cp)
 {
@@ -833,8 +833,11 @@ static rx_node *rx_atom(rx_parser *p)
                 p->i++; /* ':' */
             }
         }
-        if (++p->depth > p->max_depth)
-            return rx_fail(p, at, LG_CERR_LIMIT, "groups nest deeper than max_depth");
+        if (++p->depth > p->max_depth) {
+            char msg[80];
+            snprintf(msg, sizeof msg, "groups nest deeper than max_depth (%d)", p->max_depth);
+            return rx_fail(p, at, LG_CERR_LIMIT, msg);
+        }
         rx_node *x = rx_alt(p);
         p->depth--;
         p->icase = save_i;

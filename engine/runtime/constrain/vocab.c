@@ -363,7 +363,7 @@ uint64_t lg_cvocab_digest(const lg_cvocab *v) { return v->digest; }
 
 const char *lg_cvocab_token_bytes(const lg_cvocab *v, int32_t id, uint32_t *len)
 {
-    if (id < 0 || id >= v->n_vocab || v->len[id] == 0) {
+    if (id < 0 || id >= v->n_vocab || v->excluded[id]) {
         if (len)
             *len = 0;
         return NULL;

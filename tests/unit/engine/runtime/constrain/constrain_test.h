@@ -1,5 +1,5 @@
 /*
- * constrain_test.h — helpers shared by the constrain/ unit tests: small
+ * constrain_test.h — what the constrain/ unit tests share: small
  * vocabularies, compiling with a checked error, language membership through
  * a matcher, fixture lines (JSON-encoded fields), and a brute-force mask
  * (every token tried by lg_cmatch_accepts) to hold lg_cmatch_mask against.

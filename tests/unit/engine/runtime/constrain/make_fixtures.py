@@ -116,8 +116,63 @@ LARKS = {
 }
 
 
+FORMATS = {
+    "date": ["2024-02-29", "2023-02-30", "2024-13-01", "2024-04-31", "2024-1-01", "0000-01-01"],
+    "time": ["12:30:00Z", "23:59:60+01:00", "24:00:00Z", "12:30:00", "12:30:00.123z", "12:30:00-23:59"],
+    "date-time": ["2024-01-01T00:00:00Z", "2024-01-01t00:00:00+05:30", "2024-01-01 00:00:00Z",
+                  "2024-01-01T00:00:00.5-01:00", "2024-01-01T00:00Z"],
+    "duration": ["P1Y2M3D", "PT1H", "P1W", "P1Y2W", "PT", "P", "P1DT1H2M3S", "PT1M1H", "P1M"],
+    "email": ["a@b.c", "a.b@c", "a..b@c", ".a@b", "a@[1.2.3.4]", "a@-b.c", "a+b@c-d.e", "a@b"],
+    "hostname": ["a", "a.b", "a-b.c", "-a.b", "a-.b", "a" * 63, "a" * 64, "a..b", "1.2.3.4"],
+    "ipv4": ["1.2.3.4", "255.255.255.255", "256.1.1.1", "01.2.3.4", "1.2.3", "0.0.0.0"],
+    "ipv6": ["::", "::1", "1::", "1:2:3:4:5:6:7:8", "1:2:3:4:5:6:7::", "::2:3:4:5:6:7:8", "1::8", "1:2:3:4:5:6:7:8:9",
+             "1:::2", "fe80::1:2", "1:2:3:4:5:6:7", "::ffff:1:2", "12345::"],
+    "uuid": ["123e4567-e89b-12d3-a456-426614174000", "123E4567-E89B-12D3-A456-426614174000",
+             "123e4567e89b12d3a456426614174000", "123e4567-e89b-12d3-a456-42661417400"],
+    "uri": ["http://a.b/c?d#e", "urn:isbn:123", "a:", "http://[::1]:80/", "http://u@h:1/p", "1a:b", "http://a b",
+            "mailto:x@y.z", "http://%41/", "http://[v1.x]/"],
+}
+
+
+SCHEMAS = [
+    ({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "string"}}},
+     ['{}', '{"a":1}', '{"b":"x"}', '{"b":"x","a":1}', '{"a":1,"b":"x"}', '{"a":1,"c":2}', '{"c":2}',
+      '{"a":1,"a":2}', '{"a":1,"b":"x","c":[1],"d":{}}', '{"aa":1}', '{"a":1 }']),
+    ({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "string"}}, "required": ["b"],
+      "additionalProperties": False}, ['{"b":"x"}', '{"a":1,"b":"x"}', '{"b":"x","a":1}', '{"a":1}', '{}']),
+    ({"type": "object", "properties": {"a": {"type": "integer"}}, "additionalProperties": {"type": "string"}},
+     ['{"a":1,"b":"x"}', '{"a":1,"b":2}', '{"b":"x","c":"y"}', '{"a":"x"}']),
+    ({"type": "array", "items": {"type": "boolean"}, "minItems": 1, "maxItems": 3},
+     ["[]", "[true]", "[true,false,true]", "[true,false,true,false]", "[true,]", "[ true]"]),
+    ({"type": "array", "items": {"type": "integer"}, "minItems": 2}, ["[1]", "[1,2]", "[1,2,3,4,5]"]),
+    ({"enum": [1, "a", None, {"x": [1, 2.5]}, [True]]}, ['1', '"a"', 'null', '{"x":[1,2.5]}', '[true]', '2']),
+    ({"type": ["string", "null"], "maxLength": 2}, ['null', '"ab"', '"abc"', '1']),
+    ({"anyOf": [{"type": "integer"}, {"type": "string", "pattern": "^x+$"}]}, ['12', '"xx"', '"xy"', '1.5']),
+    ({"oneOf": [{"type": "integer"}, {"type": "boolean"}]}, ['1', 'true', '"a"']),
+    ({"$defs": {"t": {"type": "object", "properties": {"k": {"type": "array", "items": {"$ref": "#/$defs/t"}}},
+                      "required": ["k"], "additionalProperties": False}}, "$ref": "#/$defs/t"},
+     ['{"k":[]}', '{"k":[{"k":[]},{"k":[{"k":[]}]}]}', '{"k":[{}]}']),
+    ({"definitions": {"s": {"type": "string", "minLength": 2}}, "type": "array", "items": {"$ref": "#/definitions/s"}},
+     ['["ab"]', '["a"]', '[]']),
+    ({"type": "string", "pattern": "[0-9]{3}", "maxLength": 4}, ['"123"', '"a123"', '"a1234"', '"12"']),
+    ({"type": "string", "minLength": 1, "maxLength": 2}, ['""', '"\\n"', '"\\u00e9x"', '"\u00e9\u00e9"', '"abc"']),
+    ({"const": {"a": [1, "b"]}}, ['{"a":[1,"b"]}', '{"a":[1, "b"]}']),
+    ({}, ['1', '{"a":[1,null,{"b":"c"}]}', '"x"', '[1,]', '-0.5e-3']),
+]
+
+
 def main():
     rows = number_rows()
+    for sch, texts in SCHEMAS:
+        src = json.dumps(sch)
+        g = grammar("json_schema", src)
+        for t in texts:
+            rows.append(("json_schema", src, t, member(g, t), False))
+    for fmt, texts in FORMATS.items():
+        src = json.dumps({"type": "string", "format": fmt})
+        g = grammar("json_schema", src)
+        for t in texts:
+            rows.append(("json_schema", src, json.dumps(t), member(g, json.dumps(t)), False))
     for rx, texts in REGEXES.items():
         g = grammar("regex", rx)
         for t in texts:
