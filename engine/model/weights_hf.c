@@ -290,7 +290,9 @@ static int parse_window(json_t *j, const lg_arch *A, lg_model_config *c, lg_err 
     int mwl = 0, pattern = A->window_pattern;
     if (A->window == LG_WINDOW_QWEN && get_int(j, "max_window_layers", false, 28, &mwl, err))
         return -1;
-    if (A->window == LG_WINDOW_PATTERN && get_int(j, "sliding_window_pattern", false, A->window_pattern, &pattern, err))
+    if (A->window == LG_WINDOW_PATTERN &&
+        get_int(j, absent(json_object_get(j, "sliding_window_pattern")) ? "_sliding_window_pattern" : "sliding_window_pattern",
+                false, A->window_pattern, &pattern, err))
         return -1;
     if (A->window == LG_WINDOW_PATTERN && pattern <= 0)
         return lg_fail(err, "config.json: sliding_window_pattern = %d, expected > 0", pattern);
@@ -324,10 +326,24 @@ static int parse_window(json_t *j, const lg_arch *A, lg_model_config *c, lg_err 
  * classes against this list and the keys parse_config reads). */
 static const char *const REFUSED_KEYS[] = {
     "quantization_config", "num_experts", "num_local_experts", "num_experts_per_tok", "moe_intermediate_size",
-    "decoder_sparse_step", "mlp_only_layers", "use_bidirectional_attention", "pretraining_tp", "attn_implementation",
+    "decoder_sparse_step", "mlp_only_layers", "use_bidirectional_attention",
     "rope_local_base_freq_scaling", "altup_num_inputs", "laurel_rank", "num_kv_shared_layers", "hidden_size_per_layer_input",
     "vision_config", "audio_config", "text_config", "logits_scaling", "embedding_multiplier", "residual_multiplier",
     "attention_multiplier", "no_rope_layers", "use_qk_norm", "clip_qkv",
+};
+
+/* Keys of transformers' config classes that do not change the forward pass (training-only dropout and
+ * init, output plumbing, bookkeeping, token ids that only end or pad generation, the attention kernel's
+ * choice, a tensor-parallel split that sums to the same product). parse_config does not read them; the
+ * list exists for tests/golden/test_config_keys.py, which fails on a key of a supported family's config
+ * that is neither read nor listed here nor refused. */
+static const char *const INERT_KEYS[] __attribute__((unused)) = {
+    "_name_or_path", "attention_dropout", "chunk_size_feed_forward", "id2label", "label2id", "initializer_range",
+    "is_encoder_decoder", "output_attentions", "output_hidden_states", "problem_type", "return_dict",
+    "transformers_version", "use_cache", "embd_pdrop", "resid_pdrop", "pad_token_id", "pretraining_tp",
+    "cache_implementation", "attn_implementation", "tokenizer_class", "finetuning_task", "task_specific_params",
+    "prefix", "sep_token_id", "decoder_start_token_id", "torchscript", "tie_encoder_decoder", "add_cross_attention",
+    "cross_attention_hidden_size", "model_type",
 };
 
 static bool trivially_unset(json_t *v)
@@ -351,11 +367,6 @@ static int refuse_unimplemented(json_t *j, lg_err *err)
         json_t *v = json_object_get(j, REFUSED_KEYS[i]);
         if (trivially_unset(v))
             continue;
-        /* pretraining_tp = 1 is the plain model */
-        if (!strcmp(REFUSED_KEYS[i], "pretraining_tp") && json_is_integer(v) && json_integer_value(v) == 1)
-            continue;
-        if (!strcmp(REFUSED_KEYS[i], "attn_implementation"))
-            continue; /* the reference kernel's choice, not the model's math */
         return lg_fail(err, "config.json: \"%s\" is set, which loragate does not implement", REFUSED_KEYS[i]);
     }
     return 0;
@@ -375,6 +386,15 @@ static int parse_rope(json_t *j, const lg_arch *A, lg_model_config *c, lg_err *e
         rp = rp_full;
     }
     double theta, local = 0;
+    /* both forms: transformers 5 takes rope_parameters' values; refuse a config whose two forms disagree
+     * rather than pick one silently */
+    static const char *const both[] = {"rope_theta", "partial_rotary_factor"};
+    for (int i = 0; rp && i < 2; i++) {
+        json_t *top = json_object_get(j, both[i]), *in = json_object_get(rp, both[i]);
+        if (json_is_number(top) && json_is_number(in) && json_number_value(top) != json_number_value(in))
+            return lg_fail(err, "config.json: %s = %g disagrees with rope_parameters' %g", both[i],
+                           json_number_value(top), json_number_value(in));
+    }
     bool theta_in_rp = rp && absent(json_object_get(j, "rope_theta"));
     if (get_num(theta_in_rp ? rp : j, "rope_theta", "config.json", false, A->theta_default, &theta, err))
         return -1;
