@@ -200,16 +200,38 @@ def references(model, inner, cfg_json, W, prompts, device):
     return out, np_err, gen_ok, min_margin, patches
 
 
-def make_adapter(base_dir, cls, fx, seed, adir):
+TARGET_CHANGE = 0.25  # relative L2 change of the last logits the adapter causes (as make_lora_fixtures.py)
+
+
+def make_adapter(base_dir, cls, fx, seed, adir, prompts):
+    """A LoRA on every linear module, its B scaled (float64, CPU) so that the last logits move by about
+    TARGET_CHANGE: stronger adapters make a 16-bit backend's rounding the whole story."""
     from peft import LoraConfig, get_peft_model
     m32 = cls.from_pretrained(base_dir, attn_implementation="eager").to(torch.float32)
     pm = get_peft_model(m32, LoraConfig(task_type="CAUSAL_LM", r=8, lora_alpha=16, lora_dropout=0.0, bias="none",
                                         init_lora_weights=False, target_modules="all-linear"))
     gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in sorted(pm.named_parameters()):
-            if ".lora_A." in name or ".lora_B." in name:
-                p.copy_(0.5 * torch.randn(p.shape, generator=gen) / math.sqrt(p.shape[1]))
+    params = dict(pm.named_parameters())
+    init = {n: torch.randn(p.shape, generator=gen) / math.sqrt(p.shape[1])
+            for n, p in sorted(params.items()) if ".lora_A." in n or ".lora_B." in n}
+    base = cls.from_pretrained(base_dir, attn_implementation="eager").to(torch.float64).eval()
+    with torch.inference_mode():
+        base_last = [base(torch.tensor([ids])).logits[0, -1] for ids in prompts]
+
+    def set_weights(c):
+        with torch.no_grad():
+            for n, v in init.items():
+                params[n].copy_(v * (c if ".lora_B." in n else 1.0))
+
+    c = 0.3
+    for _ in range(4):
+        set_weights(c)
+        pm64 = copy.deepcopy(pm).to(torch.float64)
+        with torch.inference_mode():
+            ch = np.mean([np_llama.rel_l2(pm64(torch.tensor([ids])).logits[0, -1].numpy(), b.numpy())
+                          for ids, b in zip(prompts, base_last)])
+        c = float(f"{c * TARGET_CHANGE / max(ch, 1e-6):.2g}")
+    set_weights(c)
     pm.save_pretrained(adir)
     for extra in ("README.md",):
         if os.path.exists(os.path.join(adir, extra)):
@@ -261,7 +283,7 @@ def build_one(fx0, idx, out_dir, device):
 
     # the adapter: all linear modules, f32, references through PeftModel (unmerged) in float64
     adir = os.path.join(path, "lora")
-    make_adapter(path, cls, fx, seed + 11, adir)
+    make_adapter(path, cls, fx, seed + 11, adir, prompts)
     hf = cls.from_pretrained(path, attn_implementation="eager")
     pm = PeftModel.from_pretrained(hf, adir).to(torch.float64).to(device).eval()
     mods = mlf.adapter_modules(adir)
