@@ -17,6 +17,16 @@
  * gate,up matmul, and rope + KV write inside the q,k,v matmul: five
  * launches per layer instead of nine (norm_linear()).
  *
+ * Family switches (model_arch.h, read from the config here and nowhere
+ * else): embed_scale -> scale_cap after embed; qk_norm -> head_rmsnorm on q
+ * and k before RoPE (RoPE then never fused into the matmul); post_norms ->
+ * the attention and MLP outputs normed into pn before the residual add;
+ * act -> gelu_mul instead of silu_mul (never fused); each layer's kv view
+ * carries its sliding window and the score soft-cap; final_softcap ->
+ * scale_cap on the logits; Gemma 3's sliding layers take inv_freq_local.
+ * The partial-rotary / LongRoPE row transform and the 1 + w norms are done
+ * at upload (qk_transform, upload_norm).
+ *
  * Memory: weights in one backend allocation (carved, llm.c style);
  * activations in a second one sized for max_step_tokens; step metadata in a
  * third, filled by one upload per step. Prompt logprobs (lg_step_seq
