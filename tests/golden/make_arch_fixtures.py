@@ -59,9 +59,10 @@ FIXTURES = [
     dict(name="gemma2_f32", arch="gemma2", dtype="float32", tied=True, theta=1e4,
          extra=dict(sliding_window=WINDOW, query_pre_attn_scalar=24, attn_logit_softcapping=5.0,
                     final_logit_softcapping=3.0, hidden_activation="gelu_pytorch_tanh")),
+    # the released Gemma 2 caps (50, 30) here; gemma2_f32 caps hard (5, 3) to test the cap's math at 1e-4
     dict(name="gemma2_bf16", arch="gemma2", dtype="bfloat16", tied=True, theta=1e4,
-         extra=dict(sliding_window=WINDOW, query_pre_attn_scalar=16, attn_logit_softcapping=5.0,
-                    final_logit_softcapping=3.0, hidden_activation="gelu_pytorch_tanh")),
+         extra=dict(sliding_window=WINDOW, query_pre_attn_scalar=16, attn_logit_softcapping=50.0,
+                    final_logit_softcapping=30.0, hidden_activation="gelu_pytorch_tanh")),
     dict(name="gemma3_f32", arch="gemma3_text", dtype="float32", tied=True, theta=1e6,
          rope_scaling={"rope_type": "linear", "factor": 2.0}, local_theta=1e4,
          extra=dict(sliding_window=WINDOW, query_pre_attn_scalar=16, hidden_activation="gelu_pytorch_tanh",
