@@ -84,6 +84,9 @@ int lg_model_config_validate(const lg_model_config *c, lg_err *err)
     if (c->rot_dim < 0 || c->rot_dim > c->head_dim || c->rot_dim % 2 || (c->head_dim - c->rot_dim) % 2)
         return lg_fail(err, "model config: partial_rotary_factor gives %d rotated dims of head_dim %d, expected an even "
                             "number whose difference to head_dim is even", c->rot_dim, c->head_dim);
+    if (c->qk_norm && c->rope_attn_factor != 0 && c->rope_attn_factor != 1)
+        return lg_fail(err, "model config: a rope attention factor (%g) with per-head q/k norms is not supported",
+                       c->rope_attn_factor); /* the factor is folded into the q/k rows, which the norms would undo */
     if (!(c->attn_softcap >= 0) || !(c->final_softcap >= 0) || !(c->attn_scale >= 0) || !isfinite(c->attn_softcap) ||
         !isfinite(c->final_softcap) || !isfinite(c->attn_scale))
         return lg_fail(err, "model config: soft-caps %g, %g and attention scale %g, expected finite numbers >= 0",
