@@ -32,6 +32,7 @@
  * module paths are short, so a hostile pattern costs at most milliseconds.
  */
 #include "adapters/peft.h"
+#include "engine/model/model_arch.h"
 #include "engine/model/safetensors.h"
 
 #include <errno.h>
@@ -65,6 +66,42 @@ const char *lg_lora_target_name(lg_lora_target t)
 }
 
 static bool lg_target_is_attn(lg_lora_target t) { return t <= LG_LORA_O; }
+
+/* The module that holds target t in base b: its own, or in a fused base (Phi-3) qkv_proj for q, k, v and
+ * gate_up_proj for gate, up; NULL for the targets that share their group's first (k, v, up). */
+static const char *lg_module_name(const lg_model_config *b, lg_lora_target t)
+{
+    if (!b->fused_qkv)
+        return lg_target_names[t];
+    switch (t) {
+    case LG_LORA_Q: return "qkv_proj";
+    case LG_LORA_K:
+    case LG_LORA_V:
+    case LG_LORA_UP: return NULL;
+    case LG_LORA_GATE: return "gate_up_proj";
+    default: return lg_target_names[t];
+    }
+}
+
+/* A fused module's targets: [first, first + count), and target t's first output row in it. */
+static void lg_fused_group(const lg_model_config *b, lg_lora_target t, lg_lora_target *first, int *count, int *row0)
+{
+    const int q = b->n_heads * b->head_dim, kv = b->n_kv_heads * b->head_dim;
+    *first = t;
+    *count = 1;
+    *row0 = 0;
+    if (!b->fused_qkv)
+        return;
+    if (t <= LG_LORA_V) {
+        *first = LG_LORA_Q;
+        *count = 3;
+        *row0 = t == LG_LORA_Q ? 0 : t == LG_LORA_K ? q : q + kv;
+    } else if (t == LG_LORA_GATE || t == LG_LORA_UP) {
+        *first = LG_LORA_GATE;
+        *count = 2;
+        *row0 = t == LG_LORA_GATE ? 0 : b->d_ff;
+    }
+}
 
 void lg_lora_target_dims(const lg_model_config *b, lg_lora_target t, int *in_dim, int *out_dim)
 {
@@ -561,9 +598,10 @@ static int lg_cfg_parse(json_t *root, const lg_model_config *base, lg_peft_cfg *
         c->tm_list = calloc(LG_LORA_N_TARGETS, sizeof *c->tm_list);
         if (!c->tm_list)
             return lg_fail(err, "out of memory");
+        c->n_tm = 0;
         for (int t = 0; t < LG_LORA_N_TARGETS; t++)
-            c->tm_list[t] = lg_target_names[t];
-        c->n_tm = LG_LORA_N_TARGETS;
+            if (lg_module_name(base, (lg_lora_target)t))
+                c->tm_list[c->n_tm++] = lg_module_name(base, (lg_lora_target)t);
     } else if (s) {
         c->tm_kind = LG_TM_REGEX;
         c->tm_regex_src = s;
@@ -737,12 +775,16 @@ static int lg_universe(const lg_model_config *b, lg_modkey **out, int *n_out, lg
             m[k].kind = LG_MOD_OTHER;
             m[k].layer = l;
         }
-        for (int t = 0; t < LG_LORA_N_TARGETS; t++, k++) {
+        for (int t = 0; t < LG_LORA_N_TARGETS; t++) {
+            const char *mod = lg_module_name(b, (lg_lora_target)t);
+            if (!mod)
+                continue; /* in its fused group's module */
             snprintf(m[k].key, sizeof m[k].key, "model.layers.%d.%s.%s", l,
-                     lg_target_is_attn((lg_lora_target)t) ? "self_attn" : "mlp", lg_target_names[t]);
+                     lg_target_is_attn((lg_lora_target)t) ? "self_attn" : "mlp", mod);
             m[k].kind = LG_MOD_LINEAR;
             m[k].layer = l;
             m[k].target = (lg_lora_target)t;
+            k++;
         }
     }
     *out = m;
@@ -799,7 +841,11 @@ static int lg_select(const lg_peft_cfg *c, const lg_model_config *b, lg_rx *rx, 
                          "(expected only q/k/v/o/gate/up/down_proj)", *u[k].key ? "'" : "",
                          *u[k].key ? u[k].key : "the whole model (module path '')", *u[k].key ? "'" : "");
         else {
-            selected[u[k].layer * LG_LORA_N_TARGETS + u[k].target] = true;
+            lg_lora_target f;
+            int cnt, row0;
+            lg_fused_group(b, u[k].target, &f, &cnt, &row0);
+            for (int i = 0; i < cnt; i++)
+                selected[u[k].layer * LG_LORA_N_TARGETS + f + i] = true;
             (*n_sel)++;
         }
     }
@@ -843,10 +889,12 @@ static bool lg_eat(const char **p, const char *lit)
     return true;
 }
 
-/* "base_model.model.model.layers.<N>.<self_attn|mlp>.<proj>.lora_<A|B>[.<adapter>].weight" */
-static int lg_parse_tensor_name(const char *name, int n_layers, int *layer, lg_lora_target *target, int *which,
-                                lg_err *err)
+/* "base_model.model.model.layers.<N>.<self_attn|mlp>.<proj>.lora_<A|B>[.<adapter>].weight"; <proj> as the
+ * base names its modules (lg_module_name: a fused base's qkv_proj is target q, gate_up_proj gate). */
+static int lg_parse_tensor_name(const char *name, const lg_model_config *b, int *layer, lg_lora_target *target,
+                                int *which, lg_err *err)
 {
+    const int n_layers = b->n_layers;
     if (strstr(name, "lora_magnitude_vector"))
         return lg_fail(err, "DoRA adapters are not supported (tensor '%s')", name);
     if (strstr(name, "lora_embedding_A") || strstr(name, "lora_embedding_B") || strstr(name, "embed_tokens") ||
@@ -873,8 +921,8 @@ static int lg_parse_tensor_name(const char *name, int n_layers, int *layer, lg_l
     if (!attn && !lg_eat(&p, "mlp."))
         goto unknown;
     for (int i = 0; i < LG_LORA_N_TARGETS && t < 0; i++) {
-        const char *q = p;
-        if (lg_target_is_attn((lg_lora_target)i) == attn && lg_eat(&q, lg_target_names[i]) && *q == '.') {
+        const char *q = p, *mod = lg_module_name(b, (lg_lora_target)i);
+        if (mod && lg_target_is_attn((lg_lora_target)i) == attn && lg_eat(&q, mod) && *q == '.') {
             t = i;
             p = q + 1;
         }
@@ -906,8 +954,9 @@ static int lg_parse_tensor_name(const char *name, int n_layers, int *layer, lg_l
     return 0;
 unknown:
     return lg_fail(err, "unknown tensor '%s': expected "
-                   "base_model.model.model.layers.N.{self_attn.{q,k,v,o}_proj|mlp.{gate,up,down}_proj}.lora_{A,B}.weight",
-                   name);
+                   "base_model.model.model.layers.N.%s.lora_{A,B}.weight", name,
+                   b->fused_qkv ? "{self_attn.{qkv,o}_proj|mlp.{gate_up,down}_proj}"
+                                : "{self_attn.{q,k,v,o}_proj|mlp.{gate,up,down}_proj}");
 }
 
 /* ---- assembly ---------------------------------------------------------------------- */
@@ -965,6 +1014,33 @@ static int lg_check_base(const lg_model_config *b, lg_err *err)
     return 0;
 }
 
+/* B rows of a q or k target in the engine's RoPE layout (model_arch.h lg_arch_qk_row), in place. */
+static int qk_rows(const lg_model_config *b, void *B, lg_dtype dt, int n_heads, int rank)
+{
+    const int hd = b->head_dim;
+    const size_t es = lg_dtype_size(dt), row = (size_t)rank * es;
+    char *copy = malloc((size_t)n_heads * hd * row);
+    float *f = malloc((size_t)rank * 4);
+    if (!copy || !f) {
+        free(copy);
+        free(f);
+        return -1;
+    }
+    memcpy(copy, B, (size_t)n_heads * hd * row);
+    for (int h = 0; h < n_heads; h++)
+        for (int e = 0; e < hd; e++) {
+            int src;
+            float k;
+            lg_arch_qk_row(b, e, &src, &k);
+            lg_to_f32(f, copy + ((size_t)h * hd + (size_t)src) * row, dt, (size_t)rank);
+            for (int i = 0; i < rank; i++) f[i] *= k;
+            lg_from_f32((char *)B + ((size_t)h * hd + (size_t)e) * row, dt, f, (size_t)rank);
+        }
+    free(copy);
+    free(f);
+    return 0;
+}
+
 typedef struct lg_slot {
     const lg_st_tensor *t[2]; /* lora_A, lora_B */
 } lg_slot;
@@ -984,7 +1060,7 @@ static int lg_build(const lg_peft_cfg *c, lg_rx *rx, const lg_model_config *b, c
         const lg_st_tensor *t = lg_st_at(st, i);
         int layer = 0, which = 0;
         lg_lora_target tg = LG_LORA_Q;
-        if (lg_parse_tensor_name(t->name, b->n_layers, &layer, &tg, &which, err))
+        if (lg_parse_tensor_name(t->name, b, &layer, &tg, &which, err))
             goto out;
         if (!t->has_lg_dtype || t->dtype == LG_I32) {
             lg_fail(err, "tensor '%s' has dtype %s, expected F32, F16 or BF16", t->name, t->dtype_name);
@@ -1005,6 +1081,15 @@ static int lg_build(const lg_peft_cfg *c, lg_rx *rx, const lg_model_config *b, c
             goto out;
         }
         s->t[which] = t;
+    }
+    /* a fused module's tensors serve each target of its group (lg_fused_group: row slices of B) */
+    for (size_t k = 0; b->fused_qkv && k < n_slots; k++) {
+        lg_lora_target f;
+        int cnt, row0;
+        lg_fused_group(b, (lg_lora_target)(k % LG_LORA_N_TARGETS), &f, &cnt, &row0);
+        if (f == (lg_lora_target)(k % LG_LORA_N_TARGETS))
+            continue;
+        slots[k] = slots[k - (size_t)((int)(k % LG_LORA_N_TARGETS) - (int)f)];
     }
 
     /* pairing and consistency with the config */
@@ -1051,9 +1136,17 @@ static int lg_build(const lg_peft_cfg *c, lg_rx *rx, const lg_model_config *b, c
         m->target = (lg_lora_target)(k % LG_LORA_N_TARGETS);
         lg_lora_target_dims(b, m->target, &m->in_dim, &m->out_dim);
         const lg_st_tensor *A = s->t[0], *B = s->t[1];
+        lg_lora_target gf;
+        int gcnt, grow0, b_rows = 0;
+        lg_fused_group(b, m->target, &gf, &gcnt, &grow0);
+        for (int i = 0; i < gcnt; i++) {
+            int in_i, out_i;
+            lg_lora_target_dims(b, (lg_lora_target)(gf + i), &in_i, &out_i);
+            b_rows += out_i;
+        }
         char key[96];
         snprintf(key, sizeof key, "model.layers.%d.%s.%s", m->layer, lg_target_is_attn(m->target) ? "self_attn" : "mlp",
-                 lg_lora_target_name(m->target));
+                 lg_module_name(b, gf));
         if (A->n_dims != 2 || B->n_dims != 2) {
             lg_fail(err, "%s: expected 2-D lora_A and lora_B, found %d-D and %d-D", key, A->n_dims, B->n_dims);
             goto out;
@@ -1064,10 +1157,10 @@ static int lg_build(const lg_peft_cfg *c, lg_rx *rx, const lg_model_config *b, c
                     A->shape[0] == m->in_dim ? " — stored transposed? PEFT writes lora_A as [r, in]" : "");
             goto out;
         }
-        if (B->shape[0] != m->out_dim) {
+        if (B->shape[0] != b_rows) {
             lg_fail(err, "%s: lora_B has shape [%lld, %lld], expected [%d, rank] (out_features of the base model)%s", key,
-                    (long long)B->shape[0], (long long)B->shape[1], m->out_dim,
-                    B->shape[1] == m->out_dim ? " — stored transposed? PEFT writes lora_B as [out, r]" : "");
+                    (long long)B->shape[0], (long long)B->shape[1], b_rows,
+                    B->shape[1] == b_rows ? " — stored transposed? PEFT writes lora_B as [out, r]" : "");
             goto out;
         }
         if (A->shape[0] != B->shape[1]) {
@@ -1102,9 +1195,10 @@ static int lg_build(const lg_peft_cfg *c, lg_rx *rx, const lg_model_config *b, c
         }
         if (m->rank > a->max_rank)
             a->max_rank = m->rank;
-        size_t sz = lg_round_up(A->nbytes), szb = lg_round_up(B->nbytes);
+        const size_t b_bytes = (size_t)m->out_dim * (size_t)m->rank * lg_dtype_size(a->dtype);
+        size_t sz = lg_round_up(A->nbytes), szb = lg_round_up(b_bytes);
         if (!lg_add_ok(total, sz, &total) || !lg_add_ok(total, szb, &total) ||
-            !lg_add_ok(a->weight_bytes, A->nbytes + B->nbytes, &a->weight_bytes)) {
+            !lg_add_ok(a->weight_bytes, A->nbytes + b_bytes, &a->weight_bytes)) {
             lg_fail(err, "adapter too large");
             goto out;
         }
@@ -1121,23 +1215,34 @@ static int lg_build(const lg_peft_cfg *c, lg_rx *rx, const lg_model_config *b, c
     for (int i = 0; i < a->n_modules; i++) {
         lg_lora_module *m = &a->modules[i];
         lg_slot *s = &slots[(size_t)m->layer * LG_LORA_N_TARGETS + m->target];
+        lg_lora_target gf;
+        int gcnt, grow0;
+        lg_fused_group(b, m->target, &gf, &gcnt, &grow0);
         for (int w = 0; w < 2; w++) {
             void *dst = (char *)a->data + off;
             const lg_st_tensor *t = s->t[w];
-            memcpy(dst, t->data, t->nbytes);
+            /* B: the target's rows of a fused module's B (all of it otherwise) */
+            const size_t es = lg_dtype_size(a->dtype), row_bytes = (size_t)m->rank * es;
+            const size_t nbytes = w == 0 ? t->nbytes : (size_t)m->out_dim * row_bytes;
+            memcpy(dst, (const char *)t->data + (w == 0 ? 0 : (size_t)grow0 * row_bytes), nbytes);
             size_t bad;
             const char *what;
-            if (lg_non_finite(dst, a->dtype, t->n_elems, &bad, &what)) {
+            if (lg_non_finite(dst, a->dtype, nbytes / es, &bad, &what)) {
                 size_t cols = (size_t)t->shape[1]; /* n_elems > 0: no zero dimension */
                 lg_fail(err, "adapter_model.safetensors: tensor '%s': element %zu ([%zu, %zu]) is %s; expected finite "
                         "LoRA weights", t->name, bad, bad / cols, bad % cols, what);
+                goto out;
+            }
+            if (w == 1 && (m->target == LG_LORA_Q || m->target == LG_LORA_K) && !lg_arch_qk_identity(b) &&
+                qk_rows(b, dst, a->dtype, m->target == LG_LORA_Q ? b->n_heads : b->n_kv_heads, m->rank) != 0) {
+                lg_fail(err, "out of memory");
                 goto out;
             }
             if (w == 0)
                 m->A = dst;
             else
                 m->B = dst;
-            off += lg_round_up(s->t[w]->nbytes);
+            off += lg_round_up(nbytes);
         }
     }
     a->n_layers = b->n_layers;

@@ -13,6 +13,9 @@
  * when head_dim % 16 == 0 and head_dim <= 256, else to the decode kernel,
  * which handles any query length and any head_dim % 8 == 0 up to 256 on
  * CUDA cores. LG_ATTN_FA2=0 sends prefill to the wmma kernel always.
+ * A layer with a sliding window or soft-capped scores (kv.window,
+ * kv.softcap: Mistral, Qwen2, Phi-3, Gemma) goes to attention_window.cu
+ * whatever the step's shape; the kernels above never see one.
  */
 #include "kernels/ops.cuh"
 
@@ -41,6 +44,8 @@ int cu_attention(lg_backend *be, lg_tensor out, lg_tensor q, lg_kv_view kv, cons
         return CU_FAIL(c, "attention: the KV pool, page size and K/V offsets must be 16-byte aligned");
     if (m->n_tokens == 0)
         return 0;
+    if (kv.window > 0 || kv.softcap > 0) /* sliding-window or soft-capped layers */
+        return cu_attention_window(be, out, q, kv, m, n_heads, scale);
     if (m->max_q_len > 1 && hd % 16 == 0 && q.stride % 8 == 0 && cu_aligned16(q.data)) {
         if (c->tune->attn_fa2) {
             const int r = cu_attention_prefill_fa2(be, out, q, kv, m, n_heads, scale);

@@ -395,6 +395,9 @@ extern "C" int lg_backend_cuda_create(const lg_backend_opts *opts, lg_backend **
     i->kv_write = cu_kv_write;
     i->attention = cu_attention;
     i->silu_mul = cu_silu_mul;
+    i->gelu_mul = cu_gelu_mul;
+    i->head_rmsnorm = cu_head_rmsnorm;
+    i->scale_cap = cu_scale_cap;
     i->get_rows = cu_get_rows;
     i->convert = cu_convert;
     i->lora_shrink = cu_lora_shrink;

@@ -26,6 +26,9 @@ int cu_rope_kv_write(lg_backend *be, lg_tensor q, lg_tensor k, lg_tensor v, cons
 int cu_attention(lg_backend *be, lg_tensor out, lg_tensor q, lg_kv_view kv, const lg_step_meta *m, int n_heads,
                  float scale);
 int cu_silu_mul(lg_backend *be, lg_tensor out, lg_tensor gate_up);
+int cu_gelu_mul(lg_backend *be, lg_tensor out, lg_tensor gate_up);
+int cu_head_rmsnorm(lg_backend *be, lg_tensor x, lg_tensor w, int n_heads, int head_dim, float eps);
+int cu_scale_cap(lg_backend *be, lg_tensor x, float s, float cap);
 int cu_get_rows(lg_backend *be, lg_tensor out, lg_tensor x, const int32_t *rows, int n);
 int cu_convert(lg_backend *be, lg_tensor dst, lg_tensor src);
 int cu_lora_shrink(lg_backend *be, lg_tensor tmp, lg_tensor x, const lg_lora_meta *lm, int slot);
@@ -78,6 +81,9 @@ int cu_attention_decode(lg_backend *be, lg_tensor out, lg_tensor q, lg_kv_view k
                         int n_heads, float scale);
 /* backend.h decode_kv_key (attention_decode.cu) */
 extern "C" int cu_decode_kv_key(lg_backend *be, int n_tokens, int n_heads, const lg_kv_view *kv, int max_kv_len);
+/* attention_window.cu: layers with a sliding window or soft-capped scores (kv.window, kv.softcap) */
+int cu_attention_window(lg_backend *be, lg_tensor out, lg_tensor q, lg_kv_view kv, const lg_step_meta *m, int n_heads,
+                        float scale);
 int cu_attention_prefill(lg_backend *be, lg_tensor out, lg_tensor q, lg_kv_view kv, const lg_step_meta *m,
                          int n_heads, float scale);
 /* FlashAttention-2 on mma.sync for head_dim 64 / 128 (attention_prefill_fa2.cu): 0 done, -1 error,

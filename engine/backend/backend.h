@@ -72,6 +72,12 @@ typedef struct lg_kv_view {
     int page_tokens;
     int n_kv_heads, head_dim;
     lg_dtype dtype;
+    /* which keys a query sees and how its scores are bounded (attention only; zero for the
+     * other ops): window > 0: a query at position p attends to keys p - window + 1 .. p (a
+     * sliding-window layer), else to keys 0 .. p; softcap > 0: scores are
+     * softcap * tanh(scale * q.k / softcap) before the softmax (Gemma 2) */
+    int window;
+    float softcap;
 } lg_kv_view;
 
 /* rope_kv_write's arguments after q, k, v (norm_matmul's qkv form). */
@@ -224,11 +230,19 @@ typedef struct lg_backend_i {
     /* K/V rows of this step into their slots */
     int (*kv_write)(lg_backend *be, lg_kv_view kv, lg_tensor k, lg_tensor v, const int32_t *slot,
                     int n_tokens);
-    /* causal attention of the step's queries over each sequence's pages */
+    /* causal attention of the step's queries over each sequence's pages (kv.window, kv.softcap) */
     int (*attention)(lg_backend *be, lg_tensor out, lg_tensor q, lg_kv_view kv, const lg_step_meta *m,
                      int n_heads, float scale);
     /* out[T, F] = silu(gu[T, :F]) * gu[T, F:] */
     int (*silu_mul)(lg_backend *be, lg_tensor out, lg_tensor gate_up);
+    /* out[T, F] = gelu_tanh(gu[T, :F]) * gu[T, F:], gelu_tanh(x) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+     * (PyTorch's gelu with approximate='tanh'; Gemma) */
+    int (*gelu_mul)(lg_backend *be, lg_tensor out, lg_tensor gate_up);
+    /* in place, each head h < n_heads of each row: x[t, h] = x[t, h] / rms(x[t, h]) * w (w: [head_dim] f32;
+     * the q/k norms of Qwen3 and Gemma 3) */
+    int (*head_rmsnorm)(lg_backend *be, lg_tensor x, lg_tensor w, int n_heads, int head_dim, float eps);
+    /* in place: x = cap > 0 ? cap * tanh(s * x / cap) : s * x (Gemma's embedding scale; the logits' soft-cap) */
+    int (*scale_cap)(lg_backend *be, lg_tensor x, float s, float cap);
     /* out[i, :] = x[rows[i], :] for i < n */
     int (*get_rows)(lg_backend *be, lg_tensor out, lg_tensor x, const int32_t *rows, int n);
     /* converts between dtypes, same shape */

@@ -300,7 +300,8 @@ static int cpu_kv_write(lg_backend *be, lg_kv_view kv, lg_tensor k, lg_tensor v,
 
 /* ---- attention ---------------------------------------------------------------
  * For token t of sequence s at position p, query head h (kv head h / group):
- *   out[t, h] = sum_{j <= p} softmax_j(scale * q[t,h] . K_s[j, kvh]) V_s[j, kvh]
+ *   out[t, h] = sum_{p - W < j <= p} softmax_j(cap(scale * q[t,h] . K_s[j, kvh])) V_s[j, kvh]
+ * with W = kv.window (infinite when 0) and cap(x) = c tanh(x / c) for c = kv.softcap > 0 (else x).
  * K_s[j] is slot j % page_tokens of page page_ids[page_indptr[s] + j / page_tokens].
  * Work item = (token, kv head): the K/V rows are read once for the group. */
 typedef struct {
@@ -323,12 +324,15 @@ static void attn_task(void *arg, int tid, int64_t i0, int64_t i1)
         int kvh = (int)(it % nkv);
         int s = j->seq_of_tok[t];
         int n_ctx = j->m->pos[t] + 1;
+        /* a sliding-window layer: keys [k0, n_ctx); the scores below are indexed from k0 */
+        const int k0 = kv->window > 0 && n_ctx > kv->window ? n_ctx - kv->window : 0;
+        const float cap = kv->softcap;
         const int32_t *pages = j->m->page_ids + j->m->page_indptr[s];
         float *sc = j->scratch[tid]; /* [g][n_ctx] scores */
         const float *qv = (const float *)j->q.data + t * j->q.stride + (size_t)kvh * g * hd;
         float mx[64];
         for (int r = 0; r < g; r++) mx[r] = -INFINITY;
-        for (int pos = 0; pos < n_ctx; pos++) {
+        for (int pos = k0; pos < n_ctx; pos++) {
             int32_t slot = pages[pos / kv->page_tokens] * kv->page_tokens + pos % kv->page_tokens;
             const float *kr = kv_ptr(kv, slot, kv->k_off) + (size_t)kvh * hd;
             for (int r = 0; r < g; r++) {
@@ -336,6 +340,8 @@ static void attn_task(void *arg, int tid, int64_t i0, int64_t i1)
                 float d = 0;
                 for (int e = 0; e < hd; e++) d += qr[e] * kr[e];
                 d *= j->scale;
+                if (cap > 0)
+                    d = cap * tanhf(d / cap);
                 sc[(size_t)r * n_ctx + pos] = d;
                 if (d > mx[r]) mx[r] = d;
             }
@@ -346,13 +352,13 @@ static void attn_task(void *arg, int tid, int64_t i0, int64_t i1)
         for (int r = 0; r < g; r++) {
             double ssum = 0;
             float *sr = sc + (size_t)r * n_ctx;
-            for (int pos = 0; pos < n_ctx; pos++) {
+            for (int pos = k0; pos < n_ctx; pos++) {
                 sr[pos] = expf(sr[pos] - mx[r]);
                 ssum += sr[pos];
             }
             sum[r] = (float)ssum;
         }
-        for (int pos = 0; pos < n_ctx; pos++) {
+        for (int pos = k0; pos < n_ctx; pos++) {
             int32_t slot = pages[pos / kv->page_tokens] * kv->page_tokens + pos % kv->page_tokens;
             const float *vr = kv_ptr(kv, slot, kv->v_off) + (size_t)kvh * hd;
             for (int r = 0; r < g; r++) {
@@ -414,6 +420,71 @@ static int cpu_silu_mul(lg_backend *be, lg_tensor out, lg_tensor gate_up)
         return -1;
     silu_job j = {out, gate_up};
     lg_threadpool_for(CTX(be)->tp, out.rows, 4, silu_task, &j);
+    return 0;
+}
+
+/* ---- gelu(tanh) * mul, per-head rmsnorm, scale / soft-cap ------------------------ */
+static void gelu_task(void *arg, int tid, int64_t i0, int64_t i1)
+{
+    silu_job *j = arg;
+    int64_t F = j->out.cols;
+    const float c = 0.7978845608028654f; /* sqrt(2 / pi) */
+    for (int64_t t = i0; t < i1; t++) {
+        const float *g = (const float *)j->gu.data + t * j->gu.stride, *u = g + F;
+        float *o = (float *)j->out.data + t * j->out.stride;
+        for (int64_t k = 0; k < F; k++) {
+            const float x = g[k];
+            o[k] = 0.5f * x * (1.0f + tanhf(c * (x + 0.044715f * x * x * x))) * u[k];
+        }
+    }
+}
+static int cpu_gelu_mul(lg_backend *be, lg_tensor out, lg_tensor gate_up)
+{
+    if (out.dtype != LG_F32 || gate_up.dtype != LG_F32 || gate_up.cols != 2 * out.cols)
+        return -1;
+    silu_job j = {out, gate_up};
+    lg_threadpool_for(CTX(be)->tp, out.rows, 4, gelu_task, &j);
+    return 0;
+}
+
+typedef struct {
+    lg_tensor x;
+    const float *w;
+    int nh, hd;
+    float eps;
+} head_norm_job;
+static void head_norm_task(void *arg, int tid, int64_t i0, int64_t i1)
+{
+    head_norm_job *j = arg;
+    for (int64_t t = i0; t < i1; t++)
+        for (int h = 0; h < j->nh; h++) {
+            float *r = (float *)j->x.data + t * j->x.stride + (size_t)h * j->hd;
+            double ss = 0;
+            for (int k = 0; k < j->hd; k++) ss += (double)r[k] * r[k];
+            float inv = (float)(1.0 / sqrt(ss / (double)j->hd + (double)j->eps));
+            for (int k = 0; k < j->hd; k++) r[k] = r[k] * inv * j->w[k];
+        }
+}
+static int cpu_head_rmsnorm(lg_backend *be, lg_tensor x, lg_tensor w, int n_heads, int head_dim, float eps)
+{
+    if (x.dtype != LG_F32 || w.dtype != LG_F32 || w.cols != head_dim || x.cols != (int64_t)n_heads * head_dim)
+        return -1;
+    head_norm_job j = {x, w.data, n_heads, head_dim, eps};
+    lg_threadpool_for(CTX(be)->tp, x.rows, 8, head_norm_task, &j);
+    return 0;
+}
+
+static int cpu_scale_cap(lg_backend *be, lg_tensor x, float s, float cap)
+{
+    if (x.dtype != LG_F32)
+        return -1;
+    for (int64_t t = 0; t < x.rows; t++) {
+        float *r = (float *)x.data + t * x.stride;
+        if (cap > 0)
+            for (int64_t k = 0; k < x.cols; k++) r[k] = cap * tanhf(s * r[k] / cap);
+        else
+            for (int64_t k = 0; k < x.cols; k++) r[k] *= s;
+    }
     return 0;
 }
 
@@ -593,6 +664,9 @@ int lg_backend_cpu_create(const lg_backend_opts *opts, lg_backend **out, lg_err 
         .kv_write = cpu_kv_write,
         .attention = cpu_attention,
         .silu_mul = cpu_silu_mul,
+        .gelu_mul = cpu_gelu_mul,
+        .head_rmsnorm = cpu_head_rmsnorm,
+        .scale_cap = cpu_scale_cap,
         .get_rows = cpu_get_rows,
         .convert = cpu_convert,
         .lora_shrink = cpu_lora_shrink,

@@ -17,6 +17,16 @@
  * gate,up matmul, and rope + KV write inside the q,k,v matmul: five
  * launches per layer instead of nine (norm_linear()).
  *
+ * Family switches (model_arch.h, read from the config here and nowhere
+ * else): embed_scale -> scale_cap after embed; qk_norm -> head_rmsnorm on q
+ * and k before RoPE (RoPE then never fused into the matmul); post_norms ->
+ * the attention and MLP outputs normed into pn before the residual add;
+ * act -> gelu_mul instead of silu_mul (never fused); each layer's kv view
+ * carries its sliding window and the score soft-cap; final_softcap ->
+ * scale_cap on the logits; Gemma 3's sliding layers take inv_freq_local.
+ * The partial-rotary / LongRoPE row transform and the 1 + w norms are done
+ * at upload (qk_transform, upload_norm).
+ *
  * Memory: weights in one backend allocation (carved, llm.c style);
  * activations in a second one sized for max_step_tokens; step metadata in a
  * third, filled by one upload per step. Prompt logprobs (lg_step_seq
@@ -51,6 +61,7 @@
  * (lg_backend_tuning, engine/base/tuning.h).
  */
 #include "engine/model/model.h"
+#include "engine/model/model_arch.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -65,7 +76,9 @@ _Static_assert(sizeof(lg_sample_row) % sizeof(int32_t) == 0 && _Alignof(lg_sampl
                "lg_sample_row: whole int32 words");
 
 typedef struct layer_w {
-    lg_tensor ln1, ln2;  /* [1, d] f32 */
+    lg_tensor ln1, ln2;  /* [1, d] f32 (ln2: the MLP's input norm; Gemma's pre_feedforward_layernorm) */
+    lg_tensor post_attn, post_ff; /* [1, d] f32: Gemma's norms of the attention and MLP outputs, or data NULL */
+    lg_tensor q_norm, k_norm;     /* [1, hd] f32: per-head q/k norms (Qwen3, Gemma 3), or data NULL */
     lg_tensor wqkv;      /* [(H + 2 Hkv) hd, d] */
     lg_tensor bqkv;      /* [1, (H + 2 Hkv) hd] f32 or data NULL */
     lg_tensor wo;        /* [d, H hd] */
@@ -83,9 +96,12 @@ struct lg_model {
     lg_tensor lm_head;   /* [V, d] (may alias embed) */
     layer_w *layers;
     float *inv_freq;     /* device [hd/2] */
+    float *inv_freq_local; /* device [hd/2]: sliding layers' RoPE (Gemma 3), or NULL: inv_freq */
+    float embed_mult;    /* Gemma: sqrt(hidden_size) in the weights' dtype, else 1 */
     /* activations */
     void *abuf;
     lg_tensor x, xn, qkv, attn, o, gu, act, mlp, rows, logits;
+    lg_tensor pn;        /* [T, d]: a post-norm's output (Gemma), or data NULL */
     lg_tensor x2;        /* [LG_NORM_MATMUL_MAX_T or max_seqs, d]: the residual's second buffer (norm_linear) */
     lg_tensor prows;     /* [prompt_logit_rows, d] act: the gathered rows of prompt logprobs */
     lg_tensor plogits;   /* [prompt_logit_rows, V] f32: their logits (own allocation) */
@@ -232,20 +248,33 @@ static lg_dtype backend_wdtype(const lg_backend *be, lg_dtype stored)
     return be->act_dtype;
 }
 
-static void compute_inv_freq(const lg_model_config *c, const lg_weights *w, float *out)
+/* RoPE inverse frequencies [hd/2] in the engine's pairing (model_arch.h, lg_arch_qk_row): the first
+ * rot_dim / 2 pairs rotate, the rest (partial rotary) get 0. theta: the base; scaled: the config's
+ * rope scaling applies (Gemma 3's sliding layers have their own base and none). LongRoPE takes its
+ * long factors when the served context is longer than original_max_position_embeddings, else its
+ * short ones (llama.cpp's rule; transformers switches per forward by the longest position). */
+static void compute_inv_freq(const lg_model_config *c, const lg_weights *w, double theta, bool scaled, int max_context,
+                             float *out)
 {
-    int half = c->head_dim / 2;
+    const int half = c->head_dim / 2, rot = c->rot_dim > 0 ? c->rot_dim : c->head_dim;
     const lg_wtensor *rf = lg_weights_get(w, "rope_freqs");
     float rfv[1024];
-    if (rf && (int)tensor_elems(rf) == half)
+    if (rf && (int)tensor_elems(rf) == half && scaled)
         lg_to_f32(rfv, rf->data, rf->dtype, (size_t)half);
     else
         rf = NULL;
+    const float *ext = c->rope_scaling == LG_ROPE_LONGROPE
+                           ? (max_context > c->rope_orig_max_pos ? c->rope_long : c->rope_short)
+                           : NULL;
     for (int i = 0; i < half; i++) {
-        double inv = 1.0 / pow((double)c->rope_theta, (double)(2 * i) / (double)c->head_dim);
-        if (c->rope_scaling == LG_ROPE_LINEAR) {
+        if (i >= rot / 2) {
+            out[i] = 0.0f;
+            continue;
+        }
+        double inv = 1.0 / pow(theta, (double)(2 * i) / (double)rot);
+        if (scaled && c->rope_scaling == LG_ROPE_LINEAR) {
             inv /= c->rope_factor;
-        } else if (c->rope_scaling == LG_ROPE_LLAMA3) {
+        } else if (scaled && c->rope_scaling == LG_ROPE_LLAMA3) {
             double old = c->rope_orig_max_pos, lf = c->rope_low_freq_factor, hf = c->rope_high_freq_factor;
             double low_wl = old / lf, high_wl = old / hf;
             double wl = 2.0 * M_PI / inv;
@@ -255,11 +284,78 @@ static void compute_inv_freq(const lg_model_config *c, const lg_weights *w, floa
                 double smooth = (old / wl - lf) / (hf - lf);
                 inv = (1.0 - smooth) * inv / c->rope_factor + smooth * inv;
             }
+        } else if (scaled && ext) {
+            inv /= (double)ext[i];
         }
         if (rf)
             inv /= rfv[i];
         out[i] = (float)inv;
     }
+}
+
+/* A host copy of t with the q/k row transform (lg_arch_qk_row) applied to rows [row0, row0 + n_heads *
+ * head_dim) (a 1-D tensor: its elements): each head's rows permuted and scaled, in t's dtype. *buf
+ * owns the copy (the caller frees it). */
+static int qk_transform(const lg_model_config *c, const lg_wtensor *t, int64_t row0, int n_heads, lg_wtensor *out,
+                        void **buf, lg_err *err)
+{
+    const int hd = c->head_dim;
+    const size_t es = lg_dtype_size(t->dtype);
+    const size_t cols = t->n_dims == 1 ? 1 : (size_t)t->shape[1];
+    const size_t row_bytes = cols * es;
+    if (!*buf) {
+        *buf = malloc(t->nbytes ? t->nbytes : 1);
+        if (!*buf)
+            return lg_fail(err, "out of memory transforming %s", t->name);
+        memcpy(*buf, t->data, t->nbytes);
+    }
+    *out = *t;
+    out->data = *buf;
+    float *row = malloc(cols * 4);
+    if (!row)
+        return lg_fail(err, "out of memory transforming %s", t->name);
+    for (int h = 0; h < n_heads; h++)
+        for (int e = 0; e < hd; e++) {
+            int src;
+            float f;
+            lg_arch_qk_row(c, e, &src, &f);
+            const char *from = (const char *)t->data + ((size_t)row0 + (size_t)h * hd + (size_t)src) * row_bytes;
+            char *to = (char *)*buf + ((size_t)row0 + (size_t)h * hd + (size_t)e) * row_bytes;
+            lg_to_f32(row, from, t->dtype, cols);
+            for (size_t k = 0; k < cols; k++) row[k] *= f;
+            lg_from_f32(to, t->dtype, row, cols);
+        }
+    free(row);
+    return 0;
+}
+
+/* A norm weight [1, n] as f32, plus one where the family's norm multiplies by 1 + w (Gemma), its
+ * elements permuted by the q/k row transform when perm (the q/k norms). */
+static int upload_norm(upload_ctx *u, lg_tensor *out, const lg_model_config *c, const lg_wtensor *t, bool perm)
+{
+    const size_t n = tensor_elems(t);
+    float *v = malloc(n * 4), *p = malloc(n * 4);
+    if (!v || !p) {
+        free(v);
+        free(p);
+        return lg_fail(u->err, "out of memory converting %s", t->name);
+    }
+    lg_to_f32(v, t->data, t->dtype, n);
+    for (size_t i = 0; i < n; i++) {
+        int src = (int)i;
+        float f;
+        if (perm)
+            lg_arch_qk_row(c, (int)i, &src, &f);
+        p[i] = v[src] + (c->norm_plus_one ? 1.0f : 0.0f);
+    }
+    free(v);
+    float *dst = carve(u, n * 4);
+    int rc = dst ? u->be->i.upload(u->be, dst, p, n * 4) : lg_fail(u->err, "weight buffer overflow (internal size mismatch)");
+    free(p);
+    if (rc != 0)
+        return -1;
+    *out = lg_tensor_2d(dst, LG_F32, 1, (int64_t)n);
+    return 0;
 }
 
 /* opts with its defaults filled in and its bounds applied for config c */
@@ -292,7 +388,7 @@ static int upload_weights(lg_model *m, const lg_weights *w, lg_err *err)
         const lg_wtensor *t = lg_weights_at(w, i);
         total += tensor_elems(t) * 4 + 256; /* upper bound: every tensor at 4 bytes */
     }
-    total += (size_t)hd * 4 + 4096;
+    total += 2 * ((size_t)hd * 4 + 4096);
     upload_ctx u = {be, NULL, 0, total, err};
     u.base = be->i.alloc(be, total);
     if (!u.base)
@@ -309,42 +405,121 @@ static int upload_weights(lg_model *m, const lg_weights *w, lg_err *err)
         m->lm_head = m->embed;
     }
     const lg_wtensor *nw = lg_weights_get(w, "model.norm.weight");
-    if (upload_cat(&u, &m->norm, LG_F32, &nw, 1) != 0)
+    if (upload_norm(&u, &m->norm, c, nw, false) != 0)
         return -1;
+    const bool qk_plain = lg_arch_qk_identity(c);
+    const int64_t qdim = (int64_t)c->n_heads * hd;
 
     for (int l = 0; l < c->n_layers; l++) {
         layer_w *lw = &m->layers[l];
+        const bool pn = c->post_norms;
         const lg_wtensor *ln1 = need(w, err, "model.layers.%d.input_layernorm.weight", l);
-        const lg_wtensor *ln2 = need(w, err, "model.layers.%d.post_attention_layernorm.weight", l);
-        const lg_wtensor *qkv[3] = {need(w, err, "model.layers.%d.self_attn.q_proj.weight", l),
-                                    need(w, err, "model.layers.%d.self_attn.k_proj.weight", l),
-                                    need(w, err, "model.layers.%d.self_attn.v_proj.weight", l)};
+        const lg_wtensor *ln2 = need(w, err, pn ? "model.layers.%d.pre_feedforward_layernorm.weight"
+                                                : "model.layers.%d.post_attention_layernorm.weight", l);
+        const lg_wtensor *qkv[3] = {NULL, NULL, NULL}, *gu[2] = {NULL, NULL};
+        int n_qkv = 3, n_gu = 2;
+        if (c->fused_qkv) {
+            qkv[0] = need(w, err, "model.layers.%d.self_attn.qkv_proj.weight", l);
+            gu[0] = need(w, err, "model.layers.%d.mlp.gate_up_proj.weight", l);
+            n_qkv = n_gu = 1;
+            qkv[1] = qkv[2] = qkv[0];
+            gu[1] = gu[0];
+        } else {
+            qkv[0] = need(w, err, "model.layers.%d.self_attn.q_proj.weight", l);
+            qkv[1] = need(w, err, "model.layers.%d.self_attn.k_proj.weight", l);
+            qkv[2] = need(w, err, "model.layers.%d.self_attn.v_proj.weight", l);
+            gu[0] = need(w, err, "model.layers.%d.mlp.gate_proj.weight", l);
+            gu[1] = need(w, err, "model.layers.%d.mlp.up_proj.weight", l);
+        }
         const lg_wtensor *wo = need(w, err, "model.layers.%d.self_attn.o_proj.weight", l);
-        const lg_wtensor *gu[2] = {need(w, err, "model.layers.%d.mlp.gate_proj.weight", l),
-                                   need(w, err, "model.layers.%d.mlp.up_proj.weight", l)};
         const lg_wtensor *dn = need(w, err, "model.layers.%d.mlp.down_proj.weight", l);
         if (!ln1 || !ln2 || !qkv[0] || !qkv[1] || !qkv[2] || !wo || !gu[0] || !gu[1] || !dn)
             return -1;
+        /* partial rotary / LongRoPE: q and k rows in the engine's RoPE layout (lg_arch_qk_row) */
+        lg_wtensor tq[3];
+        const lg_wtensor *pq[3] = {qkv[0], qkv[1], qkv[2]};
+        void *bq = NULL, *bk = NULL;
+        int rc = 0;
+        if (!qk_plain) {
+            if (c->fused_qkv) {
+                rc = qk_transform(c, qkv[0], 0, c->n_heads, &tq[0], &bq, err) ||
+                     qk_transform(c, qkv[0], qdim, c->n_kv_heads, &tq[0], &bq, err);
+            } else {
+                rc = qk_transform(c, qkv[0], 0, c->n_heads, &tq[0], &bq, err) ||
+                     qk_transform(c, qkv[1], 0, c->n_kv_heads, &tq[1], &bk, err);
+                pq[1] = &tq[1];
+            }
+            pq[0] = &tq[0];
+        }
         lg_dtype wdt = backend_wdtype(be, qkv[0]->dtype);
-        if (upload_cat(&u, &lw->ln1, LG_F32, &ln1, 1) || upload_cat(&u, &lw->ln2, LG_F32, &ln2, 1) ||
-            upload_cat(&u, &lw->wqkv, wdt, qkv, 3) || upload_cat(&u, &lw->wo, wdt, &wo, 1) ||
-            upload_cat(&u, &lw->wgu, wdt, gu, 2) || upload_cat(&u, &lw->wdown, wdt, &dn, 1))
+        if (!rc)
+            rc = upload_norm(&u, &lw->ln1, c, ln1, false) || upload_norm(&u, &lw->ln2, c, ln2, false) ||
+                 upload_cat(&u, &lw->wqkv, wdt, pq, n_qkv) || upload_cat(&u, &lw->wo, wdt, &wo, 1) ||
+                 upload_cat(&u, &lw->wgu, wdt, gu, n_gu) || upload_cat(&u, &lw->wdown, wdt, &dn, 1);
+        free(bq);
+        free(bk);
+        if (rc)
             return -1;
+        if (pn) {
+            const lg_wtensor *pa = need(w, err, "model.layers.%d.post_attention_layernorm.weight", l);
+            const lg_wtensor *pf = need(w, err, "model.layers.%d.post_feedforward_layernorm.weight", l);
+            if (!pa || !pf || upload_norm(&u, &lw->post_attn, c, pa, false) || upload_norm(&u, &lw->post_ff, c, pf, false))
+                return -1;
+        }
+        if (c->qk_norm) {
+            const lg_wtensor *qn = need(w, err, "model.layers.%d.self_attn.q_norm.weight", l);
+            const lg_wtensor *kn = need(w, err, "model.layers.%d.self_attn.k_norm.weight", l);
+            if (!qn || !kn || upload_norm(&u, &lw->q_norm, c, qn, !qk_plain) ||
+                upload_norm(&u, &lw->k_norm, c, kn, !qk_plain))
+                return -1;
+        }
         if (c->qkv_bias) {
             const lg_wtensor *b[3] = {need(w, err, "model.layers.%d.self_attn.q_proj.bias", l),
                                       need(w, err, "model.layers.%d.self_attn.k_proj.bias", l),
                                       need(w, err, "model.layers.%d.self_attn.v_proj.bias", l)};
             if (!b[0] || !b[1] || !b[2])
                 return -1;
-            if (upload_cat(&u, &lw->bqkv, LG_F32, b, 3) != 0)
+            lg_wtensor tb[2];
+            void *bb0 = NULL, *bb1 = NULL;
+            if (!qk_plain) {
+                if (qk_transform(c, b[0], 0, c->n_heads, &tb[0], &bb0, err) ||
+                    qk_transform(c, b[1], 0, c->n_kv_heads, &tb[1], &bb1, err)) {
+                    free(bb0);
+                    free(bb1);
+                    return -1;
+                }
+                b[0] = &tb[0];
+                b[1] = &tb[1];
+            }
+            rc = upload_cat(&u, &lw->bqkv, LG_F32, b, 3);
+            free(bb0);
+            free(bb1);
+            if (rc != 0)
                 return -1;
         }
     }
     float inv[1024];
-    compute_inv_freq(c, w, inv);
+    compute_inv_freq(c, w, c->rope_theta, true, m->opts.max_context, inv);
     m->inv_freq = carve(&u, (size_t)(hd / 2) * 4);
     if (!m->inv_freq || be->i.upload(be, m->inv_freq, inv, (size_t)(hd / 2) * 4) != 0)
         return -1;
+    if (c->rope_local_theta > 0 && c->sliding_window) {
+        compute_inv_freq(c, w, c->rope_local_theta, false, m->opts.max_context, inv);
+        m->inv_freq_local = carve(&u, (size_t)(hd / 2) * 4);
+        if (!m->inv_freq_local || be->i.upload(be, m->inv_freq_local, inv, (size_t)(hd / 2) * 4) != 0)
+            return -1;
+    }
+    /* Gemma: transformers multiplies by sqrt(hidden_size) as a tensor of the weights' dtype */
+    m->embed_mult = 1.0f;
+    if (c->embed_scale) {
+        float v = sqrtf((float)c->d_model);
+        if (emb->dtype != LG_F32) {
+            uint16_t h;
+            lg_from_f32(&h, emb->dtype, &v, 1);
+            lg_to_f32(&v, &h, emb->dtype, 1);
+        }
+        m->embed_mult = v;
+    }
     return 0;
 }
 
@@ -364,7 +539,7 @@ static int alloc_activations(lg_model *m, lg_err *err)
     const int64_t nm_t = LG_NORM_MATMUL_MAX_T;
     const int64_t r2 = be->i.norm_matmul_lora && S > nm_t ? S : nm_t, T2 = T < r2 ? T : r2;
     int64_t sizes[] = {T * d, T * d, T * (qdim + 2 * kvdim), T * qdim, T * d, T * 2 * F, T * F, T * d, S * d,
-                       S * V, T2 * d};
+                       S * V, T2 * d, c->post_norms ? T * d : 0};
     size_t tot = 0;
     for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) tot += ((size_t)sizes[i] * es + 255) & ~(size_t)255;
     upload_ctx ua = {be, be->i.alloc(be, tot), 0, tot, err};
@@ -381,6 +556,8 @@ static int alloc_activations(lg_model *m, lg_err *err)
     m->mlp = lg_tensor_2d(carve(&ua, (size_t)sizes[7] * es), a, T, d);
     m->rows = lg_tensor_2d(carve(&ua, (size_t)sizes[8] * es), a, S, d);
     m->x2 = lg_tensor_2d(carve(&ua, (size_t)sizes[10] * es), a, T2, d);
+    if (c->post_norms)
+        m->pn = lg_tensor_2d(carve(&ua, (size_t)sizes[11] * es), a, T, d);
     m->logits = lg_tensor_2d(carve(&ua, (size_t)sizes[9] * 4), LG_F32, S, V);
     /* logits are always f32: carve was sized with es; their own allocation if es < 4 (lg_model_free frees
      * logits.data then, so it never holds the carved pointer) */
@@ -487,6 +664,9 @@ int lg_model_create(lg_backend *be, const lg_weights *w, const lg_model_opts *op
         return -1;
     if (lg_weights_check_llama(w, err) != 0)
         return -1;
+    if ((c->act == LG_ACT_GELU_TANH && !be->i.gelu_mul) || (c->qk_norm && !be->i.head_rmsnorm) ||
+        ((c->embed_scale || c->final_softcap > 0) && !be->i.scale_cap))
+        return lg_fail(err, "backend %s lacks an op the %s architecture needs", be->i.name, c->arch);
     lg_model *m = calloc(1, sizeof *m);
     if (!m)
         return lg_fail(err, "out of memory");
@@ -746,7 +926,6 @@ static int forward(lg_model *m, const lg_kv_view *kv0, const lg_step_meta *meta,
     lg_tensor attn = lg_tensor_rows(m->attn, 0, T), o = lg_tensor_rows(m->o, 0, T), gu = lg_tensor_rows(m->gu, 0, T),
               act = lg_tensor_rows(m->act, 0, T), mlp = lg_tensor_rows(m->mlp, 0, T);
     lg_tensor none = {0};
-    const float scale = 1.0f / sqrtf((float)hd);
     lg_kv_view kv = *kv0;
     const size_t kv_block = (size_t)pt * (size_t)kvdim * lg_dtype_size(be->act_dtype);
     const lg_tensor qkv_ys[3] = {q, k, v};
@@ -757,44 +936,75 @@ static int forward(lg_model *m, const lg_kv_view *kv0, const lg_step_meta *meta,
     lg_tensor xs[2] = {lg_tensor_rows(m->x, 0, T), T <= m->x2.rows ? lg_tensor_rows(m->x2, 0, T) : none};
     int xi = 0;
     TRY(be->i.embed(be, xs[0], m->embed, meta->tok));
+    if (c->embed_scale)
+        TRY(be->i.scale_cap(be, xs[0], m->embed_mult, 0.0f));
+    /* the residual's next delta: the MLP output (after its post-norm, Gemma) */
+    lg_tensor delta = none;
+    const float scale = c->attn_scale > 0 ? c->attn_scale : 1.0f / sqrtf((float)hd);
+    const lg_tensor pn = m->pn.data ? lg_tensor_rows(m->pn, 0, T) : none;
     for (int l = 0; l < c->n_layers; l++) {
         const layer_w *lw = &m->layers[l];
         const int sl = l * LG_LORA_N_MODULES;
         kv.k_off = (size_t)l * 2 * kv_block;
         kv.v_off = kv.k_off + kv_block;
-        const lg_rope_kv rk = {.pos = meta->pos, .inv_freq = m->inv_freq, .n_heads = c->n_heads,
+        kv.window = lg_layer_slides(c, l) ? c->sliding_window_size : 0;
+        kv.softcap = c->attn_softcap;
+        const float *inv_freq = kv.window && m->inv_freq_local ? m->inv_freq_local : m->inv_freq;
+        const lg_rope_kv rk = {.pos = meta->pos, .inv_freq = inv_freq, .n_heads = c->n_heads,
                                .n_kv_heads = c->n_kv_heads, .head_dim = hd, .kv = kv, .slot = meta->slot};
         bool roped = false;
-        TRY(norm_linear(be, xs, &xi, l ? mlp : none, lw->ln1, c->rms_eps, xn, qkv, lw->wqkv,
-                        lw->bqkv, none, tmp, lora, qkv_ys, 0, 3, sl, lora_mods, &rk, &roped));
+        /* q/k norms come between the projection and RoPE: no op may fuse RoPE into the matmul then */
+        TRY(norm_linear(be, xs, &xi, delta, lw->ln1, c->rms_eps, xn, qkv, lw->wqkv, lw->bqkv, none, tmp, lora,
+                        qkv_ys, 0, 3, sl, lora_mods, c->qk_norm ? NULL : &rk, &roped));
+        if (c->qk_norm) {
+            TRY(be->i.head_rmsnorm(be, q, lw->q_norm, c->n_heads, hd, c->rms_eps));
+            TRY(be->i.head_rmsnorm(be, k, lw->k_norm, c->n_kv_heads, hd, c->rms_eps));
+        }
         if (roped) {
             /* norm_matmul or matmul_lora did rope + KV write too */
         } else if (be->i.rope_kv_write) {
-            TRY(be->i.rope_kv_write(be, q, k, v, meta->pos, m->inv_freq, c->n_heads, c->n_kv_heads, hd, kv,
+            TRY(be->i.rope_kv_write(be, q, k, v, meta->pos, inv_freq, c->n_heads, c->n_kv_heads, hd, kv,
                                     meta->slot));
         } else {
-            TRY(be->i.rope(be, q, k, meta->pos, m->inv_freq, c->n_heads, c->n_kv_heads, hd));
+            TRY(be->i.rope(be, q, k, meta->pos, inv_freq, c->n_heads, c->n_kv_heads, hd));
             TRY(be->i.kv_write(be, kv, k, v, meta->slot, T));
         }
         TRY(be->i.attention(be, attn, q, kv, meta, c->n_heads, scale));
         TRY(linear(be, o, attn, lw->wo, none, tmp, lora, &o, 3, 1, sl, lora_mods, NULL, NULL));
-        TRY(norm_linear(be, xs, &xi, o, lw->ln2, c->rms_eps, xn, gu, lw->wgu, none, act, tmp,
+        lg_tensor attn_out = o;
+        if (c->post_norms) { /* Gemma: the attention output normed before the residual add */
+            TRY(be->i.add_rmsnorm(be, o, none, lw->post_attn, pn, c->rms_eps));
+            attn_out = pn;
+        }
+        const bool silu = c->act == LG_ACT_SILU;
+        TRY(norm_linear(be, xs, &xi, attn_out, lw->ln2, c->rms_eps, xn, gu, lw->wgu, none, silu ? act : none, tmp,
                         lora, gu_ys, 4, 2, sl, lora_mods, NULL, NULL));
+        if (!silu)
+            TRY(be->i.gelu_mul(be, act, gu));
         TRY(linear(be, mlp, act, lw->wdown, none, tmp, lora, &mlp, 6, 1, sl, lora_mods, NULL, NULL));
+        delta = mlp;
+        if (c->post_norms) {
+            TRY(be->i.add_rmsnorm(be, mlp, none, lw->post_ff, pn, c->rms_eps));
+            delta = pn;
+        }
     }
     if (n_logits > 0 || n_plog > 0)
-        TRY(be->i.add_rmsnorm(be, xs[xi], mlp, m->norm, xn, c->rms_eps));
+        TRY(be->i.add_rmsnorm(be, xs[xi], delta, m->norm, xn, c->rms_eps));
     if (n_logits > 0) {
         lg_tensor rows = lg_tensor_rows(m->rows, 0, n_logits);
         lg_tensor lg = lg_tensor_rows(m->logits, 0, n_logits);
         TRY(be->i.get_rows(be, rows, xn, meta->logit_rows, n_logits));
         TRY(be->i.matmul(be, lg, rows, m->lm_head, none, false));
+        if (c->final_softcap > 0)
+            TRY(be->i.scale_cap(be, lg, 1.0f, c->final_softcap));
     }
     if (n_plog > 0) { /* prompt logprobs: the same two ops over more rows, into their own buffer */
         lg_tensor rows = lg_tensor_rows(m->prows, 0, n_plog);
         lg_tensor lg = lg_tensor_rows(m->plogits, 0, n_plog);
         TRY(be->i.get_rows(be, rows, xn, plog_rows, n_plog));
         TRY(be->i.matmul(be, lg, rows, m->lm_head, none, false));
+        if (c->final_softcap > 0)
+            TRY(be->i.scale_cap(be, lg, 1.0f, c->final_softcap));
     }
     return 0;
 }

@@ -5,6 +5,7 @@
  * size computations overflow an int or ask for absurd allocations.
  */
 #include "engine/model/model_config.h"
+#include "engine/model/model_arch.h"
 
 #include <math.h>
 
@@ -19,10 +20,10 @@ static int check_dim(const char *what, int v, int max, lg_err *err)
 
 int lg_model_config_validate(const lg_model_config *c, lg_err *err)
 {
-    if (strcmp(c->arch, "llama") && strcmp(c->arch, "mistral") && strcmp(c->arch, "qwen2"))
-        return lg_fail(err, "model config: architecture '%.32s' is not supported (expected llama, mistral or qwen2)",
-                       c->arch);
-    if (check_dim("num_hidden_layers", c->n_layers, 4096, err) ||
+    if (!lg_arch_by_type(c->arch))
+        return lg_fail(err, "model config: architecture '%.32s' is not supported (expected one of %s)", c->arch,
+                       lg_arch_type_list());
+    if (check_dim("num_hidden_layers", c->n_layers, LG_MAX_LAYERS, err) ||
         check_dim("hidden_size", c->d_model, MAX_DIM, err) ||
         check_dim("num_attention_heads", c->n_heads, 4096, err) ||
         check_dim("num_key_value_heads", c->n_kv_heads, 4096, err) ||
@@ -62,9 +63,38 @@ int lg_model_config_validate(const lg_model_config *c, lg_err *err)
             return lg_fail(err, "model config: llama3 rope_scaling original_max_position_embeddings = %d, expected > 0",
                            c->rope_orig_max_pos);
         break;
+    case LG_ROPE_LONGROPE: {
+        const int r = c->rot_dim > 0 ? c->rot_dim : c->head_dim;
+        if (c->n_rope_factors != r / 2 || r / 2 > LG_MAX_ROPE_FACTORS)
+            return lg_fail(err, "model config: longrope has %d short/long factors, expected %d (rotated dims / 2, at most %d)",
+                           c->n_rope_factors, r / 2, LG_MAX_ROPE_FACTORS);
+        for (int i = 0; i < c->n_rope_factors; i++)
+            if (!(c->rope_short[i] > 0) || !(c->rope_long[i] > 0) || !isfinite(c->rope_short[i]) ||
+                !isfinite(c->rope_long[i]))
+                return lg_fail(err, "model config: longrope factor %d is %g / %g, expected > 0", i, c->rope_short[i],
+                               c->rope_long[i]);
+        if (c->rope_orig_max_pos <= 0)
+            return lg_fail(err, "model config: longrope original_max_position_embeddings = %d, expected > 0",
+                           c->rope_orig_max_pos);
+        break;
+    }
     default:
         return lg_fail(err, "model config: rope scaling kind %d is not supported", (int)c->rope_scaling);
     }
+    if (c->rot_dim < 0 || c->rot_dim > c->head_dim || c->rot_dim % 2 || (c->head_dim - c->rot_dim) % 2)
+        return lg_fail(err, "model config: partial_rotary_factor gives %d rotated dims of head_dim %d, expected an even "
+                            "number whose difference to head_dim is even", c->rot_dim, c->head_dim);
+    if (c->qk_norm && c->rope_attn_factor != 0 && c->rope_attn_factor != 1)
+        return lg_fail(err, "model config: a rope attention factor (%g) with per-head q/k norms is not supported",
+                       c->rope_attn_factor); /* the factor is folded into the q/k rows, which the norms would undo */
+    if (!(c->attn_softcap >= 0) || !(c->final_softcap >= 0) || !(c->attn_scale >= 0) || !isfinite(c->attn_softcap) ||
+        !isfinite(c->final_softcap) || !isfinite(c->attn_scale))
+        return lg_fail(err, "model config: soft-caps %g, %g and attention scale %g, expected finite numbers >= 0",
+                       c->attn_softcap, c->final_softcap, c->attn_scale);
+    if (!(c->rope_local_theta >= 0) || !isfinite(c->rope_local_theta) || !(c->rope_attn_factor >= 0) ||
+        !isfinite(c->rope_attn_factor))
+        return lg_fail(err, "model config: local rope base %g, rope attention factor %g, expected finite numbers >= 0",
+                       c->rope_local_theta, c->rope_attn_factor);
     if (c->sliding_window && c->sliding_window_size <= 0)
         return lg_fail(err, "model config: sliding_window = %d, expected > 0", c->sliding_window_size);
     if (c->weight_dtype != LG_F32 && c->weight_dtype != LG_F16 && c->weight_dtype != LG_BF16)

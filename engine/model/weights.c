@@ -239,35 +239,51 @@ static void spec_add(tspec *s, int *n, bool norm, int n_dims, int64_t a, int64_t
     t->is_norm = norm;
 }
 
-/* Every tensor the Llama forward reads, in file order. Caller frees *out. */
+/* Every tensor the forward reads for c's family (model_arch.h), in file order. Caller frees *out. */
 static int llama_specs(const lg_model_config *c, tspec **out, int *n_out, lg_err *err)
 {
     *out = NULL;
     if (lg_model_config_validate(c, err))
         return -1;
-    int per_layer = 9 + (c->qkv_bias ? 3 : 0);
+    int per_layer = 9 + (c->qkv_bias ? 3 : 0) + (c->qk_norm ? 2 : 0) + (c->post_norms ? 2 : 0);
     size_t cap = 3 + (size_t)c->n_layers * (size_t)per_layer;
     tspec *s = calloc(cap, sizeof *s);
     if (!s)
         return lg_fail(err, "out of memory listing %zu tensors", cap);
     int64_t d = c->d_model, q = (int64_t)c->n_heads * c->head_dim, kv = (int64_t)c->n_kv_heads * c->head_dim,
-            ff = c->d_ff, V = c->vocab_size;
+            ff = c->d_ff, V = c->vocab_size, hd = c->head_dim;
     int n = 0;
     spec_add(s, &n, false, 2, V, d, "model.embed_tokens.weight", 0);
     for (int l = 0; l < c->n_layers; l++) {
         spec_add(s, &n, true, 1, d, 0, "model.layers.%d.input_layernorm.weight", l);
-        spec_add(s, &n, false, 2, q, d, "model.layers.%d.self_attn.q_proj.weight", l);
-        spec_add(s, &n, false, 2, kv, d, "model.layers.%d.self_attn.k_proj.weight", l);
-        spec_add(s, &n, false, 2, kv, d, "model.layers.%d.self_attn.v_proj.weight", l);
+        if (c->fused_qkv) {
+            spec_add(s, &n, false, 2, q + 2 * kv, d, "model.layers.%d.self_attn.qkv_proj.weight", l);
+        } else {
+            spec_add(s, &n, false, 2, q, d, "model.layers.%d.self_attn.q_proj.weight", l);
+            spec_add(s, &n, false, 2, kv, d, "model.layers.%d.self_attn.k_proj.weight", l);
+            spec_add(s, &n, false, 2, kv, d, "model.layers.%d.self_attn.v_proj.weight", l);
+        }
         if (c->qkv_bias) {
             spec_add(s, &n, false, 1, q, 0, "model.layers.%d.self_attn.q_proj.bias", l);
             spec_add(s, &n, false, 1, kv, 0, "model.layers.%d.self_attn.k_proj.bias", l);
             spec_add(s, &n, false, 1, kv, 0, "model.layers.%d.self_attn.v_proj.bias", l);
         }
+        if (c->qk_norm) {
+            spec_add(s, &n, true, 1, hd, 0, "model.layers.%d.self_attn.q_norm.weight", l);
+            spec_add(s, &n, true, 1, hd, 0, "model.layers.%d.self_attn.k_norm.weight", l);
+        }
         spec_add(s, &n, false, 2, d, q, "model.layers.%d.self_attn.o_proj.weight", l);
         spec_add(s, &n, true, 1, d, 0, "model.layers.%d.post_attention_layernorm.weight", l);
-        spec_add(s, &n, false, 2, ff, d, "model.layers.%d.mlp.gate_proj.weight", l);
-        spec_add(s, &n, false, 2, ff, d, "model.layers.%d.mlp.up_proj.weight", l);
+        if (c->post_norms) {
+            spec_add(s, &n, true, 1, d, 0, "model.layers.%d.pre_feedforward_layernorm.weight", l);
+            spec_add(s, &n, true, 1, d, 0, "model.layers.%d.post_feedforward_layernorm.weight", l);
+        }
+        if (c->fused_qkv) {
+            spec_add(s, &n, false, 2, 2 * ff, d, "model.layers.%d.mlp.gate_up_proj.weight", l);
+        } else {
+            spec_add(s, &n, false, 2, ff, d, "model.layers.%d.mlp.gate_proj.weight", l);
+            spec_add(s, &n, false, 2, ff, d, "model.layers.%d.mlp.up_proj.weight", l);
+        }
         spec_add(s, &n, false, 2, d, ff, "model.layers.%d.mlp.down_proj.weight", l);
     }
     spec_add(s, &n, true, 1, d, 0, "model.norm.weight", 0);

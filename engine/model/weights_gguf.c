@@ -2,9 +2,21 @@
  * weights_gguf.c — lg_weights_load_gguf: a llama.cpp / Ollama GGUF file to
  * lg_weights (HF names, HF layouts), config, tokenizer and chat template.
  *
- * Architectures: general.architecture in {llama, mistral, qwen2}; the
- * hyper-parameters come from "<arch>.*" keys. Anything else is refused by
- * name.
+ * Architectures: general.architecture names a row of model_arch.c's table
+ * (llama, mistral, qwen2, qwen3, gemma2, gemma3, phi3); the hyper-parameters
+ * come from "<arch>.*" keys. Anything else is refused by name. What
+ * llama.cpp's converter changes, and how it is read back:
+ *   - Gemma's norm weights are stored as 1 + w (the converter adds the 1),
+ *     so norm_plus_one is off for GGUF files;
+ *   - Gemma's layers alternate as llama.cpp fixes them (gemma2: every other
+ *     layer slides from layer 0; gemma3: 5 of every 6), Gemma 3's local RoPE
+ *     base is llama.cpp's 10000, and the query scale is 1/sqrt(head_dim)
+ *     except for the 27B models (46 / 62 layers: 1/sqrt(hidden/heads)), as
+ *     llama.cpp decides them: GGUF has no keys for these;
+ *   - Phi-3 keeps q,k,v in one attn_qkv and gate,up in one ffn_up; partial
+ *     rotary is rope.dimension_count < head_dim; LongRoPE is the tensors
+ *     rope_factors_short / rope_factors_long with rope.scaling.attn_factor
+ *     and rope.scaling.original_context_length.
  *
  * Tensors: GGUF names map to HF ones (token_embd -> model.embed_tokens,
  * blk.N.attn_q -> model.layers.N.self_attn.q_proj, ...); unknown names are
@@ -47,6 +59,7 @@
 #include <unistd.h>
 
 #include "engine/model/gguf.h"
+#include "engine/model/model_arch.h"
 #include "engine/model/quant.h"
 #include "engine/model/weights.h"
 
@@ -133,7 +146,9 @@ static bool float_dtype(uint32_t t, lg_dtype *dt)
 static int read_config(ctx *c)
 {
     lg_model_config *cfg = c->cfg;
-    snprintf(cfg->arch, sizeof cfg->arch, "%s", c->arch);
+    const lg_arch *A = lg_arch_by_gguf(c->arch);
+    lg_arch_apply(A, cfg);
+    cfg->norm_plus_one = false; /* the converter stored 1 + w */
     if (get_dim(c, "block_count", true, 0, &cfg->n_layers) ||
         get_dim(c, "embedding_length", true, 0, &cfg->d_model) ||
         get_dim(c, "feed_forward_length", true, 0, &cfg->d_ff) ||
@@ -154,9 +169,10 @@ static int read_config(ctx *c)
     if (vlen != cfg->head_dim)
         return lg_fail(c->err, "gguf: %s.attention.value_length = %d differs from key_length = %d; expected equal",
                        c->arch, vlen, cfg->head_dim);
-    if (rope_dim != cfg->head_dim)
-        return lg_fail(c->err, "gguf: %s.rope.dimension_count = %d, expected head_dim = %d (partial rotary is not supported)",
-                       c->arch, rope_dim, cfg->head_dim);
+    if (rope_dim > cfg->head_dim || rope_dim <= 0)
+        return lg_fail(c->err, "gguf: %s.rope.dimension_count = %d, expected 1 to head_dim = %d", c->arch, rope_dim,
+                       cfg->head_dim);
+    cfg->rot_dim = rope_dim < cfg->head_dim ? rope_dim : 0; /* partial rotary (phi3) */
 
     char k[128];
     const char *stype = NULL;
@@ -186,10 +202,38 @@ static int read_config(ctx *c)
     int sw = 0;
     if (get_dim(c, "attention.sliding_window", false, 0, &sw))
         return -1;
-    if (sw > 0 && sw < cfg->max_pos) {
-        cfg->sliding_window = true;
+    /* which layers slide: <arch>.attention.sliding_window_pattern (a period) where the file has it, else
+     * llama.cpp's rules (gemma: the family's period; a window on any other family: every layer, as
+     * transformers runs Mistral and Phi-3; qwen2 / qwen3 run without, as llama.cpp does) */
+    char pk[128];
+    int64_t period = A->window_pattern;
+    lg_gguf_vtype pvt;
+    uint64_t pn;
+    if (lg_gguf_get_arr_info(c->g, akey(c, "attention.sliding_window_pattern", pk, sizeof pk), &pvt, &pn, c->err) > 0)
+        return lg_fail(c->err, "gguf: %s is a per-layer list, which is not supported (expected a period)", pk);
+    if (lg_gguf_get_int(c->g, pk, &period, c->err) < 0)
+        return -1;
+    if (sw > 0 && A->window != LG_WINDOW_QWEN) {
+        if (A->window == LG_WINDOW_PATTERN && (period <= 0 || period > LG_MAX_LAYERS))
+            return lg_fail(c->err, "gguf: %s = %lld, expected 1 to %d", pk, (long long)period, LG_MAX_LAYERS);
         cfg->sliding_window_size = sw;
+        for (int l = 0; l < cfg->n_layers; l++) {
+            const bool slides = A->window != LG_WINDOW_PATTERN || (l + 1) % (int)period != 0;
+            lg_set_layer_slides(cfg, l, slides);
+            cfg->sliding_window |= slides;
+        }
     }
+    if (get_real(c, "attn_logit_softcapping", false, 0, &cfg->attn_softcap) ||
+        get_real(c, "final_logit_softcapping", false, 0, &cfg->final_softcap))
+        return -1;
+    if (A->post_norms) { /* Gemma: llama.cpp's query scale */
+        const bool big = (!strcmp(c->arch, "gemma2") && cfg->n_layers == 46) ||
+                         (!strcmp(c->arch, "gemma3") && cfg->n_layers == 62);
+        cfg->attn_scale = 1.0f / sqrtf(big ? (float)cfg->d_model / (float)cfg->n_heads : (float)cfg->head_dim);
+    }
+    if (get_real(c, "attention.scale", false, cfg->attn_scale, &cfg->attn_scale))
+        return -1;
+    cfg->rope_local_theta = (float)A->local_theta_default;
 
     /* Token ids. */
     int eos, eot, eom;
@@ -316,12 +360,18 @@ static const struct {
     {"ffn_gate", "mlp.gate_proj"},
     {"ffn_up", "mlp.up_proj"},
     {"ffn_down", "mlp.down_proj"},
+    {"attn_q_norm", "self_attn.q_norm"},
+    {"attn_k_norm", "self_attn.k_norm"},
+    {"post_attention_norm", "post_attention_layernorm"},
+    {"post_ffw_norm", "post_feedforward_layernorm"},
+    {"attn_qkv", "self_attn.qkv_proj"},
 };
 
 typedef enum { PERM_NONE, PERM_Q, PERM_K } perm_kind;
 
 /* HF name for a GGUF name into hf; false if the name is not one we use. */
-static bool map_name(const char *name, int n_layers, char *hf, size_t n, perm_kind *perm)
+static bool map_name(const lg_model_config *cfg, const char *name, int n_layers, char *hf, size_t n,
+                     perm_kind *perm)
 {
     static const char *const top[][2] = {
         {"token_embd.weight", "model.embed_tokens.weight"},
@@ -353,7 +403,12 @@ static bool map_name(const char *name, int n_layers, char *hf, size_t n, perm_ki
     size_t base_len = (size_t)(dot - p);
     for (size_t i = 0; i < sizeof k_layer_names / sizeof k_layer_names[0]; i++) {
         if (strlen(k_layer_names[i].gguf) == base_len && !strncmp(p, k_layer_names[i].gguf, base_len)) {
-            snprintf(hf, n, "model.layers.%ld.%s%s", layer, k_layer_names[i].hf, dot);
+            const char *to = k_layer_names[i].hf;
+            if (cfg->post_norms && !strcmp(k_layer_names[i].gguf, "ffn_norm"))
+                to = "pre_feedforward_layernorm"; /* Gemma: the MLP's input norm */
+            if (cfg->fused_qkv && !strcmp(k_layer_names[i].gguf, "ffn_up"))
+                to = "mlp.gate_up_proj"; /* Phi-3: gate and up in one */
+            snprintf(hf, n, "model.layers.%ld.%s%s", layer, to, dot);
             if (i == 2) *perm = PERM_Q;
             if (i == 3) *perm = PERM_K;
             return true;
@@ -503,7 +558,7 @@ static int load_tensors(ctx *c, lg_weights *w, const lg_load_opts *opts, lg_dtyp
         perm_kind perm;
         if (!strcmp(t->name, "rope_freqs.weight")) {
             /* handled in lg_weights_load_gguf */
-        } else if (!map_name(t->name, c->cfg->n_layers, hf, sizeof hf, &perm)) {
+        } else if (!map_name(c->cfg, t->name, c->cfg->n_layers, hf, sizeof hf, &perm)) {
             if (lg_log_verbose)
                 lg_log("gguf: skipping tensor '%s' (not used by the %s forward)", t->name, c->arch);
         } else if (load_tensor(c, w, t, hf, perm, target2d, permuted)) {
@@ -562,11 +617,11 @@ int lg_weights_load_gguf(const char *path, const lg_load_opts *opts, lg_weights 
     if (lg_gguf_get_str(g, "general.architecture", &arch, NULL, err) < 0)
         goto fail;
     if (!arch) {
-        lg_fail(err, "gguf: missing metadata 'general.architecture' (expected llama, mistral or qwen2)");
+        lg_fail(err, "gguf: missing metadata 'general.architecture' (expected one of %s)", lg_arch_gguf_list());
         goto fail;
     }
-    if (strcmp(arch, "llama") && strcmp(arch, "mistral") && strcmp(arch, "qwen2")) {
-        lg_fail(err, "gguf: architecture '%.64s' is not supported (expected llama, mistral or qwen2)", arch);
+    if (!lg_arch_by_gguf(arch)) {
+        lg_fail(err, "gguf: architecture '%.64s' is not supported (expected one of %s)", arch, lg_arch_gguf_list());
         goto fail;
     }
     c.arch = arch;
@@ -611,6 +666,32 @@ int lg_weights_load_gguf(const char *path, const lg_load_opts *opts, lg_weights 
         cfg->vocab_size = (int)emb->ne[1];
     } else {
         cfg->vocab_size = vk ? vk : n_tokens;
+    }
+
+    /* Phi-3 LongRoPE: the factors are tensors */
+    const lg_gguf_tensor *fs = lg_gguf_find_tensor(g, "rope_factors_short.weight"),
+                         *fl = lg_gguf_find_tensor(g, "rope_factors_long.weight");
+    if (fs || fl) {
+        const int rot = cfg->rot_dim > 0 ? cfg->rot_dim : cfg->head_dim;
+        if (!fs || !fl || fs->n_dims != 1 || fl->n_dims != 1 || fs->ne[0] != rot / 2 || fl->ne[0] != rot / 2 ||
+            rot / 2 > LG_MAX_ROPE_FACTORS || !lg_quant_supported(fs->type) || !lg_quant_supported(fl->type)) {
+            lg_fail(err, "gguf: rope_factors_short / rope_factors_long are not both vectors of rope dims / 2 = %d", rot / 2);
+            goto fail;
+        }
+        if (lg_dequant(fs->type, fs->data, 1, rot / 2, LG_F32, cfg->rope_short, NULL, 1, err) ||
+            lg_dequant(fl->type, fl->data, 1, rot / 2, LG_F32, cfg->rope_long, NULL, 1, err))
+            goto fail;
+        float af = 0;
+        if (get_dim(&c, "rope.scaling.original_context_length", true, 0, &cfg->rope_orig_max_pos) ||
+            get_real(&c, "rope.scaling.attn_factor", false, 0, &af))
+            goto fail;
+        if (af == 0) { /* transformers' default */
+            const double f = (double)cfg->max_pos / cfg->rope_orig_max_pos;
+            af = f <= 1.0 ? 1.0f : (float)sqrt(1.0 + log(f) / log((double)cfg->rope_orig_max_pos));
+        }
+        cfg->rope_scaling = LG_ROPE_LONGROPE;
+        cfg->n_rope_factors = rot / 2;
+        cfg->rope_attn_factor = af;
     }
 
     /* Llama-3 rope factors. */

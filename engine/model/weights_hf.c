@@ -1,7 +1,7 @@
 /*
  * weights_hf.c — loads a Hugging Face model directory into lg_weights.
  *
- *   config.json                    -> lg_model_config (llama, mistral, qwen2)
+ *   config.json                    -> lg_model_config (the families of model_arch.c)
  *   generation_config.json         -> extra eos ids (unioned in), bos fallback
  *   model.safetensors              -> tensors, or
  *   model.safetensors.index.json   -> weight_map name -> shard; every shard is
@@ -20,12 +20,17 @@
  * Defaults follow transformers' LlamaConfig / MistralConfig / Qwen2Config
  * (num_key_value_heads = heads, head_dim = hidden / heads, rope_theta 10000,
  * rms_norm_eps 1e-6, tie_word_embeddings false). Anything the engine cannot
- * run exactly (o_proj / mlp biases, rope types other than default, linear and
- * llama3, activations other than silu) is refused with a message naming it.
+ * run exactly (o_proj / mlp biases, rope types other than default, linear,
+ * llama3 and longrope, activations other than silu and gelu_pytorch_tanh,
+ * the features of REFUSED_KEYS: experts, quantization, ...) is refused with a
+ * message naming it. Gemma 3 text configs come in two forms (transformers 5's
+ * rope_parameters per layer type, or rope_theta + rope_local_base_freq +
+ * rope_scaling); both are read.
  *
  * Called by weights_load.c (the format dispatch); builds the model through
  * weights.c's container API only, which knows nothing of this file.
  */
+#include "engine/model/model_arch.h"
 #include "engine/model/safetensors.h"
 #include "engine/model/weights.h"
 
@@ -162,7 +167,28 @@ static int add_eos(lg_model_config *c, json_t *v, const char *where, lg_err *err
     return 0;
 }
 
-static int parse_rope_scaling(lg_model_config *c, json_t *rs, lg_err *err)
+/* A list of numbers into out[n]; *n_out set. */
+static int get_factors(json_t *o, const char *key, float *out, int cap, int *n_out, lg_err *err)
+{
+    json_t *v = json_object_get(o, key);
+    if (!json_is_array(v))
+        return lg_fail(err, "config.json rope_scaling: expected a list of numbers \"%s\"", key);
+    if ((int)json_array_size(v) > cap)
+        return lg_fail(err, "config.json rope_scaling: \"%s\" has %zu values, expected at most %d", key,
+                       json_array_size(v), cap);
+    for (size_t i = 0; i < json_array_size(v); i++) {
+        json_t *e = json_array_get(v, i);
+        if (!json_is_number(e))
+            return lg_fail(err, "config.json rope_scaling: \"%s\"[%zu] is not a number", key, i);
+        out[i] = (float)json_number_value(e);
+    }
+    *n_out = (int)json_array_size(v);
+    return 0;
+}
+
+/* rope_scaling (or a transformers-5 rope_parameters entry) into c. j: the whole config (Phi-3 keeps
+ * original_max_position_embeddings at its top level). */
+static int parse_rope_scaling(lg_model_config *c, json_t *j, json_t *rs, lg_err *err)
 {
     c->rope_scaling = LG_ROPE_NONE;
     if (absent(rs))
@@ -199,7 +225,208 @@ static int parse_rope_scaling(lg_model_config *c, json_t *rs, lg_err *err)
         c->rope_orig_max_pos = orig;
         return 0;
     }
-    return lg_fail(err, "config.json: rope_scaling type '%s' is not supported (expected default, linear or llama3)", t);
+    if (!strcmp(t, "longrope") || !strcmp(t, "su")) { /* Phi-3: transformers' _compute_longrope_parameters */
+        int ns = 0, nl = 0;
+        double af;
+        if (get_int(rs, "original_max_position_embeddings", false, 0, &orig, err))
+            return -1;
+        if (orig <= 0 && get_int(j, "original_max_position_embeddings", true, 0, &orig, err))
+            return -1;
+        if (orig <= 0)
+            return lg_fail(err, "config.json: longrope original_max_position_embeddings = %d, expected > 0", orig);
+        if (get_factors(rs, "short_factor", c->rope_short, LG_MAX_ROPE_FACTORS, &ns, err) ||
+            get_factors(rs, "long_factor", c->rope_long, LG_MAX_ROPE_FACTORS, &nl, err) ||
+            get_num(rs, "factor", "config.json rope_scaling", false, (double)c->max_pos / orig, &f, err) ||
+            get_num(rs, "attention_factor", "config.json rope_scaling", false, 0, &af, err))
+            return -1;
+        if (ns != nl)
+            return lg_fail(err, "config.json: longrope has %d short_factor and %d long_factor values", ns, nl);
+        if (af == 0)
+            af = f <= 1.0 ? 1.0 : sqrt(1.0 + log(f) / log((double)orig));
+        c->rope_scaling = LG_ROPE_LONGROPE;
+        c->n_rope_factors = ns;
+        c->rope_orig_max_pos = orig;
+        c->rope_factor = (float)f;
+        c->rope_attn_factor = (float)af;
+        return 0;
+    }
+    return lg_fail(err,
+                   "config.json: rope_scaling type '%s' is not supported (expected default, linear, llama3 or longrope)",
+                   t);
+}
+
+/* The activation named by key ("hidden_act", or Gemma's "hidden_activation"). */
+static int parse_act(json_t *j, const char *key, lg_act *act, lg_err *err)
+{
+    json_t *v = json_object_get(j, key);
+    if (absent(v))
+        return 0;
+    const char *a = json_is_string(v) ? json_string_value(v) : "(not a string)";
+    if (!strcmp(a, "silu") || !strcmp(a, "swish"))
+        *act = LG_ACT_SILU;
+    else if (!strcmp(a, "gelu_pytorch_tanh"))
+        *act = LG_ACT_GELU_TANH;
+    else
+        return lg_fail(err, "config.json: %s '%s' is not supported (expected silu or gelu_pytorch_tanh)", key, a);
+    return 0;
+}
+
+/* Which layers slide (lg_model_config.sliding_layers), by the family's rule (model_arch.h). */
+static int parse_window(json_t *j, const lg_arch *A, lg_model_config *c, lg_err *err)
+{
+    json_t *sw = json_object_get(j, "sliding_window");
+    bool use = !absent(sw);
+    if (A->window == LG_WINDOW_QWEN && get_bool(j, "use_sliding_window", false, &use, err))
+        return -1;
+    if (!use || absent(sw))
+        return 0;
+    if (A->window == LG_WINDOW_NONE)
+        return lg_fail(err, "config.json: sliding_window is set, which %s does not use (expected null)", c->arch);
+    if (get_int(j, "sliding_window", true, 0, &c->sliding_window_size, err))
+        return -1;
+    if (c->sliding_window_size <= 0)
+        return lg_fail(err, "config.json: sliding_window = %d, expected > 0", c->sliding_window_size);
+    json_t *lt = json_object_get(j, "layer_types");
+    int mwl = 0, pattern = A->window_pattern;
+    if (A->window == LG_WINDOW_QWEN && get_int(j, "max_window_layers", false, 28, &mwl, err))
+        return -1;
+    if (A->window == LG_WINDOW_PATTERN &&
+        get_int(j, absent(json_object_get(j, "sliding_window_pattern")) ? "_sliding_window_pattern" : "sliding_window_pattern",
+                false, A->window_pattern, &pattern, err))
+        return -1;
+    if (A->window == LG_WINDOW_PATTERN && pattern <= 0)
+        return lg_fail(err, "config.json: sliding_window_pattern = %d, expected > 0", pattern);
+    if (!absent(lt) && (!json_is_array(lt) || (int)json_array_size(lt) != c->n_layers))
+        return lg_fail(err, "config.json: layer_types is not a list of %d layer types", c->n_layers);
+    bool any = false;
+    for (int l = 0; l < c->n_layers; l++) {
+        bool slides;
+        if (!absent(lt) && A->window != LG_WINDOW_ALL) {
+            const char *t = json_string_value(json_array_get(lt, (size_t)l));
+            if (!t || (strcmp(t, "sliding_attention") && strcmp(t, "full_attention")))
+                return lg_fail(err, "config.json: layer_types[%d] is '%s', expected sliding_attention or full_attention",
+                               l, t ? t : "(not a string)");
+            slides = !strcmp(t, "sliding_attention");
+        } else if (A->window == LG_WINDOW_QWEN) {
+            slides = l >= mwl;
+        } else if (A->window == LG_WINDOW_PATTERN) {
+            slides = (l + 1) % pattern != 0;
+        } else {
+            slides = true;
+        }
+        lg_set_layer_slides(c, l, slides);
+        any |= slides;
+    }
+    c->sliding_window = any;
+    return 0;
+}
+
+/* Keys of config.json that name a feature loragate does not implement: refused when set to anything but
+ * null, false, 0 or an empty value (the test tests/golden/test_config_keys.py walks transformers' config
+ * classes against this list and the keys parse_config reads). */
+static const char *const REFUSED_KEYS[] = {
+    "quantization_config", "num_experts", "num_local_experts", "num_experts_per_tok", "moe_intermediate_size",
+    "decoder_sparse_step", "mlp_only_layers", "use_bidirectional_attention",
+    "rope_local_base_freq_scaling", "altup_num_inputs", "laurel_rank", "num_kv_shared_layers", "hidden_size_per_layer_input",
+    "vision_config", "audio_config", "text_config", "logits_scaling", "embedding_multiplier", "residual_multiplier",
+    "attention_multiplier", "no_rope_layers", "use_qk_norm", "clip_qkv",
+};
+
+/* Keys of transformers' config classes that do not change the forward pass (training-only dropout and
+ * init, output plumbing, bookkeeping, token ids that only end or pad generation, the attention kernel's
+ * choice, a tensor-parallel split that sums to the same product). parse_config does not read them; the
+ * list exists for tests/golden/test_config_keys.py, which fails on a key of a supported family's config
+ * that is neither read nor listed here nor refused. */
+static const char *const INERT_KEYS[] __attribute__((unused)) = {
+    "_name_or_path", "attention_dropout", "chunk_size_feed_forward", "id2label", "label2id", "initializer_range",
+    "is_encoder_decoder", "output_attentions", "output_hidden_states", "problem_type", "return_dict",
+    "transformers_version", "use_cache", "embd_pdrop", "resid_pdrop", "pad_token_id", "pretraining_tp",
+    "cache_implementation", "attn_implementation", "tokenizer_class", "finetuning_task", "task_specific_params",
+    "prefix", "sep_token_id", "decoder_start_token_id", "torchscript", "tie_encoder_decoder", "add_cross_attention",
+    "cross_attention_hidden_size", "model_type",
+};
+
+static bool trivially_unset(json_t *v)
+{
+    if (absent(v) || json_is_false(v))
+        return true;
+    if (json_is_integer(v))
+        return json_integer_value(v) == 0;
+    if (json_is_real(v))
+        return json_real_value(v) == 0;
+    if (json_is_array(v))
+        return json_array_size(v) == 0;
+    if (json_is_object(v))
+        return json_object_size(v) == 0;
+    return false;
+}
+
+static int refuse_unimplemented(json_t *j, lg_err *err)
+{
+    for (size_t i = 0; i < sizeof REFUSED_KEYS / sizeof *REFUSED_KEYS; i++) {
+        json_t *v = json_object_get(j, REFUSED_KEYS[i]);
+        if (trivially_unset(v))
+            continue;
+        return lg_fail(err, "config.json: \"%s\" is set, which loragate does not implement", REFUSED_KEYS[i]);
+    }
+    return 0;
+}
+
+/* Gemma 3's rope: transformers 5 nests it per layer type in rope_parameters; hub configs have rope_theta,
+ * rope_local_base_freq and rope_scaling (the global layers'). */
+static int parse_rope(json_t *j, const lg_arch *A, lg_model_config *c, lg_err *err)
+{
+    json_t *rp = json_object_get(j, "rope_parameters");
+    if (!json_is_object(rp))
+        rp = NULL;
+    json_t *rp_full = rp ? json_object_get(rp, "full_attention") : NULL, *rp_slide = rp ? json_object_get(rp, "sliding_attention") : NULL;
+    if (json_is_object(rp_full) || json_is_object(rp_slide)) { /* per layer type */
+        if (!json_is_object(rp_full))
+            return lg_fail(err, "config.json: rope_parameters has no full_attention entry");
+        rp = rp_full;
+    }
+    double theta, local = 0;
+    /* both forms: transformers 5 takes rope_parameters' values; refuse a config whose two forms disagree
+     * rather than pick one silently */
+    static const char *const both[] = {"rope_theta", "partial_rotary_factor"};
+    for (int i = 0; rp && i < 2; i++) {
+        json_t *top = json_object_get(j, both[i]), *in = json_object_get(rp, both[i]);
+        if (json_is_number(top) && json_is_number(in) && json_number_value(top) != json_number_value(in))
+            return lg_fail(err, "config.json: %s = %g disagrees with rope_parameters' %g", both[i],
+                           json_number_value(top), json_number_value(in));
+    }
+    bool theta_in_rp = rp && absent(json_object_get(j, "rope_theta"));
+    if (get_num(theta_in_rp ? rp : j, "rope_theta", "config.json", false, A->theta_default, &theta, err))
+        return -1;
+    c->rope_theta = (float)theta;
+    json_t *rs = json_object_get(j, "rope_scaling");
+    /* partial rotary: top level (classic) or in rope_parameters (transformers 5) */
+    double prf = 1.0;
+    if (get_num(absent(json_object_get(j, "partial_rotary_factor")) && rp ? rp : j, "partial_rotary_factor",
+                "config.json", false, 1.0, &prf, err))
+        return -1;
+    if (!(prf > 0 && prf <= 1))
+        return lg_fail(err, "config.json: partial_rotary_factor = %g, expected in (0, 1]", prf);
+    c->rot_dim = (int)(c->head_dim * prf);
+    if (c->rot_dim == c->head_dim)
+        c->rot_dim = 0;
+    if (parse_rope_scaling(c, j, absent(rs) ? rp : rs, err))
+        return -1;
+    if (A->local_theta_default > 0) {
+        if (json_is_object(rp_slide)) {
+            json_t *ty = json_object_get(rp_slide, "rope_type");
+            if (!absent(ty) && (!json_is_string(ty) || strcmp(json_string_value(ty), "default")))
+                return lg_fail(err, "config.json: rope_parameters.sliding_attention rope_type '%s' is not supported "
+                                    "(expected default)", json_is_string(ty) ? json_string_value(ty) : "?");
+            if (get_num(rp_slide, "rope_theta", "config.json rope_parameters.sliding_attention", false,
+                        A->local_theta_default, &local, err))
+                return -1;
+        } else if (get_num(j, "rope_local_base_freq", "config.json", false, A->local_theta_default, &local, err)) {
+            return -1;
+        }
+        c->rope_local_theta = (float)local;
+    }
+    return 0;
 }
 
 static int parse_config(const char *dir, lg_weights *w, lg_err *err)
@@ -210,37 +437,32 @@ static int parse_config(const char *dir, lg_weights *w, lg_err *err)
     if (load_json(dir, "config.json", true, MAX_CONFIG_BYTES, &j, err))
         goto done;
 
-    /* architecture: architectures[0] if present, else model_type */
-    static const struct {
-        const char *cls, *type;
-    } archs[] = {{"LlamaForCausalLM", "llama"}, {"MistralForCausalLM", "mistral"}, {"Qwen2ForCausalLM", "qwen2"}};
-    const char *arch = NULL;
+    /* architecture: architectures[0] if present, else model_type (the rows of model_arch.c) */
+    const lg_arch *A = NULL;
     json_t *al = json_object_get(j, "architectures"), *mt = json_object_get(j, "model_type");
     if (json_is_array(al) && json_array_size(al) > 0) {
         const char *cls = json_string_value(json_array_get(al, 0));
-        for (size_t i = 0; cls && i < sizeof archs / sizeof archs[0]; i++)
-            if (!strcmp(cls, archs[i].cls))
-                arch = archs[i].type;
-        if (!arch) {
-            lg_fail(err, "config.json: architecture '%s' is not supported (expected LlamaForCausalLM, "
-                         "MistralForCausalLM or Qwen2ForCausalLM)", cls ? cls : "(not a string)");
+        A = lg_arch_by_class(cls);
+        if (!A) {
+            lg_fail(err, "config.json: architecture '%s' is not supported (expected one of %s)",
+                    cls ? cls : "(not a string)", lg_arch_class_list());
             goto done;
         }
     } else if (json_is_string(mt)) {
         const char *t = json_string_value(mt);
-        for (size_t i = 0; i < sizeof archs / sizeof archs[0]; i++)
-            if (!strcmp(t, archs[i].type))
-                arch = archs[i].type;
-        if (!arch) {
-            lg_fail(err, "config.json: model_type '%s' is not supported (expected llama, mistral or qwen2)", t);
+        A = lg_arch_by_type(t);
+        if (!A) {
+            lg_fail(err, "config.json: model_type '%s' is not supported (expected one of %s)", t, lg_arch_type_list());
             goto done;
         }
     } else {
         lg_fail(err, "config.json: expected \"architectures\" or \"model_type\", found neither");
         goto done;
     }
-    snprintf(c->arch, sizeof c->arch, "%s", arch);
-    bool is_qwen2 = !strcmp(arch, "qwen2");
+    lg_arch_apply(A, c);
+    const char *arch = A->model_type;
+    if (refuse_unimplemented(j, err))
+        goto done;
 
     if (get_int(j, "hidden_size", true, 0, &c->d_model, err) ||
         get_int(j, "intermediate_size", true, 0, &c->d_ff, err) ||
@@ -254,30 +476,26 @@ static int parse_config(const char *dir, lg_weights *w, lg_err *err)
         lg_fail(err, "config.json: num_attention_heads = %d, expected > 0", c->n_heads);
         goto done;
     }
+    if (c->n_layers > LG_MAX_LAYERS) {
+        lg_fail(err, "config.json: num_hidden_layers = %d, expected at most %d", c->n_layers, LG_MAX_LAYERS);
+        goto done;
+    }
     if (get_int(j, "head_dim", false, c->d_model / c->n_heads, &c->head_dim, err))
         goto done;
 
-    /* transformers >= 5 moves rope_theta and the scaling into rope_parameters */
-    json_t *rp = json_object_get(j, "rope_parameters");
-    if (!json_is_object(rp))
-        rp = NULL;
-    double theta, eps;
-    bool theta_in_rp = rp && absent(json_object_get(j, "rope_theta"));
-    if (get_num(theta_in_rp ? rp : j, "rope_theta", "config.json", false, 10000.0, &theta, err) ||
-        get_num(j, "rms_norm_eps", "config.json", false, 1e-6, &eps, err))
+    double eps;
+    if (get_num(j, "rms_norm_eps", "config.json", false, A->eps_default, &eps, err))
         goto done;
-    c->rope_theta = (float)theta;
     c->rms_eps = (float)eps;
-    json_t *rs = json_object_get(j, "rope_scaling");
-    if (parse_rope_scaling(c, absent(rs) ? rp : rs, err))
+    if (parse_rope(j, A, c, err))
         goto done;
 
-    if (get_bool(j, "tie_word_embeddings", false, &c->tie_embeddings, err))
+    if (get_bool(j, "tie_word_embeddings", A->tie_default, &c->tie_embeddings, err))
         goto done;
     bool attn_bias, mlp_bias;
     if (get_bool(j, "attention_bias", false, &attn_bias, err) || get_bool(j, "mlp_bias", false, &mlp_bias, err))
         goto done;
-    if (!is_qwen2 && attn_bias) {
+    if (!A->qkv_bias && attn_bias) {
         lg_fail(err, "config.json: attention_bias = true (biases on q/k/v and o_proj) is not supported for %s", arch);
         goto done;
     }
@@ -285,23 +503,30 @@ static int parse_config(const char *dir, lg_weights *w, lg_err *err)
         lg_fail(err, "config.json: mlp_bias = true is not supported");
         goto done;
     }
-    c->qkv_bias = is_qwen2;
-    json_t *act = json_object_get(j, "hidden_act");
-    if (!absent(act) && (!json_is_string(act) || strcmp(json_string_value(act), "silu"))) {
-        lg_fail(err, "config.json: hidden_act '%s' is not supported (expected silu)",
-                json_is_string(act) ? json_string_value(act) : "(not a string)");
+    c->act = A->act;
+    if (parse_act(j, A->post_norms ? "hidden_activation" : "hidden_act", &c->act, err))
         goto done;
-    }
 
-    /* sliding window: mistral records it; qwen2 only when use_sliding_window */
-    bool use_sw = !is_qwen2;
-    if (is_qwen2 && get_bool(j, "use_sliding_window", false, &use_sw, err))
+    /* Gemma: soft-caps and the query scale */
+    double cap, qpas;
+    if (get_num(j, "attn_logit_softcapping", "config.json", false, 0, &cap, err))
         goto done;
-    if (strcmp(arch, "llama") && use_sw && !absent(json_object_get(j, "sliding_window"))) {
-        if (get_int(j, "sliding_window", true, 0, &c->sliding_window_size, err))
-            goto done;
-        c->sliding_window = true;
+    c->attn_softcap = (float)cap;
+    if (get_num(j, "final_logit_softcapping", "config.json", false, 0, &cap, err))
+        goto done;
+    c->final_softcap = (float)cap;
+    if (get_num(j, "query_pre_attn_scalar", "config.json", false, 0, &qpas, err))
+        goto done;
+    if (A->post_norms && qpas == 0)
+        qpas = c->head_dim; /* transformers' default for Gemma is 256 = its head_dim */
+    if (qpas < 0) {
+        lg_fail(err, "config.json: query_pre_attn_scalar = %g, expected > 0", qpas);
+        goto done;
     }
+    c->attn_scale = qpas > 0 ? (float)(1.0 / sqrt(qpas)) : 0.0f;
+
+    if (parse_window(j, A, c, err))
+        goto done;
 
     const char *dts = json_string_value(json_object_get(j, "torch_dtype"));
     if (!dts)

@@ -136,17 +136,6 @@ int lg_engine_create(lg_backend *be, const lg_weights *w, const lg_engine_opts *
     e->max_seqs = mo->max_seqs;
     e->max_context = mo->max_context;
     e->plp_cap = mo->prompt_logit_rows;
-    /* sliding-window attention (Mistral, Qwen2) is not implemented: within
-     * the window it equals full attention, so a context no longer than the
-     * window is served exactly, and a longer one is refused */
-    if (e->cfg.sliding_window && e->cfg.sliding_window_size < e->max_context) {
-        lg_fail(err,
-                "this model uses sliding-window attention over %d tokens, which loragate does not implement: "
-                "serve it with a context of at most %d tokens (--ctx %d), where it is exact",
-                e->cfg.sliding_window_size, e->cfg.sliding_window_size, e->cfg.sliding_window_size);
-        lg_engine_free(e);
-        return -1;
-    }
     /* one page size for both kinds: a KV block, or the largest adapter tensor */
     size_t pb = lg_model_kv_page_bytes(e->model);
     if (mo->lora_max_rank > 0) {
