@@ -4,7 +4,7 @@
 # HF/peft fixtures end to end on the CUDA backend, and every GPU figure of
 # docs/benchmarks.md next to its reference.
 #
-#   bash tests/gpu/run_device.sh [all|test|serving|bench|profile|kernels|structured]     (from the repo root)
+#   bash tests/gpu/run_device.sh [all|test|serving|bench|profile|kernels|structured|models]     (from the repo root)
 #
 # kernels: quick loop for kernel work — builds only test_cuda_ops and
 # bench_kernels (unless TARGETS says otherwise), runs the op tests of the
@@ -154,6 +154,10 @@ declare -A CASE=(
   # every row's logits downloaded and the log-softmax computed on the host)
   [b1_lp]="$B --num-seqs 1 --prompt-len 128 --output-len 128 --logprobs 5"
   [w1_lp]="$W1 --logprobs 5"
+  # W1 on the other families' shapes (dummy weights): Gemma-2-9B (soft-capped attention, GeGLU, 256k vocabulary)
+  # and Qwen3-8B (per-head q/k norms, 152k vocabulary)
+  [w1_gemma2]="--model tests/bench/gemma2-9b-shape --load-format dummy --backend cuda --dtype bf16 --json --num-seqs 32 --prompt-len 128 --output-len 64 --adapters 32 --rank 16 --targets q,k,v,o"
+  [w1_qwen3]="--model tests/bench/qwen3-8b-shape --load-format dummy --backend cuda --dtype bf16 --json --num-seqs 32 --prompt-len 128 --output-len 64 --adapters 32 --rank 16 --targets q,k,v,o"
   # W1 with every sequence under a different JSON schema (tests/bench/w1_schemas.json, 32 schemas that keep
   # every row masked for the 64 tokens), masks for a 32,000-token SentencePiece vocabulary like Llama-2's
   [w1_schema]="$W1 --adapters 32 --rank 16 --targets q,k,v,o --json-schemas tests/bench/w1_schemas.json --schema-tokenizer tests/tokenizer/fixtures/mistral/tokenizer.json"
@@ -230,6 +234,24 @@ if want bench; then
     python3 tests/bench/hf_w1.py --mode peft --adapters 32 --rank 16 >"$OUT/hf_peft.json" 2>"$OUT/hf_peft.err"
     note "W1 HF peft: $(tail -1 "$OUT/hf_peft.json") $(tail -2 "$OUT/hf_peft.err" | head -1)"
   fi
+fi
+
+# models: the op tests and the golden HF/peft fixtures of every family on CUDA (f16), then W1 on the Llama-2,
+# Gemma-2-9B and Qwen3-8B shapes (W1 again last: the Llama-2 shape must not move)
+if [ "$WHAT" = models ]; then
+  late "op tests" || {
+    build-cuda/test_cuda_ops --no-bench >"$OUT/test_cuda_ops.log" 2>&1
+    note "op tests: rc=$? $(grep -E 'passed|failed' "$OUT/test_cuda_ops.log" | tail -1)"
+    grep -E "FAIL" "$OUT/test_cuda_ops.log" | head -10
+  }
+  late "golden" || {
+    xd=""; python3 -c "import xdist" 2>/dev/null && xd="-n 8"
+    LG_BIN=$BIN LG_BACKEND=cuda LG_GENERATE_EXTRA="--dtype f16 --pool-mb 1024" LG_COMPUTE_DTYPE=float16 python3 -m pytest -q $xd \
+      tests/golden >"$OUT/golden_cuda_f16.log" 2>&1
+    note "golden on cuda (--dtype f16): $(tail -1 "$OUT/golden_cuda_f16.log")"
+    grep -E "^FAILED" "$OUT/golden_cuda_f16.log" | head -10
+  }
+  for c in w1_lora w1_gemma2 w1_qwen3 w1_lora; do bench new "" $c; done
 fi
 
 # structured: the grammar masks on the device against the host (tests/gpu/check_structured.py), then W1
