@@ -14,6 +14,9 @@
  *      EEXIST/ENOTEMPTY means a concurrent put of the same content won:
  *      remove ours, done;
  *   6. fsync adapters/ and tmp/ (the rename is durable).
+ * An adapter that ships a chat template stores it as chat_template.jinja in
+ * the same directory, named <digest>-<16 hex of the template's SHA-256> so
+ * that one adapter under two templates is two directories.
  * A crash anywhere leaves either no adapters/<digest> or a complete one,
  * plus perhaps a stray tmp/put-* directory (harmless).
  */
@@ -164,6 +167,8 @@ static bool lg_is_dir(const char *path)
 static void lg_remove_put_dir(const char *dir)
 {
     char p[PATH_MAX];
+    snprintf(p, sizeof p, "%s/" LG_ADAPTER_TEMPLATE_FILE, dir);
+    unlink(p);
     snprintf(p, sizeof p, "%s/" LG_ADAPTER_CONFIG_FILE, dir);
     unlink(p);
     snprintf(p, sizeof p, "%s/" LG_ADAPTER_WEIGHTS_FILE, dir);
@@ -172,10 +177,11 @@ static void lg_remove_put_dir(const char *dir)
 }
 
 static int lg_put(const char *data_dir, const void *config, size_t config_len, const void *weights, size_t weights_len,
-                  const char *weights_path, char digest_out[65], char relpath_out[LG_ADAPTER_PATH_MAX], lg_err *err)
+                  const char *weights_path, const char *tmpl, size_t tmpl_len, char digest_out[65],
+                  char relpath_out[LG_ADAPTER_PATH_MAX], lg_err *err)
 {
     char adir[PATH_MAX], tdir[PATH_MAX], put[PATH_MAX], final[PATH_MAX], cfg[PATH_MAX], wts[PATH_MAX];
-    char digest[65];
+    char digest[65], tdigest[65], dname[96];
     if (!config && config_len)
         return lg_fail(err, "expected adapter_config.json bytes");
     if (weights_path) {
@@ -188,7 +194,14 @@ static int lg_put(const char *data_dir, const void *config, size_t config_len, c
     if (lg_subdir(data_dir, "adapters", adir, sizeof adir, err) || lg_subdir(data_dir, "tmp", tdir, sizeof tdir, err) ||
         lg_digest(config, config_len, weights, weights_len, weights_path, digest, err))
         return -1;
-    snprintf(final, sizeof final, "%s/%s", adir, digest);
+    /* an adapter with a template of its own: <digest>-<16 hex of the template's SHA-256> */
+    if (tmpl && lg_digest(tmpl, tmpl_len, "", 0, NULL, tdigest, err))
+        return -1;
+    if (tmpl)
+        snprintf(dname, sizeof dname, "%s-%.16s", digest, tdigest);
+    else
+        snprintf(dname, sizeof dname, "%s", digest);
+    snprintf(final, sizeof final, "%s/%s", adir, dname);
     if (lg_is_dir(final)) {
         /* already stored: complete by the invariant */
         if (weights_path && unlink(weights_path) != 0 && errno != ENOENT)
@@ -203,6 +216,12 @@ static int lg_put(const char *data_dir, const void *config, size_t config_len, c
     bool moved = false; /* the upload is in put/ and must go back on failure */
     if (lg_write_file(cfg, config, config_len, err))
         goto fail;
+    if (tmpl) {
+        char tp[PATH_MAX];
+        snprintf(tp, sizeof tp, "%s/" LG_ADAPTER_TEMPLATE_FILE, put);
+        if (lg_write_file(tp, tmpl, tmpl_len, err))
+            goto fail;
+    }
     if (weights_path) {
         if (rename(weights_path, wts) != 0) {
             if (errno == EXDEV)
@@ -229,12 +248,12 @@ static int lg_put(const char *data_dir, const void *config, size_t config_len, c
         moved = false;
     }
     if (lg_fsync_dir(adir, err) || lg_fsync_dir(tdir, err)) {
-        lg_err_prefix(err, "adapters/%s is in place but its rename may not be durable", digest);
+        lg_err_prefix(err, "adapters/%s is in place but its rename may not be durable", dname);
         return -1;
     }
 ok:
     memcpy(digest_out, digest, 65);
-    snprintf(relpath_out, LG_ADAPTER_PATH_MAX, "adapters/%s", digest);
+    snprintf(relpath_out, LG_ADAPTER_PATH_MAX, "adapters/%s", dname);
     return 0;
 fail:
     if (moved && rename(wts, weights_path) != 0) {
@@ -251,17 +270,28 @@ int lg_store_put_adapter_files(const char *data_dir, const void *config, size_t 
 {
     if (!weights && weights_len)
         return lg_fail(err, "expected adapter_model.safetensors bytes");
-    return lg_put(data_dir, config, config_len, weights ? weights : "", weights_len, NULL, digest_out, relpath_out,
-                  err);
+    return lg_put(data_dir, config, config_len, weights ? weights : "", weights_len, NULL, NULL, 0, digest_out,
+                  relpath_out, err);
 }
 
 int lg_store_put_adapter_files_from_tmp(const char *data_dir, const void *config, size_t config_len,
                                         const char *weights_tmp_path, char digest_out[65],
                                         char relpath_out[LG_ADAPTER_PATH_MAX], lg_err *err)
 {
+    return lg_store_put_adapter_files_tmpl(data_dir, config, config_len, NULL, 0, weights_tmp_path, digest_out,
+                                           relpath_out, err);
+}
+
+int lg_store_put_adapter_files_tmpl(const char *data_dir, const void *config, size_t config_len, const char *tmpl,
+                                    size_t tmpl_len, const char *weights_tmp_path, char digest_out[65],
+                                    char relpath_out[LG_ADAPTER_PATH_MAX], lg_err *err)
+{
     if (!weights_tmp_path || !*weights_tmp_path)
         return lg_fail(err, "expected the path of the uploaded weights");
-    return lg_put(data_dir, config, config_len, NULL, 0, weights_tmp_path, digest_out, relpath_out, err);
+    if (tmpl && tmpl_len > LG_ADAPTER_MAX_TEMPLATE)
+        return lg_fail(err, LG_ADAPTER_TEMPLATE_FILE " is larger than %u bytes", LG_ADAPTER_MAX_TEMPLATE);
+    return lg_put(data_dir, config, config_len, NULL, 0, weights_tmp_path, tmpl, tmpl_len, digest_out, relpath_out,
+                  err);
 }
 
 int lg_store_tmp_file(const char *data_dir, char *path_out, size_t path_size, int *fd_out, lg_err *err)

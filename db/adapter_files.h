@@ -3,6 +3,9 @@
  *
  *   DATA_DIR/adapters/<sha256>/adapter_config.json
  *   DATA_DIR/adapters/<sha256>/adapter_model.safetensors
+ *   DATA_DIR/adapters/<sha256>-<t16>/   the same, plus chat_template.jinja
+ *                                       (an adapter's own chat template;
+ *                                       <t16>: 16 hex of its SHA-256)
  *   DATA_DIR/tmp/                 uploads in progress, put directories
  *
  * <sha256> is the hex SHA-256 of adapter_config.json's bytes followed by
@@ -34,6 +37,8 @@
 
 #define LG_ADAPTER_CONFIG_FILE "adapter_config.json"
 #define LG_ADAPTER_WEIGHTS_FILE "adapter_model.safetensors"
+#define LG_ADAPTER_TEMPLATE_FILE "chat_template.jinja"
+#define LG_ADAPTER_MAX_TEMPLATE (1u << 20) /* an adapter's chat template: at most 1 MiB */
 
 /* Creates DATA_DIR/tmp/upload-XXXXXX (mode 0600, DATA_DIR/tmp created if
  * missing) and returns its path and an open descriptor (the caller closes
@@ -55,5 +60,13 @@ int lg_store_put_adapter_files(const char *data_dir, const void *config, size_t 
 int lg_store_put_adapter_files_from_tmp(const char *data_dir, const void *config, size_t config_len,
                                         const char *weights_tmp_path, char digest_out[65],
                                         char relpath_out[LG_ADAPTER_PATH_MAX], lg_err *err);
+
+/* lg_store_put_adapter_files_from_tmp with an optional chat template
+ * (tmpl NULL: none; at most LG_ADAPTER_MAX_TEMPLATE bytes), stored as
+ * chat_template.jinja in adapters/<digest>-<t16> (relpath_out names it).
+ * digest_out stays the digest of config || weights. */
+int lg_store_put_adapter_files_tmpl(const char *data_dir, const void *config, size_t config_len, const char *tmpl,
+                                    size_t tmpl_len, const char *weights_tmp_path, char digest_out[65],
+                                    char relpath_out[LG_ADAPTER_PATH_MAX], lg_err *err);
 
 #endif

@@ -3,6 +3,7 @@
  * get / delete for a tenant.
  */
 #include "gateway/adapter_upload.h"
+#include "gateway/adapter_template.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -141,6 +142,10 @@ static void remove_tmp_dir(const char *dir)
     unlink(p);
     snprintf(p, sizeof p, "%s/" LG_ADAPTER_WEIGHTS_FILE, dir);
     unlink(p);
+    snprintf(p, sizeof p, "%s/" LG_ADAPTER_TEMPLATE_FILE, dir);
+    unlink(p);
+    snprintf(p, sizeof p, "%s/" LG_ADAPTER_TOKENIZER_CONFIG_FILE, dir);
+    unlink(p);
     rmdir(dir);
 }
 
@@ -202,6 +207,7 @@ typedef struct commit_in {
     size_t config_len;
     const char *shown_dir;    /* what to call dir in messages ("" for uploads) */
     const char *config_param, *weights_param; /* params named by validation errors */
+    const char *template_param;               /* the chat template's */
 } commit_in;
 
 static int commit(lg_job *j, const commit_in *in)
@@ -209,14 +215,19 @@ static int commit(lg_job *j, const commit_in *in)
     const lg_adapter_admin *aa = in->aa;
     lg_err err = {{0}};
     lg_adapter_version v;
-    if (lg_tenant_adapters_inspect(aa->adapters, in->dir, &v, &err) != 0) {
+    char *tmpl = NULL;
+    size_t tmpl_len = 0;
+    if (lg_tenant_adapters_inspect(aa->adapters, in->dir, &v, &tmpl, &tmpl_len, &err) != 0) {
         char from[PATH_MAX + 2];
         snprintf(from, sizeof from, "%s/", in->dir);
         msg_replace(&err, from, in->shown_dir);
         msg_replace(&err, in->dir, in->shown_dir[0] ? in->shown_dir : "upload");
         msg_replace(&err, "adapter 'upload': ", "");
         const char *param = NULL;
-        if (strstr(err.msg, "safetensors"))
+        if (!strncmp(err.msg, LG_ADAPTER_TEMPLATE_FILE, strlen(LG_ADAPTER_TEMPLATE_FILE)) ||
+            !strncmp(err.msg, LG_ADAPTER_TOKENIZER_CONFIG_FILE, strlen(LG_ADAPTER_TOKENIZER_CONFIG_FILE)))
+            param = in->template_param;
+        else if (strstr(err.msg, "safetensors"))
             param = in->weights_param;
         else if (strstr(err.msg, "adapter_config") || strstr(err.msg, "rank") || strstr(err.msg, "target"))
             param = in->config_param;
@@ -228,8 +239,10 @@ static int commit(lg_job *j, const commit_in *in)
     }
     char wpath[PATH_MAX], digest[65], relpath[LG_ADAPTER_PATH_MAX];
     snprintf(wpath, sizeof wpath, "%s/" LG_ADAPTER_WEIGHTS_FILE, in->dir);
-    if (lg_store_put_adapter_files_from_tmp(aa->data_dir, in->config, in->config_len, wpath, digest, relpath,
-                                            &err) != 0)
+    int prc = lg_store_put_adapter_files_tmpl(aa->data_dir, in->config, in->config_len, tmpl, tmpl_len, wpath, digest,
+                                              relpath, &err);
+    free(tmpl);
+    if (prc != 0)
         return lg_job_fail(j, 500, "store_error", NULL, "Storing the adapter's files failed: %s", err.msg);
     if (strcmp(digest, v.digest) != 0) /* the files changed under us: cannot happen with our own tmp dir */
         return lg_job_fail(j, 500, "store_error", NULL, "The adapter's digest changed while it was stored.");
@@ -271,7 +284,30 @@ static int commit(lg_job *j, const commit_in *in)
 
 /* ---- upload (multipart) ------------------------------------------------------------- */
 
-enum { F_NONE = 0, F_NAME, F_CONFIG, F_WEIGHTS };
+enum { F_NONE = 0, F_NAME, F_CONFIG, F_WEIGHTS, F_TEMPLATE, F_TOKCFG, F_N };
+
+/* a text field kept in memory, at most max bytes */
+typedef struct membuf {
+    char *p;
+    size_t len, cap;
+} membuf;
+
+static int membuf_add(membuf *b, const void *data, size_t len)
+{
+    if (b->len + len > b->cap) {
+        size_t cap = b->cap ? b->cap : 4096;
+        while (cap < b->len + len)
+            cap *= 2;
+        char *c = realloc(b->p, cap);
+        if (!c)
+            return -1;
+        b->p = c;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->len, data, len);
+    b->len += len;
+    return 0;
+}
 #define UPLOAD_SLICE ((size_t)4 << 20)
 
 typedef struct upload {
@@ -288,7 +324,8 @@ typedef struct upload {
     /* parse (worker) */
     lg_multipart *mp;
     int field;
-    bool seen[4];
+    bool seen[F_N];
+    membuf extra[2];      /* chat_template, tokenizer_config (optional) */
     char name[LG_STORE_NAME_MAX];
     size_t name_len;
     char *config;
@@ -311,6 +348,8 @@ static void upload_free(lg_job *jb)
     lg_multipart_free(u->mp);
     free(u->slice);
     free(u->config);
+    free(u->extra[0].p);
+    free(u->extra[1].p);
     free(u);
 }
 
@@ -331,18 +370,23 @@ static void upload_cleanup(upload *u)
 
 static const char *field_label(int f)
 {
-    return f == F_NAME ? "name" : f == F_CONFIG ? "config" : "weights";
+    return f == F_NAME ? "name" : f == F_CONFIG ? "config" : f == F_TEMPLATE ? "chat_template"
+                                           : f == F_TOKCFG ? "tokenizer_config" : "weights";
 }
 
 static int mp_begin(void *user, const lg_mp_part *p, lg_err *err)
 {
     upload *u = user;
     int f = !strcmp(p->name, "name") ? F_NAME : !strcmp(p->name, "config") ? F_CONFIG
-                                            : !strcmp(p->name, "weights") ? F_WEIGHTS : F_NONE;
+                                            : !strcmp(p->name, "weights") ? F_WEIGHTS
+                                            : !strcmp(p->name, "chat_template") ? F_TEMPLATE
+                                            : !strcmp(p->name, "tokenizer_config") ? F_TOKCFG : F_NONE;
     if (f == F_NONE) {
         snprintf(u->param_buf, sizeof u->param_buf, "%s", p->name);
         lg_job_fail(&u->j, 400, "unknown_parameter", u->param_buf,
-                    "Unrecognized form field '%.100s': expected name, config and weights.", p->name);
+                    "Unrecognized form field '%.100s': expected name, config and weights (and optionally "
+                    "chat_template or tokenizer_config).",
+                    p->name);
         return lg_fail(err, "unknown field");
     }
     if (u->seen[f]) {
@@ -380,7 +424,8 @@ static int mp_data(void *user, const lg_mp_part *p, const void *data, size_t len
     (void)p;
     /* name and config are text that ends up in C strings (and JSON has no
      * raw NUL): a NUL byte would silently cut the value ("a\0b" -> "a") */
-    if ((u->field == F_NAME || u->field == F_CONFIG) && memchr(data, 0, len)) {
+    if ((u->field == F_NAME || u->field == F_CONFIG || u->field == F_TEMPLATE || u->field == F_TOKCFG) &&
+        memchr(data, 0, len)) {
         lg_job_fail(&u->j, 400, "invalid_value", field_label(u->field),
                     "The form field '%s' contains a NUL byte; it must be text.", field_label(u->field));
         return lg_fail(err, "NUL byte");
@@ -417,6 +462,21 @@ static int mp_data(void *user, const lg_mp_part *p, const void *data, size_t len
         memcpy(u->config + u->config_len, data, len);
         u->config_len += len;
         return 0;
+    case F_TEMPLATE:
+    case F_TOKCFG: {
+        membuf *b = &u->extra[u->field == F_TOKCFG];
+        size_t max = u->field == F_TOKCFG ? LG_ADAPTER_MAX_TOKENIZER_CONFIG : LG_ADAPTER_MAX_TEMPLATE;
+        if (b->len + len > max) {
+            lg_job_fail(&u->j, 400, "invalid_value", field_label(u->field), "%s is larger than %zu bytes.",
+                        u->field == F_TOKCFG ? LG_ADAPTER_TOKENIZER_CONFIG_FILE : LG_ADAPTER_TEMPLATE_FILE, max);
+            return lg_fail(err, "template");
+        }
+        if (membuf_add(b, data, len) != 0) {
+            lg_job_fail(&u->j, 500, NULL, NULL, "out of memory");
+            return lg_fail(err, "oom");
+        }
+        return 0;
+    }
     case F_WEIGHTS: {
         lg_err e = {{0}};
         if (lg_file_sink_write(&u->sink, data, len, &e) != 0) {
@@ -494,9 +554,21 @@ static void upload_work(void *arg)
         upload_cleanup(u);
         return;
     }
+    for (int k = 0; k < 2; k++) {
+        if (!u->seen[k ? F_TOKCFG : F_TEMPLATE])
+            continue;
+        snprintf(cpath, sizeof cpath, "%s/%s", u->dir, k ? LG_ADAPTER_TOKENIZER_CONFIG_FILE : LG_ADAPTER_TEMPLATE_FILE);
+        if (write_file(cpath, u->extra[k].p ? u->extra[k].p : "", u->extra[k].len, &err) != 0) {
+            lg_job_fail(&u->j, 500, "store_error", NULL, "Receiving the upload failed: %s", err.msg);
+            u->failed = true;
+            upload_cleanup(u);
+            return;
+        }
+    }
     commit_in in = {.aa = &u->aa, .tenant_id = u->tenant_id, .tenant = u->tenant, .name = u->name,
                     .dir = u->dir, .config = u->config ? u->config : "", .config_len = u->config_len,
-                    .shown_dir = "", .config_param = "config", .weights_param = "weights"};
+                    .shown_dir = "", .config_param = "config", .weights_param = "weights",
+                    .template_param = u->seen[F_TEMPLATE] ? "chat_template" : "tokenizer_config"};
     if (commit(&u->j, &in) != 0)
         u->failed = true;
     upload_cleanup(u);
@@ -694,6 +766,15 @@ static void import_work(lg_job *jb)
         snprintf(dst, sizeof dst, "%s/" LG_ADAPTER_WEIGHTS_FILE, dir);
         rc = copy_file(src, dst, m->max_weights, &err);
     }
+    /* the adapter's own chat template, when the directory ships one */
+    static const char *const extra[] = {LG_ADAPTER_TEMPLATE_FILE, LG_ADAPTER_TOKENIZER_CONFIG_FILE};
+    static const size_t extra_max[] = {LG_ADAPTER_MAX_TEMPLATE, LG_ADAPTER_MAX_TOKENIZER_CONFIG};
+    for (int k = 0; k < 2 && rc == 0; k++) {
+        snprintf(src, sizeof src, "%s/%s", m->path, extra[k]);
+        snprintf(dst, sizeof dst, "%s/%s", dir, extra[k]);
+        if (stat(src, &sb) == 0 && (rc = copy_file(src, dst, extra_max[k], &err)) != 0)
+            lg_err_prefix(&err, "%s", extra[k]);
+    }
     if (rc != 0) {
         msg_replace(&err, dir, m->path);
         lg_job_fail(jb, 400, "invalid_value", "path", "Cannot import the adapter: %s", err.msg);
@@ -710,7 +791,7 @@ static void import_work(lg_job *jb)
     snprintf(shown, sizeof shown, "%s/", m->path);
     commit_in in = {.aa = &m->aa, .tenant_id = m->tenant_id, .tenant = m->tenant, .name = m->name, .dir = dir,
                     .config = config, .config_len = config_len, .shown_dir = shown, .config_param = "path",
-                    .weights_param = "path"};
+                    .weights_param = "path", .template_param = "path"};
     commit(jb, &in);
     free(config);
     remove_tmp_dir(dir);

@@ -9,8 +9,9 @@
  * An upload, and why it is shaped so:
  *
  *   loop thread                         worker pool
- *   copy the next <= 4 MiB of the  -->  feed the multipart parser: `name`
- *   body into the job                   and `config` kept in memory,
+ *   copy the next <= 4 MiB of the  -->  feed the multipart parser: `name`,
+ *   body into the job                   `config` (and an optional chat
+ *                                       template) kept in memory,
  *   (done: next slice, or answer)  <--  `weights` streamed into
  *                                       DATA_DIR/tmp/upload-XXXXXX/
  *                                       adapter_model.safetensors
@@ -70,9 +71,12 @@ typedef struct lg_adapter_admin {
  *  "size_bytes","created_at","updated_at","owned_by"} */
 json_t *lg_adapter_json(const char *name, const lg_adapter_version *v, int64_t created_at_ms, const char *owner);
 
-/* POST multipart/form-data: fields name, config, weights. 201 (new) or 200 (replaced). */
+/* POST multipart/form-data: fields name, config, weights, and optionally
+ * chat_template (chat_template.jinja) or tokenizer_config (its
+ * "chat_template"; adapter_template.h). 201 (new) or 200 (replaced). */
 int lg_adapters_upload(lg_request *r, const lg_adapter_admin *aa, const lg_tenant_obj *t);
-/* {"name","path"}: a PEFT directory on the server's disk (copied, then as an upload). */
+/* {"name","path"}: a PEFT directory on the server's disk (copied with its
+ * chat_template.jinja / tokenizer_config.json if any, then as an upload). */
 int lg_adapters_import(lg_request *r, const lg_adapter_admin *aa, const lg_tenant_obj *t);
 int lg_adapters_list(lg_request *r, const lg_adapter_admin *aa, const lg_tenant_obj *t);
 int lg_adapters_get(lg_request *r, const lg_adapter_admin *aa, const lg_tenant_obj *t, const char *name);

@@ -153,6 +153,13 @@ static int build_views(lg_app *app, const lg_serve_config *cfg, lg_err *err)
     if (lg_tenant_adapters_create(app->engine, lg_weights_config(app->weights), (int)cfg->max_lora_rank,
                                   cfg->data_dir, &app->adapters, err) != 0)
         return -1;
+    /* adapters' own chat templates see the base model's BOS/EOS texts; --chat-template overrides them all */
+    const lg_tokenizer *tok = app->model.tok;
+    int bos = tok ? lg_tokenizer_bos(tok) : -1, eos = tok ? lg_tokenizer_eos(tok) : -1;
+    if (lg_tenant_adapters_set_chat(app->adapters, bos >= 0 ? lg_tokenizer_token_text(tok, bos) : NULL,
+                                    eos >= 0 ? lg_tokenizer_token_text(tok, eos) : NULL, cfg->chat_template != NULL,
+                                    err) != 0)
+        return -1;
     lg_store *st = lg_store_writer_acquire(app->store);
     int rc = lg_app_reload_tenants(app, st, err);
     if (rc == 0)

@@ -246,17 +246,21 @@ static int chat_message(lg_request *r, json_t *m, size_t i, json_t *out)
 }
 
 /* messages (+ tools, documents, chat_template_kwargs: NULL for none) ->
- * the model's chat template -> token ids (*ids malloc'd). */
-static int chat_render_ids(const lg_served_model *mdl, lg_request *r, json_t *msgs, const json_t *tools,
-                           const json_t *documents, const json_t *kwargs, int32_t **ids, int *n_ids)
+ * the chat template (tmpl: an adapter's own; NULL: the model's) -> token
+ * ids (*ids malloc'd). */
+static int chat_render_ids(const lg_served_model *mdl, const lg_chat_template *tmpl, lg_request *r, json_t *msgs,
+                           const json_t *tools, const json_t *documents, const json_t *kwargs, int32_t **ids,
+                           int *n_ids)
 {
+    if (!tmpl)
+        tmpl = mdl->chat;
     if (!msgs)
         return BAD("messages", "Missing required parameter: 'messages'.");
     if (!json_is_array(msgs) || json_array_size(msgs) == 0)
         return BAD("messages", "Invalid 'messages': expected a non-empty array of messages.");
     if (json_array_size(msgs) > LG_OAI_MAX_MESSAGES)
         return BAD("messages", "Invalid 'messages': at most %d messages per request.", LG_OAI_MAX_MESSAGES);
-    if (!mdl->chat || !mdl->tok)
+    if (!tmpl || !mdl->tok)
         return BAD("messages", "The model %s has no chat template; use /v1/completions.", mdl->id);
     json_t *conv = json_array();
     int rc = conv ? 0 : BAD(NULL, "out of memory");
@@ -267,7 +271,7 @@ static int chat_render_ids(const lg_served_model *mdl, lg_request *r, json_t *ms
             rc = chat_message(r, m, i, conv);
     char *text = NULL;
     lg_err err = {{0}};
-    if (rc == 0 && lg_chat_template_render(mdl->chat, conv, tools, documents, kwargs, true, &text, &err) != 0)
+    if (rc == 0 && lg_chat_template_render(tmpl, conv, tools, documents, kwargs, true, &text, &err) != 0)
         rc = BAD("messages", "Invalid 'messages': %s", err.msg);
     json_decref(conv);
     if (rc == 0 && too_long(mdl, r, "messages", strlen(text)) != 0)
@@ -278,9 +282,10 @@ static int chat_render_ids(const lg_served_model *mdl, lg_request *r, json_t *ms
     return rc;
 }
 
-int lg_oai_chat_ids(const lg_served_model *mdl, lg_request *r, json_t *msgs, int32_t **ids, int *n_ids)
+int lg_oai_chat_ids(const lg_served_model *mdl, const lg_chat_template *tmpl, lg_request *r, json_t *msgs,
+                    int32_t **ids, int *n_ids)
 {
-    return chat_render_ids(mdl, r, msgs, NULL, NULL, NULL, ids, n_ids);
+    return chat_render_ids(mdl, tmpl, r, msgs, NULL, NULL, NULL, ids, n_ids);
 }
 
 /* tools / tool_choice / parallel_tool_calls (tool_calls.h), documents and
@@ -306,8 +311,9 @@ static int chat_prompt(const lg_served_model *mdl, lg_request *r, json_t *body, 
         if (q->tc_parser->keeps_special) /* its markers are special tokens: the parser must see them */
             q->skip_special_tokens = false;
     }
-    if (chat_render_ids(mdl, r, json_object_get(body, "messages"), q->tc.tools, json_is_array(docs) ? docs : NULL,
-                        json_is_object(kw) ? kw : NULL, &q->prompts[0], &q->n_prompt_tokens[0]) != 0)
+    if (chat_render_ids(mdl, lg_adapter_chat_template(q->chat), r, json_object_get(body, "messages"), q->tc.tools,
+                        json_is_array(docs) ? docs : NULL, json_is_object(kw) ? kw : NULL, &q->prompts[0],
+                        &q->n_prompt_tokens[0]) != 0)
         return -1;
     q->n_prompts = 1;
     return 0;
@@ -434,7 +440,7 @@ static int parse_model(const lg_served_model *m, lg_tenant_adapters *adapters, l
         return BAD("model", "Invalid 'model': expected the id of a model (GET /v1/models).");
     snprintf(q->model, sizeof q->model, "%s", json_string_value(jm));
     if (strcmp(q->model, m->id) != 0) {
-        if (!lg_tenant_adapters_find(adapters, t->id, q->model, &q->adapter)) {
+        if (!lg_tenant_adapters_find_chat(adapters, t->id, q->model, &q->adapter, &q->chat)) {
             lg_respond_model_not_found(r, q->model);
             return -1;
         }
@@ -846,5 +852,6 @@ void lg_oai_request_dispose(lg_oai_request *q)
     lg_so_spec_dispose(&q->so);
     lg_tc_request_dispose(&q->tc);
     lg_constraint_unref(q->constraint);
+    lg_adapter_chat_unref(q->chat);
     memset(q, 0, sizeof *q);
 }

@@ -49,6 +49,7 @@ typedef struct lg_oai_request {
     char model[256];
     bool is_adapter;
     lg_tenant_adapter adapter;    /* when is_adapter: a copy taken at parse time */
+    lg_adapter_chat *chat;        /* that adapter's own chat template (a reference), NULL: the model's */
     int n_prompts;                /* completions: a list of prompts; chat: 1 */
     int32_t *prompts[LG_OAI_MAX_PROMPTS];
     int n_prompt_tokens[LG_OAI_MAX_PROMPTS];
@@ -104,10 +105,12 @@ int lg_oai_request_compile(const lg_served_model *m, lg_oai_request *q, char *pa
 /* What the two routes do to their prompts, for /tokenize (routes_tokenize.c):
  * a text prompt encoded as /v1/completions encodes it (add_special: the
  * model's BOS when its tokenizer adds one; special tokens' text stays
- * text), and chat messages rendered by the model's template with the
- * generation prompt, as /v1/chat/completions renders them. *ids malloc'd.
+ * text), and chat messages rendered by the model's template (or tmpl, an
+ * adapter's own, when not NULL) with the generation prompt, as
+ * /v1/chat/completions renders them. *ids malloc'd.
  * On failure they answer r (400, naming the parameter) and return -1. [loop] */
 int lg_oai_text_ids(const lg_served_model *m, lg_request *r, json_t *prompt, bool add_special, int32_t **ids, int *n);
-int lg_oai_chat_ids(const lg_served_model *m, lg_request *r, json_t *messages, int32_t **ids, int *n);
+int lg_oai_chat_ids(const lg_served_model *m, const lg_chat_template *tmpl, lg_request *r, json_t *messages,
+                    int32_t **ids, int *n);
 
 #endif

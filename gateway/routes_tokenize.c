@@ -16,7 +16,8 @@
  * run and bill: a prompt is encoded as /v1/completions encodes it
  * (add_special_tokens: the model's BOS where its tokenizer adds one; text
  * that spells a special token stays text), messages are rendered with the
- * model's chat template and its generation prompt, as
+ * chat template (the named adapter's own when it ships one, else the
+ * model's) and its generation prompt, as
  * /v1/chat/completions renders them (add_generation_prompt false, or
  * options of vLLM's chat form we do not serve, are refused by name). Unknown fields are refused by name. A model
  * without a tokenizer answers 400. Nothing here blocks: the tokenizer runs
@@ -32,10 +33,12 @@
 #include "gateway/tenant_adapters.h"
 #include "gateway/tenant_auth.h"
 
-/* The model a request names, if any, is known to the tenant. 0, or -1
- * after answering. */
-static int check_model(const lg_tokenize_deps *d, lg_request *r, json_t *body)
+/* The model a request names, if any, is known to the tenant; *chat: the
+ * named adapter's own chat template (a reference; NULL: the model's). 0, or
+ * -1 after answering. */
+static int check_model(const lg_tokenize_deps *d, lg_request *r, json_t *body, lg_adapter_chat **chat)
 {
+    *chat = NULL;
     json_t *m = json_object_get(body, "model");
     if (!m || json_is_null(m))
         return 0;
@@ -46,7 +49,7 @@ static int check_model(const lg_tokenize_deps *d, lg_request *r, json_t *body)
     const char *name = json_string_value(m);
     if (!strcmp(name, d->model->id))
         return 0;
-    if (lg_tenant_adapters_find(d->adapters, lg_principal_of(r)->tenant->id, name, NULL))
+    if (lg_tenant_adapters_find_chat(d->adapters, lg_principal_of(r)->tenant->id, name, NULL, chat))
         return 0;
     lg_respond_model_not_found(r, name);
     return -1;
@@ -95,9 +98,10 @@ static int tokenize(lg_request *r, void *user)
     bool add_special, gen_prompt, strs;
     int32_t *ids = NULL;
     int n = 0;
+    lg_adapter_chat *achat = NULL;
     json_t *prompt = json_object_get(body, "prompt"), *msgs = json_object_get(body, "messages");
     bool chat = msgs && !prompt;
-    if (only_fields(r, body, chat ? CHAT_FIELDS : PROMPT_FIELDS) != 0 || check_model(d, r, body) != 0 ||
+    if (only_fields(r, body, chat ? CHAT_FIELDS : PROMPT_FIELDS) != 0 || check_model(d, r, body, &achat) != 0 ||
         opt_bool(r, body, "return_token_strs", false, &strs) != 0)
         goto out;
     if (chat) {
@@ -109,7 +113,7 @@ static int tokenize(lg_request *r, void *user)
                              "/v1/chat/completions renders them.");
             goto out;
         }
-        if (lg_oai_chat_ids(d->model, r, msgs, &ids, &n) != 0)
+        if (lg_oai_chat_ids(d->model, lg_adapter_chat_template(achat), r, msgs, &ids, &n) != 0)
             goto out;
     } else {
         if (opt_bool(r, body, "add_special_tokens", true, &add_special) != 0)
@@ -134,6 +138,7 @@ static int tokenize(lg_request *r, void *user)
     lg_respond_json(r, 200, json_pack("{s:i,s:i,s:o,s:o}", "count", n, "max_model_len", d->model->max_context, "tokens",
                                       tokens, "token_strs", texts));
 out:
+    lg_adapter_chat_unref(achat);
     free(ids);
     json_decref(body);
     return 0;
@@ -151,7 +156,10 @@ static int detokenize(lg_request *r, void *user)
     size_t len = 0;
     lg_err err = {{0}};
     json_t *tokens = json_object_get(body, "tokens");
-    if (only_fields(r, body, FIELDS) != 0 || check_model(d, r, body) != 0)
+    lg_adapter_chat *achat = NULL;
+    int mrc = only_fields(r, body, FIELDS) != 0 ? -1 : check_model(d, r, body, &achat);
+    lg_adapter_chat_unref(achat); /* the tokenizer is the model's either way */
+    if (mrc != 0)
         goto out;
     if (!json_is_array(tokens)) {
         lg_respond_error(r, 400, tokens ? "invalid_type" : "missing_required_parameter", "tokens",

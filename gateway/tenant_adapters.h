@@ -14,6 +14,11 @@
  * inspect reads files (any thread but a loop); install and uninstall run on
  * the worker pool, serialized by the store's writer lock (store_writer.h),
  * so that two replaces of one name install in commit order.
+ *
+ * An adapter whose files include chat_template.jinja (its own chat
+ * template, adapter_template.h) renders its chat requests with it: parsed
+ * once at install, shared by reference (find_chat), unless --chat-template
+ * overrides every template (set_chat).
  */
 #ifndef LG_GW_TENANT_ADAPTERS_H
 #define LG_GW_TENANT_ADAPTERS_H
@@ -24,6 +29,7 @@
 #include "db/store.h"
 #include "engine/model/model_config.h"
 #include "engine/runtime/engine.h"
+#include "gateway/adapter_template.h"
 
 typedef struct lg_tenant_adapters lg_tenant_adapters;
 
@@ -40,18 +46,32 @@ typedef struct lg_tenant_adapter {
  * versions' paths. All must outlive the registry. */
 int lg_tenant_adapters_create(lg_engine *engine, const lg_model_config *base, int max_lora_rank, const char *data_dir,
                               lg_tenant_adapters **out, lg_err *err);
+/* What adapters' templates see as bos_token / eos_token (the base model's
+ * texts, may be NULL), and templates_off: --chat-template overrides them
+ * (they are still checked at upload, not used). Call before any install. */
+int lg_tenant_adapters_set_chat(lg_tenant_adapters *ta, const char *bos_text, const char *eos_text,
+                                bool templates_off, lg_err *err);
 /* NULL: no-op. Frees the entries; the engine is not told (it stops first). */
 void lg_tenant_adapters_free(lg_tenant_adapters *ta);
 
 /* Copy of the tenant's adapter `name` (out may be NULL); false if none. Never blocks. */
 bool lg_tenant_adapters_find(lg_tenant_adapters *ta, int64_t tenant_id, const char *name, lg_tenant_adapter *out);
+/* find, and in the same instant a reference to that version's own chat
+ * template (*chat NULL: it has none; the base model's applies). The
+ * caller drops it with lg_adapter_chat_unref. */
+bool lg_tenant_adapters_find_chat(lg_tenant_adapters *ta, int64_t tenant_id, const char *name, lg_tenant_adapter *out,
+                                  lg_adapter_chat **chat);
 /* Copies of the tenant's adapters, sorted by name (free() the array). -1: out of memory. */
 int lg_tenant_adapters_list(lg_tenant_adapters *ta, int64_t tenant_id, lg_tenant_adapter **out, int *n);
 
 /* Validates a PEFT adapter directory against the served base model exactly
  * as `--lora` does, and fills what the store keeps of it (digest, max_rank,
- * target_modules, size_bytes; path left empty). Reads files. */
-int lg_tenant_adapters_inspect(lg_tenant_adapters *ta, const char *dir, lg_adapter_version *out, lg_err *err);
+ * target_modules, size_bytes; path left empty). A chat template the
+ * directory ships (chat_template.jinja or tokenizer_config.json) must
+ * parse (else -1, err naming the file); its text is *tmpl (malloc'd; NULL:
+ * none). Reads files. */
+int lg_tenant_adapters_inspect(lg_tenant_adapters *ta, const char *dir, lg_adapter_version *out, char **tmpl,
+                               size_t *tmpl_len, lg_err *err);
 /* Makes version v (files already at DATA_DIR/v->path) the tenant's adapter
  * `name` in the engine and here: new requests use it, in-flight ones finish
  * on the one they started with. Call after the store committed it. */
