@@ -68,6 +68,7 @@ typedef struct gen_opts {
     bool json_object;
     const char *choices[MAX_CHOICES];
     int n_choices;
+    lg_spec_opts spec; /* speculative decoding */
 } gen_opts;
 
 /* state shared with the engine callbacks */
@@ -133,7 +134,13 @@ static void usage(FILE *f)
             "  --json-object          the output is a JSON object\n"
             "  --regex RE             the output matches the regular expression RE (whole output)\n"
             "  --grammar FILE         the output follows the Lark grammar in FILE (start rule `start`)\n"
-            "  --choice TEXT          the output is one of the --choice texts (repeatable)\n",
+            "  --choice TEXT          the output is one of the --choice texts (repeatable)\n"
+            "  --speculative off|ngram  speculative decoding (default off); ngram: proposals from the\n"
+            "                         sequence's own prompt and output, verified in one step (exact output)\n"
+            "  --num-speculative-tokens K  most tokens proposed a step (default 4, at most 16)\n"
+            "  --ngram-min N, --ngram-max M  suffix lengths looked up (default 2 and 4)\n"
+            "  --speculative-accept-rate A  benchmarks and tests only: accept each proposed token with\n"
+            "                         probability A whatever the model says (the output is not the model's)\n",
             MAX_STOPS, LG_MAX_TOP_LOGPROBS);
 }
 
@@ -286,7 +293,7 @@ static void on_finish(void *user, int64_t id, lg_finish_reason reason, const lg_
 static int parse_args(int argc, char **argv, gen_opts *o)
 {
     enum { O_MODEL = 1000, O_BACKEND, O_PROMPT, O_PTOK, O_CHAT, O_SYSTEM, O_TMPL, O_MAXTOK, O_TEMP, O_TOPP, O_TOPK,
-           O_MINP, O_PRES, O_FREQ, O_SEED, O_STOP, O_JSON, O_LOGITS, O_STATS, O_THREADS, O_CTX, O_DQ, O_BUDGET, O_HELP, O_LORA, O_USELORA, O_BATCH, O_MAXRANK, O_POOL, O_DTYPE, O_GPUUTIL, O_SHARING, O_SEQ, O_LOGPROBS, O_JSCHEMA, O_JOBJ, O_REGEX, O_GRAMMAR, O_CHOICE };
+           O_MINP, O_PRES, O_FREQ, O_SEED, O_STOP, O_JSON, O_LOGITS, O_STATS, O_THREADS, O_CTX, O_DQ, O_BUDGET, O_HELP, O_LORA, O_USELORA, O_BATCH, O_MAXRANK, O_POOL, O_DTYPE, O_GPUUTIL, O_SHARING, O_SEQ, O_LOGPROBS, O_JSCHEMA, O_JOBJ, O_REGEX, O_GRAMMAR, O_CHOICE, O_SPEC, O_SPECK, O_NGMIN, O_NGMAX, O_SPECACC };
     static const struct option longopts[] = {
         {"model", required_argument, 0, O_MODEL}, {"backend", required_argument, 0, O_BACKEND},
         {"prompt", required_argument, 0, O_PROMPT}, {"prompt-tokens", required_argument, 0, O_PTOK},
@@ -308,6 +315,9 @@ static int parse_args(int argc, char **argv, gen_opts *o)
         {"json-schema", required_argument, 0, O_JSCHEMA}, {"json-object", no_argument, 0, O_JOBJ},
         {"regex", required_argument, 0, O_REGEX}, {"grammar", required_argument, 0, O_GRAMMAR},
         {"choice", required_argument, 0, O_CHOICE},
+        {"speculative", required_argument, 0, O_SPEC}, {"num-speculative-tokens", required_argument, 0, O_SPECK},
+        {"ngram-min", required_argument, 0, O_NGMIN}, {"ngram-max", required_argument, 0, O_NGMAX},
+        {"speculative-accept-rate", required_argument, 0, O_SPECACC},
         {0, 0, 0, 0},
     };
     *o = (gen_opts){.backend = "cpu", .max_tokens = 256, .top_p = 1.0f, .dequant = LG_F16, .budget = 512,
@@ -438,6 +448,23 @@ static int parse_args(int argc, char **argv, gen_opts *o)
             }
             break;
         case O_SEQ: o->sequential = true; break;
+        case O_SPEC:
+            if (lg_spec_mode_parse(optarg, &o->spec.mode) != 0) {
+                fprintf(stderr, "loragate generate: --speculative must be off or ngram, got '%s'\n", optarg);
+                return 2;
+            }
+            break;
+        case O_SPECK: if (parse_int(optarg, "--num-speculative-tokens", 1, 16, &v)) return 2; o->spec.num_tokens = (int)v; break;
+        case O_NGMIN: if (parse_int(optarg, "--ngram-min", 1, 64, &v)) return 2; o->spec.ngram_min = (int)v; break;
+        case O_NGMAX: if (parse_int(optarg, "--ngram-max", 1, 64, &v)) return 2; o->spec.ngram_max = (int)v; break;
+        case O_SPECACC:
+            if (parse_float(optarg, "--speculative-accept-rate", &o->spec.bench_accept)) return 2;
+            if (!(o->spec.bench_accept >= 0 && o->spec.bench_accept <= 1)) {
+                fprintf(stderr, "loragate generate: --speculative-accept-rate must be in [0, 1], got %s\n", optarg);
+                return 2;
+            }
+            o->spec.bench_accept_on = true;
+            break;
         default:
             fprintf(stderr, "loragate generate: unknown or incomplete option '%s'\n", argv[optind - 1]);
             usage(stderr);
@@ -560,6 +587,9 @@ static void print_json(const gen_state *st, const lg_engine_stats *es)
         json_object_set_new(s, "decode_seconds", json_real(es->decode_seconds));
         json_object_set_new(s, "decode_steps", json_integer(es->decode_steps));
         json_object_set_new(s, "chained_steps", json_integer(es->chained_steps));
+        json_object_set_new(s, "spec_verify_rows", json_integer(es->spec_verify_rows));
+        json_object_set_new(s, "spec_proposed", json_integer(es->spec_proposed));
+        json_object_set_new(s, "spec_accepted", json_integer(es->spec_accepted));
         json_object_set_new(o, "stats", s);
     }
     char *txt = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(9));
@@ -853,6 +883,7 @@ int lg_cmd_generate(int argc, char **argv)
         .pool_bytes = (size_t)o.pool_mb << 20,
         .gpu_memory_utilization = o.gpu_util,
         .prefix_sharing = o.sharing,
+        .spec = o.spec,
     };
     if (lg_engine_create(be, w, &eo, &e, &err) != 0)
         goto out;
@@ -933,12 +964,13 @@ int lg_cmd_generate(int argc, char **argv)
     if (o.stats)
         fprintf(stderr,
                 "prompt: %lld tokens in %.3f s (%.1f tok/s); decode: %lld tokens in %.3f s (%.1f tok/s); "
-                "decode steps %lld (%lld chained); pages: %d total, %d kv, %d adapter, %d cached; adapter loads %lld, "
+                "decode steps %lld (%lld chained); speculation: %lld proposed, %lld accepted; pages: %d total, %d kv, %d adapter, %d cached; adapter loads %lld, "
                 "evictions %lld\n",
                 (long long)es.prefill_tokens, es.prefill_seconds,
                 es.prefill_seconds > 0 ? es.prefill_tokens / es.prefill_seconds : 0.0, (long long)es.decode_tokens,
                 es.decode_seconds, es.decode_seconds > 0 ? es.decode_tokens / es.decode_seconds : 0.0,
-                (long long)es.decode_steps, (long long)es.chained_steps, es.pages_total, es.pages_kv, es.pages_adapter,
+                (long long)es.decode_steps, (long long)es.chained_steps, (long long)es.spec_proposed,
+                (long long)es.spec_accepted, es.pages_total, es.pages_kv, es.pages_adapter,
                 es.pages_cached, (long long)es.adapter_loads, (long long)es.adapter_evictions);
     exit_code = 0;
 out:
