@@ -139,6 +139,11 @@ static void usage(FILE *f)
             "                         sequence's own prompt and output, verified in one step (exact output)\n"
             "  --num-speculative-tokens K  most tokens proposed a step (default 4, at most 16)\n"
             "  --ngram-min N, --ngram-max M  suffix lengths looked up (default 2 and 4)\n"
+            "  --speculative-max-batch N  no speculation in a step where more than N sequences decode\n"
+            "                         (default 16)\n"
+            "  --speculative-max-tokens N  at most N verified tokens a step in all (default 64)\n"
+            "  --speculative-min-accept A  a sequence whose recent acceptance rate is below A pauses its\n"
+            "                         proposals for a while (default 0.3; 0: never)\n"
             "  --speculative-accept-rate A  benchmarks and tests only: accept each proposed token with\n"
             "                         probability A whatever the model says (the output is not the model's)\n",
             MAX_STOPS, LG_MAX_TOP_LOGPROBS);
@@ -293,7 +298,7 @@ static void on_finish(void *user, int64_t id, lg_finish_reason reason, const lg_
 static int parse_args(int argc, char **argv, gen_opts *o)
 {
     enum { O_MODEL = 1000, O_BACKEND, O_PROMPT, O_PTOK, O_CHAT, O_SYSTEM, O_TMPL, O_MAXTOK, O_TEMP, O_TOPP, O_TOPK,
-           O_MINP, O_PRES, O_FREQ, O_SEED, O_STOP, O_JSON, O_LOGITS, O_STATS, O_THREADS, O_CTX, O_DQ, O_BUDGET, O_HELP, O_LORA, O_USELORA, O_BATCH, O_MAXRANK, O_POOL, O_DTYPE, O_GPUUTIL, O_SHARING, O_SEQ, O_LOGPROBS, O_JSCHEMA, O_JOBJ, O_REGEX, O_GRAMMAR, O_CHOICE, O_SPEC, O_SPECK, O_NGMIN, O_NGMAX, O_SPECACC };
+           O_MINP, O_PRES, O_FREQ, O_SEED, O_STOP, O_JSON, O_LOGITS, O_STATS, O_THREADS, O_CTX, O_DQ, O_BUDGET, O_HELP, O_LORA, O_USELORA, O_BATCH, O_MAXRANK, O_POOL, O_DTYPE, O_GPUUTIL, O_SHARING, O_SEQ, O_LOGPROBS, O_JSCHEMA, O_JOBJ, O_REGEX, O_GRAMMAR, O_CHOICE, O_SPEC, O_SPECK, O_NGMIN, O_NGMAX, O_SPECACC, O_SPECMB, O_SPECMT, O_SPECMA };
     static const struct option longopts[] = {
         {"model", required_argument, 0, O_MODEL}, {"backend", required_argument, 0, O_BACKEND},
         {"prompt", required_argument, 0, O_PROMPT}, {"prompt-tokens", required_argument, 0, O_PTOK},
@@ -318,6 +323,9 @@ static int parse_args(int argc, char **argv, gen_opts *o)
         {"speculative", required_argument, 0, O_SPEC}, {"num-speculative-tokens", required_argument, 0, O_SPECK},
         {"ngram-min", required_argument, 0, O_NGMIN}, {"ngram-max", required_argument, 0, O_NGMAX},
         {"speculative-accept-rate", required_argument, 0, O_SPECACC},
+        {"speculative-max-batch", required_argument, 0, O_SPECMB},
+        {"speculative-max-tokens", required_argument, 0, O_SPECMT},
+        {"speculative-min-accept", required_argument, 0, O_SPECMA},
         {0, 0, 0, 0},
     };
     *o = (gen_opts){.backend = "cpu", .max_tokens = 256, .top_p = 1.0f, .dequant = LG_F16, .budget = 512,
@@ -456,6 +464,17 @@ static int parse_args(int argc, char **argv, gen_opts *o)
             break;
         case O_SPECK: if (parse_int(optarg, "--num-speculative-tokens", 1, 16, &v)) return 2; o->spec.num_tokens = (int)v; break;
         case O_NGMIN: if (parse_int(optarg, "--ngram-min", 1, 64, &v)) return 2; o->spec.ngram_min = (int)v; break;
+        case O_SPECMB: if (parse_int(optarg, "--speculative-max-batch", 1, 1 << 20, &v)) return 2; o->spec.max_batch = (int)v; break;
+        case O_SPECMT: if (parse_int(optarg, "--speculative-max-tokens", 1, 1 << 20, &v)) return 2; o->spec.max_tokens = (int)v; break;
+        case O_SPECMA:
+            if (parse_float(optarg, "--speculative-min-accept", &o->spec.min_accept)) return 2;
+            if (!(o->spec.min_accept >= 0 && o->spec.min_accept <= 1)) {
+                fprintf(stderr, "loragate generate: --speculative-min-accept must be in [0, 1], got %s\n", optarg);
+                return 2;
+            }
+            if (o->spec.min_accept == 0)
+                o->spec.min_accept = -1; /* the engine's "never" */
+            break;
         case O_NGMAX: if (parse_int(optarg, "--ngram-max", 1, 64, &v)) return 2; o->spec.ngram_max = (int)v; break;
         case O_SPECACC:
             if (parse_float(optarg, "--speculative-accept-rate", &o->spec.bench_accept)) return 2;
