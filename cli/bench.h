@@ -48,6 +48,7 @@ typedef struct bench_opts {
     lg_constraint **constraints;
     int n_constraints;
     lg_spec_opts spec; /* --speculative ... (engine/runtime/speculate.c) */
+    const char *draft_model; /* --draft-model (with --load-format dummy: random weights too) */
 } bench_opts;
 
 /* Serving workload mode (--workload poisson|closed|burst|trace). */

@@ -72,7 +72,8 @@ static void usage(FILE *f)
             "    [--presence-penalty P] [--frequency-penalty F] [--logprobs N (each token's logprob, N alternatives)]\n"
             "    [--json-schemas FILE (a JSON array: request k follows schema k %% n)] [--schema-tokenizer tokenizer.json]\n"
             "  speculative decoding (both modes):\n"
-            "    [--speculative off|ngram] [--num-speculative-tokens K] [--ngram-min N] [--ngram-max M]\n"
+            "    [--speculative off|ngram|draft] [--draft-model DIR] [--num-speculative-tokens K] [--ngram-min N]\n"
+            "    [--ngram-max M]\n"
             "    [--speculative-max-batch N] [--speculative-max-tokens N] [--speculative-min-accept A (0: never pause)]\n"
             "    [--speculative-accept-rate A: accept each proposed token with probability A whatever the model\n"
             "     says, proposals padded to K (for dummy weights: the output is not the model's)]\n");
@@ -537,7 +538,7 @@ int lg_cmd_bench(int argc, char **argv)
     enum { O_MODEL = 1000, O_FMT, O_BACKEND, O_NSEQ, O_PLEN, O_OLEN, O_ADP, O_RANK, O_TGT, O_DT, O_JSON, O_THR,
            O_BUDGET, O_SEED, O_HELP, O_WORKLOAD, O_REQS, O_RATE, O_CLIENTS, O_TRACE, O_PRANGE, O_ORANGE, O_RMIX,
            O_POP, O_PFXLEN, O_PFXFRAC, O_TENANTS, O_TW, O_TSHARE, O_SLOT, O_SLOP, O_POLICY, O_SHARING, O_POOL,
-           O_GPUUTIL, O_HOSTMB, O_CTX, O_MAXSEQS, O_LOADTEST, O_NOPROG, O_WARMUP, O_SETTLE, O_TEMP, O_TOPK, O_TOPP, O_MINP, O_PRES, O_FREQ, O_LOGPROBS, O_SCHEMAS, O_SCHEMA_TOK, O_SPEC, O_SPECK, O_NGMIN, O_NGMAX, O_SPECACC, O_SPECMB, O_SPECMT, O_SPECMA };
+           O_GPUUTIL, O_HOSTMB, O_CTX, O_MAXSEQS, O_LOADTEST, O_NOPROG, O_WARMUP, O_SETTLE, O_TEMP, O_TOPK, O_TOPP, O_MINP, O_PRES, O_FREQ, O_LOGPROBS, O_SCHEMAS, O_SCHEMA_TOK, O_SPEC, O_SPECK, O_NGMIN, O_NGMAX, O_SPECACC, O_SPECMB, O_SPECMT, O_SPECMA, O_DRAFT };
     static const struct option lo[] = {
         {"model", 1, 0, O_MODEL}, {"load-format", 1, 0, O_FMT}, {"backend", 1, 0, O_BACKEND},
         {"num-seqs", 1, 0, O_NSEQ}, {"prompt-len", 1, 0, O_PLEN}, {"output-len", 1, 0, O_OLEN},
@@ -559,7 +560,7 @@ int lg_cmd_bench(int argc, char **argv)
         {"speculative", 1, 0, O_SPEC}, {"num-speculative-tokens", 1, 0, O_SPECK}, {"ngram-min", 1, 0, O_NGMIN},
         {"ngram-max", 1, 0, O_NGMAX}, {"speculative-accept-rate", 1, 0, O_SPECACC},
         {"speculative-max-batch", 1, 0, O_SPECMB}, {"speculative-max-tokens", 1, 0, O_SPECMT},
-        {"speculative-min-accept", 1, 0, O_SPECMA},
+        {"speculative-min-accept", 1, 0, O_SPECMA}, {"draft-model", 1, 0, O_DRAFT},
         {0, 0, 0, 0},
     };
     bench_opts o = {.backend = "cpu", .targets = "q,k,v,o", .num_seqs = 32, .prompt_len = 128, .output_len = 64,
@@ -664,6 +665,7 @@ int lg_cmd_bench(int argc, char **argv)
             o.spec.bench_accept_on = true;
             o.spec.bench_accept = (float)d;
             break;
+        case O_DRAFT: o.draft_model = optarg; break;
         case O_SPECMA: if (!real_ok || d > 1) goto bad; o.spec.min_accept = d > 0 ? (float)d : -1.0f; break;
         default:
         bad:
@@ -674,6 +676,10 @@ int lg_cmd_bench(int argc, char **argv)
     }
     if (!o.model) {
         fprintf(stderr, "loragate bench: --model is required\n");
+        return 2;
+    }
+    if ((o.spec.mode == LG_SPEC_DRAFT) != (o.draft_model != NULL)) {
+        fprintf(stderr, "loragate bench: --speculative draft and --draft-model go together\n");
         return 2;
     }
     if (o.workload && !strcmp(o.workload, "trace") && !o.trace) {
@@ -688,7 +694,7 @@ int lg_cmd_bench(int argc, char **argv)
     if (!o.output_min) o.output_min = o.output_max = o.output_len;
 
     lg_err err = {{0}};
-    lg_weights *w = NULL;
+    lg_weights *w = NULL, *dw = NULL;
     lg_backend *be = NULL;
     lg_engine *e = NULL;
     int *ids = NULL;
@@ -702,6 +708,15 @@ int lg_cmd_bench(int argc, char **argv)
                           .progress = true};
     if (lg_weights_load(o.model, &lopts, &w, &err) != 0)
         goto out;
+    if (o.draft_model) {
+        lg_load_opts dlo = lopts;
+        dlo.dummy_seed = o.seed + 1;
+        if (lg_weights_load(o.draft_model, &dlo, &dw, &err) != 0) {
+            lg_err_prefix(&err, "--draft-model %s", o.draft_model);
+            goto out;
+        }
+        o.spec.draft = dw;
+    }
     const lg_model_config *cfg = lg_weights_config(w);
     if (o.json_schemas && compile_schemas(&o, w, &cvocab, &schema_tok, &err) != 0)
         goto out;
@@ -746,6 +761,9 @@ int lg_cmd_bench(int argc, char **argv)
         goto out;
     lg_weights_free(w); /* copied to the backend */
     w = NULL;
+    lg_weights_free(dw);
+    dw = NULL;
+    o.spec.draft = NULL;
 
     if (o.adapter_load_test) {
         if (run_adapter_load(e, &o, targets, &err) != 0)
@@ -777,6 +795,7 @@ out:
     lg_tokenizer_free(schema_tok);
     lg_backend_free(be);
     lg_weights_free(w);
+    lg_weights_free(dw);
     free(ids);
     return exit_code;
 }

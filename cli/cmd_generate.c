@@ -69,6 +69,7 @@ typedef struct gen_opts {
     const char *choices[MAX_CHOICES];
     int n_choices;
     lg_spec_opts spec; /* speculative decoding */
+    const char *draft_model;
 } gen_opts;
 
 /* state shared with the engine callbacks */
@@ -135,8 +136,10 @@ static void usage(FILE *f)
             "  --regex RE             the output matches the regular expression RE (whole output)\n"
             "  --grammar FILE         the output follows the Lark grammar in FILE (start rule `start`)\n"
             "  --choice TEXT          the output is one of the --choice texts (repeatable)\n"
-            "  --speculative off|ngram  speculative decoding (default off); ngram: proposals from the\n"
-            "                         sequence's own prompt and output, verified in one step (exact output)\n"
+            "  --speculative off|ngram|draft  speculative decoding (default off); ngram: proposals from the\n"
+            "                         sequence's own prompt and output; draft: from --draft-model; verified\n"
+            "                         in one step (exact output)\n"
+            "  --draft-model PATH     a small model with the same vocabulary (HF directory or .gguf)\n"
             "  --num-speculative-tokens K  most tokens proposed a step (default 4, at most 16)\n"
             "  --ngram-min N, --ngram-max M  suffix lengths looked up (default 2 and 4)\n"
             "  --speculative-max-batch N  no speculation in a step where more than N sequences decode\n"
@@ -298,7 +301,7 @@ static void on_finish(void *user, int64_t id, lg_finish_reason reason, const lg_
 static int parse_args(int argc, char **argv, gen_opts *o)
 {
     enum { O_MODEL = 1000, O_BACKEND, O_PROMPT, O_PTOK, O_CHAT, O_SYSTEM, O_TMPL, O_MAXTOK, O_TEMP, O_TOPP, O_TOPK,
-           O_MINP, O_PRES, O_FREQ, O_SEED, O_STOP, O_JSON, O_LOGITS, O_STATS, O_THREADS, O_CTX, O_DQ, O_BUDGET, O_HELP, O_LORA, O_USELORA, O_BATCH, O_MAXRANK, O_POOL, O_DTYPE, O_GPUUTIL, O_SHARING, O_SEQ, O_LOGPROBS, O_JSCHEMA, O_JOBJ, O_REGEX, O_GRAMMAR, O_CHOICE, O_SPEC, O_SPECK, O_NGMIN, O_NGMAX, O_SPECACC, O_SPECMB, O_SPECMT, O_SPECMA };
+           O_MINP, O_PRES, O_FREQ, O_SEED, O_STOP, O_JSON, O_LOGITS, O_STATS, O_THREADS, O_CTX, O_DQ, O_BUDGET, O_HELP, O_LORA, O_USELORA, O_BATCH, O_MAXRANK, O_POOL, O_DTYPE, O_GPUUTIL, O_SHARING, O_SEQ, O_LOGPROBS, O_JSCHEMA, O_JOBJ, O_REGEX, O_GRAMMAR, O_CHOICE, O_SPEC, O_SPECK, O_NGMIN, O_NGMAX, O_SPECACC, O_SPECMB, O_SPECMT, O_SPECMA, O_DRAFT };
     static const struct option longopts[] = {
         {"model", required_argument, 0, O_MODEL}, {"backend", required_argument, 0, O_BACKEND},
         {"prompt", required_argument, 0, O_PROMPT}, {"prompt-tokens", required_argument, 0, O_PTOK},
@@ -326,6 +329,7 @@ static int parse_args(int argc, char **argv, gen_opts *o)
         {"speculative-max-batch", required_argument, 0, O_SPECMB},
         {"speculative-max-tokens", required_argument, 0, O_SPECMT},
         {"speculative-min-accept", required_argument, 0, O_SPECMA},
+        {"draft-model", required_argument, 0, O_DRAFT},
         {0, 0, 0, 0},
     };
     *o = (gen_opts){.backend = "cpu", .max_tokens = 256, .top_p = 1.0f, .dequant = LG_F16, .budget = 512,
@@ -458,7 +462,7 @@ static int parse_args(int argc, char **argv, gen_opts *o)
         case O_SEQ: o->sequential = true; break;
         case O_SPEC:
             if (lg_spec_mode_parse(optarg, &o->spec.mode) != 0) {
-                fprintf(stderr, "loragate generate: --speculative must be off or ngram, got '%s'\n", optarg);
+                fprintf(stderr, "loragate generate: --speculative must be off, ngram or draft, got '%s'\n", optarg);
                 return 2;
             }
             break;
@@ -466,6 +470,7 @@ static int parse_args(int argc, char **argv, gen_opts *o)
         case O_NGMIN: if (parse_int(optarg, "--ngram-min", 1, 64, &v)) return 2; o->spec.ngram_min = (int)v; break;
         case O_SPECMB: if (parse_int(optarg, "--speculative-max-batch", 1, 1 << 20, &v)) return 2; o->spec.max_batch = (int)v; break;
         case O_SPECMT: if (parse_int(optarg, "--speculative-max-tokens", 1, 1 << 20, &v)) return 2; o->spec.max_tokens = (int)v; break;
+        case O_DRAFT: o->draft_model = optarg; break;
         case O_SPECMA:
             if (parse_float(optarg, "--speculative-min-accept", &o->spec.min_accept)) return 2;
             if (!(o->spec.min_accept >= 0 && o->spec.min_accept <= 1)) {
@@ -492,6 +497,10 @@ static int parse_args(int argc, char **argv, gen_opts *o)
     }
     if (optind < argc) {
         fprintf(stderr, "loragate generate: unexpected argument '%s'\n", argv[optind]);
+        return 2;
+    }
+    if ((o->spec.mode == LG_SPEC_DRAFT) != (o->draft_model != NULL)) {
+        fprintf(stderr, "loragate generate: --speculative draft and --draft-model go together\n");
         return 2;
     }
     if (!o->model) {
@@ -871,7 +880,7 @@ int lg_cmd_generate(int argc, char **argv)
     if (rc)
         return rc;
     lg_err err = {{0}};
-    lg_weights *w = NULL;
+    lg_weights *w = NULL, *dw = NULL;
     lg_backend *be = NULL;
     lg_engine *e = NULL;
     lg_cvocab *cvocab = NULL;
@@ -883,6 +892,11 @@ int lg_cmd_generate(int argc, char **argv)
     lg_load_opts lo = {.dequant_dtype = o.dequant, .progress = true};
     if (lg_weights_load(o.model, &lo, &w, &err) != 0)
         goto out;
+    if (o.draft_model && lg_weights_load(o.draft_model, &lo, &dw, &err) != 0) {
+        lg_err_prefix(&err, "--draft-model %s", o.draft_model);
+        goto out;
+    }
+    o.spec.draft = dw;
     const lg_model_config *cfg = lg_weights_config(w);
     if (build_constraint(&o, w, &cvocab, &constraint, &err) != 0) {
         exit_code = 2; /* bad input, like a usage error */
@@ -1013,5 +1027,6 @@ out:
     free(jobs);
     lg_backend_free(be);
     lg_weights_free(w);
+    lg_weights_free(dw);
     return exit_code;
 }

@@ -15,6 +15,8 @@
  * sampled on the host with the request's uniform: the same token either
  * way (penalised()). Prompt logprobs come back as extra logits rows of the
  * prefill chunks (model.h lp_count) and are scored here (score_prompt).
+ * Speculative decoding's proposals are verified here too, from the same
+ * kind of rows (verify_proposals; speculate.c has the design).
  *
  * Threads and locks. `mu` guards what other threads touch: the inbox of new
  * requests, cancellations, registry messages, the adapter registry (names ->
@@ -136,7 +138,6 @@ int lg_engine_create(lg_backend *be, const lg_weights *w, const lg_engine_opts *
     e->max_seqs = mo->max_seqs;
     e->max_context = mo->max_context;
     e->plp_cap = mo->prompt_logit_rows;
-    lg_spec_init(e, &opts->spec);
     /* sliding-window attention (Mistral, Qwen2) is not implemented: within
      * the window it equals full attention, so a context no longer than the
      * window is served exactly, and a longer one is refused */
@@ -192,6 +193,10 @@ int lg_engine_create(lg_backend *be, const lg_weights *w, const lg_engine_opts *
         lg_engine_free(e);
         return -1;
     }
+    if (lg_spec_init(e, &opts->spec, n_pages, err) != 0) {
+        lg_engine_free(e);
+        return -1;
+    }
     e->fair = lg_fair_new(opts->policy == LG_SCHED_FCFS ? LG_FAIR_FCFS : LG_FAIR_VTC);
     e->reg_by_name = lg_strmap_new();
     int S = e->max_seqs, V = e->cfg.vocab_size;
@@ -235,6 +240,7 @@ static void request_free(request *r)
     lg_sampler_free(r->sampler);
     lg_cmatch_free(r->cm);
     free(r->tokens);
+    free(r->dpages);
     free(r->pages);
     free(r->nodes);
     free(r);
@@ -329,6 +335,7 @@ void lg_engine_free(lg_engine *e)
     lg_prefix_cache_free(e->prefix);
     lg_adapter_cache_free(e->adapters);
     lg_fair_free(e->fair);
+    lg_spec_free(e);
     lg_page_pool_free(e->pool);
     lg_model_free(e->model);
     pthread_mutex_destroy(&e->stats_mu);
@@ -631,6 +638,10 @@ int lg_engine_submit(lg_engine *e, const lg_request_params *p, int64_t *id, lg_e
     r->cap_pages = (max_total + e->page_tokens - 1) / e->page_tokens;
     r->pages = malloc((size_t)r->cap_pages * sizeof(int32_t));
     r->nodes = calloc((size_t)r->cap_pages, sizeof *r->nodes);
+    if (e->spec.mode == LG_SPEC_DRAFT && !(r->dpages = malloc((size_t)r->cap_pages * sizeof *r->dpages))) {
+        request_free(r);
+        return lg_fail(err, "out of memory");
+    }
     r->sampler = lg_sampler_new(e->cfg.vocab_size, sp);
     r->p.constraint = NULL; /* the matcher holds its own reference */
     if (p->constraint)
@@ -1306,6 +1317,10 @@ static void verify_proposals(lg_engine *e, request *r, const float *last, const 
     }
     if (r->n_computed > r->n_tokens - 1 && r->n_tokens > 0)
         r->n_computed = r->n_tokens - 1; /* it stopped on an accepted token: that token's KV is not needed */
+    /* billing: a prompt whose last token alone was left to compute (the rest from the prefix cache) ends in
+     * a verification too */
+    if (r->prefilled < r->n_prompt)
+        r->prefilled = r->n_computed < r->n_prompt ? r->n_computed : r->n_prompt;
     lg_sched_insert_prefix(e, r);
     lg_spec_observe(e, r, k, acc);
 }

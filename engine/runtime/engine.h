@@ -195,9 +195,14 @@ int lg_prefix_sharing_parse(const char *s, lg_prefix_sharing *out); /* "tenant",
 typedef enum lg_spec_mode {
     LG_SPEC_OFF = 0,
     LG_SPEC_NGRAM = 1, /* prompt lookup: proposals from the sequence's own prompt and output */
+    LG_SPEC_DRAFT = 2, /* a small model with the same vocabulary proposes, greedily (base model only) */
 } lg_spec_mode;
 typedef struct lg_spec_opts {
     lg_spec_mode mode;
+    /* LG_SPEC_DRAFT: the draft model's weights (copied to the backend by lg_engine_create, which may free
+     * them after); its vocabulary must be the target's. It gets its own KV page pool, as many pages as the
+     * target's. */
+    const lg_weights *draft;
     int num_tokens;            /* K, proposed tokens a step at most (0: 4) */
     int ngram_min, ngram_max;  /* suffix lengths looked up, longest first (0: 2 and 4) */
     /* the per-step policy: no speculation when more than max_batch sequences decode (0: 16), and at most
@@ -206,13 +211,14 @@ typedef struct lg_spec_opts {
     int max_batch, max_tokens;
     float min_accept;
     /* benchmarks only (bench_accept_on): each proposed token is accepted with probability bench_accept,
-     * whatever the model says, and proposals are padded to num_tokens: for dummy weights, where acceptance
-     * means nothing. The output is then not the model's. */
+     * whatever the model says (and, when not, still if the model's token is the proposed one), and
+     * proposals are padded to num_tokens: for dummy weights, where acceptance means nothing. The output is
+     * then not the model's. */
     bool bench_accept_on;
     float bench_accept;
 } lg_spec_opts;
 const char *lg_spec_mode_name(lg_spec_mode m);
-int lg_spec_mode_parse(const char *s, lg_spec_mode *out); /* "off", "ngram" */
+int lg_spec_mode_parse(const char *s, lg_spec_mode *out); /* "off", "ngram", "draft" */
 
 /* Order in which waiting requests are admitted. */
 typedef enum lg_sched_policy {

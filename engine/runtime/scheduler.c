@@ -32,6 +32,13 @@
  * matches the prefix cache only below the positions it has scored, and
  * does not wait for another request's pages it could not use.
  *
+ * Speculative decoding (speculate.c): before the decodes are planned, the
+ * policy sets how many tokens a decoding sequence may propose this step
+ * (lg_spec_plan, from the number of sequences that decode); a decode with
+ * k proposals gets a chunk of 1 + k tokens, k of them with lp rows (out of
+ * the step's plp_left, as prompt logprobs), on pages taken from free ones
+ * only (k shrinks to the pages it holds: speculation never preempts).
+ *
  * A prompt_only request (max_tokens 0) never asks for the logits of its
  * last token: it finishes when its prompt is computed (engine.c).
  *
@@ -96,6 +103,7 @@ static void release_pages(lg_engine *e, request *r)
         lg_prefix_cache_release(e->prefix, r->nodes, r->n_chain);
     r->n_pages = r->n_chain = 0;
     r->n_computed = 0;
+    lg_spec_release(e, r);
     if (r->lora) {
         lg_adapter_cache_release(e->adapters, r->p.adapter_id);
         r->lora = NULL;

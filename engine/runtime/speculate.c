@@ -43,20 +43,41 @@
  * 64 of its steps, then tries again. A sequence with no match proposes
  * nothing (costs nothing).
  *
- * Limits: proposals come from the sequence itself only (no draft model
- * yet); the verification rows are sampled on the host from downloaded
- * logits, and such steps run eagerly (no graph, no decode burst).
+ * Draft model (LG_SPEC_DRAFT). A small model with the target's vocabulary
+ * proposes greedily: a second lg_model on the same backend, base weights
+ * only (the target verifies with the request's adapter), with its own KV
+ * page pool. A request's draft KV covers tokens[0, d_computed): before
+ * proposing, the tokens it lacks are run as one chunk (the whole prompt the
+ * first time, after that the tokens the last verification accepted), then
+ * k - 1 one-token steps extend the proposal. KV written for proposals lies
+ * beyond d_computed and is overwritten later, as the target's. The draft
+ * runs one sequence at a time, at most k + 1 small steps per sequence and
+ * step; its pages come from free ones only (a dry draft pool: no
+ * proposal), and go back with the request's (lg_spec_release). A draft's
+ * proposal is a deterministic function of the sequence, so the same
+ * verification rule holds.
+ *
+ * Limits: the draft model runs sequence by sequence (not batched across
+ * sequences); the verification rows are sampled on the host from
+ * downloaded logits, and such steps run eagerly (no graph, no decode
+ * burst).
  */
 #include "engine/runtime/engine_internal.h"
 
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 
-const char *lg_spec_mode_name(lg_spec_mode m) { return m == LG_SPEC_NGRAM ? "ngram" : "off"; }
+const char *lg_spec_mode_name(lg_spec_mode m)
+{
+    return m == LG_SPEC_NGRAM ? "ngram" : m == LG_SPEC_DRAFT ? "draft" : "off";
+}
 
 int lg_spec_mode_parse(const char *s, lg_spec_mode *out)
 {
     if (!strcmp(s, "off")) *out = LG_SPEC_OFF;
     else if (!strcmp(s, "ngram")) *out = LG_SPEC_NGRAM;
+    else if (!strcmp(s, "draft")) *out = LG_SPEC_DRAFT;
     else return -1;
     return 0;
 }
@@ -64,7 +85,7 @@ int lg_spec_mode_parse(const char *s, lg_spec_mode *out)
 #define SPEC_MAX_K 16 /* most proposed tokens a step */
 #define SPEC_MAX_PAUSE 64
 
-void lg_spec_init(lg_engine *e, const lg_spec_opts *o)
+int lg_spec_init(lg_engine *e, const lg_spec_opts *o, int n_pages, lg_err *err)
 {
     lg_spec_opts s = *o;
     if (s.num_tokens <= 0) s.num_tokens = 4;
@@ -76,7 +97,95 @@ void lg_spec_init(lg_engine *e, const lg_spec_opts *o)
     if (s.max_tokens <= 0) s.max_tokens = 64;
     if (s.min_accept == 0) s.min_accept = 0.3f;
     if (s.bench_accept_on && !(s.bench_accept >= 0 && s.bench_accept <= 1)) s.bench_accept_on = false;
+    s.draft = NULL; /* the engine keeps its own copy on the backend */
     e->spec = s;
+    if (s.mode != LG_SPEC_DRAFT)
+        return 0;
+    if (!o->draft)
+        return lg_fail(err, "speculative decoding with a draft model needs the draft model's weights");
+    const lg_model_config *dc = lg_weights_config(o->draft);
+    if (dc->vocab_size != e->cfg.vocab_size)
+        return lg_fail(err, "the draft model's vocabulary has %d tokens, the model's %d: they must be the same",
+                       dc->vocab_size, e->cfg.vocab_size);
+    lg_model_opts mo = {.max_step_tokens = e->budget, .max_seqs = 1, .page_tokens = e->page_tokens,
+                        .max_context = e->max_context, .prompt_logit_rows = 1};
+    if (lg_model_create(e->be, o->draft, &mo, &e->draft, err) != 0) {
+        lg_err_prefix(err, "the draft model");
+        return -1;
+    }
+    if (lg_model_options(e->draft)->max_context < e->max_context)
+        return lg_fail(err, "the draft model's context (%d) is shorter than the model's (%d)",
+                       lg_model_options(e->draft)->max_context, e->max_context);
+    size_t pb = (lg_model_kv_page_bytes(e->draft) + 255) & ~(size_t)255;
+    if (lg_page_pool_create(e->be, pb, n_pages, &e->dpool, err) != 0) {
+        lg_err_prefix(err, "the draft model's page pool (%d pages of %zu bytes)", n_pages, pb);
+        return -1;
+    }
+    e->dlogits = malloc((size_t)e->cfg.vocab_size * sizeof *e->dlogits);
+    return e->dlogits ? 0 : lg_fail(err, "out of memory");
+}
+
+void lg_spec_free(lg_engine *e)
+{
+    lg_page_pool_free(e->dpool);
+    lg_model_free(e->draft);
+    free(e->dlogits);
+    e->dpool = NULL;
+    e->draft = NULL;
+    e->dlogits = NULL;
+}
+
+void lg_spec_release(lg_engine *e, request *r)
+{
+    if (r->n_dpages)
+        lg_page_pool_release(e->dpool, r->dpages, r->n_dpages);
+    r->n_dpages = r->d_computed = 0;
+}
+
+/* One draft-model step of r: tokens[pos, pos + n) (their KV into r's draft pages), and with want the
+ * argmax of the logits after the last into *tok. 0, or -1 (then no proposal). */
+static int draft_step(lg_engine *e, request *r, int pos, int n, bool want, int32_t *tok)
+{
+    lg_err err = {{0}};
+    const lg_step_seq q = {.tokens = r->tokens + pos, .n_tokens = n, .pos0 = pos, .pages = r->dpages,
+                           .n_pages = r->n_dpages, .want_logits = want};
+    if (lg_model_launch(e->draft, e->dpool, &q, 1, NULL, NULL, 0, false, false, want, NULL, &err) != 0 ||
+        lg_model_collect(e->draft, NULL, NULL, want ? e->dlogits : NULL, NULL, &err) != 0) {
+        lg_log("loragate engine: the draft model's step failed: %s", err.msg);
+        return -1;
+    }
+    if (want)
+        *tok = lg_argmax(e->dlogits, e->cfg.vocab_size);
+    return 0;
+}
+
+/* The draft model's greedy proposal of up to k tokens after r's tokens, into tokens[n_tokens, ...). */
+static int draft_propose(lg_engine *e, request *r, int k)
+{
+    const int P = e->page_tokens, upto = r->n_tokens + k - 1; /* positions that get draft KV */
+    const int need = (upto + P - 1) / P - r->n_dpages;
+    if (need > 0) {
+        if (lg_page_pool_n_available(e->dpool) < need ||
+            lg_page_pool_alloc(e->dpool, LG_PAGE_KV, need, r->dpages + r->n_dpages) != 0)
+            return 0;
+        r->n_dpages += need;
+    }
+    int32_t *d = r->tokens + r->n_tokens;
+    if (r->d_computed >= r->n_tokens)
+        r->d_computed = r->n_tokens - 1; /* the logits after the last token are needed */
+    while (r->d_computed < r->n_tokens) { /* what the draft has not seen, in chunks of the step budget */
+        int c = r->n_tokens - r->d_computed;
+        if (c > e->budget) c = e->budget;
+        const bool last = r->d_computed + c == r->n_tokens;
+        if (draft_step(e, r, r->d_computed, c, last, d) != 0)
+            return 0;
+        r->d_computed += c;
+    }
+    int n = 1;
+    for (; n < k; n++)
+        if (draft_step(e, r, r->n_tokens + n - 1, 1, true, d + n) != 0)
+            break;
+    return n;
 }
 
 void lg_spec_plan(lg_engine *e, int n_decode)
@@ -128,7 +237,8 @@ int lg_spec_propose(lg_engine *e, request *r, int kmax)
     if (k <= 0)
         return 0;
     int32_t *d = r->tokens + r->n_tokens; /* capacity: max_total */
-    int n = lg_ngram_propose(r->tokens, r->n_tokens, e->spec.ngram_min, e->spec.ngram_max, k, d);
+    int n = e->draft ? draft_propose(e, r, k)
+                     : lg_ngram_propose(r->tokens, r->n_tokens, e->spec.ngram_min, e->spec.ngram_max, k, d);
     if (e->spec.bench_accept_on)
         for (; n < k; n++) /* the bench measures k proposals a step */
             d[n] = n ? d[n - 1] : r->tokens[r->n_tokens - 1];

@@ -12,7 +12,8 @@ features it composes with, on the CPU.
    both runs pooled into one cell): p > 0.001. The same test with the
    acceptance rule broken (--speculative-accept-rate 1: every proposal
    accepted whatever the model says) must fail it (p < 1e-6), so the test
-   can tell a wrong rule from a right one.
+   can tell a wrong rule from a right one. Once more with a draft model's
+   proposals (the model as its own draft, under a third set of seeds).
 2. Same seed, same tokens: with the request's own uniforms drawn in order
    for the tokens it emits, speculation changes no sampled token (the tiny
    model, with and without presence / frequency penalties).
@@ -100,6 +101,20 @@ def test_sampled_distribution_chi_square(plain_samples, tmp_path):
     p, cells = _chi2_p(plain, spec)
     assert cells >= 20, cells
     assert p > 0.001, f"speculative samples differ from plain ones: chi-square p = {p:.3g} over {cells} cells"
+
+
+def test_sampled_distribution_chi_square_draft_model(plain_samples, tmp_path):
+    """The same with a draft model's (greedy) proposals: the model as its own draft."""
+    pytest.importorskip("scipy.stats")
+    plain, _ = plain_samples
+    spec, st = _samples(tmp_path, range(2 * N, 3 * N),
+                        ["--speculative", "draft", "--draft-model", TINY, "--num-speculative-tokens", "3",
+                         "--speculative-max-batch", "64", "--speculative-max-tokens", "512",
+                         "--speculative-min-accept", "0"])
+    assert st["spec_verify_rows"] >= N, st
+    assert 0.15 * st["spec_proposed"] < st["spec_accepted"] < 0.85 * st["spec_proposed"], st
+    p, cells = _chi2_p(plain, spec)
+    assert p > 0.001, f"draft-model samples differ from plain ones: chi-square p = {p:.3g} over {cells} cells"
 
 
 def test_chi_square_fails_with_a_broken_acceptance_rule(plain_samples, tmp_path):

@@ -5,7 +5,8 @@ speculation, and equal to the HF float64 reference path (test_golden.py's
 rules), for every fixture model and for a mixed batch of every PEFT adapter
 of lora_fixtures (the target verifies with each request's own adapter).
 
-Each model runs twice over one --batch of all its prompts, greedy, 32 tokens:
+Each model runs twice over one --batch of all its prompts, greedy, 32 tokens
+(and the LoRA batch a third time with a draft model proposing):
     $LG_BIN generate --model M --batch F --max-tokens 32 --temperature 0 --json --stats
     ... the same with --speculative ngram --ngram-min 1 --speculative-min-accept 0
 and the token lists must be equal line by line; the speculative run's stats
@@ -64,10 +65,17 @@ def test_greedy_speculative_equals_plain(name, tmp_path):
         assert msg is None, f"{name}: {msg}"
 
 
-def test_lora_mixed_batch_speculative_equals_plain(tmp_path):
-    """Every adapter and the base model in one batch: the same greedy tokens with and without speculation,
-    and the reference's while its steps are clear."""
+DRAFT = os.path.join(tg.FIXTURES, "llama_gqa_f32")  # another tiny Llama of the lora base's vocabulary (320)
+
+
+@pytest.mark.parametrize("mode", ["ngram", "draft"])
+def test_lora_mixed_batch_speculative_equals_plain(mode, tmp_path):
+    """Every adapter and the base model in one batch: the same greedy tokens with and without speculation
+    (n-gram proposals, or a draft model's: base weights only, verified with each request's adapter), and the
+    reference's while its steps are clear."""
     _need_binary()
+    spec = SPEC if mode == "ngram" else ["--speculative", "draft", "--draft-model", DRAFT,
+                                         "--speculative-min-accept", "0", "--speculative-max-batch", "64"]
     lines = []
     for c in tl.CASES:
         line = {"prompt_tokens": c["ids"]}
@@ -77,10 +85,24 @@ def test_lora_mixed_batch_speculative_equals_plain(tmp_path):
     model = os.path.join(tl.FIX, tl.REF["base"])
     la = tl._lora_args(tl.ADAPTERS)
     plain, _ = _run(model, lines, la, tmp_path, "plain")
-    spec, st = _run(model, lines, la + SPEC, tmp_path, "spec")
-    assert spec == plain, "speculative greedy output differs from plain with adapters"
+    spec, st = _run(model, lines, la + spec, tmp_path, "spec")
+    assert spec == plain, f"speculative ({mode}) greedy output differs from plain with adapters"
     assert st["spec_verify_rows"] > 0 and st["spec_accepted"] > 0, st
     eos = set(tl.REF["eos_token_ids"] or [])
     for c, got in zip(tl.CASES, spec):
         msg = tl.compare_tokens(c, got[:tl.REF["n_greedy"]], eos)
         assert msg is None, f"{tl._case_id(c)}: {msg}"
+
+
+def test_self_draft_is_accepted(tmp_path):
+    """A model as its own draft proposes its own greedy path: equal output, and (nearly) every proposal
+    accepted."""
+    _need_binary()
+    name = "llama_mha_f32"
+    ref = tg._load_ref(name)
+    model = os.path.join(tg.FIXTURES, name)
+    lines = [{"prompt_tokens": p["ids"]} for p in ref["prompts"]]
+    plain, _ = _run(model, lines, [], tmp_path, "plain")
+    spec, st = _run(model, lines, ["--speculative", "draft", "--draft-model", model], tmp_path, "spec")
+    assert spec == plain
+    assert st["spec_proposed"] > 0 and st["spec_accepted"] >= 0.95 * st["spec_proposed"], st

@@ -437,6 +437,9 @@ static void random_workload(uint64_t seed0, int n_req, int n_pages, int budget, 
            (long long)s.spec_proposed, (long long)s.spec_accepted);
     if (g_spec.mode != LG_SPEC_OFF) /* verification steps happened, and some proposals were taken */
         CHECK(s.spec_verify_rows > 0 && s.spec_accepted > 0);
+    if (g.e->dpool) /* the draft model's KV pages all came back */
+        CHECK_MSG(lg_page_pool_n_available(g.e->dpool) == lg_page_pool_n_pages(g.e->dpool), "draft pool: %d of %d free",
+                  lg_page_pool_n_available(g.e->dpool), lg_page_pool_n_pages(g.e->dpool));
     CHECK_MSG(bad_once == 0, "%d requests did not get exactly one on_finish, last", bad_once);
     CHECK_MSG(bad_idx == 0, "%d requests with non-contiguous token indices", bad_idx);
     CHECK_MSG(bad_usage == 0, "%d requests with wrong usage / finish reason", bad_usage);
@@ -996,6 +999,16 @@ int main(void)
     random_workload(0xbe5466cf34e90c6cull, 200, 120, 48, 8, LG_PREFIX_GLOBAL, false, &ref);
     g_spec.min_accept = -1; /* never paused: more verification rows */
     random_workload(0xc0ac29b7c97c50ddull, 150, 40, 512, 8, LG_PREFIX_OFF, true, &ref);
+    /* a draft model proposes (base weights, its own KV pool): the base model itself, so base requests' greedy
+     * proposals are mostly accepted and adapter and sampled ones often not */
+    lg_weights *dw = NULL;
+    if (lg_weights_load(FIX "base", &lo, &dw, &err) != 0) {
+        CHECK_MSG(0, "draft model: %s", err.msg);
+    } else {
+        g_spec = (lg_spec_opts){.mode = LG_SPEC_DRAFT, .draft = dw, .num_tokens = 3, .min_accept = -1};
+        random_workload(0x3f84d5b5b5470917ull, 150, 40, 64, 8, LG_PREFIX_TENANT, true, &ref);
+        lg_weights_free(dw);
+    }
     g_spec = (lg_spec_opts){0};
     /* LG_SOAK=N: N more workloads with random seeds and shapes (not in CI) */
     const char *soak = getenv("LG_SOAK");

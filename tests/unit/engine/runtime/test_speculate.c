@@ -72,7 +72,7 @@ static void test_policy(void)
 {
     lg_engine *e = calloc(1, sizeof *e);
     e->budget = 512;
-    lg_spec_init(e, &(lg_spec_opts){.mode = LG_SPEC_NGRAM});
+    CHECK(lg_spec_init(e, &(lg_spec_opts){.mode = LG_SPEC_NGRAM}, 0, NULL) == 0);
     CHECK(e->spec.num_tokens == 4 && e->spec.ngram_min == 2 && e->spec.ngram_max == 4 && e->spec.max_batch == 16);
     lg_spec_plan(e, 1);
     CHECK(e->spec_k == 4);
@@ -85,12 +85,12 @@ static void test_policy(void)
     e->budget = 20;
     lg_spec_plan(e, 8);
     CHECK(e->spec_k == 1); /* (20 - 8) / 8 */
-    lg_spec_init(e, &(lg_spec_opts){.mode = LG_SPEC_OFF});
+    CHECK(lg_spec_init(e, &(lg_spec_opts){.mode = LG_SPEC_OFF}, 0, NULL) == 0);
     lg_spec_plan(e, 1);
     CHECK(e->spec_k == 0);
 
     /* a sequence that keeps failing pauses 1, 2, 4 .. 64 of its steps; one that does well never pauses */
-    lg_spec_init(e, &(lg_spec_opts){.mode = LG_SPEC_NGRAM});
+    CHECK(lg_spec_init(e, &(lg_spec_opts){.mode = LG_SPEC_NGRAM}, 0, NULL) == 0);
     request r = {0};
     lg_spec_observe(e, &r, 4, 0);
     CHECK(r.spec_pause == 1);
