@@ -1513,9 +1513,10 @@ static int engine_step(lg_engine *e, lg_err *err)
         fail_step(e, n, err);
         return -1;
     }
-    /* a decode burst (burst_next) may follow a decode step whose every row samples on the device */
+    /* a decode burst (burst_next) may follow a decode step whose every row samples on the device, unless
+     * speculative decoding may propose in the next steps (a burst would run them without proposals) */
     const bool chainable = e->burst && !any_prefill && !want_logits && !any_pen && !any_plp && n_rows == n &&
-                           lg_model_can_chain(e->model);
+                           e->spec_k == 0 && lg_model_can_chain(e->model);
     for (;;) {
         lg_err berr = {{0}};
         const bool chained = chainable && burst_next(e, n, &berr);

@@ -57,6 +57,9 @@
  * proposal is a deterministic function of the sequence, so the same
  * verification rule holds.
  *
+ * Decode bursts (engine.c) do not start while the policy lets sequences
+ * propose: a burst's steps are planned without proposals.
+ *
  * Limits: the draft model runs sequence by sequence (not batched across
  * sequences); the verification rows are sampled on the host from
  * downloaded logits, and such steps run eagerly (no graph, no decode
