@@ -35,8 +35,8 @@
  * Speculative decoding (speculate.c): before the decodes are planned, the
  * policy sets how many tokens a decoding sequence may propose this step
  * (lg_spec_plan, from the number of sequences that decode); a decode with
- * k proposals gets a chunk of 1 + k tokens, k of them with lp rows (out of
- * the step's plp_left, as prompt logprobs), on pages taken from free ones
+ * k proposals gets a chunk of 1 + k tokens, k of them with lp rows (at most
+ * half of the step's, the rest kept for prompt logprobs), on pages taken from free ones
  * only (k shrinks to the pages it holds: speculation never preempts).
  *
  * A prompt_only request (max_tokens 0) never asks for the logits of its
@@ -354,13 +354,14 @@ int lg_sched_plan(lg_engine *e, bool *any_prefill)
                 i--;
                 continue;
             }
-            /* a decode may propose tokens (speculate.c) for the budget and the lp rows left, on pages it
-             * can have without preempting anybody */
+            /* a decode may propose tokens (speculate.c) for the budget and half the step's lp rows (the
+             * other half stays for prompt logprobs of the prefill chunks planned after), on pages it can
+             * have without preempting anybody */
             int k = 0;
             if (pass == 0 && e->spec_k > 0) {
                 int kmax = e->spec_k < budget - c ? e->spec_k : budget - c;
-                if (kmax > e->plp_left)
-                    kmax = e->plp_left;
+                if (kmax > e->plp_left - e->plp_cap / 2)
+                    kmax = e->plp_left - e->plp_cap / 2;
                 k = lg_spec_propose(e, r, kmax);
                 if (k > 0 && !reserve(e, r, r->n_computed + c + k, false)) {
                     int held = r->n_pages * e->page_tokens - r->n_computed - c;
