@@ -47,6 +47,8 @@ typedef struct bench_opts {
     const char *json_schemas, *schema_tokenizer;
     lg_constraint **constraints;
     int n_constraints;
+    lg_spec_opts spec; /* --speculative ... (engine/runtime/speculate.c) */
+    const char *draft_model; /* --draft-model (with --load-format dummy: random weights too) */
 } bench_opts;
 
 /* Serving workload mode (--workload poisson|closed|burst|trace). */

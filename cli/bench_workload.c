@@ -517,6 +517,12 @@ int bench_run_workload(lg_engine *e, lg_backend *be, const bench_opts *o, const 
     json_object_set_new(j, "preemptions", json_integer(s1.preemptions - s0.preemptions));
     json_object_set_new(j, "decode_steps", json_integer(s1.decode_steps - s0.decode_steps));
     json_object_set_new(j, "chained_steps", json_integer(s1.chained_steps - s0.chained_steps));
+    const int64_t sp = s1.spec_proposed - s0.spec_proposed, sa = s1.spec_accepted - s0.spec_accepted;
+    json_object_set_new(j, "speculative",
+                        json_pack("{s:s,s:I,s:I,s:I,s:f,s:I}", "mode", lg_spec_mode_name(o->spec.mode), "verify_rows",
+                                  (json_int_t)(s1.spec_verify_rows - s0.spec_verify_rows), "proposed", (json_int_t)sp,
+                                  "accepted", (json_int_t)sa, "acceptance_rate", sp ? (double)sa / (double)sp : 0.0,
+                                  "batch_off_steps", (json_int_t)(s1.spec_batch_off_steps - s0.spec_batch_off_steps)));
     json_object_set_new(j, "pool_max_pages", json_pack("{s:i,s:i,s:i,s:i}", "kv", s1.max_pages_kv, "adapter",
                                                        s1.max_pages_adapter, "prefix", s1.max_pages_prefix, "total",
                                                        s1.pages_total));

@@ -70,7 +70,13 @@ static void usage(FILE *f)
             "  sampling (default greedy; each request seeded from --seed):\n"
             "    [--temperature T] [--top-k K] [--top-p P] [--min-p P]\n"
             "    [--presence-penalty P] [--frequency-penalty F] [--logprobs N (each token's logprob, N alternatives)]\n"
-            "    [--json-schemas FILE (a JSON array: request k follows schema k %% n)] [--schema-tokenizer tokenizer.json]\n");
+            "    [--json-schemas FILE (a JSON array: request k follows schema k %% n)] [--schema-tokenizer tokenizer.json]\n"
+            "  speculative decoding (both modes):\n"
+            "    [--speculative off|ngram|draft] [--draft-model DIR] [--num-speculative-tokens K] [--ngram-min N]\n"
+            "    [--ngram-max M]\n"
+            "    [--speculative-max-batch N] [--speculative-max-tokens N] [--speculative-min-accept A (0: never pause)]\n"
+            "    [--speculative-accept-rate A: accept each proposed token with probability A whatever the model\n"
+            "     says, proposals padded to K (for dummy weights: the output is not the model's)]\n");
 }
 
 static uint64_t rng_next(uint64_t *s)
@@ -333,6 +339,15 @@ static int run_batch(lg_engine *e, lg_backend *be, const bench_opts *o, const in
         json_object_set_new(j, "warmup_prefill_steps", json_integer(s0.prefill_steps - sw.prefill_steps));
         json_object_set_new(j, "pool_pages", json_integer(s1.pages_total));
         json_object_set_new(j, "page_bytes", json_integer((json_int_t)s1.page_bytes));
+        const int64_t sp = s1.spec_proposed - s0.spec_proposed, sa = s1.spec_accepted - s0.spec_accepted;
+        json_object_set_new(j, "speculative",
+                            json_pack("{s:s,s:i,s:f,s:I,s:I,s:I,s:f,s:I}", "mode", lg_spec_mode_name(o->spec.mode),
+                                      "num_tokens", o->spec.num_tokens ? o->spec.num_tokens : 4,
+                                      "bench_accept_rate", o->spec.bench_accept_on ? (double)o->spec.bench_accept : -1.0,
+                                      "verify_rows", (json_int_t)(s1.spec_verify_rows - s0.spec_verify_rows),
+                                      "proposed", (json_int_t)sp, "accepted", (json_int_t)sa,
+                                      "acceptance_rate", sp ? (double)sa / (double)sp : 0.0, "batch_off_steps",
+                                      (json_int_t)(s1.spec_batch_off_steps - s0.spec_batch_off_steps)));
         char *txt = json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(6));
         puts(txt);
         free(txt);
@@ -348,6 +363,14 @@ static int run_batch(lg_engine *e, lg_backend *be, const bench_opts *o, const in
                pf_s, pf_s > 0 ? (s1.prefill_tokens - s0.prefill_tokens) / pf_s : 0.0, (long long)dc_steps,
                dc_steps ? 1e3 * dc_s / dc_steps : 0.0);
         printf("pool: %d pages of %.2f MiB\n", s1.pages_total, s1.page_bytes / 1048576.0);
+        if (o->spec.mode != LG_SPEC_OFF) {
+            const int64_t sp = s1.spec_proposed - s0.spec_proposed, sa = s1.spec_accepted - s0.spec_accepted;
+            printf("speculative %s: %lld verification rows, %lld proposed, %lld accepted (%.1f%%); %lld steps with "
+                   "too many sequences to speculate\n",
+                   lg_spec_mode_name(o->spec.mode), (long long)(s1.spec_verify_rows - s0.spec_verify_rows),
+                   (long long)sp, (long long)sa, sp ? 100.0 * (double)sa / (double)sp : 0.0,
+                   (long long)(s1.spec_batch_off_steps - s0.spec_batch_off_steps));
+        }
         if (o->n_constraints)
             printf("structured output: %d schemas; %lld rows masked (%lld forced), %lld forced tokens appended "
                    "without a step, %.3f s of mask time\n",
@@ -518,7 +541,7 @@ int lg_cmd_bench(int argc, char **argv)
     enum { O_MODEL = 1000, O_FMT, O_BACKEND, O_NSEQ, O_PLEN, O_OLEN, O_ADP, O_RANK, O_TGT, O_DT, O_JSON, O_THR,
            O_BUDGET, O_SEED, O_HELP, O_WORKLOAD, O_REQS, O_RATE, O_CLIENTS, O_TRACE, O_PRANGE, O_ORANGE, O_RMIX,
            O_POP, O_PFXLEN, O_PFXFRAC, O_TENANTS, O_TW, O_TSHARE, O_SLOT, O_SLOP, O_POLICY, O_SHARING, O_POOL,
-           O_GPUUTIL, O_HOSTMB, O_CTX, O_MAXSEQS, O_LOADTEST, O_NOPROG, O_WARMUP, O_SETTLE, O_TEMP, O_TOPK, O_TOPP, O_MINP, O_PRES, O_FREQ, O_LOGPROBS, O_SCHEMAS, O_SCHEMA_TOK };
+           O_GPUUTIL, O_HOSTMB, O_CTX, O_MAXSEQS, O_LOADTEST, O_NOPROG, O_WARMUP, O_SETTLE, O_TEMP, O_TOPK, O_TOPP, O_MINP, O_PRES, O_FREQ, O_LOGPROBS, O_SCHEMAS, O_SCHEMA_TOK, O_SPEC, O_SPECK, O_NGMIN, O_NGMAX, O_SPECACC, O_SPECMB, O_SPECMT, O_SPECMA, O_DRAFT };
     static const struct option lo[] = {
         {"model", 1, 0, O_MODEL}, {"load-format", 1, 0, O_FMT}, {"backend", 1, 0, O_BACKEND},
         {"num-seqs", 1, 0, O_NSEQ}, {"prompt-len", 1, 0, O_PLEN}, {"output-len", 1, 0, O_OLEN},
@@ -537,6 +560,10 @@ int lg_cmd_bench(int argc, char **argv)
         {"top-k", 1, 0, O_TOPK}, {"top-p", 1, 0, O_TOPP}, {"min-p", 1, 0, O_MINP},
         {"presence-penalty", 1, 0, O_PRES}, {"frequency-penalty", 1, 0, O_FREQ}, {"logprobs", 1, 0, O_LOGPROBS},
         {"json-schemas", 1, 0, O_SCHEMAS}, {"schema-tokenizer", 1, 0, O_SCHEMA_TOK},
+        {"speculative", 1, 0, O_SPEC}, {"num-speculative-tokens", 1, 0, O_SPECK}, {"ngram-min", 1, 0, O_NGMIN},
+        {"ngram-max", 1, 0, O_NGMAX}, {"speculative-accept-rate", 1, 0, O_SPECACC},
+        {"speculative-max-batch", 1, 0, O_SPECMB}, {"speculative-max-tokens", 1, 0, O_SPECMT},
+        {"speculative-min-accept", 1, 0, O_SPECMA}, {"draft-model", 1, 0, O_DRAFT},
         {0, 0, 0, 0},
     };
     bench_opts o = {.backend = "cpu", .targets = "q,k,v,o", .num_seqs = 32, .prompt_len = 128, .output_len = 64,
@@ -630,6 +657,19 @@ int lg_cmd_bench(int argc, char **argv)
         case O_NOPROG: o.progress = false; break;
         case O_WARMUP: if (!num_ok) goto bad; o.warmup = (int)v; break;
         case O_SETTLE: if (!num_ok || v < 0 || v > 60000) goto bad; o.settle_ms = (int)v; break;
+        case O_SPEC: if (lg_spec_mode_parse(optarg, &o.spec.mode) != 0) goto bad; break;
+        case O_SPECK: if (!num_ok || v < 1 || v > 16) goto bad; o.spec.num_tokens = (int)v; break;
+        case O_NGMIN: if (!num_ok || v < 1 || v > 64) goto bad; o.spec.ngram_min = (int)v; break;
+        case O_NGMAX: if (!num_ok || v < 1 || v > 64) goto bad; o.spec.ngram_max = (int)v; break;
+        case O_SPECMB: if (!num_ok || v < 1) goto bad; o.spec.max_batch = (int)v; break;
+        case O_SPECMT: if (!num_ok || v < 1) goto bad; o.spec.max_tokens = (int)v; break;
+        case O_SPECACC:
+            if (!real_ok || d > 1) goto bad;
+            o.spec.bench_accept_on = true;
+            o.spec.bench_accept = (float)d;
+            break;
+        case O_DRAFT: o.draft_model = optarg; break;
+        case O_SPECMA: if (!real_ok || d > 1) goto bad; o.spec.min_accept = d > 0 ? (float)d : -1.0f; break;
         default:
         bad:
             fprintf(stderr, "loragate bench: bad or unknown option '%s'\n", argv[optind - 1]);
@@ -639,6 +679,10 @@ int lg_cmd_bench(int argc, char **argv)
     }
     if (!o.model) {
         fprintf(stderr, "loragate bench: --model is required\n");
+        return 2;
+    }
+    if ((o.spec.mode == LG_SPEC_DRAFT) != (o.draft_model != NULL)) {
+        fprintf(stderr, "loragate bench: --speculative draft and --draft-model go together\n");
         return 2;
     }
     if (o.workload && !strcmp(o.workload, "trace") && !o.trace) {
@@ -653,7 +697,7 @@ int lg_cmd_bench(int argc, char **argv)
     if (!o.output_min) o.output_min = o.output_max = o.output_len;
 
     lg_err err = {{0}};
-    lg_weights *w = NULL;
+    lg_weights *w = NULL, *dw = NULL;
     lg_backend *be = NULL;
     lg_engine *e = NULL;
     int *ids = NULL;
@@ -667,6 +711,15 @@ int lg_cmd_bench(int argc, char **argv)
                           .progress = true};
     if (lg_weights_load(o.model, &lopts, &w, &err) != 0)
         goto out;
+    if (o.draft_model) {
+        lg_load_opts dlo = lopts;
+        dlo.dummy_seed = o.seed + 1;
+        if (lg_weights_load(o.draft_model, &dlo, &dw, &err) != 0) {
+            lg_err_prefix(&err, "--draft-model %s", o.draft_model);
+            goto out;
+        }
+        o.spec.draft = dw;
+    }
     const lg_model_config *cfg = lg_weights_config(w);
     if (o.json_schemas && compile_schemas(&o, w, &cvocab, &schema_tok, &err) != 0)
         goto out;
@@ -705,11 +758,15 @@ int lg_cmd_bench(int argc, char **argv)
         .adapter_host_bytes = (size_t)o.adapter_host_mb << 20,
         .prefix_sharing = o.sharing,
         .policy = o.policy,
+        .spec = o.spec,
     };
     if (lg_engine_create(be, w, &eo, &e, &err) != 0)
         goto out;
     lg_weights_free(w); /* copied to the backend */
     w = NULL;
+    lg_weights_free(dw);
+    dw = NULL;
+    o.spec.draft = NULL;
 
     if (o.adapter_load_test) {
         if (run_adapter_load(e, &o, targets, &err) != 0)
@@ -741,6 +798,7 @@ out:
     lg_tokenizer_free(schema_tok);
     lg_backend_free(be);
     lg_weights_free(w);
+    lg_weights_free(dw);
     free(ids);
     return exit_code;
 }

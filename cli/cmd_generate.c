@@ -74,6 +74,8 @@ typedef struct gen_opts {
     bool json_object;
     const char *choices[MAX_CHOICES];
     int n_choices;
+    lg_spec_opts spec; /* speculative decoding */
+    const char *draft_model;
 } gen_opts;
 
 /* state shared with the engine callbacks */
@@ -140,7 +142,20 @@ static void usage(FILE *f)
             "  --regex RE             the output matches the regular expression RE (whole output)\n"
             "  --grammar FILE         the output follows the Lark grammar in FILE (start rule `start`)\n"
             "  --choice TEXT          the output is one of the --choice texts (repeatable)\n"
-            "                         (--batch lines may carry their own \"json_schema\" or \"regex\")\n",
+            "                         (--batch lines may carry their own \"json_schema\" or \"regex\")\n"
+            "  --speculative off|ngram|draft  speculative decoding (default off); ngram: proposals from the\n"
+            "                         sequence's own prompt and output; draft: from --draft-model; verified\n"
+            "                         in one step (exact output)\n"
+            "  --draft-model PATH     a small model with the same vocabulary (HF directory or .gguf)\n"
+            "  --num-speculative-tokens K  most tokens proposed a step (default 4, at most 16)\n"
+            "  --ngram-min N, --ngram-max M  suffix lengths looked up (default 2 and 4)\n"
+            "  --speculative-max-batch N  no speculation in a step where more than N sequences decode\n"
+            "                         (default 16)\n"
+            "  --speculative-max-tokens N  at most N verified tokens a step in all (default 64)\n"
+            "  --speculative-min-accept A  a sequence whose recent acceptance rate is below A pauses its\n"
+            "                         proposals for a while (default 0.3; 0: never)\n"
+            "  --speculative-accept-rate A  benchmarks and tests only: accept each proposed token with\n"
+            "                         probability A whatever the model says (the output is not the model's)\n",
             MAX_STOPS, LG_MAX_TOP_LOGPROBS);
 }
 
@@ -293,7 +308,7 @@ static void on_finish(void *user, int64_t id, lg_finish_reason reason, const lg_
 static int parse_args(int argc, char **argv, gen_opts *o)
 {
     enum { O_MODEL = 1000, O_BACKEND, O_PROMPT, O_PTOK, O_CHAT, O_SYSTEM, O_TMPL, O_MAXTOK, O_TEMP, O_TOPP, O_TOPK,
-           O_MINP, O_PRES, O_FREQ, O_SEED, O_STOP, O_JSON, O_LOGITS, O_STATS, O_THREADS, O_CTX, O_DQ, O_BUDGET, O_HELP, O_LORA, O_USELORA, O_BATCH, O_MAXRANK, O_POOL, O_DTYPE, O_GPUUTIL, O_SHARING, O_SEQ, O_LOGPROBS, O_JSCHEMA, O_JOBJ, O_REGEX, O_GRAMMAR, O_CHOICE };
+           O_MINP, O_PRES, O_FREQ, O_SEED, O_STOP, O_JSON, O_LOGITS, O_STATS, O_THREADS, O_CTX, O_DQ, O_BUDGET, O_HELP, O_LORA, O_USELORA, O_BATCH, O_MAXRANK, O_POOL, O_DTYPE, O_GPUUTIL, O_SHARING, O_SEQ, O_LOGPROBS, O_JSCHEMA, O_JOBJ, O_REGEX, O_GRAMMAR, O_CHOICE, O_SPEC, O_SPECK, O_NGMIN, O_NGMAX, O_SPECACC, O_SPECMB, O_SPECMT, O_SPECMA, O_DRAFT };
     static const struct option longopts[] = {
         {"model", required_argument, 0, O_MODEL}, {"backend", required_argument, 0, O_BACKEND},
         {"prompt", required_argument, 0, O_PROMPT}, {"prompt-tokens", required_argument, 0, O_PTOK},
@@ -315,6 +330,13 @@ static int parse_args(int argc, char **argv, gen_opts *o)
         {"json-schema", required_argument, 0, O_JSCHEMA}, {"json-object", no_argument, 0, O_JOBJ},
         {"regex", required_argument, 0, O_REGEX}, {"grammar", required_argument, 0, O_GRAMMAR},
         {"choice", required_argument, 0, O_CHOICE},
+        {"speculative", required_argument, 0, O_SPEC}, {"num-speculative-tokens", required_argument, 0, O_SPECK},
+        {"ngram-min", required_argument, 0, O_NGMIN}, {"ngram-max", required_argument, 0, O_NGMAX},
+        {"speculative-accept-rate", required_argument, 0, O_SPECACC},
+        {"speculative-max-batch", required_argument, 0, O_SPECMB},
+        {"speculative-max-tokens", required_argument, 0, O_SPECMT},
+        {"speculative-min-accept", required_argument, 0, O_SPECMA},
+        {"draft-model", required_argument, 0, O_DRAFT},
         {0, 0, 0, 0},
     };
     *o = (gen_opts){.backend = "cpu", .max_tokens = 256, .top_p = 1.0f, .dequant = LG_F16, .budget = 512,
@@ -445,6 +467,35 @@ static int parse_args(int argc, char **argv, gen_opts *o)
             }
             break;
         case O_SEQ: o->sequential = true; break;
+        case O_SPEC:
+            if (lg_spec_mode_parse(optarg, &o->spec.mode) != 0) {
+                fprintf(stderr, "loragate generate: --speculative must be off, ngram or draft, got '%s'\n", optarg);
+                return 2;
+            }
+            break;
+        case O_SPECK: if (parse_int(optarg, "--num-speculative-tokens", 1, 16, &v)) return 2; o->spec.num_tokens = (int)v; break;
+        case O_NGMIN: if (parse_int(optarg, "--ngram-min", 1, 64, &v)) return 2; o->spec.ngram_min = (int)v; break;
+        case O_SPECMB: if (parse_int(optarg, "--speculative-max-batch", 1, 1 << 20, &v)) return 2; o->spec.max_batch = (int)v; break;
+        case O_SPECMT: if (parse_int(optarg, "--speculative-max-tokens", 1, 1 << 20, &v)) return 2; o->spec.max_tokens = (int)v; break;
+        case O_DRAFT: o->draft_model = optarg; break;
+        case O_SPECMA:
+            if (parse_float(optarg, "--speculative-min-accept", &o->spec.min_accept)) return 2;
+            if (!(o->spec.min_accept >= 0 && o->spec.min_accept <= 1)) {
+                fprintf(stderr, "loragate generate: --speculative-min-accept must be in [0, 1], got %s\n", optarg);
+                return 2;
+            }
+            if (o->spec.min_accept == 0)
+                o->spec.min_accept = -1; /* the engine's "never" */
+            break;
+        case O_NGMAX: if (parse_int(optarg, "--ngram-max", 1, 64, &v)) return 2; o->spec.ngram_max = (int)v; break;
+        case O_SPECACC:
+            if (parse_float(optarg, "--speculative-accept-rate", &o->spec.bench_accept)) return 2;
+            if (!(o->spec.bench_accept >= 0 && o->spec.bench_accept <= 1)) {
+                fprintf(stderr, "loragate generate: --speculative-accept-rate must be in [0, 1], got %s\n", optarg);
+                return 2;
+            }
+            o->spec.bench_accept_on = true;
+            break;
         default:
             fprintf(stderr, "loragate generate: unknown or incomplete option '%s'\n", argv[optind - 1]);
             usage(stderr);
@@ -453,6 +504,10 @@ static int parse_args(int argc, char **argv, gen_opts *o)
     }
     if (optind < argc) {
         fprintf(stderr, "loragate generate: unexpected argument '%s'\n", argv[optind]);
+        return 2;
+    }
+    if ((o->spec.mode == LG_SPEC_DRAFT) != (o->draft_model != NULL)) {
+        fprintf(stderr, "loragate generate: --speculative draft and --draft-model go together\n");
         return 2;
     }
     if (!o->model) {
@@ -567,6 +622,9 @@ static void print_json(const gen_state *st, const lg_engine_stats *es)
         json_object_set_new(s, "decode_seconds", json_real(es->decode_seconds));
         json_object_set_new(s, "decode_steps", json_integer(es->decode_steps));
         json_object_set_new(s, "chained_steps", json_integer(es->chained_steps));
+        json_object_set_new(s, "spec_verify_rows", json_integer(es->spec_verify_rows));
+        json_object_set_new(s, "spec_proposed", json_integer(es->spec_proposed));
+        json_object_set_new(s, "spec_accepted", json_integer(es->spec_accepted));
         json_object_set_new(o, "stats", s);
     }
     char *txt = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(9));
@@ -869,7 +927,7 @@ int lg_cmd_generate(int argc, char **argv)
     if (rc)
         return rc;
     lg_err err = {{0}};
-    lg_weights *w = NULL;
+    lg_weights *w = NULL, *dw = NULL;
     lg_backend *be = NULL;
     lg_engine *e = NULL;
     lg_cvocab *cvocab = NULL;
@@ -881,6 +939,11 @@ int lg_cmd_generate(int argc, char **argv)
     lg_load_opts lo = {.dequant_dtype = o.dequant, .progress = true};
     if (lg_weights_load(o.model, &lo, &w, &err) != 0)
         goto out;
+    if (o.draft_model && lg_weights_load(o.draft_model, &lo, &dw, &err) != 0) {
+        lg_err_prefix(&err, "--draft-model %s", o.draft_model);
+        goto out;
+    }
+    o.spec.draft = dw;
     const lg_model_config *cfg = lg_weights_config(w);
     if (build_constraint(&o, w, &cvocab, &constraint, &err) != 0) {
         exit_code = 2; /* bad input, like a usage error */
@@ -900,6 +963,7 @@ int lg_cmd_generate(int argc, char **argv)
         .pool_bytes = (size_t)o.pool_mb << 20,
         .gpu_memory_utilization = o.gpu_util,
         .prefix_sharing = o.sharing,
+        .spec = o.spec,
     };
     if (lg_engine_create(be, w, &eo, &e, &err) != 0)
         goto out;
@@ -980,12 +1044,13 @@ int lg_cmd_generate(int argc, char **argv)
     if (o.stats)
         fprintf(stderr,
                 "prompt: %lld tokens in %.3f s (%.1f tok/s); decode: %lld tokens in %.3f s (%.1f tok/s); "
-                "decode steps %lld (%lld chained); pages: %d total, %d kv, %d adapter, %d cached; adapter loads %lld, "
+                "decode steps %lld (%lld chained); speculation: %lld proposed, %lld accepted; pages: %d total, %d kv, %d adapter, %d cached; adapter loads %lld, "
                 "evictions %lld\n",
                 (long long)es.prefill_tokens, es.prefill_seconds,
                 es.prefill_seconds > 0 ? es.prefill_tokens / es.prefill_seconds : 0.0, (long long)es.decode_tokens,
                 es.decode_seconds, es.decode_seconds > 0 ? es.decode_tokens / es.decode_seconds : 0.0,
-                (long long)es.decode_steps, (long long)es.chained_steps, es.pages_total, es.pages_kv, es.pages_adapter,
+                (long long)es.decode_steps, (long long)es.chained_steps, (long long)es.spec_proposed,
+                (long long)es.spec_accepted, es.pages_total, es.pages_kv, es.pages_adapter,
                 es.pages_cached, (long long)es.adapter_loads, (long long)es.adapter_evictions);
     exit_code = 0;
 out:
@@ -1010,5 +1075,6 @@ out:
     free(jobs);
     lg_backend_free(be);
     lg_weights_free(w);
+    lg_weights_free(dw);
     return exit_code;
 }

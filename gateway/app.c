@@ -104,10 +104,24 @@ static int load_model(lg_app *app, const lg_serve_config *cfg, lg_err *err)
         .gpu_memory_utilization = cfg->gpu_memory_utilization ? strtod(cfg->gpu_memory_utilization, NULL) : 0,
         .policy = cfg->scheduler && !strcmp(cfg->scheduler, "fcfs") ? LG_SCHED_FCFS : LG_SCHED_VTC,
         .no_decode_bursts = cfg->decode_bursts && !strcmp(cfg->decode_bursts, "off"),
+        .spec = {.num_tokens = (int)cfg->num_speculative_tokens, .ngram_min = (int)cfg->ngram_min,
+                 .ngram_max = (int)cfg->ngram_max, .max_batch = (int)cfg->speculative_max_batch},
     };
+    if (lg_spec_mode_parse(cfg->speculative ? cfg->speculative : "off", &eo.spec.mode) != 0)
+        return lg_fail(err, "--speculative %s: expected off, ngram or draft", cfg->speculative);
+    if ((eo.spec.mode == LG_SPEC_DRAFT) != (cfg->draft_model != NULL))
+        return lg_fail(err, "--speculative draft and --draft-model go together");
     if (lg_prefix_sharing_parse(cfg->prefix_sharing ? cfg->prefix_sharing : "tenant", &eo.prefix_sharing) != 0)
         return lg_fail(err, "--prefix-sharing %s: expected tenant, global or off", cfg->prefix_sharing);
-    return lg_engine_create(app->backend, app->weights, &eo, &app->engine, err);
+    lg_weights *dw = NULL; /* the draft model's weights: copied to the backend by lg_engine_create */
+    if (cfg->draft_model && lg_weights_load(cfg->draft_model, &lo, &dw, err) != 0) {
+        lg_err_prefix(err, "--draft-model %s", cfg->draft_model);
+        return -1;
+    }
+    eo.spec.draft = dw;
+    int rc = lg_engine_create(app->backend, app->weights, &eo, &app->engine, err);
+    lg_weights_free(dw);
+    return rc;
 }
 
 static int open_store(lg_app *app, const lg_serve_config *cfg, lg_err *err)

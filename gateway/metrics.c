@@ -527,6 +527,18 @@ static void render_engine(lg_strbuf *b, const lg_engine_stats *es)
     counter(b, "loragate_engine_chained_decode_steps_total",
             "Decode steps enqueued before the previous step's tokens were read (decode bursts).",
             (uint64_t)es->chained_steps);
+    counter(b, "loragate_spec_verify_rows_total",
+            "Speculative decoding: sequence steps that verified proposed tokens.", (uint64_t)es->spec_verify_rows);
+    counter(b, "loragate_spec_proposed_tokens_total", "Speculative decoding: tokens proposed.",
+            (uint64_t)es->spec_proposed);
+    counter(b, "loragate_spec_accepted_tokens_total",
+            "Speculative decoding: proposed tokens accepted (emitted as proposed).", (uint64_t)es->spec_accepted);
+    gauge(b, "loragate_spec_acceptance_ratio",
+          "Speculative decoding: accepted over proposed tokens since start (NaN before the first proposal).",
+          es->spec_proposed ? (double)es->spec_accepted / (double)es->spec_proposed : NAN);
+    counter(b, "loragate_spec_batch_off_steps_total",
+            "Speculative decoding: steps with too many decoding sequences to speculate.",
+            (uint64_t)es->spec_batch_off_steps);
 }
 
 /* Adapters in the engine's pool: loads, evictions, residency, load latency. */

@@ -15,6 +15,8 @@
  * sampled on the host with the request's uniform: the same token either
  * way (penalised()). Prompt logprobs come back as extra logits rows of the
  * prefill chunks (model.h lp_count) and are scored here (score_prompt).
+ * Speculative decoding's proposals are verified here too, from the same
+ * kind of rows (verify_proposals; speculate.c has the design).
  *
  * Threads and locks. `mu` guards what other threads touch: the inbox of new
  * requests, cancellations, registry messages, the adapter registry (names ->
@@ -180,6 +182,10 @@ int lg_engine_create(lg_backend *be, const lg_weights *w, const lg_engine_opts *
         lg_engine_free(e);
         return -1;
     }
+    if (lg_spec_init(e, &opts->spec, n_pages, err) != 0) {
+        lg_engine_free(e);
+        return -1;
+    }
     e->fair = lg_fair_new(opts->policy == LG_SCHED_FCFS ? LG_FAIR_FCFS : LG_FAIR_VTC);
     e->reg_by_name = lg_strmap_new();
     int S = e->max_seqs, V = e->cfg.vocab_size;
@@ -224,6 +230,7 @@ static void request_free(request *r)
     lg_sampler_free(r->sampler);
     lg_cmatch_free(r->cm);
     free(r->tokens);
+    free(r->dpages);
     free(r->pages);
     free(r->nodes);
     free(r);
@@ -318,6 +325,7 @@ void lg_engine_free(lg_engine *e)
     lg_prefix_cache_free(e->prefix);
     lg_adapter_cache_free(e->adapters);
     lg_fair_free(e->fair);
+    lg_spec_free(e);
     lg_page_pool_free(e->pool);
     lg_model_free(e->model);
     pthread_mutex_destroy(&e->stats_mu);
@@ -620,6 +628,10 @@ int lg_engine_submit(lg_engine *e, const lg_request_params *p, int64_t *id, lg_e
     r->cap_pages = (max_total + e->page_tokens - 1) / e->page_tokens;
     r->pages = malloc((size_t)r->cap_pages * sizeof(int32_t));
     r->nodes = calloc((size_t)r->cap_pages, sizeof *r->nodes);
+    if (e->spec.mode == LG_SPEC_DRAFT && !(r->dpages = malloc((size_t)r->cap_pages * sizeof *r->dpages))) {
+        request_free(r);
+        return lg_fail(err, "out of memory");
+    }
     r->sampler = lg_sampler_new(e->cfg.vocab_size, sp);
     r->p.constraint = NULL; /* the matcher holds its own reference */
     if (p->constraint)
@@ -1212,6 +1224,138 @@ static void fail_step(lg_engine *e, int n, const lg_err *err)
     finish_marked(e, LG_FINISH_ERROR, "backend failure");
 }
 
+/* The token r takes from a row sampled on the host: with mask, the
+ * grammar's (a mask of one token is taken without sampling), then the request's
+ * adjustments, then the sampler with uniform u. 0, or -1 with r failed (its
+ * grammar). */
+static int host_pick(lg_engine *e, request *r, const float *lg, double u, bool mask, int32_t *tok)
+{
+    const uint32_t *cmask = NULL;
+    if (mask) {
+        const int allowed = constrain_row(e, r, e->cmask);
+        if (allowed < 0)
+            return -1;
+        cmask = e->cmask;
+        e->stats.constrained_rows++;
+        e->stats.forced_tokens += allowed == 1;
+        if (lg_cmask_single(cmask, e->cmask_words) >= 0) {
+            *tok = lg_cmask_single(cmask, e->cmask_words); /* the only token the grammar allows: no sampling */
+            return 0;
+        }
+    }
+    *tok = lg_sampler_sample_u(r->sampler, penalised(e, r, lg, cmask), u);
+    return 0;
+}
+
+/* r takes token tok, sampled from raw row lg (NULL: on the device, whose
+ * logprobs are dev_lp, or none): its grammar advances, the token is
+ * streamed with its logprobs and the stop conditions are checked. false
+ * when r ends (no token may follow in this step). */
+static bool take_token(lg_engine *e, request *r, int32_t tok, const float *lg, const lg_logprob_row *dev_lp)
+{
+    const int V = e->cfg.vocab_size;
+    if (r->cm) {
+        lg_err cerr = {{0}};
+        if (lg_cmatch_advance(r->cm, tok, &cerr) != 0) {
+            char msg[300];
+            snprintf(msg, sizeof msg, "structured output: token %d refused: %s", tok, cerr.msg);
+            fail_request(r, msg);
+            return false;
+        }
+    }
+    lg_token_out o = {.token = tok, .index = r->n_generated, .n_vocab = V};
+    lg_logprob_row hl;
+    const lg_logprob_row *d = dev_lp; /* the row's logprobs: the device's, else from its downloaded logits */
+    if (!d && r->p.logprobs && lg) {
+        lg_logprobs(lg, V, tok, r->p.top_logprobs, &hl);
+        d = &hl;
+    }
+    if (d) {
+        o.logprob = d->logprob;
+        o.n_top = d->n_top;
+        memcpy(o.top_ids, d->top_ids, (size_t)d->n_top * sizeof *o.top_ids);
+        memcpy(o.top_logprobs, d->top_logprobs, (size_t)d->n_top * sizeof *o.top_logprobs);
+    }
+    if (r->n_generated == 0) {
+        r->usage.t_first_token = lg_now();
+        if (r->p.want_first_logits)
+            o.logits = lg;
+    }
+    r->tokens[r->n_tokens++] = tok;
+    r->n_generated++;
+    /* a grammar ends the request once it is complete and nothing can extend it (EOS accepted, or a
+     * complete output no token continues) */
+    const bool cdone = r->cm && lg_cmatch_is_done(r->cm);
+    const bool stop = is_stop(e, r, tok) || (cdone && is_eos(e, tok));
+    o.stop_token = stop;
+    lg_fair_charge(e->fair, r->ft, LG_VTC_WQ);
+    if (r->p.cb.on_token)
+        r->p.cb.on_token(r->p.user, r->id, &o);
+    if (!r->cancel) {
+        if (stop || cdone) {
+            r->cancel = true;
+            r->cancel_reason = LG_FINISH_STOP;
+        } else if (r->n_tokens >= r->max_total) {
+            r->cancel = true;
+            r->cancel_reason = LG_FINISH_LENGTH;
+        }
+    }
+    return !r->cancel;
+}
+
+/* A cancel of request id was posted (by a callback of this step, such as
+ * a stop string matched in on_token): the next step applies it. */
+static bool cancel_posted(lg_engine *e, int64_t id)
+{
+    bool found = false;
+    pthread_mutex_lock(&e->mu);
+    for (int i = 0; i < e->n_cancel && !found; i++)
+        found = e->cancel_ids[i] == id;
+    pthread_mutex_unlock(&e->mu);
+    return found;
+}
+
+/* Speculative decoding's verification (speculate.c has the design): r's
+ * chunk was [last token, d_1 .. d_k] (its proposals, stored past its
+ * tokens); rows[i] (i < k) are the logits after d_i's predecessor, `last`
+ * those after d_k. Position by position, the row is processed and sampled
+ * as a decode step's (host_pick, with the request's next uniform) and the
+ * token taken; d_i is accepted when that token is d_i, and the first token
+ * that differs, or the one after d_k, ends the step, as does a token after
+ * which the request ends or its on_token cancelled it (a stop string): no
+ * token follows one that ends the request, as without speculation.
+ * n_computed covers the accepted positions only (the rest of the chunk's
+ * KV is overwritten later). */
+static void verify_proposals(lg_engine *e, request *r, const float *last, const float *rows)
+{
+    const int k = r->n_draft, V = e->cfg.vocab_size, nc0 = r->n_computed;
+    int32_t d[16];
+    memcpy(d, r->tokens + r->n_tokens, (size_t)k * sizeof *d);
+    r->n_draft = 0;
+    int acc = 0;
+    for (int i = 0; i <= k; i++) {
+        const float *lg = i < k ? rows + (size_t)i * V : last;
+        r->n_computed = nc0 + 1 + i; /* the last token and d_1 .. d_i, accepted */
+        int32_t tok;
+        if (host_pick(e, r, lg, lg_sampler_next_u(r->sampler), r->cm != NULL, &tok) < 0)
+            break;
+        if (i < k && lg_spec_bench_accepts(e, r))
+            tok = d[i]; /* the bench's fixed acceptance rate (lg_spec_opts.bench_accept) */
+        const bool accepted = i < k && tok == d[i];
+        acc += accepted;
+        if (!take_token(e, r, tok, lg, NULL) || !accepted || cancel_posted(e, r->id))
+            break;
+    }
+    if (r->n_computed > r->n_tokens - 1 && r->n_tokens > 0)
+        r->n_computed = r->n_tokens - 1; /* it stopped on an accepted token: that token's KV is not needed */
+    /* billing: a prompt whose last token alone was left to compute (the rest from the prefix cache) ends in
+     * a verification too */
+    if (r->prefilled < r->n_prompt)
+        r->prefilled = r->n_computed < r->n_prompt ? r->n_computed : r->n_prompt;
+    lg_sched_insert_prefix(e, r);
+    lg_spec_observe(e, r, k, acc);
+}
+
 /* After a step's results are read: each row's request advances, offers its
  * computed pages to the prefix cache, takes its token (the device's, or
  * sampled here from the downloaded logits), streams it and checks its stop
@@ -1229,6 +1373,12 @@ static int take_results(lg_engine *e, int n, bool dev_sample, bool want_logits)
         if (r->cancel) { /* finished or cancelled after its row was enqueued (a burst): the row is dropped */
             li += e->seqs[s].want_logits;
             dropped += e->chunk[s];
+            r->n_draft = 0;
+            continue;
+        }
+        if (r->n_draft > 0) { /* a verification: its rows are [plo, plo + n_draft) and its logits row */
+            const int ri = li++;
+            verify_proposals(e, r, e->logits + (size_t)ri * V, e->plogits + (size_t)plo * V);
             continue;
         }
         r->n_computed += e->chunk[s];
@@ -1246,71 +1396,17 @@ static int take_results(lg_engine *e, int n, bool dev_sample, bool want_logits)
         const int ri = li++; /* the row's index among the step's sampling rows */
         const float *lg = want_logits ? e->logits + (size_t)ri * V : NULL;
         int32_t tok;
-        const uint32_t *cmask = NULL;
         if (r->cm && !e->rows[ri].masked) { /* masked here (the device masked the others: dev_masked) */
-            const int allowed = constrain_row(e, r, e->cmask);
-            if (allowed < 0)
+            if (host_pick(e, r, lg, (double)e->rows[ri].u, true, &tok) < 0)
                 continue; /* failed: finishes with the error */
-            cmask = e->cmask;
-            e->stats.constrained_rows++;
-            e->stats.forced_tokens += allowed == 1;
-        }
-        if (cmask && lg_cmask_single(cmask, e->cmask_words) >= 0)
-            tok = lg_cmask_single(cmask, e->cmask_words); /* the only token the grammar allows: no sampling */
-        else if (lg && (!dev_sample || host_penalised(e, r, dev_sample)))
-            tok = lg_sampler_sample_u(r->sampler, penalised(e, r, lg, cmask), (double)e->rows[ri].u);
-        else
+        } else if (lg && (!dev_sample || host_penalised(e, r, dev_sample))) {
+            (void)host_pick(e, r, lg, (double)e->rows[ri].u, false, &tok); /* a grammar's: the device's, on lg */
+        } else {
             tok = e->ids[ri];
-        if (r->cm) {
-            lg_err cerr = {{0}};
-            if (lg_cmatch_advance(r->cm, tok, &cerr) != 0) {
-                char msg[300];
-                snprintf(msg, sizeof msg, "structured output: token %d refused: %s", tok, cerr.msg);
-                fail_request(r, msg);
-                continue;
-            }
         }
-        lg_token_out o = {.token = tok, .index = r->n_generated, .n_vocab = V};
-        lg_logprob_row hl;
-        const lg_logprob_row *d = NULL; /* the row's logprobs: the device's, else from its downloaded logits */
-        if (device_logprobs(e, r, dev_sample)) {
-            d = &e->lps[ri];
-        } else if (r->p.logprobs && lg) {
-            lg_logprobs(lg, V, tok, r->p.top_logprobs, &hl);
-            d = &hl;
-        }
-        if (d) {
-            o.logprob = d->logprob;
-            o.n_top = d->n_top;
-            memcpy(o.top_ids, d->top_ids, (size_t)d->n_top * sizeof *o.top_ids);
-            memcpy(o.top_logprobs, d->top_logprobs, (size_t)d->n_top * sizeof *o.top_logprobs);
-        }
-        if (r->n_generated == 0) {
-            r->usage.t_first_token = lg_now();
-            if (r->p.want_first_logits)
-                o.logits = lg;
-        }
-        r->tokens[r->n_tokens++] = tok;
-        r->n_generated++;
-        /* a grammar ends the request once it is complete and nothing can extend it (EOS accepted, or a
-         * complete output no token continues) */
-        const bool cdone = r->cm && lg_cmatch_is_done(r->cm);
-        const bool stop = is_stop(e, r, tok) || (cdone && is_eos(e, tok));
-        o.stop_token = stop;
-        lg_fair_charge(e->fair, r->ft, LG_VTC_WQ);
-        if (r->p.cb.on_token)
-            r->p.cb.on_token(r->p.user, r->id, &o);
-        if (!r->cancel) {
-            if (stop || cdone) {
-                r->cancel = true;
-                r->cancel_reason = LG_FINISH_STOP;
-            } else if (r->n_tokens >= r->max_total) {
-                r->cancel = true;
-                r->cancel_reason = LG_FINISH_LENGTH;
-            } else if (r->cm && e->fast_forward) {
-                fast_forward(e, r);
-            }
-        }
+        if (take_token(e, r, tok, lg, device_logprobs(e, r, dev_sample) ? &e->lps[ri] : NULL) && r->cm &&
+            e->fast_forward)
+            fast_forward(e, r);
     }
     e->stats.sample_seconds += lg_now() - ts;
     return dropped;
@@ -1430,6 +1526,11 @@ static int engine_step(lg_engine *e, lg_err *err)
             continue;
         request *r = e->sched[s];
         lg_sample_row *row = &e->rows[n_rows++];
+        if (r->n_draft > 0) { /* a verification: sampled on the host (verify_proposals), its uniforms drawn there */
+            *row = (lg_sample_row){0};
+            want_logits = any_pen = true;
+            continue;
+        }
         any_lp |= fill_row(e, r, row, dev_sample);
         const bool pen = has_penalty(r) || host_only_adjust(r) || r->cm; /* a grammar: no bursts */
         any_pen |= pen;
@@ -1448,9 +1549,10 @@ static int engine_step(lg_engine *e, lg_err *err)
         fail_step(e, n, err);
         return -1;
     }
-    /* a decode burst (burst_next) may follow a decode step whose every row samples on the device */
+    /* a decode burst (burst_next) may follow a decode step whose every row samples on the device, unless
+     * speculative decoding may propose in the next steps (a burst would run them without proposals) */
     const bool chainable = e->burst && !any_prefill && !want_logits && !any_pen && !any_plp && n_rows == n &&
-                           lg_model_can_chain(e->model);
+                           e->spec_k == 0 && lg_model_can_chain(e->model);
     for (;;) {
         lg_err berr = {{0}};
         const bool chained = chainable && burst_next(e, n, &berr);

@@ -188,6 +188,38 @@ typedef enum lg_prefix_sharing {
 const char *lg_prefix_sharing_name(lg_prefix_sharing s);
 int lg_prefix_sharing_parse(const char *s, lg_prefix_sharing *out); /* "tenant", "global", "off" */
 
+/* Speculative decoding (engine/runtime/speculate.c): each decoding
+ * sequence may propose up to num_tokens next tokens, which one forward step
+ * verifies; output is exact (greedy: identical; sampled: the target's
+ * distribution, the same tokens for the same seed). */
+typedef enum lg_spec_mode {
+    LG_SPEC_OFF = 0,
+    LG_SPEC_NGRAM = 1, /* prompt lookup: proposals from the sequence's own prompt and output */
+    LG_SPEC_DRAFT = 2, /* a small model with the same vocabulary proposes, greedily (base model only) */
+} lg_spec_mode;
+typedef struct lg_spec_opts {
+    lg_spec_mode mode;
+    /* LG_SPEC_DRAFT: the draft model's weights (copied to the backend by lg_engine_create, which may free
+     * them after); its vocabulary must be the target's. It gets its own KV page pool, as many pages as the
+     * target's. */
+    const lg_weights *draft;
+    int num_tokens;            /* K, proposed tokens a step at most (0: 4) */
+    int ngram_min, ngram_max;  /* suffix lengths looked up, longest first (0: 2 and 4) */
+    /* the per-step policy: no speculation when more than max_batch sequences decode (0: 16), and at most
+     * max_tokens verified tokens a step in all (0: 64); a sequence whose recent acceptance rate falls below
+     * min_accept (0: 0.3; < 0: never) pauses its proposals for a while */
+    int max_batch, max_tokens;
+    float min_accept;
+    /* benchmarks only (bench_accept_on): each proposed token is accepted with probability bench_accept,
+     * whatever the model says (and, when not, still if the model's token is the proposed one), and
+     * proposals are padded to num_tokens: for dummy weights, where acceptance means nothing. The output is
+     * then not the model's. */
+    bool bench_accept_on;
+    float bench_accept;
+} lg_spec_opts;
+const char *lg_spec_mode_name(lg_spec_mode m);
+int lg_spec_mode_parse(const char *s, lg_spec_mode *out); /* "off", "ngram", "draft" */
+
 /* Order in which waiting requests are admitted. */
 typedef enum lg_sched_policy {
     LG_SCHED_VTC = 0,  /* default: fair share across tenants (Virtual Token Counters) */
@@ -212,6 +244,7 @@ typedef struct lg_engine_opts {
      * same): a request that arrives during a burst then waits for no extra
      * step of the batch before its prefill. */
     bool no_decode_bursts;
+    lg_spec_opts spec;         /* speculative decoding (engine/runtime/speculate.c); zero: off */
 } lg_engine_opts;
 
 /* Takes ownership of nothing: be must outlive the engine; w may be freed
@@ -350,6 +383,9 @@ typedef struct lg_engine_stats {
     int64_t adapter_loads, adapter_evictions; /* into / out of the pool */
     int64_t adapter_host_loads;              /* disk (or generator) -> host, by the loader thread */
     double adapter_load_seconds;             /* summed: asked for -> resident in the pool */
+    /* speculative decoding: verification rows (a sequence's step with proposals), tokens proposed, proposed
+     * tokens accepted (emitted as proposed), and steps in which the policy turned it off for the batch */
+    int64_t spec_verify_rows, spec_proposed, spec_accepted, spec_batch_off_steps;
     int adapters_registered, adapters_resident;
 } lg_engine_stats;
 void lg_engine_get_stats(lg_engine *e, lg_engine_stats *s);

@@ -8,7 +8,11 @@
  * n_computed of them have KV in its pages. Each step it runs a chunk
  * tokens[n_computed, n_computed + c): decode is c == 1 with n_computed ==
  * n_tokens - 1. When a chunk reaches n_tokens the step returns logits for
- * its last token and the request samples the next one.
+ * its last token and the request samples the next one. A decode with
+ * speculative proposals (speculate.c) runs c == 1 + n_draft: the proposals
+ * sit at tokens[n_tokens, n_tokens + n_draft), past the request's tokens,
+ * and become its tokens only as they are accepted; it may then hold more
+ * pages than ceil(n_computed / page_tokens) until they are needed.
  *
  * Pages: pages[0, n_chain) belong to prefix-cache nodes (nodes[i], one pin
  * each, shared with other requests of the same namespace); pages[n_chain,
@@ -81,6 +85,15 @@ typedef struct request {
     int prefilled;           /* prompt tokens prefilled (computed or from the cache), at most: billed */
     int plp_pos;             /* prompt logprobs: positions [0, plp_pos) scored (rows 1 .. plp_pos delivered) */
     bool counted;            /* prompt/cached tokens counted (first admission) */
+    /* speculative decoding (speculate.c): proposals of this step at tokens[n_tokens, n_tokens + n_draft)
+     * (not yet the request's tokens), the recent acceptance rate, and the pause of its proposals */
+    int n_draft;
+    float spec_rate;
+    int spec_pause, spec_backoff;
+    lg_rng spec_rng;         /* the bench's fixed-rate acceptance draws (lg_spec_opts.bench_accept) */
+    /* a draft model's KV (LG_SPEC_DRAFT): pages in e->dpool for positions [0, d_computed) of tokens */
+    int32_t *dpages;         /* [cap_pages] */
+    int n_dpages, d_computed;
     const lg_lora_w *lora;   /* adapter slot table while pinned, else NULL */
     bool cancel;
     lg_finish_reason cancel_reason;
@@ -183,6 +196,11 @@ struct lg_engine {
     float *plogits;             /* [plp_cap * vocab] */
     lg_prompt_logprob *plp_out; /* [plp_cap] */
     lg_engine_stats stats;
+    lg_spec_opts spec;          /* speculative decoding, defaults filled in (speculate.c) */
+    int spec_k;                 /* this step's most proposed tokens a sequence (lg_spec_plan) */
+    lg_model *draft;            /* LG_SPEC_DRAFT: the draft model, its KV pool, its logits row [vocab] */
+    lg_page_pool *dpool;
+    float *dlogits;
 
     /* ---- published counters ---- */
     pthread_mutex_t stats_mu;
@@ -214,5 +232,29 @@ void lg_sched_insert_prefix(lg_engine *e, request *r);
 /* Pages for positions [0, upto) of running request r, from free pages only
  * (no preemption); false when the pool has too few. */
 bool lg_sched_reserve_free(lg_engine *e, request *r, int upto);
+
+/* speculate.c */
+/* Fills e->spec from the options' (defaults, bounds); with a draft model, creates it and its KV pool of
+ * n_pages pages. 0, or -1 with err set. */
+int lg_spec_init(lg_engine *e, const lg_spec_opts *o, int n_pages, lg_err *err);
+/* Frees the draft model and its pool (lg_engine_free). */
+void lg_spec_free(lg_engine *e);
+/* Gives back r's draft-model KV pages (preemption, finish). */
+void lg_spec_release(lg_engine *e, request *r);
+/* The per-step policy: sets e->spec_k, the most tokens a decoding sequence may propose this step, from the
+ * number of sequences that decode (0: no speculation this step). */
+void lg_spec_plan(lg_engine *e, int n_decode);
+/* Proposes up to kmax next tokens for decoding request r at r->tokens[n_tokens, ...); returns how many
+ * (r->n_draft is set by the caller). */
+int lg_spec_propose(lg_engine *e, request *r, int kmax);
+/* The bench's fixed acceptance rate: true when proposed token i is taken whatever the model says. */
+bool lg_spec_bench_accepts(lg_engine *e, request *r);
+/* After r's verification: `proposed` tokens, `accepted` of them taken; updates its rate and pause and the
+ * engine's counters. */
+void lg_spec_observe(lg_engine *e, request *r, int proposed, int accepted);
+/* The prompt-lookup proposal: the longest suffix of toks[0, n) of length in [nmin, nmax] that also occurs
+ * earlier (its latest occurrence), and up to k tokens that followed it there, into out; returns how many
+ * (0: no match). */
+int lg_ngram_propose(const int32_t *toks, int n, int nmin, int nmax, int k, int32_t *out);
 
 #endif

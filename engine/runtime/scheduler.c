@@ -32,6 +32,13 @@
  * matches the prefix cache only below the positions it has scored, and
  * does not wait for another request's pages it could not use.
  *
+ * Speculative decoding (speculate.c): before the decodes are planned, the
+ * policy sets how many tokens a decoding sequence may propose this step
+ * (lg_spec_plan, from the number of sequences that decode); a decode with
+ * k proposals gets a chunk of 1 + k tokens, k of them with lp rows (at most
+ * half of the step's, the rest kept for prompt logprobs), on pages taken from free ones
+ * only (k shrinks to the pages it holds: speculation never preempts).
+ *
  * A prompt_only request (max_tokens 0) never asks for the logits of its
  * last token: it finishes when its prompt is computed (engine.c).
  *
@@ -96,6 +103,7 @@ static void release_pages(lg_engine *e, request *r)
         lg_prefix_cache_release(e->prefix, r->nodes, r->n_chain);
     r->n_pages = r->n_chain = 0;
     r->n_computed = 0;
+    lg_spec_release(e, r);
     if (r->lora) {
         lg_adapter_cache_release(e->adapters, r->p.adapter_id);
         r->lora = NULL;
@@ -168,17 +176,26 @@ static int plp_clamp(const lg_engine *e, const request *r, int c)
     return c < allowed ? c : allowed;
 }
 
-static void schedule(lg_engine *e, request *r, int c, int *budget, bool *any_prefill)
+/* Schedules r's chunk [n_computed, n_computed + c), followed by its k
+ * proposed tokens (speculative decoding: a decode step with c == 1 whose
+ * k + 1 positions all get logits, k of them as lp rows). */
+static void schedule(lg_engine *e, request *r, int c, int k, int *budget, bool *any_prefill)
 {
     int s = e->n_sched++;
     e->sched[s] = r;
-    e->chunk[s] = c;
+    e->chunk[s] = c + k;
+    r->n_draft = k;
     e->seqs[s] = (lg_step_seq){
-        .tokens = r->tokens + r->n_computed, .n_tokens = c, .pos0 = r->n_computed, .pages = r->pages,
+        .tokens = r->tokens + r->n_computed, .n_tokens = c + k, .pos0 = r->n_computed, .pages = r->pages,
         .n_pages = r->n_pages, .want_logits = r->n_computed + c == r->n_tokens && !r->p.prompt_only,
         .lora = r->lora,
     };
-    if (lg_plp_pending(r)) { /* its positions [lo, hi) are scored (plp_clamp made them fit) */
+    if (k > 0) {
+        e->seqs[s].lp_first = 0;
+        e->seqs[s].lp_count = k;
+        e->plp_left -= k;
+        *budget -= k;
+    } else if (lg_plp_pending(r)) { /* its positions [lo, hi) are scored (plp_clamp made them fit) */
         int lo = r->n_computed > r->plp_pos ? r->n_computed : r->plp_pos;
         int hi = r->n_computed + c < r->n_prompt - 1 ? r->n_computed + c : r->n_prompt - 1;
         if (hi > lo) {
@@ -288,7 +305,7 @@ static admit_rc try_admit(lg_engine *e, request *r, int *budget, bool *any_prefi
     r->state = RQ_RUNNING;
     list_insert_by_admit(e->running, &e->n_running, r);
     lg_fair_running(e->fair, r->ft, +1);
-    schedule(e, r, c, budget, any_prefill);
+    schedule(e, r, c, 0, budget, any_prefill);
     return ADMIT_OK;
 }
 
@@ -315,6 +332,12 @@ int lg_sched_plan(lg_engine *e, bool *any_prefill)
     e->plp_left = e->plp_cap;
     *any_prefill = false;
 
+    /* speculative decoding's policy for this step, from the number of sequences that decode */
+    int n_decode = 0;
+    for (int i = 0; i < e->n_running && n_decode < e->max_seqs; i++)
+        n_decode += e->running[i]->n_tokens - e->running[i]->n_computed == 1;
+    lg_spec_plan(e, n_decode);
+
     /* 1. decodes and 2. prefill chunks of running requests, admission order */
     for (int pass = 0; pass < 2; pass++) {
         for (int i = 0; i < e->n_running && e->n_sched < e->max_seqs && budget > 0; i++) {
@@ -331,7 +354,21 @@ int lg_sched_plan(lg_engine *e, bool *any_prefill)
                 i--;
                 continue;
             }
-            schedule(e, r, c, &budget, any_prefill);
+            /* a decode may propose tokens (speculate.c) for the budget and half the step's lp rows (the
+             * other half stays for prompt logprobs of the prefill chunks planned after), on pages it can
+             * have without preempting anybody */
+            int k = 0;
+            if (pass == 0 && e->spec_k > 0) {
+                int kmax = e->spec_k < budget - c ? e->spec_k : budget - c;
+                if (kmax > e->plp_left - e->plp_cap / 2)
+                    kmax = e->plp_left - e->plp_cap / 2;
+                k = lg_spec_propose(e, r, kmax);
+                if (k > 0 && !reserve(e, r, r->n_computed + c + k, false)) {
+                    int held = r->n_pages * e->page_tokens - r->n_computed - c;
+                    k = held < k ? held : k;
+                }
+            }
+            schedule(e, r, c, k, &budget, any_prefill);
         }
     }
 

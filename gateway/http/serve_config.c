@@ -54,6 +54,12 @@ static const opt opts[] = {
     {"prefix-sharing", K_CHOICE, O(prefix_sharing), 0, 0, "tenant|global|off", "tenant|global|off", "who shares cached prompt prefixes (default tenant)"},
     {"scheduler", K_CHOICE, O(scheduler), 0, 0, "vtc|fcfs", "vtc|fcfs", "admission order across tenants: fair share (default) or arrival order"},
     {"decode-bursts", K_CHOICE, O(decode_bursts), 0, 0, "on|off", "on|off", "enqueue each decode step before the last one's tokens are read (default on; off: no extra step before an arriving request's prefill)"},
+    {"speculative", K_CHOICE, O(speculative), 0, 0, "off|ngram|draft", "off|ngram|draft", "speculative decoding: ngram proposes a sequence's next tokens from its own prompt and output, draft from --draft-model; one step verifies them; output is exact (default off)"},
+    {"draft-model", K_STR, O(draft_model), 0, 0, NULL, "PATH", "with --speculative draft: a small model with the same vocabulary (base weights only)"},
+    {"num-speculative-tokens", K_INT, O(num_speculative_tokens), 1, 16, NULL, "K", "most tokens proposed a step (default 4)"},
+    {"ngram-min", K_INT, O(ngram_min), 1, 64, NULL, "N", "shortest suffix --speculative ngram looks up (default 2)"},
+    {"ngram-max", K_INT, O(ngram_max), 1, 64, NULL, "M", "longest suffix --speculative ngram looks up (default 4)"},
+    {"speculative-max-batch", K_INT, O(speculative_max_batch), 1, 1 << 20, NULL, "N", "no speculation in a step where more than N sequences decode (default 16)"},
     {"grammar-compile-ms", K_INT, O(grammar_compile_ms), 1, 600000, NULL, "MS", "longest a response_format schema, regex or grammar may take to compile before its request gets 400 (default 2000)"},
     {"grammar-max-states", K_INT, O(grammar_max_states), 1000, 100000000, NULL, "N", "automaton states one compiled grammar may have (default 200000)"},
     {"grammar-max-depth", K_INT, O(grammar_max_depth), 4, 4096, NULL, "N", "nesting a schema, regex or grammar may have (default 64)"},
@@ -310,6 +316,8 @@ int lg_serve_config_parse(lg_serve_config *c, int argc, char **argv, lg_err *err
         c->metrics_auth = "off";
     if (!c->decode_bursts)
         c->decode_bursts = "on";
+    if (!c->speculative)
+        c->speculative = "off";
     if (c->gpu_memory_utilization) {
         char *end;
         double u = strtod(c->gpu_memory_utilization, &end);

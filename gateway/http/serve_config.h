@@ -59,6 +59,12 @@ typedef struct lg_serve_config {
     const char *metrics_tenant_labels; /* on|off */
     const char *metrics_auth;          /* off|on */
     const char *decode_bursts;         /* on|off */
+    /* speculative decoding (engine/runtime/speculate.c) */
+    const char *speculative;           /* off|ngram|draft */
+    const char *draft_model;           /* --speculative draft: its weights */
+    long num_speculative_tokens;       /* 0: the engine's (4) */
+    long ngram_min, ngram_max;         /* 0: the engine's (2, 4) */
+    long speculative_max_batch;        /* 0: the engine's (16) */
     /* structured output (response_format, grammars): limits on compiling one, the compile cache */
     long grammar_compile_ms;           /* default 2000 */
     long grammar_max_states;           /* automaton states of one grammar, default 200000 */

@@ -138,6 +138,7 @@ typedef struct eng {
 } eng;
 
 static lg_sched_policy g_policy = LG_SCHED_VTC; /* of the engines mk_engine makes */
+static lg_spec_opts g_spec;                      /* their speculative decoding (off) */
 
 static void mk_engine(eng *g, int n_pages, int budget, int max_seqs, lg_prefix_sharing sh)
 {
@@ -148,6 +149,7 @@ static void mk_engine(eng *g, int n_pages, int budget, int max_seqs, lg_prefix_s
         .n_pages = n_pages,
         .prefix_sharing = sh,
         .policy = g_policy,
+        .spec = g_spec,
     };
     memset(g, 0, sizeof *g);
     int rc = lg_engine_create(g_be, g_w, &o, &g->e, &err);
@@ -428,10 +430,16 @@ static void random_workload(uint64_t seed0, int n_req, int n_pages, int budget, 
     lg_engine_stats s = stats(g.e);
     printf("random seed %llx, %d pages, budget %d, sharing %s: %d requests in %d steps; %d cancelled (%d by the "
            "test), %d stop (%d from on_token), %d length; %d with cached tokens; %lld preemptions, %lld adapter "
-           "loads, %lld adapter evictions\n",
+           "loads, %lld adapter evictions; speculation %s: %lld rows verified, %lld proposed, %lld accepted\n",
            (unsigned long long)seed0, n_pages, budget, lg_prefix_sharing_name(sh), submitted, step, n_cancelled,
            n_cancels, n_stop, n_self, n_len, n_cached, (long long)s.preemptions, (long long)s.adapter_loads,
-           (long long)s.adapter_evictions);
+           (long long)s.adapter_evictions, lg_spec_mode_name(g_spec.mode), (long long)s.spec_verify_rows,
+           (long long)s.spec_proposed, (long long)s.spec_accepted);
+    if (g_spec.mode != LG_SPEC_OFF) /* verification steps happened, and some proposals were taken */
+        CHECK(s.spec_verify_rows > 0 && s.spec_accepted > 0);
+    if (g.e->dpool) /* the draft model's KV pages all came back */
+        CHECK_MSG(lg_page_pool_n_available(g.e->dpool) == lg_page_pool_n_pages(g.e->dpool), "draft pool: %d of %d free",
+                  lg_page_pool_n_available(g.e->dpool), lg_page_pool_n_pages(g.e->dpool));
     CHECK_MSG(bad_once == 0, "%d requests did not get exactly one on_finish, last", bad_once);
     CHECK_MSG(bad_idx == 0, "%d requests with non-contiguous token indices", bad_idx);
     CHECK_MSG(bad_usage == 0, "%d requests with wrong usage / finish reason", bad_usage);
@@ -982,6 +990,26 @@ int main(void)
     random_workload(0xa4093822299f31d0ull, 200, 48, 32, 3, LG_PREFIX_GLOBAL, false, &ref);
     g_policy = LG_SCHED_FCFS;
     random_workload(0x13198a2e03707344ull, 150, 40, 512, 8, LG_PREFIX_OFF, true, &ref);
+    /* the same with speculative decoding (n-gram proposals, engine/runtime/speculate.c): every request's
+     * tokens, greedy and sampled, still equal the reference's (no speculation), also when preempted,
+     * cancelled or stopped in the middle of a verification, and no page is left behind */
+    g_policy = LG_SCHED_VTC;
+    g_spec = (lg_spec_opts){.mode = LG_SPEC_NGRAM, .num_tokens = 4, .ngram_min = 1, .ngram_max = 3};
+    random_workload(0x452821e638d01377ull, 250, 40, 64, 8, LG_PREFIX_TENANT, true, &ref);
+    random_workload(0xbe5466cf34e90c6cull, 200, 120, 48, 8, LG_PREFIX_GLOBAL, false, &ref);
+    g_spec.min_accept = -1; /* never paused: more verification rows */
+    random_workload(0xc0ac29b7c97c50ddull, 150, 40, 512, 8, LG_PREFIX_OFF, true, &ref);
+    /* a draft model proposes (base weights, its own KV pool): the base model itself, so base requests' greedy
+     * proposals are mostly accepted and adapter and sampled ones often not */
+    lg_weights *dw = NULL;
+    if (lg_weights_load(FIX "base", &lo, &dw, &err) != 0) {
+        CHECK_MSG(0, "draft model: %s", err.msg);
+    } else {
+        g_spec = (lg_spec_opts){.mode = LG_SPEC_DRAFT, .draft = dw, .num_tokens = 3, .min_accept = -1};
+        random_workload(0x3f84d5b5b5470917ull, 150, 40, 64, 8, LG_PREFIX_TENANT, true, &ref);
+        lg_weights_free(dw);
+    }
+    g_spec = (lg_spec_opts){0};
     /* LG_SOAK=N: N more workloads with random seeds and shapes (not in CI) */
     const char *soak = getenv("LG_SOAK");
     uint64_t ss = (uint64_t)time(NULL) | 1;

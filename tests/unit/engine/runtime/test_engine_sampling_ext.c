@@ -29,6 +29,8 @@
  *     ignore_eos runs on; min_tokens masks EOS and stop ids (each of the
  *     first min_tokens tokens is the argmax with them at -inf) and a stop
  *     token ends the request only after that.
+ * All of it runs twice: the second time with speculative decoding (the
+ * model as its own draft model), against the same reference rows.
  */
 #include "engine/runtime/engine_internal.h"
 #include "tests/unit/test.h"
@@ -97,6 +99,21 @@ static void on_plp(void *user, int64_t id, const lg_prompt_logprob *rows, int n)
     }
 }
 
+static lg_spec_opts g_spec; /* speculative decoding of the engines mk makes (the reference's: off) */
+
+/* With speculation on, e verified proposals and took some (the run exercised it). */
+static void check_spec(lg_engine *e, const char *what)
+{
+    if (g_spec.mode == LG_SPEC_OFF)
+        return;
+    lg_engine_stats s;
+    lg_engine_get_stats(e, &s);
+    printf("%s, speculative: %lld proposed, %lld accepted\n", what, (long long)s.spec_proposed,
+           (long long)s.spec_accepted);
+    CHECK_MSG(s.spec_proposed > 0 && s.spec_accepted > 0, "%s: %lld proposed, %lld accepted", what,
+              (long long)s.spec_proposed, (long long)s.spec_accepted);
+}
+
 static lg_engine *mk(int n_pages, int budget, int max_seqs, int plp_rows, lg_prefix_sharing sh)
 {
     lg_err err = {{0}};
@@ -105,6 +122,7 @@ static lg_engine *mk(int n_pages, int budget, int max_seqs, int plp_rows, lg_pre
                   .prompt_logit_rows = plp_rows},
         .n_pages = n_pages,
         .prefix_sharing = sh,
+        .spec = g_spec,
     };
     lg_engine *e = NULL;
     int rc = lg_engine_create(g_be, g_w, &o, &e, &err);
@@ -423,6 +441,7 @@ static void test_repetition_penalty(void)
     rb.repetition_penalty = -1;
     lg_err err = {{0}};
     CHECK(lg_engine_submit(e, &rb, &bad.id, &err) != 0 && strstr(err.msg, "repetition_penalty"));
+    check_spec(e, "repetition penalty");
     lg_engine_free(e);
 }
 
@@ -507,6 +526,7 @@ static void test_stops(void)
     CHECK(m.n_tok >= rm.min_tokens);
     CHECK(m.reason == LG_FINISH_LENGTH || (m.reason == LG_FINISH_STOP && m.stop_flag_at >= rm.min_tokens));
     CHECK(m.n_tok > at && m.toks[at] != T); /* the mask changed what greedy decoding gave */
+    check_spec(e, "stops and min_tokens");
     lg_engine_free(e);
 }
 
@@ -529,6 +549,16 @@ int main(void)
     test_prompt_logprobs_preempted();
     test_repetition_penalty();
     test_stops();
+    /* again with speculative decoding, the model as its own draft (its greedy proposals, made without the
+     * penalty, the min_tokens mask or the stop ids, are accepted or refused by the processed rows): the
+     * same checks against the reference rows hold, and prompt logprobs share the step's rows with the
+     * verifications */
+    g_spec = (lg_spec_opts){.mode = LG_SPEC_DRAFT, .draft = g_w, .num_tokens = 3, .min_accept = -1};
+    test_prompt_logprobs();
+    test_prompt_logprobs_preempted();
+    test_repetition_penalty();
+    test_stops();
+    g_spec = (lg_spec_opts){0};
     printf("%.1f s\n", lg_now() - t0);
     lg_engine_free(g_ref);
     lg_backend_free(g_be);
