@@ -1,17 +1,21 @@
 /*
  * backend_cpu.c — the CPU backend: the reference implementation of every op
  * in backend.h, multithreaded over a fork-join pool. Activations and the KV
- * cache are f32; weights stay in their stored dtype (f32/f16/bf16) and are
- * widened inside the matmul. "Device" memory is host memory (64-byte
- * aligned), upload/download are memcpy, and every op completes before it
- * returns, so sync is a no-op.
+ * cache are f32; weights stay in their stored dtype (f32/f16/bf16), widened
+ * inside the matmul, or in their quantized blocks (takes_quant: every
+ * lg_qtype), which the matmul reads with the kernels of cpu_quant.h for the
+ * best instruction set this machine runs (picked once, at create) and the
+ * embedding decodes a row at a time. "Device" memory is host memory
+ * (256-byte aligned), upload/download are memcpy, and every op completes
+ * before it returns, so sync is a no-op.
  *
  * This is the oracle for the CUDA kernels: keep each op a readable loop over
  * the math its comment in backend.h states; speed comes from the matmul
- * (cpu_matmul.c) and from splitting work across threads.
+ * (cpu_matmul.c, cpu_qmatmul.c) and from splitting work across threads.
  */
 #include "engine/backend/backend.h"
 #include "engine/backend/cpu_matmul.h"
+#include "engine/backend/cpu_qmatmul.h"
 #include "engine/backend/sampling.h"
 #include "engine/base/threadpool.h"
 
@@ -30,6 +34,8 @@ typedef struct cpu_ctx {
     int32_t *seq_of_tok; /* attention: sequence of each token of the step */
     int seq_of_tok_n;    /* capacity */
     uint64_t down_issued, down_waited; /* download_async tickets */
+    const lg_qkern *qk;  /* quantized-weight kernels for this machine's instruction set */
+    lg_qmm_scratch qs;   /* the quantized matmul's activations */
 } cpu_ctx;
 
 #define CTX(be) ((cpu_ctx *)(be)->ctx)
@@ -121,11 +127,11 @@ static int grow_per_thread(float **arr, int nt, size_t *cap, size_t need)
 typedef struct {
     lg_tensor out, table;
     const int32_t *tok;
+    lg_qdeq_fn deq; /* a quantized table's row decoder */
 } embed_job;
 static void embed_task(void *arg, int tid, int64_t i0, int64_t i1)
 {
     embed_job *j = arg;
-    size_t es = lg_dtype_size(j->table.dtype);
     for (int64_t t = i0; t < i1; t++) {
         int32_t id = j->tok[t];
         float *o = (float *)j->out.data + t * j->out.stride;
@@ -133,15 +139,23 @@ static void embed_task(void *arg, int tid, int64_t i0, int64_t i1)
             memset(o, 0, (size_t)j->out.cols * 4);
             continue;
         }
-        lg_to_f32(o, (const char *)j->table.data + (size_t)id * j->table.stride * es, j->table.dtype,
-                  (size_t)j->out.cols);
+        const char *row = (const char *)j->table.data + (size_t)id * lg_tensor_bytes(j->table, j->table.stride);
+        if (j->table.q != LG_QNONE)
+            j->deq(row, o, j->out.cols);
+        else
+            lg_to_f32(o, row, j->table.dtype, (size_t)j->out.cols);
     }
 }
 static int cpu_embed(lg_backend *be, lg_tensor out, lg_tensor table, const int32_t *tok)
 {
-    if (out.dtype != LG_F32 || out.cols != table.cols)
+    if (out.dtype != LG_F32 || out.q != LG_QNONE || out.cols != table.cols)
         return -1;
-    embed_job j = {out, table, tok};
+    lg_qdeq_fn deq = NULL;
+    if (table.q != LG_QNONE &&
+        (table.q >= LG_QTYPE_COUNT || table.cols % lg_qtype_get(table.q).block_elems ||
+         !(deq = CTX(be)->qk->deq[table.q])))
+        return -1;
+    embed_job j = {out, table, tok, deq};
     lg_threadpool_for(CTX(be)->tp, out.rows, 16, embed_task, &j);
     return 0;
 }
@@ -171,7 +185,7 @@ static void norm_task(void *arg, int tid, int64_t i0, int64_t i1)
 }
 static int cpu_add_rmsnorm(lg_backend *be, lg_tensor resid, lg_tensor delta, lg_tensor w, lg_tensor out, float eps)
 {
-    if (resid.dtype != LG_F32 || out.dtype != LG_F32 || (delta.data && delta.dtype != LG_F32))
+    if (resid.dtype != LG_F32 || out.dtype != LG_F32 || (delta.data && delta.dtype != LG_F32) || w.q != LG_QNONE)
         return -1;
     float *wf = NULL;
     if (w.dtype != LG_F32) {
@@ -190,7 +204,10 @@ static int cpu_add_rmsnorm(lg_backend *be, lg_tensor resid, lg_tensor delta, lg_
 static int cpu_matmul_op(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tensor bias, bool accumulate)
 {
     cpu_ctx *c = CTX(be);
-    if (y.dtype != LG_F32 || x.dtype != LG_F32 || x.cols != W.cols || y.cols != W.rows || y.rows != x.rows)
+    if (y.dtype != LG_F32 || x.dtype != LG_F32 || x.cols != W.cols || y.cols != W.rows || y.rows != x.rows ||
+        y.q != LG_QNONE || x.q != LG_QNONE || bias.q != LG_QNONE)
+        return -1;
+    if (W.q != LG_QNONE && (W.q >= LG_QTYPE_COUNT || W.stride % lg_qtype_get(W.q).block_elems))
         return -1;
     size_t cap = (size_t)c->panel_k * 4;
     if (grow_per_thread(c->panels, c->nt, &cap, (size_t)W.cols * 4) != 0)
@@ -209,11 +226,17 @@ static int cpu_matmul_op(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, 
             b = bf;
         }
     }
-    lg_cpu_matmul(c->tp, c->panels, y.data, y.stride, x.data, x.stride, W.data, W.dtype, W.stride, b, x.rows,
-                  W.rows, W.cols, accumulate);
+    int rc = W.q != LG_QNONE
+                 ? lg_cpu_qmatmul(c->tp, c->qk, &c->qs, y.data, y.stride, x.data, x.stride, W.data,
+                                  lg_tensor_bytes(W, W.stride), W.q, b, x.rows, W.rows, W.cols, accumulate)
+                 : lg_cpu_matmul(c->tp, c->panels, y.data, y.stride, x.data, x.stride, W.data, W.dtype, W.stride, b,
+                                 x.rows, W.rows, W.cols, accumulate);
     free(bf);
-    return 0;
+    return rc;
 }
+
+/* Every layout: cpu_quant.h has a dot and a row decoder for each. */
+static bool cpu_takes_quant(lg_backend *be, lg_qtype q) { return q > LG_QNONE && q < LG_QTYPE_COUNT; }
 
 /* ---- rope --------------------------------------------------------------------- */
 typedef struct {
@@ -403,7 +426,7 @@ static int cpu_silu_mul(lg_backend *be, lg_tensor out, lg_tensor gate_up)
 static int cpu_get_rows(lg_backend *be, lg_tensor out, lg_tensor x, const int32_t *rows, int n)
 {
     size_t es = lg_dtype_size(x.dtype);
-    if (out.dtype != x.dtype || out.cols != x.cols)
+    if (out.dtype != x.dtype || out.cols != x.cols || out.q != LG_QNONE || x.q != LG_QNONE)
         return -1;
     for (int i = 0; i < n; i++)
         memcpy((char *)out.data + (size_t)i * out.stride * es, (const char *)x.data + (size_t)rows[i] * x.stride * es,
@@ -413,7 +436,7 @@ static int cpu_get_rows(lg_backend *be, lg_tensor out, lg_tensor x, const int32_
 
 static int cpu_convert(lg_backend *be, lg_tensor dst, lg_tensor src)
 {
-    if (dst.rows != src.rows || dst.cols != src.cols)
+    if (dst.rows != src.rows || dst.cols != src.cols || dst.q != LG_QNONE || src.q != LG_QNONE)
         return -1;
     float *tmp = malloc((size_t)src.cols * 4);
     if (!tmp)
@@ -531,6 +554,7 @@ static void cpu_free(lg_backend *be)
         free(c->panels);
         free(c->scratch);
         free(c->seq_of_tok);
+        free(c->qs.xq);
         free(c);
     }
     free(be);
@@ -552,6 +576,7 @@ int lg_backend_cpu_create(const lg_backend_opts *opts, lg_backend **out, lg_err 
     c->nt = lg_threadpool_size(c->tp);
     c->panels = calloc((size_t)c->nt, sizeof(float *));
     c->scratch = calloc((size_t)c->nt, sizeof(float *));
+    c->qk = lg_qkern_best();
     be->ctx = c;
     be->act_dtype = LG_F32;
     be->n_threads = c->nt;
@@ -580,6 +605,7 @@ int lg_backend_cpu_create(const lg_backend_opts *opts, lg_backend **out, lg_err 
         .convert = cpu_convert,
         .lora_shrink = cpu_lora_shrink,
         .lora_expand = cpu_lora_expand,
+        .takes_quant = cpu_takes_quant,
     };
     if (be->tune.cpu_device_sample) /* the device-sampling paths without a GPU (tests) */
         be->i.sample = cpu_sample;

@@ -23,6 +23,7 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 struct lg_weights {
@@ -165,6 +166,39 @@ int lg_weights_add(lg_weights *w, const char *name, lg_dtype dt, int n_dims, con
     w->slots[slot] = (uint32_t)w->n + 1;
     w->n++;
     return 0;
+}
+
+int lg_weights_add_quant(lg_weights *w, const char *name, lg_qtype q, const int64_t shape[2], const void *data,
+                         void *owned_buf, lg_err *err)
+{
+    const lg_qtype_info qi = lg_qtype_get(q);
+    if (q <= LG_QNONE || q >= LG_QTYPE_COUNT)
+        return lg_fail(err, "tensor '%s': quantized layout %d, expected one of backend.h's lg_qtype", name ? name : "",
+                       (int)q);
+    if (shape[0] < 0 || shape[1] <= 0 || shape[1] % qi.block_elems)
+        return lg_fail(err, "tensor '%s': %s rows of %lld elements, expected a positive multiple of %d",
+                       name ? name : "", qi.name, (long long)shape[1], qi.block_elems);
+    size_t row_bytes, nbytes;
+    if (!lg_mul_ok((size_t)(shape[1] / qi.block_elems), (size_t)qi.block_bytes, &row_bytes) ||
+        (uint64_t)shape[0] > SIZE_MAX || !lg_mul_ok(row_bytes, (size_t)shape[0], &nbytes))
+        return lg_fail(err, "tensor '%s': byte size overflows", name ? name : "");
+    if (lg_weights_add(w, name, LG_F32, 0, NULL, data ? data : "", owned_buf, err))
+        return -1;
+    lg_wtensor *t = &w->t[w->n - 1];
+    t->n_dims = 2;
+    t->shape[0] = shape[0];
+    t->shape[1] = shape[1];
+    t->data = data;
+    t->nbytes = nbytes;
+    t->q = q;
+    return 0;
+}
+
+void lg_weights_drop_pages(const lg_weights *w)
+{
+    for (int i = 0; w && i < w->n_maps; i++)
+        if (w->maps[i].data && w->maps[i].size)
+            madvise(w->maps[i].data, w->maps[i].size, MADV_DONTNEED);
 }
 
 /* Takes ownership of *m and clears it; on failure the caller still owns it. */

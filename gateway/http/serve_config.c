@@ -43,7 +43,7 @@ static const opt opts[] = {
     {"pool-mb", K_INT, O(pool_mb), 1, 1 << 24, NULL, "N", "unified KV + adapter page pool size (default: the engine's)"},
     {"max-lora-rank", K_INT, O(max_lora_rank), 1, 1024, NULL, "N", "largest adapter rank accepted (default 64)"},
     {"dtype", K_CHOICE, O(dtype), 0, 0, "auto|f32|f16|bf16", "auto|f32|f16|bf16", "GPU compute dtype (default auto)"},
-    {"dequant-dtype", K_CHOICE, O(dequant_dtype), 0, 0, "f16|f32", "f16|f32", "dtype quantized GGUF weights expand to (default f16)"},
+    {"dequant-dtype", K_CHOICE, O(dequant_dtype), 0, 0, "f16|f32", "f16|f32", "expand quantized GGUF weights at load (default: the CPU keeps their blocks)"},
     {"chat-template", K_CHOICE, O(chat_template), 0, 0, "chatml|llama3|llama2|mistral", "NAME", "built-in chat template when the model's is missing"},
     {"engine-threads", K_INT, O(engine_threads), 1, 1024, NULL, "N", "CPU backend threads (default: all cores)"},
     {"max-queue", K_INT, O(max_queue), 1, 1 << 20, NULL, "N", "requests waiting for the engine before 503 (default 256)"},
@@ -285,8 +285,6 @@ int lg_serve_config_parse(lg_serve_config *c, int argc, char **argv, lg_err *err
         c->backend = "cpu";
     if (!c->dtype)
         c->dtype = "auto";
-    if (!c->dequant_dtype)
-        c->dequant_dtype = "f16";
     if (!c->max_lora_rank)
         c->max_lora_rank = 64;
     if (!c->max_queue)

@@ -46,7 +46,7 @@ typedef struct lg_serve_config {
     long pool_mb;                     /* 0: engine default */
     long max_lora_rank;               /* default 64 */
     const char *dtype;                /* auto|f32|f16|bf16 */
-    const char *dequant_dtype;        /* f16|f32 */
+    const char *dequant_dtype;        /* f16|f32, or NULL: quantized weights keep their blocks where the backend takes them */
     const char *chat_template;        /* chatml|llama3|llama2|mistral, NULL: the model's */
     long engine_threads;              /* CPU backend threads, 0: all cores */
     long max_queue;                   /* requests waiting for the engine before 503, default 256 */
