@@ -576,11 +576,14 @@ int lg_backend_cpu_create(const lg_backend_opts *opts, lg_backend **out, lg_err 
     c->nt = lg_threadpool_size(c->tp);
     c->panels = calloc((size_t)c->nt, sizeof(float *));
     c->scratch = calloc((size_t)c->nt, sizeof(float *));
-    c->qk = lg_qkern_best();
     be->ctx = c;
     be->act_dtype = LG_F32;
     be->n_threads = c->nt;
     lg_tuning_read(&be->tune);
+    static const char *const isa[4] = {NULL, "c", "avx2", "avx512vnni"};
+    c->qk = be->tune.cpu_isa > 0 && be->tune.cpu_isa < 4 ? lg_qkern_by_name(isa[be->tune.cpu_isa]) : NULL;
+    if (!c->qk)
+        c->qk = lg_qkern_best();
     be->i = (lg_backend_i){
         .name = "cpu",
         .free = cpu_free,
