@@ -101,9 +101,9 @@ int lg_cpu_qmatmul(lg_threadpool *tp, const lg_qkern *kern, lg_qmm_scratch *s, f
     lg_threadpool_for(tp, T, 16, quant_task, &qj);
 
     qdot_job j = {y, W, s->xq, ldw_bytes, row, kern->dot[q], K / qi.block_elems, N, T, ldy, bias, accumulate};
-    /* grain: a task's share of W x tokens above ~16 KB-tokens, so small ops stay on few threads */
+    /* grain: a task's share of W x tokens above ~4 KB-tokens, so small ops stay on few threads */
     const int64_t tiles = (N + LG_QROWS - 1) / LG_QROWS;
     const int64_t work = (int64_t)ldw_bytes * LG_QROWS * (T < LG_QMM_TOKENS ? T : LG_QMM_TOKENS);
-    lg_threadpool_for(tp, tiles, 16384 / work + 1, qdot_task, &j);
+    lg_threadpool_for(tp, tiles, 4096 / work + 1, qdot_task, &j);
     return 0;
 }

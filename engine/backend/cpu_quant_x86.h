@@ -9,7 +9,9 @@
  *     (u unsigned bytes <= 128, s signed bytes; AVX2: vpmaddubsw + vpmaddwd,
  *      AVX-512 VNNI: vpdpbusd)
  *
- * and QX_ISA (the table's name) and QX_TABLE (its getter). Every weight
+ * and QX_ISA (the table's name) and QX_TABLE (its getter); optionally
+ * QX_INSTALL(table), a function that replaces some of the table's kernels
+ * (the AVX-512 set's 512-bit dots, cpu_quant_zmm.h). Every weight
  * layout is unpacked to unsigned bytes (the quant plus an offset: Q4_0 + 8,
  * Q5_0 + 16, Q3_K + 4, Q6_K + 32, Q8_0 through the sign trick), multiplied
  * with the activations' int8 by mul_u8s8, and the offsets (and the mins of
@@ -481,6 +483,9 @@ static void table_init(void)
     g_table.deq[LG_Q5_0] = qx_deq_q5_0;
     g_table.deq[LG_Q5_1] = qx_deq_q5_1;
     g_table.deq[LG_Q8_0] = qx_deq_q8_0;
+#ifdef QX_INSTALL
+    QX_INSTALL(&g_table);
+#endif
 }
 
 const lg_qkern *QX_TABLE(void)
