@@ -24,9 +24,9 @@
  * part is its own tensor and matmul runs once per part into its columns
  * (wsplit). Other backends (CUDA) get them expanded at upload to the
  * config's weight_dtype and then to their own dtype, as when the loader
- * expanded them. Once uploaded, the weights' file pages are dropped from
- * the process (lg_weights_drop_pages): the backend's copy is the one that
- * stays resident.
+ * expanded them. As each tensor is uploaded, its file pages are dropped
+ * from the process (lg_weights_drop_pages): the backend's copy is the one
+ * that stays resident, and the load's peak is about one copy, not two.
  *
  * Memory: weights in one backend allocation (carved, llm.c style);
  * activations in a second one sized for max_step_tokens; step metadata in a
@@ -161,6 +161,7 @@ typedef struct upload_ctx {
     size_t off, cap;
     lg_err *err;
     lg_dtype deq_dt; /* what quantized weights expand to first (the config's weight_dtype) */
+    const lg_weights *w; /* where the tensors come from: their file pages are dropped once copied */
 } upload_ctx;
 
 static void *carve(upload_ctx *u, size_t n)
@@ -179,8 +180,11 @@ static int upload_rows(upload_ctx *u, void *dst, lg_dtype dt, const lg_wtensor *
     int64_t rows = src->n_dims == 1 ? 1 : src->shape[0];
     int64_t cols = src->n_dims == 1 ? src->shape[0] : src->shape[1];
     size_t n = (size_t)rows * (size_t)cols;
-    if (src->q == LG_QNONE && src->dtype == dt)
-        return u->be->i.upload(u->be, dst, src->data, n * lg_dtype_size(dt));
+    if (src->q == LG_QNONE && src->dtype == dt) {
+        const int rc = u->be->i.upload(u->be, dst, src->data, n * lg_dtype_size(dt));
+        lg_weights_drop_pages(u->w, src->data, src->nbytes);
+        return rc;
+    }
     /* convert in chunks of rows to bound host memory */
     const lg_dtype sdt = src->q != LG_QNONE ? u->deq_dt : src->dtype; /* the rows' dtype before converting */
     const size_t src_row = src->q != LG_QNONE ? src->nbytes / (size_t)rows : (size_t)cols * lg_dtype_size(sdt);
@@ -217,6 +221,7 @@ static int upload_rows(upload_ctx *u, void *dst, lg_dtype dt, const lg_wtensor *
     free(tmp);
     free(out);
     free(deq);
+    lg_weights_drop_pages(u->w, src->data, src->nbytes);
     return rc;
 }
 
@@ -278,9 +283,11 @@ static int upload_blocks(upload_ctx *u, lg_tensor *out, lg_qtype q, const lg_wte
     if (!dst)
         return lg_fail(u->err, "weight buffer overflow (internal size mismatch)");
     *out = lg_tensor_quant(dst, q, rows, parts[0]->shape[1]);
-    for (size_t i = 0, off = 0; i < (size_t)n; off += parts[i]->nbytes, i++)
+    for (size_t i = 0, off = 0; i < (size_t)n; off += parts[i]->nbytes, i++) {
         if (u->be->i.upload(u->be, dst + off, parts[i]->data, parts[i]->nbytes) != 0)
             return lg_fail(u->err, "uploading %s failed", parts[i]->name);
+        lg_weights_drop_pages(u->w, parts[i]->data, parts[i]->nbytes);
+    }
     return 0;
 }
 
@@ -378,10 +385,11 @@ static int upload_weights(lg_model *m, const lg_weights *w, lg_err *err)
     size_t total = 0;
     for (int i = 0; i < lg_weights_count(w); i++) {
         const lg_wtensor *t = lg_weights_at(w, i);
-        total += tensor_elems(t) * 4 + 256; /* upper bound: every tensor at 4 bytes */
+        /* a quantized tensor the backend takes: its blocks; else an upper bound of 4 bytes an element */
+        total += (takes(be, t->q) ? t->nbytes : tensor_elems(t) * 4) + 256;
     }
     total += (size_t)hd * 4 + 4096;
-    upload_ctx u = {be, NULL, 0, total, err, c->weight_dtype};
+    upload_ctx u = {be, NULL, 0, total, err, c->weight_dtype, w};
     if (u.deq_dt != LG_F32 && u.deq_dt != LG_F16 && u.deq_dt != LG_BF16)
         u.deq_dt = LG_F16;
     u.base = be->i.alloc(be, total);
@@ -439,7 +447,6 @@ static int upload_weights(lg_model *m, const lg_weights *w, lg_err *err)
     m->inv_freq = carve(&u, (size_t)(hd / 2) * 4);
     if (!m->inv_freq || be->i.upload(be, m->inv_freq, inv, (size_t)(hd / 2) * 4) != 0)
         return -1;
-    lg_weights_drop_pages(w); /* the backend's copy is the one that stays resident */
     return 0;
 }
 
@@ -462,7 +469,7 @@ static int alloc_activations(lg_model *m, lg_err *err)
                        S * V, T2 * d};
     size_t tot = 0;
     for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) tot += ((size_t)sizes[i] * es + 255) & ~(size_t)255;
-    upload_ctx ua = {be, be->i.alloc(be, tot), 0, tot, err, LG_F16};
+    upload_ctx ua = {be, be->i.alloc(be, tot), 0, tot, err, LG_F16, NULL};
     if (!ua.base)
         return lg_fail(err, "cannot allocate %zu bytes of activations", tot);
     m->abuf = ua.base;

@@ -194,11 +194,18 @@ int lg_weights_add_quant(lg_weights *w, const char *name, lg_qtype q, const int6
     return 0;
 }
 
-void lg_weights_drop_pages(const lg_weights *w)
+void lg_weights_drop_pages(const lg_weights *w, const void *data, size_t n)
 {
-    for (int i = 0; w && i < w->n_maps; i++)
-        if (w->maps[i].data && w->maps[i].size)
-            madvise(w->maps[i].data, w->maps[i].size, MADV_DONTNEED);
+    const uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE), a = (uintptr_t)data, b = a + n;
+    for (int i = 0; w && data && i < w->n_maps; i++) {
+        const uintptr_t m0 = (uintptr_t)w->maps[i].data, m1 = m0 + w->maps[i].size;
+        if (!w->maps[i].data || a < m0 || b > m1)
+            continue;
+        const uintptr_t p0 = (a + pg - 1) & ~(pg - 1), p1 = b & ~(pg - 1); /* whole pages inside */
+        if (p1 > p0)
+            madvise((void *)p0, p1 - p0, MADV_DONTNEED);
+        return;
+    }
 }
 
 /* Takes ownership of *m and clears it; on failure the caller still owns it. */

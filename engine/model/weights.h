@@ -103,10 +103,12 @@ int lg_weights_add(lg_weights *w, const char *name, lg_dtype dt, int n_dims, con
 int lg_weights_add_quant(lg_weights *w, const char *name, lg_qtype q, const int64_t shape[2], const void *data,
                          void *owned_buf, lg_err *err);
 /* Tells the kernel that this process no longer needs the resident pages of
- * w's file mappings (madvise MADV_DONTNEED; the model has copied them to
- * the backend): its RSS drops by them. Contents are unchanged: a later read
- * of a tensor maps the page back from the file. */
-void lg_weights_drop_pages(const lg_weights *w);
+ * [data, data + n) (the whole pages inside it) when that range lies in one
+ * of w's file mappings (madvise MADV_DONTNEED; the model has copied the
+ * tensor to the backend): RSS drops by them. Contents are unchanged: a
+ * later read maps the pages back from the file. A range on the heap is
+ * left alone. */
+void lg_weights_drop_pages(const lg_weights *w, const void *data, size_t n);
 /* Keeps a mapping alive for the lifetime of w (takes ownership). */
 int lg_weights_keep_mmap(lg_weights *w, lg_mmap *m, lg_err *err);
 lg_model_config *lg_weights_config_mut(lg_weights *w);
