@@ -71,7 +71,7 @@ def report(name, one, agg, res):
 
 def ours():
     tmp = pathlib.Path(tempfile.mkdtemp())
-    s = Serve(tmp, SMOLLM2, "--served-model-name", "smollm2")  # --threads 2
+    s = Serve(tmp, SMOLLM2, "--served-model-name", "smollm2", "--engine-threads", "2")
     try:
         s.tenant("bench")
         key = s.key("bench")
