@@ -310,8 +310,7 @@ static int cpu_kv_write(lg_backend *be, lg_kv_view kv, lg_tensor k, lg_tensor v,
  * K_s[j] is slot j % page_tokens of page page_ids[page_indptr[s] + j / page_tokens].
  * Work item = (token, query head), so a decode step's few tokens still give
  * every thread work (GQA's K/V rows are read once per query head; they sit
- * in cache). The q.k products are summed in 16 interleaved partial sums, a
- * loop the compiler vectorizes. */
+ * in cache). The q.k sums are cpu_matmul.c's vectorized dot. */
 typedef struct {
     lg_tensor out, q;
     lg_kv_view kv;
@@ -321,18 +320,6 @@ typedef struct {
     float scale;
     float **scratch;
 } attn_job;
-
-static inline float dot_f32(const float *a, const float *b, int n)
-{
-    float p[16] = {0};
-    int e = 0;
-    for (; e + 16 <= n; e += 16)
-        for (int i = 0; i < 16; i++) p[i] += a[e + i] * b[e + i];
-    for (; e < n; e++) p[0] += a[e] * b[e];
-    for (int w = 8; w > 0; w /= 2)
-        for (int i = 0; i < w; i++) p[i] += p[i + w];
-    return p[0];
-}
 
 static void attn_task(void *arg, int tid, int64_t i0, int64_t i1)
 {
@@ -350,7 +337,7 @@ static void attn_task(void *arg, int tid, int64_t i0, int64_t i1)
         float mx = -INFINITY;
         for (int pos = 0; pos < n_ctx; pos++) {
             const int32_t slot = pages[pos / kv->page_tokens] * kv->page_tokens + pos % kv->page_tokens;
-            const float d = dot_f32(qr, kv_ptr(kv, slot, kv->k_off) + (size_t)kvh * hd, hd) * j->scale;
+            const float d = lg_cpu_dot_f32(qr, kv_ptr(kv, slot, kv->k_off) + (size_t)kvh * hd, hd) * j->scale;
             sc[pos] = d;
             if (d > mx)
                 mx = d;
@@ -362,7 +349,18 @@ static void attn_task(void *arg, int tid, int64_t i0, int64_t i1)
         }
         float *o = (float *)j->out.data + t * j->out.stride + (size_t)h * hd;
         memset(o, 0, (size_t)hd * 4);
-        for (int pos = 0; pos < n_ctx; pos++) {
+        int pos = 0;
+        for (; pos + 4 <= n_ctx; pos += 4) { /* four V rows a pass over o */
+            const float *v4[4];
+            for (int u = 0; u < 4; u++) {
+                const int p = pos + u;
+                const int32_t slot = pages[p / kv->page_tokens] * kv->page_tokens + p % kv->page_tokens;
+                v4[u] = kv_ptr(kv, slot, kv->v_off) + (size_t)kvh * hd;
+            }
+            const float w0 = sc[pos], w1 = sc[pos + 1], w2 = sc[pos + 2], w3 = sc[pos + 3];
+            for (int e = 0; e < hd; e++) o[e] += w0 * v4[0][e] + w1 * v4[1][e] + w2 * v4[2][e] + w3 * v4[3][e];
+        }
+        for (; pos < n_ctx; pos++) {
             const int32_t slot = pages[pos / kv->page_tokens] * kv->page_tokens + pos % kv->page_tokens;
             const float *vr = kv_ptr(kv, slot, kv->v_off) + (size_t)kvh * hd;
             const float w = sc[pos];

@@ -47,6 +47,19 @@ static inline float vsum256(__m256 v)
 #define LG_VEC 0
 #endif
 
+float lg_cpu_dot_f32(const float *a, const float *b, int64_t n)
+{
+    int64_t k = 0;
+    float d = 0;
+#if LG_VEC
+    vf acc = VZERO();
+    for (; k + LG_VEC <= n; k += LG_VEC) acc = VFMA(VLOAD(a + k), VLOAD(b + k), acc);
+    d = VSUM(acc);
+#endif
+    for (; k < n; k++) d += a[k] * b[k];
+    return d;
+}
+
 /* Decodes n elements of a W row at src to f32 at dst: one per float dtype. */
 typedef void (*lg_rowdec_fn)(const void *src, float *dst, int64_t n);
 

@@ -14,4 +14,7 @@ int lg_cpu_matmul(lg_threadpool *tp, float **panels, float *y, int64_t ldy, cons
                   const void *W, lg_dtype wdt, int64_t ldw, const float *bias, int64_t T, int64_t N,
                   int64_t K, bool accumulate);
 
+/* sum_k a[k] * b[k], k < n, vectorized (the attention's q.k: lanes summed in a fixed order). */
+float lg_cpu_dot_f32(const float *a, const float *b, int64_t n);
+
 #endif

@@ -14,8 +14,9 @@
  * has scale 0 (adding exactly +0). Q8_0's signed weights go through the
  * unsigned product as w ^ 0x80 = w + 128, and 128 * (the lane sums of x),
  * one vpdpbusd per activation pair, is taken back out of each lane in
- * integers, exactly. The offset and min terms are cpu_quant_x86.h's
- * (COEF, FIN), computed apart in the same order.
+ * integers, exactly. The offset and min terms (k coef_w s_x a block: Q4_0
+ * -8 d_w, Q5_0 -16 d_w, Q4_1 and Q5_1 + m_w) go into the same accumulator,
+ * k / 8 of it on each of the block's 8 lanes (k / 8 a power of two).
  *
  * Every tile shape runs the same operations for each (row, token) pair,
  * so the same bits (cpu_quant.h); results differ from the 256-bit sets
@@ -56,7 +57,7 @@ static inline __m512 qz_pair(float a, float b)
     return _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(_mm_unpacklo_ps(_mm_set_ss(a), _mm_set_ss(b))));
 }
 
-#define QZ_DOT32(name, bytes, SIGNED, COEF, FIN)                                                     \
+#define QZ_DOT32(name, bytes, SIGNED, COFF, CK)                                                      \
     static inline __attribute__((always_inline)) void qz_tile_##name(                                \
         const uint8_t *w, size_t ldw, const uint8_t *xq, size_t ldxq, int64_t nb, float *out,         \
         int64_t ldo, const int NR, const int NT)                                                     \
@@ -67,19 +68,22 @@ static inline __m512 qz_pair(float a, float b)
         for (int64_t i = 0; i < nb; i += 2) {                                                        \
             const bool two = i + 1 < nb;                                                             \
             __m512i wu[LG_QROWS];                                                                    \
-            __m512 dw[LG_QROWS];                                                                     \
+            __m512 dw[LG_QROWS], cw[LG_QROWS];                                                       \
             for (int r = 0; r < NR; r++) {                                                           \
                 const uint8_t *b0 = w + (size_t)r * ldw + (size_t)i * (bytes);                       \
                 const uint8_t *b1 = two ? b0 + (bytes) : b0;                                         \
                 _mm_prefetch((const char *)b0 + QX_PF, _MM_HINT_T0);                                 \
                 wu[r] = qz_un_##name(b0, b1);                                                        \
                 dw[r] = qz_pair(h2f(b0), two ? h2f(b1) : 0.0f);                                      \
+                if (CK != 0)                                                                         \
+                    cw[r] = qz_pair((CK) * h2f(b0 + (COFF)), two ? (CK) * h2f(b1 + (COFF)) : 0.0f);  \
             }                                                                                        \
             for (int t = 0; t < NT; t++) {                                                           \
                 const lg_q8a *y0 = (const lg_q8a *)(xq + (size_t)t * ldxq) + i;                       \
                 const lg_q8a *y1 = two ? y0 + 1 : y0;                                                \
                 const __m512i xv = qz_cat(ld256(y0->qs), ld256(y1->qs));                             \
                 const __m512 dx = qz_pair(y0->d, y1->d);                                             \
+                const __m512 sx = qz_pair(y0->s, y1->s);                                             \
                 const __m512i cx = SIGNED ? _mm512_dpbusd_epi32(_mm512_setzero_si512(),              \
                                                                 _mm512_set1_epi8((char)0x80), xv)     \
                                           : _mm512_setzero_si512();                                  \
@@ -87,19 +91,15 @@ static inline __m512 qz_pair(float a, float b)
                     __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wu[r], xv);              \
                     if (SIGNED)                                                                      \
                         p = _mm512_sub_epi32(p, cx);                                                 \
-                    acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(dw[r], dx), acc[r][t]); \
+                    __m512 a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(dw[r], dx), acc[r][t]); \
+                    if (CK != 0)                                                                     \
+                        a = _mm512_fmadd_ps(cw[r], sx, a);                                           \
+                    acc[r][t] = a;                                                                   \
                 }                                                                                    \
             }                                                                                        \
         }                                                                                            \
-        for (int t = 0; t < NT; t++) {                                                               \
-            const lg_q8a *y = (const lg_q8a *)(xq + (size_t)t * ldxq);                               \
-            for (int r = 0; r < NR; r++) {                                                           \
-                float corr = 0;                                                                      \
-                const uint8_t *b = w + (size_t)r * ldw;                                              \
-                for (int64_t i = 0; i < nb; i++) corr = COEF(b + (size_t)i * (bytes), y[i].s, corr); \
-                out[t * ldo + r] = _mm512_reduce_add_ps(acc[r][t]) + FIN(corr);                      \
-            }                                                                                        \
-        }                                                                                            \
+        for (int t = 0; t < NT; t++)                                                                 \
+            for (int r = 0; r < NR; r++) out[t * ldo + r] = _mm512_reduce_add_ps(acc[r][t]);         \
     }                                                                                                \
     static void qz_dot_##name(const void *w, size_t ldw, int nr, const void *xq, size_t ldxq, int nt, \
                               int64_t nb, float *out, int64_t ldo)                                   \
@@ -117,11 +117,13 @@ static inline __m512 qz_pair(float a, float b)
                 qz_tile_##name(W + r * ldw, ldw, X + t * ldxq, ldxq, nb, out + t * ldo + r, ldo, 1, 1); \
     }
 
-QZ_DOT32(q4_0, 18, false, co_d, FIN_M8)
-QZ_DOT32(q4_1, 20, false, co_m, FIN_ID)
-QZ_DOT32(q5_0, 22, false, co_d, FIN_M16)
-QZ_DOT32(q5_1, 24, false, co_m, FIN_ID)
-QZ_DOT32(q8_0, 34, true, co_none, FIN_ID)
+/* the offset / min term of a block, k * coef_w * s_x, spread over its 8 lanes: coef at COFF, CK = k / 8
+ * (a power of two, so exact): Q4_0 -8 d, Q5_0 -16 d, Q4_1 and Q5_1 + m, Q8_0 none */
+QZ_DOT32(q4_0, 18, false, 0, -1.0f)
+QZ_DOT32(q4_1, 20, false, 2, 0.125f)
+QZ_DOT32(q5_0, 22, false, 0, -2.0f)
+QZ_DOT32(q5_1, 24, false, 2, 0.125f)
+QZ_DOT32(q8_0, 34, true, 0, 0.0f)
 #undef QZ_DOT32
 
 static void qz_install(lg_qkern *k)
