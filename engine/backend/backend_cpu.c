@@ -4,8 +4,8 @@
  * cache are f32; weights stay in their stored dtype (f32/f16/bf16), widened
  * inside the matmul, or in their quantized blocks (takes_quant: every
  * lg_qtype), which the matmul reads with the kernels of cpu_quant.h for the
- * best instruction set this machine runs (picked once, at create) and the
- * embedding decodes a row at a time. "Device" memory is host memory
+ * best instruction set this machine runs (picked once, at create; LG_CPU_ISA
+ * forces one) and the embedding decodes a row at a time. "Device" memory is host memory
  * (256-byte aligned), upload/download are memcpy, and every op completes
  * before it returns, so sync is a no-op.
  *

@@ -19,9 +19,8 @@
  * block sums: sum (q + o) x = sum q x + o sum x.
  *
  * Semantics are cpu_quant_c.c's; the float additions are in another order.
- * Decoding rows to f32 (the prefill panels): SIMD for the 32-element layouts,
- * the portable decoders for the K-quants (prefill amortizes them over its
- * tokens).
+ * Decoding rows to f32 (the embedding's rows, one a token): SIMD for the
+ * 32-element layouts, the portable decoders for the K-quants.
  */
 #include <immintrin.h>
 #include <math.h>
