@@ -60,6 +60,7 @@ typedef struct gen_opts {
     const char *stops[MAX_STOPS];
     int n_stops;
     lg_dtype dequant;
+    bool dequantize; /* --dequant-dtype given: expand quantized GGUF weights at load */
     const char *loras[MAX_LORAS]; /* NAME=DIR */
     int n_loras;
     const char *use_lora, *batch;
@@ -122,7 +123,8 @@ static void usage(FILE *f)
             "  --stats                print prompt/decode speed to stderr\n"
             "  --threads N            CPU threads (default: all cores)\n"
             "  --ctx N                context length to allocate (default min(model, 4096))\n"
-            "  --dequant-dtype f16|f32  dtype quantized GGUF weights are expanded to (default f16)\n"
+            "  --dequant-dtype f16|f32  expand quantized GGUF weights to this dtype at load (default: the CPU\n"
+            "                           keeps their blocks; CUDA expands them to f16 at upload)\n"
             "  --lora NAME=DIR        load a PEFT LoRA adapter (repeatable)\n"
             "  --use-lora NAME        run the prompt with that adapter\n"
             "  --max-lora-rank N      largest adapter rank accepted (default 64)\n"
@@ -416,6 +418,7 @@ static int parse_args(int argc, char **argv, gen_opts *o)
         case O_CTX: if (parse_int(optarg, "--ctx", 16, 1 << 24, &v)) return 2; o->ctx = (int)v; break;
         case O_BUDGET: if (parse_int(optarg, "--step-tokens", 16, 1 << 20, &v)) return 2; o->budget = (int)v; break;
         case O_DQ:
+            o->dequantize = true;
             if (lg_dtype_parse(optarg, &o->dequant) != 0 || o->dequant == LG_I32) {
                 fprintf(stderr, "loragate generate: --dequant-dtype must be f16, bf16 or f32, got '%s'\n", optarg);
                 return 2;
@@ -936,7 +939,7 @@ int lg_cmd_generate(int argc, char **argv)
     int n_jobs = 0;
     int exit_code = 1;
 
-    lg_load_opts lo = {.dequant_dtype = o.dequant, .progress = true};
+    lg_load_opts lo = {.dequant_dtype = o.dequant, .dequantize = o.dequantize, .progress = true};
     if (lg_weights_load(o.model, &lo, &w, &err) != 0)
         goto out;
     if (o.draft_model && lg_weights_load(o.draft_model, &lo, &dw, &err) != 0) {

@@ -83,9 +83,9 @@ void lg_app_forget_tenant(lg_app *app, int64_t id, const char *name)
 
 static int load_model(lg_app *app, const lg_serve_config *cfg, lg_err *err)
 {
-    lg_load_opts lo = {.progress = false};
-    if (lg_dtype_parse(cfg->dequant_dtype, &lo.dequant_dtype) != 0)
-        lo.dequant_dtype = LG_F16;
+    lg_load_opts lo = {.progress = false, .dequant_dtype = LG_F16};
+    if (cfg->dequant_dtype) /* given: expand at load */
+        lo.dequantize = lg_dtype_parse(cfg->dequant_dtype, &lo.dequant_dtype) == 0;
     if (lg_weights_load(cfg->model, &lo, &app->weights, err) != 0)
         return -1;
     const lg_model_config *mc = lg_weights_config(app->weights);

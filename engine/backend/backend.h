@@ -20,7 +20,10 @@
  * layers run once over all tokens; attention walks each sequence's pages.
  *
  * Activations are in be->act_dtype (F32 on CPU; F16/BF16 on CUDA). Weights
- * are in the model's weight dtype. Matmul accumulates in f32 everywhere.
+ * are in the model's weight dtype, or, on a backend whose takes_quant says
+ * so (the CPU), in a quantized block layout (lg_qtype: a property of the
+ * weight tensor, not of the model; matmul and embed pick their kernel by
+ * it). Matmul accumulates in f32 everywhere.
  *
  * Switches: each backend reads the LG_* environment switches once, at
  * create, into be->tune (tuning.h, the one table of them); the model and
@@ -32,29 +35,90 @@
 #include "engine/base/tuning.h"
 #include "engine/base/common.h"
 
-/* A 2-D row-major view: rows x cols, `stride` elements between rows. */
+/* Quantized block layouts of weights: ggml's blocks byte for byte
+ * (ggml-common.h), so a GGUF tensor's bytes are used as they are. A row of
+ * `cols` elements is cols / block_elems consecutive blocks of block_bytes;
+ * each block holds its own scales (f16) and packed integers:
+ *   Q4_0  32 el, 18 B: d, 16 B of 4-bit q          x = d * (q - 8)
+ *   Q4_1  32 el, 20 B: d, m, 16 B of 4-bit q       x = d * q + m
+ *   Q5_0  32 el, 22 B: d, 4 B high bits, 16 B      x = d * (q - 16)
+ *   Q5_1  32 el, 24 B: d, m, 4 B high bits, 16 B   x = d * q + m
+ *   Q8_0  32 el, 34 B: d, 32 int8                  x = d * q
+ *   Q2_K..Q6_K  256 el (super-blocks of 16 or 32-element sub-blocks with
+ *         4/6/8-bit sub-scales): 84, 110, 144, 176, 210 B
+ * LG_QNONE: plain elements of the tensor's dtype. */
+typedef enum lg_qtype {
+    LG_QNONE = 0,
+    LG_Q4_0,
+    LG_Q4_1,
+    LG_Q5_0,
+    LG_Q5_1,
+    LG_Q8_0,
+    LG_Q2_K,
+    LG_Q3_K,
+    LG_Q4_K,
+    LG_Q5_K,
+    LG_Q6_K,
+    LG_QTYPE_COUNT
+} lg_qtype;
+
+/* Block geometry of a layout (LG_QNONE: 1 element of 0 bytes: use the dtype). */
+typedef struct lg_qtype_info {
+    const char *name;
+    int32_t block_elems, block_bytes;
+} lg_qtype_info;
+static inline lg_qtype_info lg_qtype_get(lg_qtype q)
+{
+    static const lg_qtype_info k[LG_QTYPE_COUNT] = {
+        {"none", 1, 0},   {"Q4_0", 32, 18},  {"Q4_1", 32, 20},  {"Q5_0", 32, 22},
+        {"Q5_1", 32, 24}, {"Q8_0", 32, 34},  {"Q2_K", 256, 84}, {"Q3_K", 256, 110},
+        {"Q4_K", 256, 144}, {"Q5_K", 256, 176}, {"Q6_K", 256, 210},
+    };
+    return (unsigned)q < LG_QTYPE_COUNT ? k[q] : k[0];
+}
+
+/* A 2-D row-major view: rows x cols, `stride` elements between rows.
+ * A quantized weight (q != LG_QNONE; only as matmul's W or embed's table,
+ * on a backend whose takes_quant(q) is true) holds blocks of layout q:
+ * cols and stride are multiples of its block_elems, a row is
+ * stride / block_elems blocks, and dtype is unused (LG_F32). */
 typedef struct lg_tensor {
     void *data;
     lg_dtype dtype;
     int64_t rows, cols, stride;
+    lg_qtype q;
 } lg_tensor;
 
 static inline lg_tensor lg_tensor_2d(void *data, lg_dtype dt, int64_t rows, int64_t cols)
 {
-    lg_tensor t = {data, dt, rows, cols, cols};
+    lg_tensor t = {data, dt, rows, cols, cols, LG_QNONE};
     return t;
+}
+/* A [rows, cols] matrix of blocks of layout q. */
+static inline lg_tensor lg_tensor_quant(void *data, lg_qtype q, int64_t rows, int64_t cols)
+{
+    lg_tensor t = {data, LG_F32, rows, cols, cols, q};
+    return t;
+}
+/* Bytes of n elements of t's rows (a multiple of the block for a quantized t). */
+static inline size_t lg_tensor_bytes(lg_tensor t, int64_t n)
+{
+    if (t.q == LG_QNONE)
+        return (size_t)n * lg_dtype_size(t.dtype);
+    const lg_qtype_info qi = lg_qtype_get(t.q);
+    return (size_t)(n / qi.block_elems) * (size_t)qi.block_bytes;
 }
 /* Rows [r0, r0 + n) of t. */
 static inline lg_tensor lg_tensor_rows(lg_tensor t, int64_t r0, int64_t n)
 {
-    t.data = (char *)t.data + (size_t)r0 * (size_t)t.stride * lg_dtype_size(t.dtype);
+    t.data = (char *)t.data + (size_t)r0 * lg_tensor_bytes(t, t.stride);
     t.rows = n;
     return t;
 }
-/* Columns [c0, c0 + n) of every row of t (a strided view). */
+/* Columns [c0, c0 + n) of every row of t (a strided view; whole blocks of a quantized t). */
 static inline lg_tensor lg_tensor_cols(lg_tensor t, int64_t c0, int64_t n)
 {
-    t.data = (char *)t.data + (size_t)c0 * lg_dtype_size(t.dtype);
+    t.data = (char *)t.data + lg_tensor_bytes(t, c0);
     t.cols = n;
     return t;
 }
@@ -216,12 +280,16 @@ typedef struct lg_backend_i {
     /* ops; each returns 0 or -1 (shape/dtype errors are programming errors,
      * reported, never fatal) */
 
-    /* out[t, :] = table[tok[t], :] */
+    /* out[t, :] = table[tok[t], :]  (table may be quantized: see takes_quant) */
     int (*embed)(lg_backend *be, lg_tensor out, lg_tensor table, const int32_t *tok);
     /* if delta.data: resid += delta; out = resid / rms(resid) * w  (per row) */
     int (*add_rmsnorm)(lg_backend *be, lg_tensor resid, lg_tensor delta, lg_tensor w, lg_tensor out,
                        float eps);
-    /* y[T, N] (+)= x[T, K] @ W[N, K]^T (+ bias[N] when bias.data). */
+    /* y[T, N] (+)= x[T, K] @ W[N, K]^T (+ bias[N] when bias.data). W may be
+     * quantized (W.q, see takes_quant): the op picks its kernel by the layout;
+     * x may then be quantized on the fly (the CPU: to 8 bits per 32 or 256
+     * elements, as llama.cpp does), so results are within that rounding of
+     * the dequantized W's product. */
     int (*matmul)(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tensor bias, bool accumulate);
     /* rotate-half RoPE in place on q [T, n_heads*hd] and k [T, n_kv*hd];
      * inv_freq [hd/2] f32 (scaling already folded in) */
@@ -258,6 +326,12 @@ typedef struct lg_backend_i {
     int (*lora_expand)(lg_backend *be, lg_tensor y, lg_tensor tmp, const lg_lora_meta *lm, int slot);
 
     /* ---- optional slots (NULL: the engine falls back as noted) ---- */
+
+    /* Whether matmul's W and embed's table may be quantized weights of layout
+     * q (kept in their blocks on the device, read by the op's own kernels).
+     * NULL, or false: the model dequantizes such weights at upload (the CUDA
+     * backend: to its activation dtype). Only matmul and embed take them. */
+    bool (*takes_quant)(lg_backend *be, lg_qtype q);
 
     /* Page-locked host memory for data that is copied to the device often
      * (the adapter host tier). NULL: malloc/free. */

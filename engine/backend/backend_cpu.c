@@ -1,17 +1,21 @@
 /*
  * backend_cpu.c — the CPU backend: the reference implementation of every op
  * in backend.h, multithreaded over a fork-join pool. Activations and the KV
- * cache are f32; weights stay in their stored dtype (f32/f16/bf16) and are
- * widened inside the matmul. "Device" memory is host memory (64-byte
- * aligned), upload/download are memcpy, and every op completes before it
- * returns, so sync is a no-op.
+ * cache are f32; weights stay in their stored dtype (f32/f16/bf16), widened
+ * inside the matmul, or in their quantized blocks (takes_quant: every
+ * lg_qtype), which the matmul reads with the kernels of cpu_quant.h for the
+ * best instruction set this machine runs (picked once, at create; LG_CPU_ISA
+ * forces one) and the embedding decodes a row at a time. "Device" memory is host memory
+ * (256-byte aligned), upload/download are memcpy, and every op completes
+ * before it returns, so sync is a no-op.
  *
  * This is the oracle for the CUDA kernels: keep each op a readable loop over
  * the math its comment in backend.h states; speed comes from the matmul
- * (cpu_matmul.c) and from splitting work across threads.
+ * (cpu_matmul.c, cpu_qmatmul.c) and from splitting work across threads.
  */
 #include "engine/backend/backend.h"
 #include "engine/backend/cpu_matmul.h"
+#include "engine/backend/cpu_qmatmul.h"
 #include "engine/backend/sampling.h"
 #include "engine/base/threadpool.h"
 
@@ -30,6 +34,8 @@ typedef struct cpu_ctx {
     int32_t *seq_of_tok; /* attention: sequence of each token of the step */
     int seq_of_tok_n;    /* capacity */
     uint64_t down_issued, down_waited; /* download_async tickets */
+    const lg_qkern *qk;  /* quantized-weight kernels for this machine's instruction set */
+    lg_qmm_scratch qs;   /* the quantized matmul's activations */
 } cpu_ctx;
 
 #define CTX(be) ((cpu_ctx *)(be)->ctx)
@@ -138,11 +144,11 @@ static int grow_per_thread(float **arr, int nt, size_t *cap, size_t need)
 typedef struct {
     lg_tensor out, table;
     const int32_t *tok;
+    lg_qdeq_fn deq; /* a quantized table's row decoder */
 } embed_job;
 static void embed_task(void *arg, int tid, int64_t i0, int64_t i1)
 {
     embed_job *j = arg;
-    size_t es = lg_dtype_size(j->table.dtype);
     for (int64_t t = i0; t < i1; t++) {
         int32_t id = j->tok[t];
         float *o = (float *)j->out.data + t * j->out.stride;
@@ -150,15 +156,23 @@ static void embed_task(void *arg, int tid, int64_t i0, int64_t i1)
             memset(o, 0, (size_t)j->out.cols * 4);
             continue;
         }
-        lg_to_f32(o, (const char *)j->table.data + (size_t)id * j->table.stride * es, j->table.dtype,
-                  (size_t)j->out.cols);
+        const char *row = (const char *)j->table.data + (size_t)id * lg_tensor_bytes(j->table, j->table.stride);
+        if (j->table.q != LG_QNONE)
+            j->deq(row, o, j->out.cols);
+        else
+            lg_to_f32(o, row, j->table.dtype, (size_t)j->out.cols);
     }
 }
 static int cpu_embed(lg_backend *be, lg_tensor out, lg_tensor table, const int32_t *tok)
 {
-    if (out.dtype != LG_F32 || out.cols != table.cols)
+    if (out.dtype != LG_F32 || out.q != LG_QNONE || out.cols != table.cols)
         return -1;
-    embed_job j = {out, table, tok};
+    lg_qdeq_fn deq = NULL;
+    if (table.q != LG_QNONE &&
+        (table.q >= LG_QTYPE_COUNT || table.cols % lg_qtype_get(table.q).block_elems ||
+         !(deq = CTX(be)->qk->deq[table.q])))
+        return -1;
+    embed_job j = {out, table, tok, deq};
     lg_threadpool_for(CTX(be)->tp, out.rows, 16, embed_task, &j);
     return 0;
 }
@@ -188,7 +202,7 @@ static void norm_task(void *arg, int tid, int64_t i0, int64_t i1)
 }
 static int cpu_add_rmsnorm(lg_backend *be, lg_tensor resid, lg_tensor delta, lg_tensor w, lg_tensor out, float eps)
 {
-    if (resid.dtype != LG_F32 || out.dtype != LG_F32 || (delta.data && delta.dtype != LG_F32))
+    if (resid.dtype != LG_F32 || out.dtype != LG_F32 || (delta.data && delta.dtype != LG_F32) || w.q != LG_QNONE)
         return -1;
     float *wf = NULL;
     if (w.dtype != LG_F32) {
@@ -207,7 +221,10 @@ static int cpu_add_rmsnorm(lg_backend *be, lg_tensor resid, lg_tensor delta, lg_
 static int cpu_matmul_op(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tensor bias, bool accumulate)
 {
     cpu_ctx *c = CTX(be);
-    if (y.dtype != LG_F32 || x.dtype != LG_F32 || x.cols != W.cols || y.cols != W.rows || y.rows != x.rows)
+    if (y.dtype != LG_F32 || x.dtype != LG_F32 || x.cols != W.cols || y.cols != W.rows || y.rows != x.rows ||
+        y.q != LG_QNONE || x.q != LG_QNONE || bias.q != LG_QNONE)
+        return -1;
+    if (W.q != LG_QNONE && (W.q >= LG_QTYPE_COUNT || W.stride % lg_qtype_get(W.q).block_elems))
         return -1;
     size_t cap = (size_t)c->panel_k * 4;
     if (grow_per_thread(c->panels, c->nt, &cap, (size_t)W.cols * 4) != 0)
@@ -226,11 +243,17 @@ static int cpu_matmul_op(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, 
             b = bf;
         }
     }
-    lg_cpu_matmul(c->tp, c->panels, y.data, y.stride, x.data, x.stride, W.data, W.dtype, W.stride, b, x.rows,
-                  W.rows, W.cols, accumulate);
+    int rc = W.q != LG_QNONE
+                 ? lg_cpu_qmatmul(c->tp, c->qk, &c->qs, y.data, y.stride, x.data, x.stride, W.data,
+                                  lg_tensor_bytes(W, W.stride), W.q, b, x.rows, W.rows, W.cols, accumulate)
+                 : lg_cpu_matmul(c->tp, c->panels, y.data, y.stride, x.data, x.stride, W.data, W.dtype, W.stride, b,
+                                 x.rows, W.rows, W.cols, accumulate);
     free(bf);
-    return 0;
+    return rc;
 }
+
+/* Every layout: cpu_quant.h has a dot and a row decoder for each. */
+static bool cpu_takes_quant(lg_backend *be, lg_qtype q) { return q > LG_QNONE && q < LG_QTYPE_COUNT; }
 
 /* ---- rope --------------------------------------------------------------------- */
 typedef struct {
@@ -303,7 +326,9 @@ static int cpu_kv_write(lg_backend *be, lg_kv_view kv, lg_tensor k, lg_tensor v,
  *   out[t, h] = sum_{p - W < j <= p} softmax_j(cap(scale * q[t,h] . K_s[j, kvh])) V_s[j, kvh]
  * with W = kv.window (infinite when 0) and cap(x) = c tanh(x / c) for c = kv.softcap > 0 (else x).
  * K_s[j] is slot j % page_tokens of page page_ids[page_indptr[s] + j / page_tokens].
- * Work item = (token, kv head): the K/V rows are read once for the group. */
+ * Work item = (token, query head), so a decode step's few tokens still give
+ * every thread work (GQA's K/V rows are read once per query head; they sit
+ * in cache). The q.k sums are cpu_matmul.c's vectorized dot. */
 typedef struct {
     lg_tensor out, q;
     lg_kv_view kv;
@@ -313,65 +338,59 @@ typedef struct {
     float scale;
     float **scratch;
 } attn_job;
+
 static void attn_task(void *arg, int tid, int64_t i0, int64_t i1)
 {
     attn_job *j = arg;
     const lg_kv_view *kv = &j->kv;
-    const int hd = kv->head_dim, nkv = kv->n_kv_heads, g = j->group;
-    const size_t kvdim = (size_t)nkv * hd;
+    const int hd = kv->head_dim;
     for (int64_t it = i0; it < i1; it++) {
-        int64_t t = it / nkv;
-        int kvh = (int)(it % nkv);
-        int s = j->seq_of_tok[t];
-        int n_ctx = j->m->pos[t] + 1;
-        /* a sliding-window layer: keys [k0, n_ctx); the scores below are indexed from k0 */
+        const int64_t t = it / j->nh;
+        const int h = (int)(it % j->nh), kvh = h / j->group;
+        const int s = j->seq_of_tok[t];
+        const int n_ctx = j->m->pos[t] + 1;
+        /* a sliding-window layer: keys [k0, n_ctx) */
         const int k0 = kv->window > 0 && n_ctx > kv->window ? n_ctx - kv->window : 0;
         const float cap = kv->softcap;
         const int32_t *pages = j->m->page_ids + j->m->page_indptr[s];
-        float *sc = j->scratch[tid]; /* [g][n_ctx] scores */
-        const float *qv = (const float *)j->q.data + t * j->q.stride + (size_t)kvh * g * hd;
-        float mx[64];
-        for (int r = 0; r < g; r++) mx[r] = -INFINITY;
+        float *sc = j->scratch[tid]; /* [n_ctx] scores, from k0 */
+        const float *qr = (const float *)j->q.data + t * j->q.stride + (size_t)h * hd;
+        float mx = -INFINITY;
         for (int pos = k0; pos < n_ctx; pos++) {
-            int32_t slot = pages[pos / kv->page_tokens] * kv->page_tokens + pos % kv->page_tokens;
-            const float *kr = kv_ptr(kv, slot, kv->k_off) + (size_t)kvh * hd;
-            for (int r = 0; r < g; r++) {
-                const float *qr = qv + r * hd;
-                float d = 0;
-                for (int e = 0; e < hd; e++) d += qr[e] * kr[e];
-                d *= j->scale;
-                if (cap > 0)
-                    d = cap * tanhf(d / cap);
-                sc[(size_t)r * n_ctx + pos] = d;
-                if (d > mx[r]) mx[r] = d;
-            }
+            const int32_t slot = pages[pos / kv->page_tokens] * kv->page_tokens + pos % kv->page_tokens;
+            float d = lg_cpu_dot_f32(qr, kv_ptr(kv, slot, kv->k_off) + (size_t)kvh * hd, hd) * j->scale;
+            if (cap > 0)
+                d = cap * tanhf(d / cap);
+            sc[pos] = d;
+            if (d > mx)
+                mx = d;
         }
-        float *o = (float *)j->out.data + t * j->out.stride + (size_t)kvh * g * hd;
-        memset(o, 0, (size_t)g * hd * 4);
-        float sum[64];
-        for (int r = 0; r < g; r++) {
-            double ssum = 0;
-            float *sr = sc + (size_t)r * n_ctx;
-            for (int pos = k0; pos < n_ctx; pos++) {
-                sr[pos] = expf(sr[pos] - mx[r]);
-                ssum += sr[pos];
-            }
-            sum[r] = (float)ssum;
-        }
+        double ssum = 0;
         for (int pos = k0; pos < n_ctx; pos++) {
-            int32_t slot = pages[pos / kv->page_tokens] * kv->page_tokens + pos % kv->page_tokens;
+            sc[pos] = expf(sc[pos] - mx);
+            ssum += sc[pos];
+        }
+        float *o = (float *)j->out.data + t * j->out.stride + (size_t)h * hd;
+        memset(o, 0, (size_t)hd * 4);
+        int pos = k0;
+        for (; pos + 4 <= n_ctx; pos += 4) { /* four V rows a pass over o */
+            const float *v4[4];
+            for (int u = 0; u < 4; u++) {
+                const int p = pos + u;
+                const int32_t slot = pages[p / kv->page_tokens] * kv->page_tokens + p % kv->page_tokens;
+                v4[u] = kv_ptr(kv, slot, kv->v_off) + (size_t)kvh * hd;
+            }
+            const float w0 = sc[pos], w1 = sc[pos + 1], w2 = sc[pos + 2], w3 = sc[pos + 3];
+            for (int e = 0; e < hd; e++) o[e] += w0 * v4[0][e] + w1 * v4[1][e] + w2 * v4[2][e] + w3 * v4[3][e];
+        }
+        for (; pos < n_ctx; pos++) {
+            const int32_t slot = pages[pos / kv->page_tokens] * kv->page_tokens + pos % kv->page_tokens;
             const float *vr = kv_ptr(kv, slot, kv->v_off) + (size_t)kvh * hd;
-            for (int r = 0; r < g; r++) {
-                float w = sc[(size_t)r * n_ctx + pos];
-                float *orow = o + r * hd;
-                for (int e = 0; e < hd; e++) orow[e] += w * vr[e];
-            }
+            const float w = sc[pos];
+            for (int e = 0; e < hd; e++) o[e] += w * vr[e];
         }
-        for (int r = 0; r < g; r++) {
-            float inv = 1.0f / sum[r];
-            for (int e = 0; e < hd; e++) o[r * hd + e] *= inv;
-        }
-        (void)kvdim;
+        const float inv = 1.0f / (float)ssum;
+        for (int e = 0; e < hd; e++) o[e] *= inv;
     }
 }
 static int cpu_attention(lg_backend *be, lg_tensor out, lg_tensor q, lg_kv_view kv, const lg_step_meta *m,
@@ -381,9 +400,7 @@ static int cpu_attention(lg_backend *be, lg_tensor out, lg_tensor q, lg_kv_view 
     if (kv.dtype != LG_F32 || q.dtype != LG_F32 || out.dtype != LG_F32 || n_heads % kv.n_kv_heads)
         return -1;
     int group = n_heads / kv.n_kv_heads;
-    if (group > 64)
-        return -1;
-    if (grow_per_thread(c->scratch, c->nt, &c->scratch_n, (size_t)group * (size_t)(m->max_kv_len + 1)) != 0)
+    if (grow_per_thread(c->scratch, c->nt, &c->scratch_n, (size_t)(m->max_kv_len + 1)) != 0)
         return -1;
     if (m->n_tokens > c->seq_of_tok_n) { /* grows to the largest step, then stays */
         int32_t *p = realloc(c->seq_of_tok, (size_t)m->n_tokens * sizeof(int32_t));
@@ -396,7 +413,7 @@ static int cpu_attention(lg_backend *be, lg_tensor out, lg_tensor q, lg_kv_view 
     for (int s = 0; s < m->n_seqs; s++)
         for (int t = m->q_indptr[s]; t < m->q_indptr[s + 1]; t++) seq_of_tok[t] = s;
     attn_job j = {out, q, kv, m, seq_of_tok, n_heads, group, scale, c->scratch};
-    lg_threadpool_for(c->tp, (int64_t)m->n_tokens * kv.n_kv_heads, 1, attn_task, &j);
+    lg_threadpool_for(c->tp, (int64_t)m->n_tokens * n_heads, 1, attn_task, &j);
     return 0;
 }
 
@@ -491,7 +508,7 @@ static int cpu_scale_cap(lg_backend *be, lg_tensor x, float s, float cap)
 static int cpu_get_rows(lg_backend *be, lg_tensor out, lg_tensor x, const int32_t *rows, int n)
 {
     size_t es = lg_dtype_size(x.dtype);
-    if (out.dtype != x.dtype || out.cols != x.cols)
+    if (out.dtype != x.dtype || out.cols != x.cols || out.q != LG_QNONE || x.q != LG_QNONE)
         return -1;
     for (int i = 0; i < n; i++)
         memcpy((char *)out.data + (size_t)i * out.stride * es, (const char *)x.data + (size_t)rows[i] * x.stride * es,
@@ -501,7 +518,7 @@ static int cpu_get_rows(lg_backend *be, lg_tensor out, lg_tensor x, const int32_
 
 static int cpu_convert(lg_backend *be, lg_tensor dst, lg_tensor src)
 {
-    if (dst.rows != src.rows || dst.cols != src.cols)
+    if (dst.rows != src.rows || dst.cols != src.cols || dst.q != LG_QNONE || src.q != LG_QNONE)
         return -1;
     float *tmp = malloc((size_t)src.cols * 4);
     if (!tmp)
@@ -619,6 +636,7 @@ static void cpu_free(lg_backend *be)
         free(c->panels);
         free(c->scratch);
         free(c->seq_of_tok);
+        free(c->qs.xq);
         free(c);
     }
     free(be);
@@ -644,6 +662,10 @@ int lg_backend_cpu_create(const lg_backend_opts *opts, lg_backend **out, lg_err 
     be->act_dtype = LG_F32;
     be->n_threads = c->nt;
     lg_tuning_read(&be->tune);
+    static const char *const isa[4] = {NULL, "c", "avx2", "avx512vnni"};
+    c->qk = be->tune.cpu_isa > 0 && be->tune.cpu_isa < 4 ? lg_qkern_by_name(isa[be->tune.cpu_isa]) : NULL;
+    if (!c->qk)
+        c->qk = lg_qkern_best();
     be->i = (lg_backend_i){
         .name = "cpu",
         .free = cpu_free,
@@ -671,6 +693,7 @@ int lg_backend_cpu_create(const lg_backend_opts *opts, lg_backend **out, lg_err 
         .convert = cpu_convert,
         .lora_shrink = cpu_lora_shrink,
         .lora_expand = cpu_lora_expand,
+        .takes_quant = cpu_takes_quant,
     };
     if (be->tune.cpu_device_sample) { /* the device-sampling paths without a GPU (tests) */
         be->i.sample = cpu_sample;

@@ -1,16 +1,19 @@
 /*
  * cpu_matmul.c — y[T, N] (+)= x[T, K] @ W[N, K]^T (+ bias) for the CPU
- * backend; x and y f32, W f32/f16/bf16, accumulation in f32.
+ * backend; x and y f32, W f32/f16/bf16 (quantized W: cpu_qmatmul.c),
+ * accumulation in f32.
  *
  * Semantics (the plain loop this computes):
  *   for t < T, n < N: y[t][n] = (accumulate ? y[t][n] : 0) + bias[n] + sum_k x[t][k] * W[n][k]
  *
- * Work is split over blocks of 4 rows of W. Each task converts its 4 W rows
- * to an f32 panel once (so f16/bf16 cost one conversion per weight per
- * call), then runs a 4 tokens x 4 rows register-blocked kernel over all
- * tokens: each x load feeds 4 FMAs and each W load feeds 4 tokens. Decode
- * (T small) is bound by reading W once; prefill by FMA throughput.
- * AVX-512 and AVX2 paths; a scalar path for other CPUs.
+ * Work is split over blocks of 4 rows of W. Each task decodes its 4 W rows
+ * to an f32 panel once (so f16/bf16 rows cost one conversion per weight
+ * per call, by a row decoder of the dtype), then runs a 4 tokens x 4 rows
+ * register-blocked kernel over all tokens: each x load feeds 4 FMAs and
+ * each W load feeds 4 tokens. Decode (T small) is bound by reading W once;
+ * prefill by FMA throughput.
+ * AVX-512 and AVX2 paths (by the compiler's target: -march=native by
+ * default); a scalar path for other CPUs.
  */
 #include "engine/backend/cpu_matmul.h"
 
@@ -44,35 +47,46 @@ static inline float vsum256(__m256 v)
 #define LG_VEC 0
 #endif
 
-/* Converts n elements of a W row to f32. */
-static void row_to_f32(float *dst, const void *src, lg_dtype dt, int64_t n)
+float lg_cpu_dot_f32(const float *a, const float *b, int64_t n)
 {
-    switch (dt) {
-    case LG_F32: memcpy(dst, src, (size_t)n * 4); return;
-    case LG_F16: {
-        const uint16_t *s = src;
-        int64_t k = 0;
+    int64_t k = 0;
+    float d = 0;
+#if LG_VEC
+    vf acc = VZERO();
+    for (; k + LG_VEC <= n; k += LG_VEC) acc = VFMA(VLOAD(a + k), VLOAD(b + k), acc);
+    d = VSUM(acc);
+#endif
+    for (; k < n; k++) d += a[k] * b[k];
+    return d;
+}
+
+/* Decodes n elements of a W row at src to f32 at dst: one per float dtype. */
+typedef void (*lg_rowdec_fn)(const void *src, float *dst, int64_t n);
+
+static void dec_f32(const void *src, float *dst, int64_t n) { memcpy(dst, src, (size_t)n * 4); }
+
+static void dec_f16(const void *src, float *dst, int64_t n)
+{
+    const uint16_t *s = src;
+    int64_t k = 0;
 #if defined(__F16C__) && defined(__AVX2__)
-        for (; k + 8 <= n; k += 8)
-            _mm256_storeu_ps(dst + k, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(s + k))));
+    for (; k + 8 <= n; k += 8)
+        _mm256_storeu_ps(dst + k, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(s + k))));
 #endif
-        for (; k < n; k++) dst[k] = lg_f16_to_f32(s[k]);
-        return;
-    }
-    case LG_BF16: {
-        const uint16_t *s = src;
-        int64_t k = 0;
+    for (; k < n; k++) dst[k] = lg_f16_to_f32(s[k]);
+}
+
+static void dec_bf16(const void *src, float *dst, int64_t n)
+{
+    const uint16_t *s = src;
+    int64_t k = 0;
 #if defined(__AVX2__)
-        for (; k + 8 <= n; k += 8) {
-            __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(s + k)));
-            _mm256_storeu_ps(dst + k, _mm256_castsi256_ps(_mm256_slli_epi32(w, 16)));
-        }
+    for (; k + 8 <= n; k += 8) {
+        __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(s + k)));
+        _mm256_storeu_ps(dst + k, _mm256_castsi256_ps(_mm256_slli_epi32(w, 16)));
+    }
 #endif
-        for (; k < n; k++) dst[k] = lg_bf16_to_f32(s[k]);
-        return;
-    }
-    default: memset(dst, 0, (size_t)n * 4); return;
-    }
+    for (; k < n; k++) dst[k] = lg_bf16_to_f32(s[k]);
 }
 
 typedef struct {
@@ -80,7 +94,7 @@ typedef struct {
     const float *x;
     const char *W;
     const float *bias; /* f32 copy of bias or NULL */
-    lg_dtype wdt;
+    lg_rowdec_fn dec;
     int64_t T, N, K, ldy, ldx, ldw_bytes;
     bool acc;
     float **panels; /* per-thread [4 * K] scratch */
@@ -105,7 +119,7 @@ static void mm_task(void *arg, int tid, int64_t b0, int64_t b1)
         int nr = (int)(j->N - n0 < 4 ? j->N - n0 : 4);
         for (int r = 0; r < 4; r++) {
             if (r < nr)
-                row_to_f32(P + r * K, j->W + (n0 + r) * j->ldw_bytes, j->wdt, K);
+                j->dec(j->W + (n0 + r) * j->ldw_bytes, P + r * K, K);
             else
                 memset(P + r * K, 0, (size_t)K * 4);
         }
@@ -180,18 +194,29 @@ static void mm_task(void *arg, int tid, int64_t b0, int64_t b1)
     }
 }
 
-int lg_cpu_matmul(lg_threadpool *tp, float **panels, float *y, int64_t ldy, const float *x, int64_t ldx,
-                  const void *W, lg_dtype wdt, int64_t ldw, const float *bias, int64_t T, int64_t N,
-                  int64_t K, bool accumulate)
+static int matmul_dec(lg_threadpool *tp, float **panels, float *y, int64_t ldy, const float *x, int64_t ldx,
+                      const void *W, size_t ldw_bytes, lg_rowdec_fn dec, const float *bias, int64_t T, int64_t N,
+                      int64_t K, bool accumulate)
 {
     mm_job j = {
-        .y = y, .x = x, .W = W, .bias = bias, .wdt = wdt, .T = T, .N = N, .K = K,
-        .ldy = ldy, .ldx = ldx, .ldw_bytes = ldw * (int64_t)lg_dtype_size(wdt), .acc = accumulate,
+        .y = y, .x = x, .W = W, .bias = bias, .dec = dec, .T = T, .N = N, .K = K,
+        .ldy = ldy, .ldx = ldx, .ldw_bytes = (int64_t)ldw_bytes, .acc = accumulate,
         .panels = panels,
     };
     int64_t nblocks = (N + 3) / 4;
     /* grain: keep a task's W share above ~64 KB so small ops don't thrash */
-    int64_t grain = (int64_t)(65536 / (4 * K * (int64_t)lg_dtype_size(wdt))) + 1;
+    int64_t grain = (int64_t)(65536 / (4 * (ldw_bytes ? ldw_bytes : 1))) + 1;
     lg_threadpool_for(tp, nblocks, grain, mm_task, &j);
     return 0;
+}
+
+int lg_cpu_matmul(lg_threadpool *tp, float **panels, float *y, int64_t ldy, const float *x, int64_t ldx,
+                  const void *W, lg_dtype wdt, int64_t ldw, const float *bias, int64_t T, int64_t N,
+                  int64_t K, bool accumulate)
+{
+    lg_rowdec_fn dec = wdt == LG_F32 ? dec_f32 : wdt == LG_F16 ? dec_f16 : wdt == LG_BF16 ? dec_bf16 : NULL;
+    if (!dec)
+        return -1;
+    return matmul_dec(tp, panels, y, ldy, x, ldx, W, (size_t)ldw * lg_dtype_size(wdt), dec, bias, T, N, K,
+                             accumulate);
 }

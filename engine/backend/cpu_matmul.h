@@ -1,6 +1,7 @@
 /*
- * cpu_matmul.h — the CPU backend's GEMM (see cpu_matmul.c for the math).
- * panels: one scratch buffer per pool thread, each >= 4 * K floats.
+ * cpu_matmul.h — the CPU backend's GEMM for float weights (see cpu_matmul.c
+ * for the math; quantized weights: cpu_qmatmul.h). panels: one scratch
+ * buffer per pool thread, each >= 4 * K floats.
  */
 #ifndef LG_CPU_MATMUL_H
 #define LG_CPU_MATMUL_H
@@ -8,8 +9,12 @@
 #include "engine/base/common.h"
 #include "engine/base/threadpool.h"
 
+/* W of dtype wdt (F32, F16, BF16; -1 for another), rows ldw elements apart. */
 int lg_cpu_matmul(lg_threadpool *tp, float **panels, float *y, int64_t ldy, const float *x, int64_t ldx,
                   const void *W, lg_dtype wdt, int64_t ldw, const float *bias, int64_t T, int64_t N,
                   int64_t K, bool accumulate);
+
+/* sum_k a[k] * b[k], k < n, vectorized (the attention's q.k: lanes summed in a fixed order). */
+float lg_cpu_dot_f32(const float *a, const float *b, int64_t n);
 
 #endif

@@ -137,8 +137,10 @@ void lg_threadpool_for(lg_threadpool *tp, int64_t n, int64_t grain, lg_task_fn f
         fn(arg, 0, 0, n);
         return;
     }
-    /* about 4 chunks per thread for balance, never below grain */
-    int64_t chunk = (n + 4 * nt - 1) / (4 * nt);
+    /* about 16 chunks per thread, never below grain: a decode step's ops are
+     * tens of microseconds, and the thread that finishes last holds up the
+     * next op by what is left of its chunk */
+    int64_t chunk = (n + 16 * nt - 1) / (16 * nt);
     if (chunk < grain)
         chunk = grain;
     tp->fn = fn;

@@ -43,6 +43,10 @@ const lg_tuning_switch lg_tuning_table[] = {
         "1: the CPU backend offers the `sample` slot, so the device-sampling paths (decode bursts included) run "
         "without a GPU",
         "engine/backend/backend_cpu.c; tests/cli/test_bursts.py, tests/e2e/test_decode_bursts.py"},
+    {"LG_CPU_ISA", offsetof(lg_tuning, cpu_isa), 0,
+        "the CPU backend's quantized-weight kernels: 0 the best this CPU and OS run, 1 portable C, 2 AVX2, "
+        "3 AVX-512 VNNI (a set the machine does not run falls back to the best one it does)",
+        "engine/backend/backend_cpu.c; docs/benchmarks.md"},
     {"LG_DEBUG_ERRORS", offsetof(lg_tuning, debug_errors), 0,
         "1: error messages end with the file:line that raised them (from the first backend's creation on)",
         "engine/base/common.c (lg_err_locations)"},

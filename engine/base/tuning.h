@@ -45,6 +45,7 @@ typedef struct lg_tuning {
     int step_timing;       /* LG_STEP_TIMING (also kernels/graph.cu) */
     /* engine/backend/backend_cpu.c */
     int cpu_device_sample; /* LG_CPU_DEVICE_SAMPLE */
+    int cpu_isa;           /* LG_CPU_ISA */
     /* engine/base/common.c (lg_err_locations) */
     int debug_errors;      /* LG_DEBUG_ERRORS */
     /* kernels/ (the CUDA backend) */

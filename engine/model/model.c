@@ -26,6 +26,16 @@
  * scale_cap on the logits; Gemma 3's sliding layers take inv_freq_local.
  * The partial-rotary / LongRoPE row transform and the 1 + w norms are done
  * at upload (qk_transform, upload_norm).
+ * Weights: a GGUF file's quantized matrices reach a backend that takes
+ * their layout (backend.h takes_quant; the CPU) in their blocks, fused
+ * q,k,v and gate,up included (rows concatenated, blocks unchanged); where
+ * the fused parts have different layouts (Q4_K_M files: v in Q6_K) each
+ * part is its own tensor and matmul runs once per part into its columns
+ * (wsplit). Other backends (CUDA) get them expanded at upload to the
+ * config's weight_dtype and then to their own dtype, as when the loader
+ * expanded them. As each tensor is uploaded, its file pages are dropped
+ * from the process (lg_weights_drop_pages): the backend's copy is the one
+ * that stays resident, and the load's peak is about one copy, not two.
  *
  * Memory: weights in one backend allocation (carved, llm.c style);
  * activations in a second one sized for max_step_tokens; step metadata in a
@@ -62,6 +72,7 @@
  */
 #include "engine/model/model.h"
 #include "engine/model/model_arch.h"
+#include "engine/model/quant.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -75,15 +86,23 @@
 _Static_assert(sizeof(lg_sample_row) % sizeof(int32_t) == 0 && _Alignof(lg_sample_row) <= _Alignof(int32_t),
                "lg_sample_row: whole int32 words");
 
+/* A fused weight whose parts have different quantized layouts: the parts, each [rows_i, K], whose
+ * outputs are consecutive column ranges of the fused output (n = 0: the fused tensor is one). */
+typedef struct wsplit {
+    int n;
+    lg_tensor part[3];
+} wsplit;
+
 typedef struct layer_w {
     lg_tensor ln1, ln2;  /* [1, d] f32 (ln2: the MLP's input norm; Gemma's pre_feedforward_layernorm) */
     lg_tensor post_attn, post_ff; /* [1, d] f32: Gemma's norms of the attention and MLP outputs, or data NULL */
     lg_tensor q_norm, k_norm;     /* [1, hd] f32: per-head q/k norms (Qwen3, Gemma 3), or data NULL */
-    lg_tensor wqkv;      /* [(H + 2 Hkv) hd, d] */
+    lg_tensor wqkv;      /* [(H + 2 Hkv) hd, d] (data NULL when split) */
     lg_tensor bqkv;      /* [1, (H + 2 Hkv) hd] f32 or data NULL */
     lg_tensor wo;        /* [d, H hd] */
-    lg_tensor wgu;       /* [2 F, d] */
+    lg_tensor wgu;       /* [2 F, d] (data NULL when split) */
     lg_tensor wdown;     /* [d, F] */
+    wsplit qkv_split, gu_split;
 } layer_w;
 
 struct lg_model {
@@ -158,6 +177,8 @@ typedef struct upload_ctx {
     char *base;
     size_t off, cap;
     lg_err *err;
+    lg_dtype deq_dt; /* what quantized weights expand to first (the config's weight_dtype) */
+    const lg_weights *w; /* where the tensors come from: their file pages are dropped once copied */
 } upload_ctx;
 
 static void *carve(upload_ctx *u, size_t n)
@@ -169,34 +190,63 @@ static void *carve(upload_ctx *u, size_t n)
     return u->base + off;
 }
 
-/* Uploads rows of `src` (any float dtype) converted to `dt` at dst + row offset. */
+/* Uploads rows of `src` (any float dtype, or quantized: expanded to u->deq_dt first, as the loader's
+ * --dequant-dtype does) converted to `dt` at dst + row offset. */
 static int upload_rows(upload_ctx *u, void *dst, lg_dtype dt, const lg_wtensor *src)
 {
     int64_t rows = src->n_dims == 1 ? 1 : src->shape[0];
     int64_t cols = src->n_dims == 1 ? src->shape[0] : src->shape[1];
     size_t n = (size_t)rows * (size_t)cols;
-    if (src->dtype == dt)
-        return u->be->i.upload(u->be, dst, src->data, n * lg_dtype_size(dt));
+    if (src->q == LG_QNONE && src->dtype == dt) {
+        const int rc = u->be->i.upload(u->be, dst, src->data, n * lg_dtype_size(dt));
+        lg_weights_drop_pages(u->w, src->data, src->nbytes);
+        return rc;
+    }
     /* convert in chunks of rows to bound host memory */
+    const lg_dtype sdt = src->q != LG_QNONE ? u->deq_dt : src->dtype; /* the rows' dtype before converting */
+    const size_t src_row = src->q != LG_QNONE ? src->nbytes / (size_t)rows : (size_t)cols * lg_dtype_size(sdt);
     size_t chunk_rows = (size_t)(1 << 20) / (size_t)cols + 1;
     float *tmp = malloc(chunk_rows * (size_t)cols * 4);
     void *out = malloc(chunk_rows * (size_t)cols * lg_dtype_size(dt));
-    if (!tmp || !out) {
+    void *deq = src->q != LG_QNONE ? malloc(chunk_rows * (size_t)cols * lg_dtype_size(sdt)) : NULL;
+    if (!tmp || !out || (src->q != LG_QNONE && !deq)) {
         free(tmp);
         free(out);
+        free(deq);
         return lg_fail(u->err, "out of memory converting %s", src->name);
     }
     int rc = 0;
     for (size_t r = 0; r < (size_t)rows && rc == 0; r += chunk_rows) {
         size_t nr = (size_t)rows - r < chunk_rows ? (size_t)rows - r : chunk_rows;
         size_t ne = nr * (size_t)cols;
-        lg_to_f32(tmp, (const char *)src->data + r * (size_t)cols * lg_dtype_size(src->dtype), src->dtype, ne);
+        const void *rows_in = (const char *)src->data + r * src_row;
+        if (deq) {
+            rc = lg_dequant(lg_qtype_ggml(src->q), rows_in, (int64_t)nr, cols, sdt, deq, NULL, 0, u->err);
+            rows_in = deq;
+            if (rc == 0 && sdt == dt) {
+                rc = u->be->i.upload(u->be, (char *)dst + r * (size_t)cols * lg_dtype_size(dt), deq,
+                                     ne * lg_dtype_size(dt));
+                continue;
+            }
+        }
+        if (rc != 0)
+            break;
+        lg_to_f32(tmp, rows_in, sdt, ne);
         lg_from_f32(out, dt, tmp, ne);
         rc = u->be->i.upload(u->be, (char *)dst + r * (size_t)cols * lg_dtype_size(dt), out, ne * lg_dtype_size(dt));
     }
     free(tmp);
     free(out);
+    free(deq);
+    lg_weights_drop_pages(u->w, src->data, src->nbytes);
     return rc;
+}
+
+static size_t tensor_elems(const lg_wtensor *t)
+{
+    size_t n = 1;
+    for (int i = 0; i < t->n_dims; i++) n *= (size_t)t->shape[i];
+    return n;
 }
 
 static const lg_wtensor *need(const lg_weights *w, lg_err *err, const char *fmt, int layer)
@@ -227,16 +277,62 @@ static int upload_cat(upload_ctx *u, lg_tensor *out, lg_dtype dt, const lg_wtens
     for (int i = 0; i < n; i++) {
         if (upload_rows(u, dst + off, dt, parts[i]) != 0)
             return lg_fail(u->err, "uploading %s failed", parts[i]->name);
-        off += parts[i]->nbytes / lg_dtype_size(parts[i]->dtype) * lg_dtype_size(dt);
+        off += tensor_elems(parts[i]) * lg_dtype_size(dt);
     }
     return 0;
 }
 
-static size_t tensor_elems(const lg_wtensor *t)
+static bool takes(const lg_backend *be, lg_qtype q)
 {
-    size_t n = 1;
-    for (int i = 0; i < t->n_dims; i++) n *= (size_t)t->shape[i];
-    return n;
+    return q != LG_QNONE && be->i.takes_quant && be->i.takes_quant((lg_backend *)be, q);
+}
+
+/* Quantized parts (same cols) in their blocks, rows concatenated, as one backend tensor of layout q. */
+static int upload_blocks(upload_ctx *u, lg_tensor *out, lg_qtype q, const lg_wtensor **parts, int n)
+{
+    int64_t rows = 0;
+    size_t bytes = 0;
+    for (int i = 0; i < n; i++) {
+        rows += parts[i]->shape[0];
+        bytes += parts[i]->nbytes;
+    }
+    char *dst = carve(u, bytes);
+    if (!dst)
+        return lg_fail(u->err, "weight buffer overflow (internal size mismatch)");
+    *out = lg_tensor_quant(dst, q, rows, parts[0]->shape[1]);
+    for (size_t i = 0, off = 0; i < (size_t)n; off += parts[i]->nbytes, i++) {
+        if (u->be->i.upload(u->be, dst + off, parts[i]->data, parts[i]->nbytes) != 0)
+            return lg_fail(u->err, "uploading %s failed", parts[i]->name);
+        lg_weights_drop_pages(u->w, parts[i]->data, parts[i]->nbytes);
+    }
+    return 0;
+}
+
+/* A weight made of parts whose rows are concatenated (q,k,v; gate,up; or one tensor): in its quantized
+ * blocks where every part has the same layout and the backend takes it; where the parts' layouts differ
+ * and the backend takes each, part by part (*split, when the caller can run a split weight); else
+ * converted (expanded) to dt. */
+static int upload_weight(upload_ctx *u, lg_tensor *out, wsplit *split, lg_dtype dt, const lg_wtensor **parts, int n)
+{
+    bool same = true, each = true;
+    for (int i = 0; i < n; i++) {
+        same = same && parts[i]->q == parts[0]->q;
+        each = each && takes(u->be, parts[i]->q);
+    }
+    if (same && each)
+        return upload_blocks(u, out, parts[0]->q, parts, n);
+    if (each && split && n <= 3) {
+        int64_t rows = 0;
+        for (int i = 0; i < n; i++) {
+            if (upload_blocks(u, &split->part[i], parts[i]->q, &parts[i], 1) != 0)
+                return -1;
+            rows += parts[i]->shape[0];
+        }
+        split->n = n;
+        *out = lg_tensor_2d(NULL, LG_F32, rows, parts[0]->shape[1]);
+        return 0;
+    }
+    return upload_cat(u, out, dt, parts, n);
 }
 
 /* Weight dtype on the backend for a stored dtype: the CPU keeps it as stored;
@@ -300,6 +396,9 @@ static int qk_transform(const lg_model_config *c, const lg_wtensor *t, int64_t r
                         void **buf, lg_err *err)
 {
     const int hd = c->head_dim;
+    if (t->q != LG_QNONE)
+        return lg_fail(err, "%s: partial rotary or LongRoPE on quantized q/k weights is not implemented; load with "
+                       "--dequant-dtype f16", t->name);
     const size_t es = lg_dtype_size(t->dtype);
     const size_t cols = t->n_dims == 1 ? 1 : (size_t)t->shape[1];
     const size_t row_bytes = cols * es;
@@ -386,20 +485,24 @@ static int upload_weights(lg_model *m, const lg_weights *w, lg_err *err)
     size_t total = 0;
     for (int i = 0; i < lg_weights_count(w); i++) {
         const lg_wtensor *t = lg_weights_at(w, i);
-        total += tensor_elems(t) * 4 + 256; /* upper bound: every tensor at 4 bytes */
+        /* a quantized tensor the backend takes: its blocks; else an upper bound of 4 bytes an element */
+        total += (takes(be, t->q) ? t->nbytes : tensor_elems(t) * 4) + 256;
     }
     total += 2 * ((size_t)hd * 4 + 4096);
-    upload_ctx u = {be, NULL, 0, total, err};
+    upload_ctx u = {be, NULL, 0, total, err, c->weight_dtype, w};
+    if (u.deq_dt != LG_F32 && u.deq_dt != LG_F16 && u.deq_dt != LG_BF16)
+        u.deq_dt = LG_F16;
     u.base = be->i.alloc(be, total);
     if (!u.base)
         return lg_fail(err, "cannot allocate %zu bytes of weights on backend %s", total, be->i.name);
     m->wbuf = u.base;
 
-    lg_dtype edt = backend_wdtype(be, emb->dtype);
-    if (upload_cat(&u, &m->embed, edt, &emb, 1) != 0)
+    /* a quantized tensor the backend does not take expands to (the backend's dtype for) weight_dtype */
+#define WDT(t) backend_wdtype(be, (t)->q != LG_QNONE ? u.deq_dt : (t)->dtype)
+    if (upload_weight(&u, &m->embed, NULL, WDT(emb), &emb, 1) != 0)
         return -1;
     if (head) {
-        if (upload_cat(&u, &m->lm_head, backend_wdtype(be, head->dtype), &head, 1) != 0)
+        if (upload_weight(&u, &m->lm_head, NULL, WDT(head), &head, 1) != 0)
             return -1;
     } else {
         m->lm_head = m->embed;
@@ -451,11 +554,13 @@ static int upload_weights(lg_model *m, const lg_weights *w, lg_err *err)
             }
             pq[0] = &tq[0];
         }
-        lg_dtype wdt = backend_wdtype(be, qkv[0]->dtype);
+        lg_dtype wdt = WDT(qkv[0]);
         if (!rc)
             rc = upload_norm(&u, &lw->ln1, c, ln1, false) || upload_norm(&u, &lw->ln2, c, ln2, false) ||
-                 upload_cat(&u, &lw->wqkv, wdt, pq, n_qkv) || upload_cat(&u, &lw->wo, wdt, &wo, 1) ||
-                 upload_cat(&u, &lw->wgu, wdt, gu, n_gu) || upload_cat(&u, &lw->wdown, wdt, &dn, 1);
+                 upload_weight(&u, &lw->wqkv, &lw->qkv_split, wdt, pq, n_qkv) ||
+                 upload_weight(&u, &lw->wo, NULL, wdt, &wo, 1) ||
+                 upload_weight(&u, &lw->wgu, &lw->gu_split, wdt, gu, n_gu) ||
+                 upload_weight(&u, &lw->wdown, NULL, wdt, &dn, 1);
         free(bq);
         free(bk);
         if (rc)
@@ -498,6 +603,7 @@ static int upload_weights(lg_model *m, const lg_weights *w, lg_err *err)
                 return -1;
         }
     }
+#undef WDT
     float inv[1024];
     compute_inv_freq(c, w, c->rope_theta, true, m->opts.max_context, inv);
     m->inv_freq = carve(&u, (size_t)(hd / 2) * 4);
@@ -542,7 +648,7 @@ static int alloc_activations(lg_model *m, lg_err *err)
                        S * V, T2 * d, c->post_norms ? T * d : 0};
     size_t tot = 0;
     for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) tot += ((size_t)sizes[i] * es + 255) & ~(size_t)255;
-    upload_ctx ua = {be, be->i.alloc(be, tot), 0, tot, err};
+    upload_ctx ua = {be, be->i.alloc(be, tot), 0, tot, err, LG_F16, NULL};
     if (!ua.base)
         return lg_fail(err, "cannot allocate %zu bytes of activations", tot);
     m->abuf = ua.base;
@@ -798,29 +904,45 @@ static int lora_slots(lg_tensor y, const lg_lora_meta *lm, const lg_tensor *ys_a
  * pair per slot (one tmp). rope (the q,k,v form): matmul_lora also does
  * rope_kv_write (CUDA: a decode step's expand in the same launch) and sets
  * *roped; otherwise the caller runs it. */
-static int linear(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tensor bias, lg_tensor tmp,
-                  const lg_lora_meta *lm, const lg_tensor *ys_all, int m0, int count, int sl, unsigned mods,
-                  const lg_rope_kv *rope, bool *roped)
+/* y = x W^T (+ bias) for W whole, or part by part into y's column ranges when split (sp->n > 0). */
+static int matmul_w(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, const wsplit *sp, lg_tensor bias)
+{
+    if (!sp || sp->n == 0)
+        return be->i.matmul(be, y, x, W, bias, false);
+    int64_t c0 = 0;
+    for (int i = 0; i < sp->n; i++) {
+        const int64_t nr = sp->part[i].rows;
+        lg_tensor b = bias.data ? lg_tensor_cols(bias, c0, nr) : bias;
+        if (be->i.matmul(be, lg_tensor_cols(y, c0, nr), x, sp->part[i], b, false) != 0)
+            return -1;
+        c0 += nr;
+    }
+    return 0;
+}
+
+static int linear(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, const wsplit *sp, lg_tensor bias,
+                  lg_tensor tmp, const lg_lora_meta *lm, const lg_tensor *ys_all, int m0, int count, int sl,
+                  unsigned mods, const lg_rope_kv *rope, bool *roped)
 {
     lg_tensor ys[3];
     int slots[3], col0[3], ncols[3];
     const int n = lora_slots(y, lm, ys_all, m0, count, sl, mods, ys, slots, col0, ncols);
     if (n == 0)
-        return be->i.matmul(be, y, x, W, bias, false);
-    if (be->i.matmul_lora) {
+        return matmul_w(be, y, x, W, sp, bias);
+    if (be->i.matmul_lora && !(sp && sp->n)) {
         if (roped)
             *roped = rope != NULL;
         return be->i.matmul_lora(be, y, x, W, bias, tmp, lm, slots, col0, ncols, n, rope);
     }
     if (n > 1 && !(be->i.lora_shrink_multi && be->i.lora_expand_multi)) {
-        if (be->i.matmul(be, y, x, W, bias, false) != 0)
+        if (matmul_w(be, y, x, W, sp, bias) != 0)
             return -1;
         for (int i = 0; i < n; i++)
             if (lora_shrink_k(be, tmp, x, lm, &slots[i], 1) != 0 || lora_expand_k(be, &ys[i], tmp, lm, &slots[i], 1) != 0)
                 return -1;
         return 0;
     }
-    if (lora_shrink_k(be, tmp, x, lm, slots, n) != 0 || be->i.matmul(be, y, x, W, bias, false) != 0)
+    if (lora_shrink_k(be, tmp, x, lm, slots, n) != 0 || matmul_w(be, y, x, W, sp, bias) != 0)
         return -1;
     return lora_expand_k(be, ys, tmp, lm, slots, n);
 }
@@ -850,12 +972,14 @@ static void norm_op_done(lg_tensor delta, int *cur, const lg_rope_kv *rope, bool
  * launch fewer), storing x + delta to the other buffer the same way; the
  * same results as add_rmsnorm + linear(). */
 static int norm_linear(lg_backend *be, lg_tensor *xs, int *cur, lg_tensor delta, lg_tensor g, float eps,
-                       lg_tensor xn, lg_tensor y, lg_tensor W, lg_tensor bias, lg_tensor act, lg_tensor tmp,
-                       const lg_lora_meta *lm, const lg_tensor *ys, int m0, int count, int sl, unsigned mods,
-                       const lg_rope_kv *rope, bool *roped)
+                       lg_tensor xn, lg_tensor y, lg_tensor W, const wsplit *sp, lg_tensor bias, lg_tensor act,
+                       lg_tensor tmp, const lg_lora_meta *lm, const lg_tensor *ys, int m0, int count, int sl,
+                       unsigned mods, const lg_rope_kv *rope, bool *roped)
 {
     const unsigned mine = ((1u << count) - 1u) << m0;
-    if (be->i.norm_matmul && xs[1 - *cur].data && xs[0].rows <= LG_NORM_MATMUL_MAX_T && !(lm && (mods & mine))) {
+    const bool whole = !(sp && sp->n); /* the fused ops take one W */
+    if (whole && be->i.norm_matmul && xs[1 - *cur].data && xs[0].rows <= LG_NORM_MATMUL_MAX_T &&
+        !(lm && (mods & mine))) {
         const int rc = be->i.norm_matmul(be, act.data ? act : y, xs[*cur], delta, g, eps, xs[1 - *cur], W, bias,
                                          act.data != NULL, rope);
         if (rc < 0)
@@ -865,7 +989,7 @@ static int norm_linear(lg_backend *be, lg_tensor *xs, int *cur, lg_tensor delta,
             return 0;
         }
     }
-    if (be->i.norm_matmul_lora && be->i.matmul_lora && xs[1 - *cur].data && lm && (mods & mine)) {
+    if (whole && be->i.norm_matmul_lora && be->i.matmul_lora && xs[1 - *cur].data && lm && (mods & mine)) {
         lg_tensor ls[3];
         int slots[3], col0[3], ncols[3];
         const int n = lora_slots(y, lm, ys, m0, count, sl, mods, ls, slots, col0, ncols);
@@ -879,7 +1003,7 @@ static int norm_linear(lg_backend *be, lg_tensor *xs, int *cur, lg_tensor delta,
         }
     }
     if (be->i.add_rmsnorm(be, xs[*cur], delta, g, xn, eps) != 0 ||
-        linear(be, y, xn, W, bias, tmp, lm, ys, m0, count, sl, mods, rope, roped) != 0)
+        linear(be, y, xn, W, sp, bias, tmp, lm, ys, m0, count, sl, mods, rope, roped) != 0)
         return -1;
     return act.data ? be->i.silu_mul(be, act, y) : 0;
 }
@@ -954,8 +1078,8 @@ static int forward(lg_model *m, const lg_kv_view *kv0, const lg_step_meta *meta,
                                .n_kv_heads = c->n_kv_heads, .head_dim = hd, .kv = kv, .slot = meta->slot};
         bool roped = false;
         /* q/k norms come between the projection and RoPE: no op may fuse RoPE into the matmul then */
-        TRY(norm_linear(be, xs, &xi, delta, lw->ln1, c->rms_eps, xn, qkv, lw->wqkv, lw->bqkv, none, tmp, lora,
-                        qkv_ys, 0, 3, sl, lora_mods, c->qk_norm ? NULL : &rk, &roped));
+        TRY(norm_linear(be, xs, &xi, delta, lw->ln1, c->rms_eps, xn, qkv, lw->wqkv, &lw->qkv_split, lw->bqkv, none,
+                        tmp, lora, qkv_ys, 0, 3, sl, lora_mods, c->qk_norm ? NULL : &rk, &roped));
         if (c->qk_norm) {
             TRY(be->i.head_rmsnorm(be, q, lw->q_norm, c->n_heads, hd, c->rms_eps));
             TRY(be->i.head_rmsnorm(be, k, lw->k_norm, c->n_kv_heads, hd, c->rms_eps));
@@ -970,18 +1094,18 @@ static int forward(lg_model *m, const lg_kv_view *kv0, const lg_step_meta *meta,
             TRY(be->i.kv_write(be, kv, k, v, meta->slot, T));
         }
         TRY(be->i.attention(be, attn, q, kv, meta, c->n_heads, scale));
-        TRY(linear(be, o, attn, lw->wo, none, tmp, lora, &o, 3, 1, sl, lora_mods, NULL, NULL));
+        TRY(linear(be, o, attn, lw->wo, NULL, none, tmp, lora, &o, 3, 1, sl, lora_mods, NULL, NULL));
         lg_tensor attn_out = o;
         if (c->post_norms) { /* Gemma: the attention output normed before the residual add */
             TRY(be->i.add_rmsnorm(be, o, none, lw->post_attn, pn, c->rms_eps));
             attn_out = pn;
         }
         const bool silu = c->act == LG_ACT_SILU;
-        TRY(norm_linear(be, xs, &xi, attn_out, lw->ln2, c->rms_eps, xn, gu, lw->wgu, none, silu ? act : none, tmp,
+        TRY(norm_linear(be, xs, &xi, attn_out, lw->ln2, c->rms_eps, xn, gu, lw->wgu, &lw->gu_split, none, silu ? act : none, tmp,
                         lora, gu_ys, 4, 2, sl, lora_mods, NULL, NULL));
         if (!silu)
             TRY(be->i.gelu_mul(be, act, gu));
-        TRY(linear(be, mlp, act, lw->wdown, none, tmp, lora, &mlp, 6, 1, sl, lora_mods, NULL, NULL));
+        TRY(linear(be, mlp, act, lw->wdown, NULL, none, tmp, lora, &mlp, 6, 1, sl, lora_mods, NULL, NULL));
         delta = mlp;
         if (c->post_norms) {
             TRY(be->i.add_rmsnorm(be, mlp, none, lw->post_ff, pn, c->rms_eps));

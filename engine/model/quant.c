@@ -4,6 +4,9 @@
  * Each decoder is a transcription of ggml-quants.c's dequantize_row_*: same
  * bit unpacking, same order of float operations (d * q, d * q + m,
  * d1 * q - m1, d * sc * q), so it agrees with ggml and gguf-py exactly.
+ * (The CPU backend has its own decoders for its f32 panels,
+ * engine/backend/cpu_quant_*.c; these are the load- and upload-time ones,
+ * kept free of the backend so the GGUF fuzzer links them alone.)
  * Blocks are read through memcpy-free byte pointers; the only multi-byte
  * fields are f16 scales, read with memcpy because mmap'd blocks of 18, 20 or
  * 210 bytes leave them unaligned.
@@ -90,12 +93,28 @@ bool lg_ggml_type_info(uint32_t type, uint32_t *block_elems, uint32_t *block_byt
 bool lg_quant_supported(uint32_t type)
 {
     switch (type) {
-    case LG_GGML_F32: case LG_GGML_F16: case LG_GGML_BF16: case LG_GGML_Q8_0:
-    case LG_GGML_Q4_0: case LG_GGML_Q4_1: case LG_GGML_Q4_K: case LG_GGML_Q6_K:
+    case LG_GGML_F32: case LG_GGML_F16: case LG_GGML_BF16:
         return true;
     }
-    return false;
+    return lg_ggml_qtype(type) != LG_QNONE;
 }
+
+/* ggml id of each layout, indexed by lg_qtype */
+static const uint32_t k_qtype_ggml[LG_QTYPE_COUNT] = {
+    [LG_Q4_0] = LG_GGML_Q4_0, [LG_Q4_1] = LG_GGML_Q4_1, [LG_Q5_0] = LG_GGML_Q5_0, [LG_Q5_1] = LG_GGML_Q5_1,
+    [LG_Q8_0] = LG_GGML_Q8_0, [LG_Q2_K] = LG_GGML_Q2_K, [LG_Q3_K] = LG_GGML_Q3_K, [LG_Q4_K] = LG_GGML_Q4_K,
+    [LG_Q5_K] = LG_GGML_Q5_K, [LG_Q6_K] = LG_GGML_Q6_K,
+};
+
+lg_qtype lg_ggml_qtype(uint32_t type)
+{
+    for (int q = LG_QNONE + 1; q < LG_QTYPE_COUNT; q++)
+        if (k_qtype_ggml[q] == type)
+            return (lg_qtype)q;
+    return LG_QNONE;
+}
+
+uint32_t lg_qtype_ggml(lg_qtype q) { return q > LG_QNONE && q < LG_QTYPE_COUNT ? k_qtype_ggml[q] : LG_GGML_F32; }
 
 int lg_ggml_nbytes(uint32_t type, uint64_t n, size_t *out, lg_err *err)
 {
@@ -169,6 +188,108 @@ static void deq_q8_0(const uint8_t *x, float *y, int64_t nb)
     }
 }
 
+static inline uint32_t rd_u32(const uint8_t *p)
+{
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+/* block_q5_0: f16 d, qh[4] (the fifth bits), qs[16] */
+static void deq_q5_0(const uint8_t *x, float *y, int64_t nb)
+{
+    for (int64_t i = 0; i < nb; i++, x += 22, y += 32) {
+        const float d = rd_f16(x);
+        const uint32_t qh = rd_u32(x + 2);
+        const uint8_t *qs = x + 6;
+        for (int j = 0; j < 16; ++j) {
+            const uint8_t xh_0 = ((qh >> (j + 0)) << 4) & 0x10;
+            const uint8_t xh_1 = ((qh >> (j + 12))) & 0x10;
+            const int32_t x0 = ((qs[j] & 0x0F) | xh_0) - 16;
+            const int32_t x1 = ((qs[j] >> 4) | xh_1) - 16;
+            y[j] = x0 * d;
+            y[j + 16] = x1 * d;
+        }
+    }
+}
+
+/* block_q5_1: f16 d, f16 m, qh[4], qs[16] */
+static void deq_q5_1(const uint8_t *x, float *y, int64_t nb)
+{
+    for (int64_t i = 0; i < nb; i++, x += 24, y += 32) {
+        const float d = rd_f16(x);
+        const float m = rd_f16(x + 2);
+        const uint32_t qh = rd_u32(x + 4);
+        const uint8_t *qs = x + 8;
+        for (int j = 0; j < 16; ++j) {
+            const uint8_t xh_0 = ((qh >> (j + 0)) << 4) & 0x10;
+            const uint8_t xh_1 = ((qh >> (j + 12))) & 0x10;
+            const int x0 = (qs[j] & 0x0F) | xh_0;
+            const int x1 = (qs[j] >> 4) | xh_1;
+            y[j] = x0 * d + m;
+            y[j + 16] = x1 * d + m;
+        }
+    }
+}
+
+/* block_q2_K: scales[16] (4-bit scale | 4-bit min << 4), qs[64], f16 d, f16 dmin */
+static void deq_q2_k(const uint8_t *x, float *y, int64_t nb)
+{
+    for (int64_t i = 0; i < nb; i++, x += 84) {
+        const float d = rd_f16(x + 80);
+        const float min = rd_f16(x + 82);
+        const uint8_t *q = x + 16;
+        int is = 0;
+        for (int n = 0; n < QK_K; n += 128) {
+            int shift = 0;
+            for (int j = 0; j < 4; ++j) {
+                uint8_t sc = x[is++];
+                float dl = d * (sc & 0xF), ml = min * (sc >> 4);
+                for (int l = 0; l < 16; ++l) *y++ = dl * ((int8_t)((q[l] >> shift) & 3)) - ml;
+                sc = x[is++];
+                dl = d * (sc & 0xF), ml = min * (sc >> 4);
+                for (int l = 0; l < 16; ++l) *y++ = dl * ((int8_t)((q[l + 16] >> shift) & 3)) - ml;
+                shift += 2;
+            }
+            q += 32;
+        }
+    }
+}
+
+/* block_q3_K: hmask[32], qs[64], scales[12] (16 6-bit scales), f16 d */
+static void deq_q3_k(const uint8_t *x, float *y, int64_t nb)
+{
+    const uint32_t kmask1 = 0x03030303, kmask2 = 0x0f0f0f0f;
+    for (int64_t i = 0; i < nb; i++, x += 110) {
+        const float d_all = rd_f16(x + 108);
+        const uint8_t *q = x + 32, *hm = x;
+        uint8_t m = 1;
+        uint32_t aux[4];
+        memcpy(aux, x + 96, 12);
+        uint32_t tmp = aux[2];
+        aux[2] = ((aux[0] >> 4) & kmask2) | (((tmp >> 4) & kmask1) << 4);
+        aux[3] = ((aux[1] >> 4) & kmask2) | (((tmp >> 6) & kmask1) << 4);
+        aux[0] = (aux[0] & kmask2) | (((tmp >> 0) & kmask1) << 4);
+        aux[1] = (aux[1] & kmask2) | (((tmp >> 2) & kmask1) << 4);
+        const int8_t *scales = (const int8_t *)aux;
+        int is = 0;
+        for (int n = 0; n < QK_K; n += 128) {
+            int shift = 0;
+            for (int j = 0; j < 4; ++j) {
+                float dl = d_all * (scales[is++] - 32);
+                for (int l = 0; l < 16; ++l)
+                    *y++ = dl * ((int8_t)((q[l + 0] >> shift) & 3) - ((hm[l + 0] & m) ? 0 : 4));
+                dl = d_all * (scales[is++] - 32);
+                for (int l = 0; l < 16; ++l)
+                    *y++ = dl * ((int8_t)((q[l + 16] >> shift) & 3) - ((hm[l + 16] & m) ? 0 : 4));
+                shift += 2;
+                m <<= 1;
+            }
+            q += 32;
+        }
+    }
+}
+
 /* ggml's get_scale_min_k4: 8 6-bit scales and 8 6-bit mins in 12 bytes. */
 static inline void get_scale_min_k4(int j, const uint8_t *q, uint8_t *d, uint8_t *m)
 {
@@ -202,6 +323,33 @@ static void deq_q4_k(const uint8_t *x, float *y, int64_t nb)
             for (int l = 0; l < 32; ++l) *y++ = d2 * (q[l] >> 4) - m2;
             q += 32;
             is += 2;
+        }
+    }
+}
+
+/* block_q5_K: f16 d, f16 dmin, scales[12], qh[32], qs[128] */
+static void deq_q5_k(const uint8_t *x, float *y, int64_t nb)
+{
+    for (int64_t i = 0; i < nb; i++, x += 176) {
+        const float d = rd_f16(x);
+        const float min = rd_f16(x + 2);
+        const uint8_t *scales = x + 4, *qh = x + 16, *ql = x + 48;
+        int is = 0;
+        uint8_t sc, m;
+        uint8_t u1 = 1, u2 = 2;
+        for (int j = 0; j < QK_K; j += 64) {
+            get_scale_min_k4(is + 0, scales, &sc, &m);
+            const float d1 = d * sc;
+            const float m1 = min * m;
+            get_scale_min_k4(is + 1, scales, &sc, &m);
+            const float d2 = d * sc;
+            const float m2 = min * m;
+            for (int l = 0; l < 32; ++l) *y++ = d1 * ((ql[l] & 0xF) + (qh[l] & u1 ? 16 : 0)) - m1;
+            for (int l = 0; l < 32; ++l) *y++ = d2 * ((ql[l] >> 4) + (qh[l] & u2 ? 16 : 0)) - m2;
+            ql += 32;
+            is += 2;
+            u1 <<= 2;
+            u2 <<= 2;
         }
     }
 }
@@ -252,7 +400,12 @@ static void deq_any(uint32_t type, const uint8_t *src, float *dst, int64_t n)
     case LG_GGML_Q8_0: deq_q8_0(src, dst, n / QK8_0); break;
     case LG_GGML_Q4_0: deq_q4_0(src, dst, n / QK4_0); break;
     case LG_GGML_Q4_1: deq_q4_1(src, dst, n / QK4_1); break;
+    case LG_GGML_Q5_0: deq_q5_0(src, dst, n / 32); break;
+    case LG_GGML_Q5_1: deq_q5_1(src, dst, n / 32); break;
+    case LG_GGML_Q2_K: deq_q2_k(src, dst, n / QK_K); break;
+    case LG_GGML_Q3_K: deq_q3_k(src, dst, n / QK_K); break;
     case LG_GGML_Q4_K: deq_q4_k(src, dst, n / QK_K); break;
+    case LG_GGML_Q5_K: deq_q5_k(src, dst, n / QK_K); break;
     case LG_GGML_Q6_K: deq_q6_k(src, dst, n / QK_K); break;
     }
 }
@@ -263,8 +416,8 @@ static int check_decodable(uint32_t type, int64_t n, lg_err *err)
     if (!name)
         return lg_fail(err, "unknown ggml tensor type id %u", type);
     if (!lg_quant_supported(type))
-        return lg_fail(err, "ggml type %s is not supported: expected one of F32, F16, BF16, Q8_0, "
-                            "Q4_0, Q4_1, Q4_K, Q6_K (re-quantize the model to one of these)",
+        return lg_fail(err, "ggml type %s is not supported: expected one of F32, F16, BF16, Q4_0, Q4_1, "
+                            "Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K (re-quantize the model to one of these)",
                        name);
     if (n < 0 || n % k_types[type].blck)
         return lg_fail(err, "%s row of %lld elements: expected a multiple of the block size %u", name,

@@ -5,18 +5,25 @@
  * Every ggml type id is known here by name and block geometry (elements per
  * block, bytes per block), so the GGUF reader can size and bounds-check any
  * tensor, even one we cannot decode. Decoding is supported for
- *   F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K
+ *   F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K
  * with block layouts exactly as ggml's ggml-common.h / ggml-quants.c and the
  * same float operation order, so results match ggml and gguf-py bit for bit
  * (barring FMA contraction by the compiler: within 1 ulp). Other types are
  * refused with an error naming them.
  *
- * Workload: runs once per tensor at model load (135M..7B elements in all);
- * lg_dequant splits a tensor's rows over a few pthreads.
+ * The quantized ones among them are also backend block layouts
+ * (engine/backend/backend.h lg_qtype): a backend that takes a layout keeps
+ * the file's blocks as they are (weights_gguf.c, model.c); lg_dequant is
+ * then the load-time expansion (`--dequant-dtype`) and the upload-time one
+ * for backends that do not (CUDA).
+ *
+ * Workload: runs once per tensor at model load or upload (135M..7B
+ * elements in all); lg_dequant splits a tensor's rows over a few pthreads.
  */
 #ifndef LG_QUANT_H
 #define LG_QUANT_H
 
+#include "engine/backend/backend.h"
 #include "engine/base/common.h"
 
 /* ggml_type ids (ggml.h); gaps are ids ggml has retired. */
@@ -52,6 +59,12 @@ bool lg_ggml_type_info(uint32_t type, uint32_t *block_elems, uint32_t *block_byt
 
 /* Whether lg_dequant_row / lg_dequant can decode the type. */
 bool lg_quant_supported(uint32_t type);
+
+/* The backend block layout of a quantized ggml type (LG_Q4_0 for
+ * LG_GGML_Q4_0, ...), LG_QNONE for a float type or one without a layout. */
+lg_qtype lg_ggml_qtype(uint32_t type);
+/* The ggml type id of a layout (q != LG_QNONE). */
+uint32_t lg_qtype_ggml(lg_qtype q);
 
 /* Bytes taken by n elements of the type. Fails (-1) for an unknown type, n
  * not a multiple of the block size, or overflow. */

@@ -23,6 +23,7 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 struct lg_weights {
@@ -165,6 +166,46 @@ int lg_weights_add(lg_weights *w, const char *name, lg_dtype dt, int n_dims, con
     w->slots[slot] = (uint32_t)w->n + 1;
     w->n++;
     return 0;
+}
+
+int lg_weights_add_quant(lg_weights *w, const char *name, lg_qtype q, const int64_t shape[2], const void *data,
+                         void *owned_buf, lg_err *err)
+{
+    const lg_qtype_info qi = lg_qtype_get(q);
+    if (q <= LG_QNONE || q >= LG_QTYPE_COUNT)
+        return lg_fail(err, "tensor '%s': quantized layout %d, expected one of backend.h's lg_qtype", name ? name : "",
+                       (int)q);
+    if (shape[0] < 0 || shape[1] <= 0 || shape[1] % qi.block_elems)
+        return lg_fail(err, "tensor '%s': %s rows of %lld elements, expected a positive multiple of %d",
+                       name ? name : "", qi.name, (long long)shape[1], qi.block_elems);
+    size_t row_bytes, nbytes;
+    if (!lg_mul_ok((size_t)(shape[1] / qi.block_elems), (size_t)qi.block_bytes, &row_bytes) ||
+        (uint64_t)shape[0] > SIZE_MAX || !lg_mul_ok(row_bytes, (size_t)shape[0], &nbytes))
+        return lg_fail(err, "tensor '%s': byte size overflows", name ? name : "");
+    if (lg_weights_add(w, name, LG_F32, 0, NULL, data ? data : "", owned_buf, err))
+        return -1;
+    lg_wtensor *t = &w->t[w->n - 1];
+    t->n_dims = 2;
+    t->shape[0] = shape[0];
+    t->shape[1] = shape[1];
+    t->data = data;
+    t->nbytes = nbytes;
+    t->q = q;
+    return 0;
+}
+
+void lg_weights_drop_pages(const lg_weights *w, const void *data, size_t n)
+{
+    const uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE), a = (uintptr_t)data, b = a + n;
+    for (int i = 0; w && data && i < w->n_maps; i++) {
+        const uintptr_t m0 = (uintptr_t)w->maps[i].data, m1 = m0 + w->maps[i].size;
+        if (!w->maps[i].data || a < m0 || b > m1)
+            continue;
+        const uintptr_t p0 = (a + pg - 1) & ~(pg - 1), p1 = b & ~(pg - 1); /* whole pages inside */
+        if (p1 > p0)
+            madvise((void *)p0, p1 - p0, MADV_DONTNEED);
+        return;
+    }
 }
 
 /* Takes ownership of *m and clears it; on failure the caller still owns it. */

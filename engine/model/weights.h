@@ -20,8 +20,10 @@
  *   "lm_head.weight" (absent when tie_embeddings). Linear weights are
  *   [out_features, in_features] row-major, as torch stores them. GGUF q/k
  *   weights are un-permuted back to the HF rotate-half layout at load.
- *   dtype is F32, F16 or BF16: quantized GGUF tensors are dequantized to F16
- *   (or F32 when asked) at load.
+ *   dtype is F32, F16 or BF16, or the tensor is quantized (q != LG_QNONE):
+ *   a GGUF file's quantized 2-D tensors keep their blocks (a row of
+ *   shape[1] elements is shape[1] / block_elems blocks, backend.h lg_qtype),
+ *   unless opts->dequantize expands them at load to opts->dequant_dtype.
  *
  * Ownership: lg_weights owns every tensor's memory (mmap'd file regions or
  * heap buffers); pointers stay valid until lg_weights_free.
@@ -29,24 +31,31 @@
 #ifndef LG_WEIGHTS_H
 #define LG_WEIGHTS_H
 
+#include "engine/backend/backend.h"
 #include "engine/base/common.h"
 #include "engine/model/model_config.h"
 #include "engine/model/tokenizer.h"
 
 typedef struct lg_wtensor {
     char *name;        /* HF name */
-    lg_dtype dtype;    /* F32, F16, BF16 */
+    lg_dtype dtype;    /* F32, F16, BF16 (unused, F32, when q is set) */
     int n_dims;
     int64_t shape[4];  /* shape[0] is the outermost (rows) */
     const void *data;  /* host memory, contiguous row-major */
     size_t nbytes;
+    lg_qtype q;        /* LG_QNONE, or the block layout of a quantized 2-D tensor */
 } lg_wtensor;
 
 typedef struct lg_weights lg_weights;
 
 typedef struct lg_load_opts {
-    /* dtype quantized GGUF tensors are dequantized to (default F16). */
+    /* dtype quantized GGUF tensors are expanded to where they are expanded:
+     * at load when `dequantize`, else at upload by a backend that does not
+     * take their layout (CUDA); config.weight_dtype of a quantized file. */
     lg_dtype dequant_dtype;
+    /* Expand quantized GGUF tensors to dequant_dtype at load (the engine then
+     * never sees a quantized weight). Default: they keep their blocks. */
+    bool dequantize;
     /* Dummy weights: only config.json (+ tokenizer if present) is read and
      * every tensor is filled with deterministic random values of dummy_dtype. */
     bool dummy;
@@ -89,6 +98,17 @@ lg_weights *lg_weights_new(void);
  * the weights (data should point into it). Rejects duplicate names. */
 int lg_weights_add(lg_weights *w, const char *name, lg_dtype dt, int n_dims, const int64_t *shape,
                    const void *data, void *owned_buf, lg_err *err);
+/* Adds a quantized 2-D tensor of layout q (shape[1] a multiple of its
+ * block); otherwise as lg_weights_add. */
+int lg_weights_add_quant(lg_weights *w, const char *name, lg_qtype q, const int64_t shape[2], const void *data,
+                         void *owned_buf, lg_err *err);
+/* Tells the kernel that this process no longer needs the resident pages of
+ * [data, data + n) (the whole pages inside it) when that range lies in one
+ * of w's file mappings (madvise MADV_DONTNEED; the model has copied the
+ * tensor to the backend): RSS drops by them. Contents are unchanged: a
+ * later read maps the pages back from the file. A range on the heap is
+ * left alone. */
+void lg_weights_drop_pages(const lg_weights *w, const void *data, size_t n);
 /* Keeps a mapping alive for the lifetime of w (takes ownership). */
 int lg_weights_keep_mmap(lg_weights *w, lg_mmap *m, lg_err *err);
 lg_model_config *lg_weights_config_mut(lg_weights *w);

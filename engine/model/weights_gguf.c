@@ -31,14 +31,20 @@
  * row back to its HF place while decoding (n_head = n_kv_heads for k).
  * qwen2 files are not permuted.
  *
- * dtypes: 1-D tensors (norms, biases) are always F32. 2-D tensors all get
- * one dtype, config.weight_dtype: if the file has any quantized 2-D tensor,
- * or its float 2-D tensors disagree, that is opts->dequant_dtype, taken
- * literally (LG_F32 == 0, so zeroed opts mean F32; opts == NULL means F16);
- * otherwise the file's own float dtype. A tensor already in its target dtype
- * and not permuted is used in place from the mapping (zero copy; the mapping
- * is handed to lg_weights_keep_mmap); every other tensor gets its own heap
- * buffer owned by the weights.
+ * dtypes: 1-D tensors (norms, biases) are always F32. A quantized 2-D
+ * tensor of a layout the backends know (quant.h lg_ggml_qtype: Q4_0, Q4_1,
+ * Q5_0, Q5_1, Q8_0, Q2_K..Q6_K) keeps its blocks (lg_weights_add_quant):
+ * each tensor its own layout, a file may mix them. The float 2-D tensors
+ * all get one dtype, config.weight_dtype: if the file has any quantized 2-D
+ * tensor, or its float 2-D tensors disagree, that is opts->dequant_dtype,
+ * taken literally (LG_F32 == 0, so zeroed opts mean F32; opts == NULL means
+ * F16); otherwise the file's own float dtype. With opts->dequantize the
+ * quantized 2-D tensors are expanded to that dtype too (the engine then
+ * sees no quantized weight). A tensor already in its target form and not
+ * permuted is used in place from the mapping (zero copy; the mapping is
+ * handed to lg_weights_keep_mmap); every other tensor gets its own heap
+ * buffer owned by the weights (a permuted quantized q/k: its rows moved,
+ * blocks unchanged).
  *
  * Llama-3 rope scaling: GGUF keeps it only as a "rope_freqs.weight" tensor
  * of per-frequency divisors. We try to recover (factor, low, high, orig ctx)
@@ -485,8 +491,33 @@ static void progress_draw(progress *p, int done)
 
 /* ---- tensors -------------------------------------------------------------- */
 
+/* A quantized 2-D tensor kept in its blocks: in place, or rows moved by row_map (taken and freed). */
+static int keep_quant(ctx *c, lg_weights *w, const lg_gguf_tensor *t, const char *hf, const int64_t *shape,
+                      int64_t *row_map)
+{
+    const lg_qtype q = lg_ggml_qtype(t->type);
+    if (!row_map)
+        return lg_weights_add_quant(w, hf, q, shape, t->data, NULL, c->err);
+    const size_t row_bytes = t->nbytes / (size_t)shape[0];
+    void *buf = NULL;
+    if (posix_memalign(&buf, 64, t->nbytes ? t->nbytes : 1))
+        buf = NULL;
+    if (!buf) {
+        free(row_map);
+        return lg_fail(c->err, "out of memory for tensor '%s' (%zu bytes)", hf, t->nbytes);
+    }
+    for (int64_t r = 0; r < shape[0]; r++)
+        memcpy((char *)buf + (size_t)row_map[r] * row_bytes, (const char *)t->data + (size_t)r * row_bytes, row_bytes);
+    free(row_map);
+    if (lg_weights_add_quant(w, hf, q, shape, buf, buf, c->err)) {
+        free(buf);
+        return -1;
+    }
+    return 0;
+}
+
 static int load_tensor(ctx *c, lg_weights *w, const lg_gguf_tensor *t, const char *hf, perm_kind perm,
-                       lg_dtype target2d, bool permuted_file)
+                       lg_dtype target2d, bool permuted_file, bool dequantize)
 {
     lg_err *err = c->err;
     int64_t shape[4];
@@ -512,6 +543,9 @@ static int load_tensor(ctx *c, lg_weights *w, const lg_gguf_tensor *t, const cha
                 for (int64_t j = 0; j < 2; j++)
                     row_map[h * hd + 2 * i + j] = h * hd + j * (hd / 2) + i;
     }
+
+    if (t->n_dims == 2 && !dequantize && lg_ggml_qtype(t->type) != LG_QNONE)
+        return keep_quant(c, w, t, hf, shape, row_map);
 
     /* Zero copy needs the data 32-byte aligned (true for the default
      * general.alignment; a file may choose less). */
@@ -561,7 +595,7 @@ static int load_tensors(ctx *c, lg_weights *w, const lg_load_opts *opts, lg_dtyp
         } else if (!map_name(c->cfg, t->name, c->cfg->n_layers, hf, sizeof hf, &perm)) {
             if (lg_log_verbose)
                 lg_log("gguf: skipping tensor '%s' (not used by the %s forward)", t->name, c->arch);
-        } else if (load_tensor(c, w, t, hf, perm, target2d, permuted)) {
+        } else if (load_tensor(c, w, t, hf, perm, target2d, permuted, opts && opts->dequantize)) {
             if (pr.on)
                 fputc('\n', stderr);
             return -1;
@@ -632,8 +666,8 @@ int lg_weights_load_gguf(const char *path, const lg_load_opts *opts, lg_weights 
     for (int i = 0; i < lg_gguf_n_tensors(g) && !(opts && opts->vocab_only); i++) {
         const lg_gguf_tensor *t = lg_gguf_tensor_at(g, i);
         if (!lg_quant_supported(t->type)) {
-            lg_fail(err, "gguf: tensor '%s' has type %s, which is not supported: expected F32, F16, BF16, Q8_0, Q4_0, "
-                         "Q4_1, Q4_K or Q6_K", t->name, lg_ggml_type_name(t->type));
+            lg_fail(err, "gguf: tensor '%s' has type %s, which is not supported: expected F32, F16, BF16, Q4_0, "
+                         "Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K or Q6_K", t->name, lg_ggml_type_name(t->type));
             goto fail;
         }
     }

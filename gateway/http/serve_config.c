@@ -43,7 +43,7 @@ static const opt opts[] = {
     {"pool-mb", K_INT, O(pool_mb), 1, 1 << 24, NULL, "N", "unified KV + adapter page pool size (default: the engine's)"},
     {"max-lora-rank", K_INT, O(max_lora_rank), 1, 1024, NULL, "N", "largest adapter rank accepted (default 64)"},
     {"dtype", K_CHOICE, O(dtype), 0, 0, "auto|f32|f16|bf16", "auto|f32|f16|bf16", "GPU compute dtype (default auto)"},
-    {"dequant-dtype", K_CHOICE, O(dequant_dtype), 0, 0, "f16|f32", "f16|f32", "dtype quantized GGUF weights expand to (default f16)"},
+    {"dequant-dtype", K_CHOICE, O(dequant_dtype), 0, 0, "f16|f32", "f16|f32", "expand quantized GGUF weights at load (default: the CPU keeps their blocks)"},
     {"chat-template", K_STR, O(chat_template), 0, 0, NULL, "FILE|NAME", "the chat template: a Jinja file (instead of the model's own), or a built-in family (chatml|llama3|llama2|mistral)"},
     {"tool-call-parser", K_CHOICE, O(tool_call_parser), 0, 0, "hermes|llama3_json|mistral|granite", "NAME", "how tool calls are read from tool_choice auto output: hermes|llama3_json|mistral|granite (default: the format the chat template teaches)"},
     {"responses-retention", K_INT, O(responses_retention_h), 0, 24 * 3650, NULL, "HOURS", "how long /v1/responses keeps stored responses (store, previous_response_id) (default 720; 0: none are stored)"},
@@ -300,8 +300,6 @@ int lg_serve_config_parse(lg_serve_config *c, int argc, char **argv, lg_err *err
         c->backend = "cpu";
     if (!c->dtype)
         c->dtype = "auto";
-    if (!c->dequant_dtype)
-        c->dequant_dtype = "f16";
     if (!c->max_lora_rank)
         c->max_lora_rank = 64;
     if (!c->max_queue)

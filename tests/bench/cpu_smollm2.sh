@@ -13,7 +13,7 @@ MODEL="${1:-.models/SmolLM2-135M-Instruct.Q4_1.gguf}"
 THREADS="${2:-$(nproc)}"
 IDS=$(python3 -c "import random; r=random.Random(7); print(','.join(str(r.randrange(100, 40000)) for _ in range(128)))")
 for i in 1 2 3; do
-  build/loragate generate --model "$MODEL" --prompt-tokens "$IDS" --max-tokens 64 --threads "$THREADS" \
+  ${LG_BIN:-build/loragate} generate --model "$MODEL" --prompt-tokens "$IDS" --max-tokens 64 --threads "$THREADS" \
     --json --stats 2>/dev/null
 done | python3 -c '
 import json, statistics, sys

@@ -40,7 +40,7 @@ def one_line_error(p, code):
 
 def test_chat_answers_the_capital_of_france():
     need_model()
-    p = run("generate", "--model", GGUF, "--chat", "--prompt", "What is the capital of France?", "--max-tokens", "40")
+    p = run("generate", "--model", GGUF, "--chat", "--prompt", "What is the capital of France? Answer in one word.", "--max-tokens", "40")
     assert p.returncode == 0, p.stderr
     assert "Paris" in p.stdout
 

@@ -10,7 +10,11 @@
  *   3. tiny llama / qwen2 models: config, name mapping, q/k un-permute,
  *      biases, Llama-3 rope factors, vocab_only;
  *   4. the real SmolLM2-135M Q4_1 model when .models/ has it (skipped
- *      otherwise): config and un-permuted q/k rows against gguf-py + numpy.
+ *      otherwise): config and un-permuted q/k rows against gguf-py + numpy,
+ *      expanded at load (dequantize) and kept in their Q4_1 blocks (the
+ *      default: rows moved by the un-permute, blocks unchanged; tensors
+ *      that need no un-permute used in place from the file, their bytes
+ *      the file's).
  * Runs with the repo root as working directory.
  */
 #include <stdint.h>
@@ -45,7 +49,8 @@ static bool close_rel(float a, float b, float tol)
 
 static void test_dequant(void)
 {
-    static const char *types[] = {"F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q6_K"};
+    static const char *types[] = {"F32",  "F16",  "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0",
+                                  "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"};
     lg_err err = {{0}};
     lg_gguf *g;
     CHECK_MSG(lg_gguf_open(FIX "quant_types.gguf", &g, &err) == 0, "%s", err.msg);
@@ -86,9 +91,9 @@ static void test_dequant(void)
         free(ref);
     }
     /* a type we refuse is named in the error */
-    const lg_gguf_tensor *t = lg_gguf_find_tensor(g, "t_Q5_0");
+    const lg_gguf_tensor *t = lg_gguf_find_tensor(g, "t_IQ4_NL");
     float out[1024];
-    CHECK(t && lg_dequant_row(t->type, t->data, out, 1024, &err) == -1 && strstr(err.msg, "Q5_0"));
+    CHECK(t && lg_dequant_row(t->type, t->data, out, 1024, &err) == -1 && strstr(err.msg, "IQ4_NL"));
     CHECK(lg_dequant_row(LG_GGML_Q4_K, t->data, out, 100, &err) == -1); /* not a block multiple */
     CHECK(lg_ggml_type_name(31) == NULL && lg_ggml_type_name(1000) == NULL);
     CHECK(!strcmp(lg_ggml_type_name(LG_GGML_Q6_K), "Q6_K"));
@@ -550,7 +555,7 @@ static void test_smollm(void)
     }
     lg_err err = {{0}};
     lg_weights *w = NULL;
-    lg_load_opts o = {.dequant_dtype = LG_F32, .progress = true};
+    lg_load_opts o = {.dequant_dtype = LG_F32, .dequantize = true, .progress = true};
     double t0 = lg_now();
     CHECK_MSG(lg_weights_load_gguf(path, &o, &w, &err) == 0, "%s", err.msg);
     if (!w)
@@ -585,6 +590,38 @@ static void test_smollm(void)
     t0 = lg_now();
     CHECK_MSG(lg_weights_load_gguf(path, &o, &w, &err) == 0, "%s", err.msg);
     printf("SmolLM2-135M Q4_1 -> f16 loaded in %.2fs\n", lg_now() - t0);
+    lg_weights_free(w);
+
+    /* the default: Q4_1 blocks kept, the same values once decoded */
+    o.dequantize = false;
+    CHECK_MSG(lg_weights_load_gguf(path, &o, &w, &err) == 0, "%s", err.msg);
+    if (!w)
+        return;
+    ref = read_f32(FIX "smollm_ref.f32", &n);
+    q = lg_weights_get(w, "model.layers.0.self_attn.q_proj.weight");
+    k = lg_weights_get(w, "model.layers.29.self_attn.k_proj.weight");
+    const lg_wtensor *v = lg_weights_get(w, "model.layers.3.self_attn.v_proj.weight");
+    CHECK(q && k && v && q->q == LG_Q4_1 && k->q == LG_Q4_1 && v->q == LG_Q4_1);
+    CHECK(q && q->shape[0] == 576 && q->shape[1] == 576 && q->nbytes == (size_t)576 * 576 / 32 * 20);
+    if (ref && n == 9 * 576 && q && k && q->q == LG_Q4_1 && k->q == LG_Q4_1) {
+        static const int qrows[6] = {0, 1, 31, 32, 63, 575}, krows[3] = {0, 17, 191};
+        int bad = 0;
+        for (int i = 0; i < 9; i++) {
+            float row[576];
+            const lg_wtensor *t = i < 6 ? q : k;
+            const int r = i < 6 ? qrows[i] : krows[i - 6];
+            CHECK(lg_dequant_row(LG_GGML_Q4_1, (const char *)t->data + (size_t)r * (576 / 32 * 20), row, 576, &err) == 0);
+            for (int j = 0; j < 576; j++) bad += !close_rel(row[j], ref[i * 576 + j], 1e-6f);
+        }
+        CHECK_MSG(bad == 0, "%d q/k values of the kept blocks differ from gguf-py + numpy", bad);
+    }
+    free(ref);
+    /* v is not permuted: its blocks are the file's, in place */
+    lg_gguf *g = NULL;
+    CHECK(lg_gguf_open(path, &g, &err) == 0);
+    const lg_gguf_tensor *fv = g ? lg_gguf_find_tensor(g, "blk.3.attn_v.weight") : NULL;
+    CHECK(fv && v && fv->nbytes == v->nbytes && !memcmp(fv->data, v->data, v->nbytes));
+    lg_gguf_free(g);
     lg_weights_free(w);
 }
 
