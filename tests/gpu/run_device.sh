@@ -4,7 +4,7 @@
 # HF/peft fixtures end to end on the CUDA backend, and every GPU figure of
 # docs/benchmarks.md next to its reference.
 #
-#   bash tests/gpu/run_device.sh [all|test|serving|bench|profile|kernels|structured|models]     (from the repo root)
+#   bash tests/gpu/run_device.sh [all|test|serving|bench|profile|kernels|structured|models|spec]     (from the repo root)
 #
 # kernels: quick loop for kernel work — builds only test_cuda_ops and
 # bench_kernels (unless TARGETS says otherwise), runs the op tests of the
@@ -234,6 +234,28 @@ if want bench; then
     python3 tests/bench/hf_w1.py --mode peft --adapters 32 --rank 16 >"$OUT/hf_peft.json" 2>"$OUT/hf_peft.err"
     note "W1 HF peft: $(tail -1 "$OUT/hf_peft.json") $(tail -2 "$OUT/hf_peft.err" | head -1)"
   fi
+fi
+
+# spec: speculative decoding at a fixed acceptance rate (the bench's --speculative-accept-rate: dummy weights
+# make real acceptance meaningless), Llama-2-7B shape with rank-16 adapters, against no speculation, and the
+# greedy-equality golden test on CUDA
+if [ "$WHAT" = spec ]; then
+  late "spec golden" || {
+    LG_BIN=$BIN LG_BACKEND=cuda LG_GENERATE_EXTRA="--dtype f16 --pool-mb 1024" LG_COMPUTE_DTYPE=float16 python3 -m pytest -q \
+      tests/golden/test_speculative_golden.py >"$OUT/spec_golden.log" 2>&1
+    note "speculative greedy == plain on cuda: $(tail -1 "$OUT/spec_golden.log")"
+  }
+  SP="--speculative ngram --num-speculative-tokens"
+  for n in 1 8 32; do
+    a=$n; [ $a -gt 32 ] && a=32
+    CASE[sb$n]="$B --num-seqs $n --prompt-len 128 --output-len 128 --adapters $a --rank 16 --targets q,k,v,o"
+    bench off "" sb$n
+    bench "a0.7k4" "" sb$n "$SP 4 --speculative-accept-rate 0.7"
+  done
+  bench "a0.5k4" "" sb1 "$SP 4 --speculative-accept-rate 0.5"
+  bench "a0.9k4" "" sb1 "$SP 4 --speculative-accept-rate 0.9"
+  bench "a0.7k2" "" sb1 "$SP 2 --speculative-accept-rate 0.7"
+  bench "a0.7k6" "" sb1 "$SP 6 --speculative-accept-rate 0.7"
 fi
 
 # models: the op tests and the golden HF/peft fixtures of every family on CUDA (f16), then W1 on the Llama-2,
