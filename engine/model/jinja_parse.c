@@ -689,6 +689,28 @@ static void note_content_loop(parser *P, const jnode *it)
         P->t->iterates_content = true;
 }
 
+/* A macro's or call block's parameter list "(name, name=default, ...)",
+ * from its "(" through its ")": names and default expressions (NULL: none). */
+static void parse_params(parser *P, nvec *params)
+{
+    expect_op(P, "(");
+    while (!is_op(cur(P), ")")) {
+        if (params->n)
+            expect_op(P, ",");
+        if (cur(P)->k != TK_NAME)
+            perr(P, "expected a parameter name");
+        const char *pn = cur(P)->s;
+        next(P);
+        jnode *dflt = NULL;
+        if (is_op(cur(P), "=")) {
+            next(P);
+            dflt = parse_expression(P, true);
+        }
+        nv_push(P, params, dflt, pn);
+    }
+    next(P);
+}
+
 static jnode *parse_statement(parser *P)
 {
     enter(P);
@@ -786,22 +808,7 @@ static jnode *parse_statement(parser *P)
         n->name = cur(P)->s;
         next(P);
         nvec params = {0};
-        expect_op(P, "(");
-        while (!is_op(cur(P), ")")) {
-            if (params.n)
-                expect_op(P, ",");
-            if (cur(P)->k != TK_NAME)
-                perr(P, "expected a parameter name");
-            const char *pn = cur(P)->s;
-            next(P);
-            jnode *dflt = NULL;
-            if (is_op(cur(P), "=")) {
-                next(P);
-                dflt = parse_expression(P, true);
-            }
-            nv_push(P, &params, dflt, pn);
-        }
-        next(P);
+        parse_params(P, &params);
         expect_block_end(P);
         static const char *const ends[] = {"endmacro", NULL};
         int loops = P->loops;
@@ -820,24 +827,8 @@ static jnode *parse_statement(parser *P)
         n = mk(P, S_CALLBLOCK);
         next(P);
         nvec params = {0};
-        if (is_op(cur(P), "(")) {
-            next(P);
-            while (!is_op(cur(P), ")")) {
-                if (params.n)
-                    expect_op(P, ",");
-                if (cur(P)->k != TK_NAME)
-                    perr(P, "expected a parameter name");
-                const char *pn = cur(P)->s;
-                next(P);
-                jnode *dflt = NULL;
-                if (is_op(cur(P), "=")) {
-                    next(P);
-                    dflt = parse_expression(P, true);
-                }
-                nv_push(P, &params, dflt, pn);
-            }
-            next(P);
-        }
+        if (is_op(cur(P), "("))
+            parse_params(P, &params);
         n->a = parse_expression(P, true);
         if (n->a->kind != N_CALL)
             perr(P, "expected a call");

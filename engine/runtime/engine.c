@@ -1238,7 +1238,7 @@ static int host_pick(lg_engine *e, request *r, const float *lg, double u, bool m
         cmask = e->cmask;
         e->stats.constrained_rows++;
         e->stats.forced_tokens += allowed == 1;
-        if (lg_cmask_single(cmask, e->cmask_words) >= 0) {
+        if (allowed == 1) {
             *tok = lg_cmask_single(cmask, e->cmask_words); /* the only token the grammar allows: no sampling */
             return 0;
         }

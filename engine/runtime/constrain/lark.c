@@ -398,6 +398,19 @@ static lexpr *lk_json(lk *c)
     return c->b->failed ? NULL : x;
 }
 
+/* A literal or regex expression that takes over token t's decoded value. */
+static lexpr *lk_take(lk *c, int kind, ltok *t)
+{
+    lexpr *x = lk_new(c, kind, t->line);
+    if (!x)
+        return NULL;
+    x->s = t->val;
+    x->n = t->vlen;
+    x->flags = t->flags;
+    t->val = NULL;
+    return x;
+}
+
 static lexpr *lk_atom(lk *c)
 {
     ltok *t = lk_peek(c);
@@ -446,25 +459,11 @@ static lexpr *lk_atom(lk *c)
                 x->lo = cp[0], x->hi = cp[1];
             return x;
         }
-        x = lk_new(c, LX_LIT, t->line);
-        if (!x)
-            return NULL;
-        x->s = t->val;
-        x->n = t->vlen;
-        x->flags = t->flags;
-        t->val = NULL;
-        return x;
+        return lk_take(c, LX_LIT, t);
     }
     if (t->kind == LT_RX) {
         c->pos++;
-        x = lk_new(c, LX_RX, t->line);
-        if (!x)
-            return NULL;
-        x->s = t->val;
-        x->n = t->vlen;
-        x->flags = t->flags;
-        t->val = NULL;
-        return x;
+        return lk_take(c, LX_RX, t);
     }
     if (lk_is_op(t, "(") || lk_is_op(t, "[")) {
         bool opt = lk_is_op(t, "[");

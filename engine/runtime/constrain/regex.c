@@ -295,6 +295,29 @@ static int rx_cmp_key(const void *a, const void *b)
     return *(const int *)a - *(const int *)b;
 }
 
+/* Appends the pair (c, k) to the parallel arrays cp / key of *n entries,
+ * doubling *cap when full. false when out of memory: both arrays are then
+ * freed. */
+static bool pair_push(uint32_t **cp, uint32_t **key, int *n, int *cap, uint32_t c, uint32_t k)
+{
+    if (*n == *cap) {
+        *cap *= 2;
+        uint32_t *a = realloc(*cp, (size_t)*cap * 4), *b = a ? realloc(*key, (size_t)*cap * 4) : NULL;
+        if (a)
+            *cp = a;
+        if (!b) {
+            free(*cp);
+            free(*key);
+            return false;
+        }
+        *key = b;
+    }
+    (*cp)[*n] = c;
+    (*key)[*n] = k;
+    (*n)++;
+    return true;
+}
+
 static void rx_fold_build(void)
 {
     int cap = 4096, n = 0;
@@ -305,21 +328,8 @@ static void rx_fold_build(void)
         uint32_t k = rx_fold_of(u);
         if (k == u && (uint32_t)utf8proc_toupper((utf8proc_int32_t)u) == u)
             continue; /* not cased, or its own group's key with nothing mapping away: checked below */
-        if (n == cap) {
-            cap *= 2;
-            uint32_t *a = realloc(cp, (size_t)cap * 4), *b = a ? realloc(key, (size_t)cap * 4) : NULL;
-            if (a)
-                cp = a;
-            if (!b) {
-                free(cp);
-                free(key);
-                return;
-            }
-            key = b;
-        }
-        cp[n] = u;
-        key[n] = k;
-        n++;
+        if (!pair_push(&cp, &key, &n, &cap, u, k))
+            return;
     }
     if (!cp || !key) {
         free(cp);
@@ -345,21 +355,8 @@ static void rx_fold_build(void)
         }
         if (have)
             continue;
-        if (n == cap) {
-            cap *= 2;
-            uint32_t *a = realloc(cp, (size_t)cap * 4), *b = a ? realloc(key, (size_t)cap * 4) : NULL;
-            if (a)
-                cp = a;
-            if (!b) {
-                free(cp);
-                free(key);
-                return;
-            }
-            key = b;
-        }
-        cp[n] = k;
-        key[n] = k;
-        n++;
+        if (!pair_push(&cp, &key, &n, &cap, k, k))
+            return;
     }
     /* sort by cp (insertion of keys broke the order); dedupe */
     int *idx = malloc((size_t)n * sizeof *idx);

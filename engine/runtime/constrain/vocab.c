@@ -251,22 +251,34 @@ static int lg_vocab_finish(lg_cvocab *v, const int32_t *eos_ids, int n_eos, lg_e
     return lg_vocab_build_trie(v, err);
 }
 
+/* A vocabulary of n tokens with its per-token arrays allocated (offsets,
+ * lengths, excluded flags: all zero); NULL when out of memory. */
+static lg_cvocab *vocab_alloc(int n)
+{
+    lg_cvocab *v = calloc(1, sizeof *v);
+    if (!v)
+        return NULL;
+    v->n_vocab = n;
+    v->off = calloc((size_t)n, 4);
+    v->len = calloc((size_t)n, 4);
+    v->excluded = calloc((size_t)n, 1);
+    if (!v->off || !v->len || !v->excluded) {
+        lg_cvocab_free(v);
+        return NULL;
+    }
+    return v;
+}
+
 int lg_cvocab_from_bytes(int n_vocab, const char *const *tokens, const uint32_t *lens, const bool *special,
                          const int32_t *eos_ids, int n_eos, lg_cvocab **out, lg_err *err)
 {
     *out = NULL;
     if (n_vocab <= 0)
         return lg_fail(err, "constrain: empty vocabulary");
-    lg_cvocab *v = calloc(1, sizeof *v);
+    lg_cvocab *v = vocab_alloc(n_vocab);
     lg_tb tb = {0};
     if (!v)
         return lg_fail(err, "constrain: out of memory");
-    v->n_vocab = n_vocab;
-    v->off = malloc((size_t)n_vocab * 4);
-    v->len = malloc((size_t)n_vocab * 4);
-    v->excluded = calloc((size_t)n_vocab, 1);
-    if (!v->off || !v->len || !v->excluded)
-        goto oom;
     for (int i = 0; i < n_vocab; i++) {
         v->off[i] = (uint32_t)tb.n;
         v->len[i] = tokens[i] ? lens[i] : 0;
@@ -296,16 +308,10 @@ int lg_cvocab_from_tokenizer(const lg_tokenizer *t, const int32_t *eos_ids, int 
     if (n <= 0)
         return lg_fail(err, "constrain: empty vocabulary");
     bool spm = lg_tokenizer_token_id(t, "\xe2\x96\x81") >= 0 || lg_tokenizer_token_id(t, "<0x00>") >= 0;
-    lg_cvocab *v = calloc(1, sizeof *v);
+    lg_cvocab *v = vocab_alloc(n);
     lg_tb tb = {0};
     if (!v)
         return lg_fail(err, "constrain: out of memory");
-    v->n_vocab = n;
-    v->off = malloc((size_t)n * 4);
-    v->len = malloc((size_t)n * 4);
-    v->excluded = calloc((size_t)n, 1);
-    if (!v->off || !v->len || !v->excluded)
-        goto oom;
     for (int i = 0; i < n; i++) {
         const char *text = lg_tokenizer_token_text(t, i);
         v->off[i] = (uint32_t)tb.n;
