@@ -109,7 +109,7 @@ static void usage(FILE *f)
             "  --prompt-tokens IDS    comma-separated token ids, used as given (no BOS added)\n"
             "  --chat                 wrap the prompt in the model's chat template as a user message\n"
             "  --system TEXT          system message (with --chat)\n"
-            "  --chat-template NAME   built-in template when the model's is missing or unrecognised:\n"
+            "  --chat-template NAME   a built-in template instead of the model's own (or for a model without one):\n"
             "                         chatml, llama3, llama2, mistral\n"
             "  --max-tokens N         most tokens to generate (default 256)\n"
             "  --temperature T        0 = greedy (default 0)\n"
