@@ -46,6 +46,29 @@
  *   Q8_0  32 el, 34 B: d, 32 int8                  x = d * q
  *   Q2_K..Q6_K  256 el (super-blocks of 16 or 32-element sub-blocks with
  *         4/6/8-bit sub-scales): 84, 110, 144, 176, 210 B
+ * and the layouts of the Hub's quantized checkpoints (FP8 and INT4; the
+ * loader, engine/model/weights_hfquant.c, repacks their tensors into these
+ * blocks, and `--quantization fp8` quantizes 16-bit weights into F8_A8).
+ * e4m3 is OCP FP8 E4M3FN (lg_e4m3_to_f32); f32/f16 little-endian:
+ *   F8      128 el, 132 B: f32 d, 128 e4m3 q             w = d * q
+ *           activations as they are (weight-only FP8, W8A16)
+ *   F8_A8   128 el, 132 B: as F8; W8A8: the matmul first rounds each
+ *           activation row x to e4m3 with a dynamic per-token scale
+ *           s = amax(|x|) / 448:  x~ = s * e4m3(x / s)   (s = 0: x~ = 0)
+ *   F8_A8S  128 el, 136 B: f32 d, f32 a, 128 e4m3 q      w = d * q
+ *           W8A8 with the activation scale in the block: a > 0 a static
+ *           scale, x~ = a * e4m3(clamp(x / a, +-448)); a < 0 dynamic per
+ *           token with amax clamped to -a (fbgemm's upper bound):
+ *           s = min(amax, -a) / 448. (a is the same in every block of a
+ *           source tensor; fused rows of several tensors may differ.)
+ *   F8_A8G  128 el, 132 B: as F8; W8A8 with a dynamic scale per token and
+ *           128-element group of K (block-scaled FP8 checkpoints: the
+ *           group is the block): s = amax(|x[k0 .. k0+127]|) / 448
+ *   I4      128 el, 68 B: f16 d, u8 z (0..15), u8 0, 64 B of 4-bit q
+ *           (element 2i in the low nibble of byte i, 2i+1 in the high one)
+ *           w = d * (q - z); activations as they are (W4A16; AWQ, GPTQ,
+ *           compressed-tensors pack-quantized with groups of 128 or one
+ *           group a row: d and z repeat)
  * LG_QNONE: plain elements of the tensor's dtype. */
 typedef enum lg_qtype {
     LG_QNONE = 0,
@@ -59,6 +82,11 @@ typedef enum lg_qtype {
     LG_Q4_K,
     LG_Q5_K,
     LG_Q6_K,
+    LG_QF8,
+    LG_QF8_A8,
+    LG_QF8_A8S,
+    LG_QF8_A8G,
+    LG_QI4,
     LG_QTYPE_COUNT
 } lg_qtype;
 
@@ -73,9 +101,17 @@ static inline lg_qtype_info lg_qtype_get(lg_qtype q)
         {"none", 1, 0},   {"Q4_0", 32, 18},  {"Q4_1", 32, 20},  {"Q5_0", 32, 22},
         {"Q5_1", 32, 24}, {"Q8_0", 32, 34},  {"Q2_K", 256, 84}, {"Q3_K", 256, 110},
         {"Q4_K", 256, 144}, {"Q5_K", 256, 176}, {"Q6_K", 256, 210},
+        {"F8", 128, 132}, {"F8_A8", 128, 132}, {"F8_A8S", 128, 136}, {"F8_A8G", 128, 132},
+        {"I4", 128, 68},
     };
     return (unsigned)q < LG_QTYPE_COUNT ? k[q] : k[0];
 }
+
+/* Whether q is one of ggml's layouts (a GGUF file's blocks) rather than a
+ * quantized checkpoint's (F8*, I4). */
+static inline bool lg_qtype_is_ggml(lg_qtype q) { return q > LG_QNONE && q <= LG_Q6_K; }
+/* Whether the matmul rounds its activations to e4m3 for a weight of layout q (W8A8). */
+static inline bool lg_qtype_is_w8a8(lg_qtype q) { return q == LG_QF8_A8 || q == LG_QF8_A8S || q == LG_QF8_A8G; }
 
 /* A 2-D row-major view: rows x cols, `stride` elements between rows.
  * A quantized weight (q != LG_QNONE; only as matmul's W or embed's table,

@@ -253,7 +253,7 @@ static int cpu_matmul_op(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, 
 }
 
 /* Every layout: cpu_quant.h has a dot and a row decoder for each. */
-static bool cpu_takes_quant(lg_backend *be, lg_qtype q) { return q > LG_QNONE && q < LG_QTYPE_COUNT; }
+static bool cpu_takes_quant(lg_backend *be, lg_qtype q) { (void)be; return lg_qtype_is_ggml(q); }
 
 /* ---- rope --------------------------------------------------------------------- */
 typedef struct {

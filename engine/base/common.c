@@ -4,6 +4,7 @@
 #include "engine/base/common.h"
 
 #include <errno.h>
+#include <math.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -122,6 +123,41 @@ uint16_t lg_f32_to_bf16(float f)
         return (uint16_t)((u >> 16) | 0x40);
     u += 0x7fff + ((u >> 16) & 1);
     return (uint16_t)(u >> 16);
+}
+
+float lg_e4m3_to_f32(uint8_t v)
+{
+    const int e = (v >> 3) & 15, m = v & 7;
+    float r;
+    if (e == 15 && m == 7)
+        r = NAN;
+    else if (e == 0)
+        r = ldexpf((float)m, -9); /* subnormal: m / 8 * 2^-6 */
+    else
+        r = ldexpf((float)(8 + m), e - 10); /* (1 + m / 8) * 2^(e - 7) */
+    return (v & 0x80) ? -r : r;
+}
+
+uint8_t lg_f32_to_e4m3(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    const uint8_t s = (uint8_t)((u >> 24) & 0x80);
+    const float a = fabsf(x);
+    if (a != a)
+        return s | 0x7F;
+    if (a >= 448.0f)
+        return s | 0x7E;
+    if (a < 0.015625f) /* below 2^-6: subnormal steps of 2^-9 (8 is the smallest normal) */
+        return s | (uint8_t)nearbyintf(a * 512.0f);
+    uint32_t b;
+    memcpy(&b, &a, 4);
+    b += 0x7FFFFu + ((b >> 20) & 1u); /* round the f32 mantissa to 3 bits, ties to even */
+    const int e = (int)(b >> 23) - 127;
+    const uint32_t m = (b >> 20) & 7u;
+    if (e > 8 || (e == 8 && m > 6))
+        return s | 0x7E;
+    return s | (uint8_t)(((e + 7) << 3) | (int)m);
 }
 
 void lg_to_f32(float *dst, const void *src, lg_dtype st, size_t n)

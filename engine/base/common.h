@@ -74,6 +74,13 @@ static inline float lg_bf16_to_f32(uint16_t b)
 uint16_t lg_f32_to_bf16(float f);
 
 /* Converts n elements of src (type st) to float. */
+/* OCP FP8 E4M3FN (torch.float8_e4m3fn, ml_dtypes.float8_e4m3fn): 1 sign, 4
+ * exponent (bias 7), 3 mantissa bits; no infinities, S.1111.111 is NaN, the
+ * largest finite value 448. lg_f32_to_e4m3 rounds to nearest even and
+ * saturates to +-448 (what quantizers do after their clamp); NaN stays NaN. */
+float lg_e4m3_to_f32(uint8_t v);
+uint8_t lg_f32_to_e4m3(float x);
+
 void lg_to_f32(float *dst, const void *src, lg_dtype st, size_t n);
 /* Converts n floats to dst of type dt (F32/F16/BF16). */
 void lg_from_f32(void *dst, lg_dtype dt, const float *src, size_t n);

@@ -108,13 +108,13 @@ static const uint32_t k_qtype_ggml[LG_QTYPE_COUNT] = {
 
 lg_qtype lg_ggml_qtype(uint32_t type)
 {
-    for (int q = LG_QNONE + 1; q < LG_QTYPE_COUNT; q++)
+    for (int q = LG_QNONE + 1; q <= LG_Q6_K; q++)
         if (k_qtype_ggml[q] == type)
             return (lg_qtype)q;
     return LG_QNONE;
 }
 
-uint32_t lg_qtype_ggml(lg_qtype q) { return q > LG_QNONE && q < LG_QTYPE_COUNT ? k_qtype_ggml[q] : LG_GGML_F32; }
+uint32_t lg_qtype_ggml(lg_qtype q) { return lg_qtype_is_ggml(q) ? k_qtype_ggml[q] : LG_GGML_F32; }
 
 int lg_ggml_nbytes(uint32_t type, uint64_t n, size_t *out, lg_err *err)
 {

@@ -215,7 +215,7 @@ int main(void)
     CHECK_MSG(lg_backend_cpu_create(&o, &be, &err) == 0, "%s", err.msg);
     CHECK(be && be->i.takes_quant && be->i.takes_quant(be, LG_Q4_1) && !be->i.takes_quant(be, LG_QNONE));
     printf("best kernels here: %s\n", lg_qkern_best()->isa);
-    for (int q = LG_Q4_0; q < LG_QTYPE_COUNT; q++) {
+    for (int q = LG_Q4_0; q <= LG_Q6_K; q++) {
         fixture f = {0};
         const bool ok = load((lg_qtype)q, &f);
         CHECK_MSG(ok, "fixture of %s", lg_qtype_get((lg_qtype)q).name);
