@@ -47,28 +47,35 @@
  *   Q2_K..Q6_K  256 el (super-blocks of 16 or 32-element sub-blocks with
  *         4/6/8-bit sub-scales): 84, 110, 144, 176, 210 B
  * and the layouts of the Hub's quantized checkpoints (FP8 and INT4; the
- * loader, engine/model/weights_hfquant.c, repacks their tensors into these
- * blocks, and `--quantization fp8` quantizes 16-bit weights into F8_A8).
- * e4m3 is OCP FP8 E4M3FN (lg_e4m3_to_f32); f32/f16 little-endian:
- *   F8      128 el, 132 B: f32 d, 128 e4m3 q             w = d * q
- *           activations as they are (weight-only FP8, W8A16)
- *   F8_A8   128 el, 132 B: as F8; W8A8: the matmul first rounds each
- *           activation row x to e4m3 with a dynamic per-token scale
- *           s = amax(|x|) / 448:  x~ = s * e4m3(x / s)   (s = 0: x~ = 0)
- *   F8_A8S  128 el, 136 B: f32 d, f32 a, 128 e4m3 q      w = d * q
- *           W8A8 with the activation scale in the block: a > 0 a static
+ * loader, engine/model/weights_hfquant.c, repacks their tensors into them,
+ * and `--quantization fp8` quantizes 16-bit weights into F8_A8). These are
+ * planar, not blocked, so that a GEMM library can read the data plane as a
+ * plain matrix: a [rows, cols] tensor has nb = ceil(cols / 128) groups of
+ * 128 elements a row and holds, one plane after the other (lg_qplanes_of):
+ *   q  [rows, nb * 128] e4m3 bytes (F8*), or [rows, nb * 64] bytes of 4-bit
+ *      values (I4: element 2i in the low nibble of byte i, 2i+1 in the high)
+ *   d  [rows, nb] f32 (F8*) or f16 (I4): the scale of each group
+ *   a  [rows, nb] f32 (F8_A8S only: the activation scale, the same for
+ *      every group of a source tensor; fused rows of several may differ)
+ *   z  [rows, nb] u8, then [rows, nb] u8 zeros as padding (I4 only)
+ * so a group costs block_bytes (132, 136 or 68 B) and a tensor rows * nb *
+ * block_bytes. Elements of a row past cols are 0 (F8) or q = z (I4).
+ * e4m3 is OCP FP8 E4M3FN (lg_e4m3_to_f32); f32/f16 little-endian.
+ *   F8      w = d * q; activations as they are (weight-only FP8, W8A16)
+ *   F8_A8   w = d * q; W8A8: the matmul first rounds each activation row x
+ *           to e4m3 with a dynamic per-token scale s = amax(|x|) / 448:
+ *           x~ = s * e4m3(x / s)   (s = 0: x~ = 0)
+ *   F8_A8S  w = d * q; W8A8 with its activation scale a: a > 0 a static
  *           scale, x~ = a * e4m3(clamp(x / a, +-448)); a < 0 dynamic per
  *           token with amax clamped to -a (fbgemm's upper bound):
- *           s = min(amax, -a) / 448. (a is the same in every block of a
- *           source tensor; fused rows of several tensors may differ.)
- *   F8_A8G  128 el, 132 B: as F8; W8A8 with a dynamic scale per token and
- *           128-element group of K (block-scaled FP8 checkpoints: the
- *           group is the block): s = amax(|x[k0 .. k0+127]|) / 448
- *   I4      128 el, 68 B: f16 d, u8 z (0..15), u8 0, 64 B of 4-bit q
- *           (element 2i in the low nibble of byte i, 2i+1 in the high one)
- *           w = d * (q - z); activations as they are (W4A16; AWQ, GPTQ,
- *           compressed-tensors pack-quantized with groups of 128 or one
- *           group a row: d and z repeat)
+ *           s = min(amax, -a) / 448
+ *   F8_A8G  w = d * q; W8A8 with a dynamic scale per token and group of
+ *           128 elements of K (block-scaled FP8 checkpoints; a group's d
+ *           comes from its 128x128 block): s = amax(|x[k0 .. k0+127]|) / 448
+ *   I4      w = d * (q - z), q and z in 0..15; activations as they are
+ *           (W4A16: AWQ, GPTQ, compressed-tensors pack-quantized, groups of
+ *           128 or one a row, whose d and z then repeat)
+ * Only whole tensors of these layouts reach ops (no row or column views).
  * LG_QNONE: plain elements of the tensor's dtype. */
 typedef enum lg_qtype {
     LG_QNONE = 0,
@@ -110,14 +117,17 @@ static inline lg_qtype_info lg_qtype_get(lg_qtype q)
 /* Whether q is one of ggml's layouts (a GGUF file's blocks) rather than a
  * quantized checkpoint's (F8*, I4). */
 static inline bool lg_qtype_is_ggml(lg_qtype q) { return q > LG_QNONE && q <= LG_Q6_K; }
+/* Whether q is a planar checkpoint layout (F8*, I4; see above). */
+static inline bool lg_qtype_is_planar(lg_qtype q) { return q >= LG_QF8 && q < LG_QTYPE_COUNT; }
 /* Whether the matmul rounds its activations to e4m3 for a weight of layout q (W8A8). */
 static inline bool lg_qtype_is_w8a8(lg_qtype q) { return q == LG_QF8_A8 || q == LG_QF8_A8S || q == LG_QF8_A8G; }
 
 /* A 2-D row-major view: rows x cols, `stride` elements between rows.
  * A quantized weight (q != LG_QNONE; only as matmul's W or embed's table,
  * on a backend whose takes_quant(q) is true) holds blocks of layout q:
- * cols and stride are multiples of its block_elems, a row is
- * stride / block_elems blocks, and dtype is unused (LG_F32). */
+ * for ggml's layouts cols and stride are multiples of its block_elems and a
+ * row is stride / block_elems blocks; a planar layout's tensor is its planes
+ * (stride == cols); dtype is unused (LG_F32). */
 typedef struct lg_tensor {
     void *data;
     lg_dtype dtype;
@@ -136,14 +146,38 @@ static inline lg_tensor lg_tensor_quant(void *data, lg_qtype q, int64_t rows, in
     lg_tensor t = {data, LG_F32, rows, cols, cols, q};
     return t;
 }
-/* Bytes of n elements of t's rows (a multiple of the block for a quantized t). */
+/* Bytes of n elements of t's rows (a multiple of the block for ggml's layouts; a planar t's n
+ * elements a row take ceil(n / 128) groups, and its bytes are only a size: see lg_qplanes_of). */
 static inline size_t lg_tensor_bytes(lg_tensor t, int64_t n)
 {
     if (t.q == LG_QNONE)
         return (size_t)n * lg_dtype_size(t.dtype);
     const lg_qtype_info qi = lg_qtype_get(t.q);
-    return (size_t)(n / qi.block_elems) * (size_t)qi.block_bytes;
+    return (size_t)((n + qi.block_elems - 1) / qi.block_elems) * (size_t)qi.block_bytes;
 }
+/* The planes of a planar quantized tensor t (lg_qtype_is_planar(t.q)). */
+typedef struct lg_qplanes {
+    int64_t nb;     /* groups of 128 a row: ceil(cols / 128) */
+    int64_t q_row;  /* bytes of q a row: nb * 128 (F8*) or nb * 64 (I4) */
+    uint8_t *q;     /* [rows, q_row] */
+    void *d;        /* [rows, nb] f32 (F8*) or f16 (I4) */
+    float *a;       /* [rows, nb] (F8_A8S), else NULL */
+    uint8_t *z;     /* [rows, nb] (I4), else NULL */
+} lg_qplanes;
+static inline lg_qplanes lg_qplanes_of(lg_tensor t)
+{
+    lg_qplanes p;
+    const bool i4 = t.q == LG_QI4;
+    p.nb = (t.cols + 127) / 128;
+    p.q_row = p.nb * (i4 ? 64 : 128);
+    p.q = (uint8_t *)t.data;
+    p.d = p.q + (size_t)t.rows * (size_t)p.q_row;
+    char *after_d = (char *)p.d + (size_t)t.rows * (size_t)p.nb * (i4 ? 2 : 4);
+    p.a = t.q == LG_QF8_A8S ? (float *)after_d : NULL;
+    p.z = i4 ? (uint8_t *)after_d : NULL;
+    return p;
+}
+
 /* Rows [r0, r0 + n) of t. */
 static inline lg_tensor lg_tensor_rows(lg_tensor t, int64_t r0, int64_t n)
 {
