@@ -929,7 +929,7 @@ static int linear(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, const w
     const int n = lora_slots(y, lm, ys_all, m0, count, sl, mods, ys, slots, col0, ncols);
     if (n == 0)
         return matmul_w(be, y, x, W, sp, bias);
-    if (be->i.matmul_lora && !(sp && sp->n)) {
+    if (be->i.matmul_lora && !(sp && sp->n) && W.q == LG_QNONE) { /* the fused ops take 16-bit weights */
         if (roped)
             *roped = rope != NULL;
         return be->i.matmul_lora(be, y, x, W, bias, tmp, lm, slots, col0, ncols, n, rope);
@@ -977,7 +977,7 @@ static int norm_linear(lg_backend *be, lg_tensor *xs, int *cur, lg_tensor delta,
                        unsigned mods, const lg_rope_kv *rope, bool *roped)
 {
     const unsigned mine = ((1u << count) - 1u) << m0;
-    const bool whole = !(sp && sp->n); /* the fused ops take one W */
+    const bool whole = !(sp && sp->n) && W.q == LG_QNONE; /* the fused ops take one 16-bit W */
     if (whole && be->i.norm_matmul && xs[1 - *cur].data && xs[0].rows <= LG_NORM_MATMUL_MAX_T &&
         !(lm && (mods & mine))) {
         const int rc = be->i.norm_matmul(be, act.data ? act : y, xs[*cur], delta, g, eps, xs[1 - *cur], W, bias,

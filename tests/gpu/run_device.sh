@@ -4,7 +4,7 @@
 # HF/peft fixtures end to end on the CUDA backend, and every GPU figure of
 # docs/benchmarks.md next to its reference.
 #
-#   bash tests/gpu/run_device.sh [all|test|serving|bench|profile|kernels|structured|models|spec]     (from the repo root)
+#   bash tests/gpu/run_device.sh [all|test|serving|bench|profile|kernels|structured|models|spec|quant]     (from the repo root)
 #
 # kernels: quick loop for kernel work — builds only test_cuda_ops and
 # bench_kernels (unless TARGETS says otherwise), runs the op tests of the
@@ -162,6 +162,15 @@ declare -A CASE=(
   # every row masked for the 64 tokens), masks for a 32,000-token SentencePiece vocabulary like Llama-2's
   [w1_schema]="$W1 --adapters 32 --rank 16 --targets q,k,v,o --json-schemas tests/bench/w1_schemas.json --schema-tokenizer tests/tokenizer/fixtures/mistral/tokenizer.json"
   [w2_lp]="$W2 --logprobs 5"
+  # quantized base weights (dummy 16-bit weights quantized at load: FP8 W8A8 per-channel with dynamic per-token
+  # activations; INT4 W4A16 groups of 128, the layout AWQ and GPTQ checkpoints load into) and the FP8 KV cache
+  [w1_fp8]="$W1 --adapters 32 --rank 16 --targets q,k,v,o --quantization fp8"
+  [w1_int4]="$W1 --adapters 32 --rank 16 --targets q,k,v,o --quantization int4"
+  [w1_fp8kv]="$W1 --adapters 32 --rank 16 --targets q,k,v,o --quantization fp8 --kv-cache-dtype fp8"
+  [b1_fp8]="$B --num-seqs 1 --prompt-len 128 --output-len 128 --quantization fp8"
+  [b1_int4]="$B --num-seqs 1 --prompt-len 128 --output-len 128 --quantization int4"
+  [pf2048_fp8]="$B --num-seqs 1 --prompt-len 2048 --output-len 1 --step-tokens 2048 --quantization fp8"
+  [pf2048_int4]="$B --num-seqs 1 --prompt-len 2048 --output-len 1 --step-tokens 2048 --quantization int4"
 )
 table=()
 field() { python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print('%.6g' % d.get(sys.argv[2], float('nan')))" "$1" "$2" 2>/dev/null || echo nan; }
@@ -292,6 +301,42 @@ if [ "$WHAT" = structured ]; then
   for f in "$OUT"/w1_schema.*json; do
     note "$(basename "$f"): $(python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print('mask_s %.4f rows %d forced %d' % (d['mask_s'], d['constrained_rows'], d['forced_tokens']))" "$f")"
   done
+fi
+
+# quant: the op tests (the quantized matmuls and the FP8 KV cache against their host references), then the
+# 16-bit, FP8 and INT4 cases of the Llama-2 shape interleaved in one call (QCASES picks them), then (QW2=1) the
+# W2 rate sweep with 16-bit weights + KV against FP8 weights + FP8 KV (QW2_RATES)
+if [ "$WHAT" = quant ]; then
+  late "op tests" || {
+    build-cuda/test_cuda_ops --no-bench >"$OUT/test_cuda_ops.log" 2>&1
+    note "op tests: rc=$? $(grep -E 'passed|failed' "$OUT/test_cuda_ops.log" | tail -1)"
+    grep -E "FAIL" "$OUT/test_cuda_ops.log" | head -20
+  }
+  for t in build-cuda/test_cuda_quant build-cuda/test_cuda_kvfp8; do
+    [ -x "$t" ] || continue
+    late "$(basename $t)" || {
+      $t >"$OUT/$(basename $t).log" 2>&1
+      note "$(basename $t): rc=$? $(grep -E 'passed|failed' "$OUT/$(basename $t).log" | tail -1)"
+      grep -E "FAIL" "$OUT/$(basename $t).log" | head -20
+    }
+  done
+  [ -x build-cuda/bench_quant ] && { late "bench_quant" || build-cuda/bench_quant 2>&1 | tee "$OUT/bench_quant.txt" | tail -40; }
+  for c in ${QCASES:-b1 b1_fp8 b1_int4 w1_lora w1_fp8 w1_int4 w1_fp8kv pf2048 pf2048_fp8 pf2048_int4 w1_lora}; do
+    bench new "LG_STEP_TIMING=1" $c
+  done
+  if [ "${QW2:-0}" = 1 ]; then
+    for rate in ${QW2_RATES:-16 24 32}; do
+      n=$(( rate * 25 ))
+      for q in "" "--quantization fp8 --kv-cache-dtype fp8"; do
+        late "w2 $rate $q" && continue
+        tag=$([ -n "$q" ] && echo fp8 || echo f16)
+        $BIN bench $B --no-progress --workload poisson --adapters 1000 --rank-mix 8,16,32,64 --targets q,k,v,o \
+          --popularity zipf:1.0 --prompt-len-range 128:512 --output-len-range 64:256 --slo-ttft-ms 500 \
+          --slo-tpot-ms 50 --seed 1 --rate $rate --requests $n $q >"$OUT/w2q_${tag}_r$rate.json" 2>"$OUT/w2q_${tag}_r$rate.err"
+        note "w2 $tag rate $rate (rc=$?): $(python3 tests/gpu/bench_summary.py "$OUT/w2q_${tag}_r$rate.json" 2>&1 | tail -1)"
+      done
+    done
+  fi
 fi
 
 if want profile; then
