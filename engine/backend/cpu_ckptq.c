@@ -1,0 +1,213 @@
+/*
+ * cpu_ckptq.c — matmul with a weight in a planar checkpoint layout (F8,
+ * F8_A8, F8_A8S, F8_A8G, I4; math in cpu_ckptq.h) for the CPU backend.
+ *
+ * Schedule: the f32 GEMM of cpu_matmul.c (lg_cpu_matmul_rows) with this
+ * file's row decoders: each task decodes 4 weight rows at a time into its
+ * f32 panel, group by group (F8: the e4m3 byte to f32 by integer ops, times
+ * the group's d; I4: a 16-entry table d * (q - z) per group indexed by the
+ * nibbles), then meets every token with them in the 4 tokens x 4 rows
+ * register-blocked kernel. Each weight is read and decoded once per call,
+ * so decode (T = 1) streams the planes once (1.03 bytes a weight for F8*,
+ * 0.53 for I4, against f16's 2). The activations of the W8A8 layouts are
+ * rounded first, once per row (cpu_fp8act.h), into scratch that the GEMM
+ * then reads as its x. F8_A8S's rows may carry different activation scales
+ * (fused q,k,v or gate,up rows of tensors quantized apart): the rows are
+ * taken in runs of one scale, x rounded once per run, one GEMM per run.
+ *
+ * Every decoded weight is exact (an e4m3 or a 4-bit integer times its scale,
+ * one f32 product) in every instruction set, and each output is one GEMM
+ * kernel's fixed sequence of operations over k, whatever T, the 4-row block
+ * it falls in and the thread that runs it: a sequence's outputs are the same
+ * bits alone or in any batch.
+ *
+ * Limits: whole tensors only (backend.h); an F8_A8S row's scale is read
+ * from its first group (the layout keeps it the same for every group).
+ */
+#include "engine/backend/cpu_ckptq.h"
+
+#include "engine/backend/cpu_fp8act.h"
+#include "engine/backend/cpu_matmul.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
+#include <immintrin.h>
+#endif
+
+#define G 128 /* elements of a group */
+
+/* e4m3 byte v to f32, exactly lg_e4m3_to_f32's value: the magnitude bits
+ * shifted into an f32 with the exponent rebased (+120), subnormals as m * 2^-9. */
+static inline float e4m3_f32(uint8_t v)
+{
+    const uint32_t mag = v & 0x7Fu, bits = (mag << 20) + (120u << 23);
+    float r;
+    memcpy(&r, &bits, 4);
+    if (mag < 8)
+        r = (float)mag * 0x1p-9f;
+    if (mag == 0x7F)
+        r = NAN;
+    return (v & 0x80) ? -r : r;
+}
+
+#if defined(__AVX512F__)
+static inline __m512 e4m3x16(const uint8_t *p)
+{
+    const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p));
+    const __m512i mag = _mm512_and_si512(v, _mm512_set1_epi32(0x7F));
+    __m512 r = _mm512_castsi512_ps(_mm512_add_epi32(_mm512_slli_epi32(mag, 20), _mm512_set1_epi32(120 << 23)));
+    r = _mm512_mask_mul_ps(r, _mm512_cmplt_epi32_mask(mag, _mm512_set1_epi32(8)), _mm512_cvtepi32_ps(mag),
+                           _mm512_set1_ps(0x1p-9f));
+    r = _mm512_mask_mov_ps(r, _mm512_cmpeq_epi32_mask(mag, _mm512_set1_epi32(0x7F)), _mm512_set1_ps(NAN));
+    const __m512i sign = _mm512_slli_epi32(_mm512_and_si512(v, _mm512_set1_epi32(0x80)), 24);
+    return _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(r), sign));
+}
+#elif defined(__AVX2__) && defined(__FMA__)
+static inline __m256 e4m3x8(const uint8_t *p)
+{
+    const __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p));
+    const __m256i mag = _mm256_and_si256(v, _mm256_set1_epi32(0x7F));
+    __m256 r = _mm256_castsi256_ps(_mm256_add_epi32(_mm256_slli_epi32(mag, 20), _mm256_set1_epi32(120 << 23)));
+    const __m256 sub = _mm256_mul_ps(_mm256_cvtepi32_ps(mag), _mm256_set1_ps(0x1p-9f));
+    r = _mm256_blendv_ps(r, sub, _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(8), mag)));
+    r = _mm256_blendv_ps(r, _mm256_set1_ps(NAN),
+                         _mm256_castsi256_ps(_mm256_cmpeq_epi32(mag, _mm256_set1_epi32(0x7F))));
+    const __m256i sign = _mm256_slli_epi32(_mm256_and_si256(v, _mm256_set1_epi32(0x80)), 24);
+    return _mm256_castsi256_ps(_mm256_or_si256(_mm256_castps_si256(r), sign));
+}
+#endif
+
+/* n <= 128 elements of an F8 group: dst[k] = d * e4m3(q[k]) */
+static void dec_f8_group(const uint8_t *q, float d, float *dst, int64_t n)
+{
+    int64_t k = 0;
+#if defined(__AVX512F__)
+    const __m512 vd = _mm512_set1_ps(d);
+    for (; k + 16 <= n; k += 16) _mm512_storeu_ps(dst + k, _mm512_mul_ps(e4m3x16(q + k), vd));
+#elif defined(__AVX2__) && defined(__FMA__)
+    const __m256 vd = _mm256_set1_ps(d);
+    for (; k + 8 <= n; k += 8) _mm256_storeu_ps(dst + k, _mm256_mul_ps(e4m3x8(q + k), vd));
+#endif
+    for (; k < n; k++) dst[k] = e4m3_f32(q[k]) * d;
+}
+
+/* n <= 128 elements of an I4 group (packed two a byte, low nibble first): dst[k] = lut[q[k]],
+ * lut[i] = d * (i - z) */
+static void dec_i4_group(const uint8_t *qb, float d, uint8_t z, float *dst, int64_t n)
+{
+    float lut[16];
+    for (int i = 0; i < 16; i++) lut[i] = d * (float)(i - (int)z);
+    int64_t k = 0;
+#if defined(__AVX512F__)
+    const __m512 vl = _mm512_loadu_ps(lut);
+    const __m512i sh = _mm512_set_epi32(4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0);
+    for (; k + 16 <= n; k += 16) {
+        const __m128i b = _mm_loadl_epi64((const __m128i *)(qb + k / 2));
+        __m512i v = _mm512_cvtepu8_epi32(_mm_unpacklo_epi8(b, b)); /* b0 b0 b1 b1 ... */
+        v = _mm512_and_si512(_mm512_srlv_epi32(v, sh), _mm512_set1_epi32(15));
+        _mm512_storeu_ps(dst + k, _mm512_permutexvar_ps(v, vl));
+    }
+#elif defined(__AVX2__) && defined(__FMA__)
+    const __m256 lo = _mm256_loadu_ps(lut), hi = _mm256_loadu_ps(lut + 8);
+    const __m256i sh = _mm256_set_epi32(4, 0, 4, 0, 4, 0, 4, 0);
+    for (; k + 8 <= n; k += 8) {
+        int32_t w;
+        memcpy(&w, qb + k / 2, 4);
+        const __m128i b = _mm_cvtsi32_si128(w);
+        __m256i v = _mm256_cvtepu8_epi32(_mm_unpacklo_epi8(b, b));
+        v = _mm256_and_si256(_mm256_srlv_epi32(v, sh), _mm256_set1_epi32(15));
+        const __m256 hsel = _mm256_castsi256_ps(_mm256_slli_epi32(v, 28)); /* bit 3: the upper half */
+        _mm256_storeu_ps(dst + k, _mm256_blendv_ps(_mm256_permutevar8x32_ps(lo, v),
+                                                   _mm256_permutevar8x32_ps(hi, v), hsel));
+    }
+#endif
+    for (; k < n; k++) dst[k] = lut[(qb[k / 2] >> (4 * (k & 1))) & 15];
+}
+
+/* A planar W seen from the GEMM: row r of a call is W's row row0 + r. */
+typedef struct {
+    lg_qplanes p;
+    lg_qtype q;
+    int64_t row0;
+} ckpt_rows;
+
+static void dec_row(const void *ctx, int64_t r, float *dst, int64_t K)
+{
+    const ckpt_rows *c = ctx;
+    const int64_t n = c->row0 + r, nb = c->p.nb;
+    const uint8_t *q = c->p.q + (size_t)n * (size_t)c->p.q_row;
+    for (int64_t g = 0; g < nb; g++) {
+        const int64_t k0 = g * G, len = K - k0 < G ? K - k0 : G;
+        if (c->q == LG_QI4)
+            dec_i4_group(q + g * (G / 2), lg_f16_to_f32(((const uint16_t *)c->p.d)[n * nb + g]), c->p.z[n * nb + g],
+                         dst + k0, len);
+        else
+            dec_f8_group(q + g * G, ((const float *)c->p.d)[n * nb + g], dst + k0, len);
+    }
+}
+
+void lg_ckptq_row(lg_tensor W, int64_t n, float *dst)
+{
+    const ckpt_rows c = {lg_qplanes_of(W), W.q, 0};
+    dec_row(&c, n, dst, W.cols);
+}
+
+typedef struct {
+    lg_qtype q;
+    float a;
+    const float *x;
+    float *xr;
+    int64_t ldx, K;
+} act_job;
+
+static void act_task(void *arg, int tid, int64_t t0, int64_t t1)
+{
+    const act_job *j = arg;
+    (void)tid;
+    for (int64_t t = t0; t < t1; t++) lg_fp8act_row(j->q, j->a, j->x + t * j->ldx, j->K, NULL, NULL, j->xr + t * j->K);
+}
+
+static float a_of(const lg_qplanes *p, int64_t n) { return p->a[n * p->nb]; }
+
+static bool same_bits(float u, float v) { return memcmp(&u, &v, sizeof u) == 0; }
+
+int lg_cpu_ckptq_matmul(lg_threadpool *tp, float **panels, lg_ckptq_scratch *s, float *y, int64_t ldy,
+                        const float *x, int64_t ldx, lg_tensor W, const float *bias, int64_t T, bool accumulate)
+{
+    if (!lg_qtype_is_planar(W.q) || W.stride != W.cols)
+        return -1;
+    const int64_t N = W.rows, K = W.cols;
+    ckpt_rows c = {lg_qplanes_of(W), W.q, 0};
+    const size_t row_bytes = (size_t)c.p.nb * (size_t)lg_qtype_get(W.q).block_bytes;
+    if (!lg_qtype_is_w8a8(W.q))
+        return lg_cpu_matmul_rows(tp, panels, y, ldy, x, ldx, dec_row, &c, row_bytes, bias, T, N, K, accumulate);
+
+    const size_t need = (size_t)T * (size_t)K;
+    if (need > s->xr_cap) {
+        float *p = NULL;
+        if (posix_memalign((void **)&p, 64, need * sizeof(float)) != 0)
+            return -1;
+        free(s->xr);
+        s->xr = p;
+        s->xr_cap = need;
+    }
+    act_job aj = {W.q, 0.0f, x, s->xr, ldx, K};
+    if (W.q != LG_QF8_A8S) {
+        lg_threadpool_for(tp, T, 4, act_task, &aj);
+        return lg_cpu_matmul_rows(tp, panels, y, ldy, s->xr, K, dec_row, &c, row_bytes, bias, T, N, K, accumulate);
+    }
+    /* F8_A8S: runs of rows with one activation scale */
+    for (int64_t n0 = 0, n1; n0 < N; n0 = n1) {
+        aj.a = a_of(&c.p, n0);
+        for (n1 = n0 + 1; n1 < N && same_bits(a_of(&c.p, n1), aj.a); n1++) {}
+        lg_threadpool_for(tp, T, 4, act_task, &aj);
+        c.row0 = n0;
+        if (lg_cpu_matmul_rows(tp, panels, y + n0, ldy, s->xr, K, dec_row, &c, row_bytes, bias ? bias + n0 : NULL, T,
+                               n1 - n0, K, accumulate) != 0)
+            return -1;
+    }
+    return 0;
+}
