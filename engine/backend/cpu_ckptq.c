@@ -4,7 +4,7 @@
  *
  * Schedule: the f32 GEMM of cpu_matmul.c (lg_cpu_matmul_rows) with this
  * file's row decoders: each task decodes 4 weight rows at a time into its
- * f32 panel, group by group (F8: the e4m3 byte to f32 by integer ops, times
+ * f32 panel, group by group (F8: the e4m3 byte to f32 through f16, times
  * the group's d; I4: a 16-entry table d * (q - z) per group indexed by the
  * nibbles), then meets every token with them in the 4 tokens x 4 rows
  * register-blocked kernel. Each weight is read and decoded once per call,
@@ -53,43 +53,50 @@ static inline float e4m3_f32(uint8_t v)
     return (v & 0x80) ? -r : r;
 }
 
-#if defined(__AVX512F__)
-static inline __m512 e4m3x16(const uint8_t *p)
+/* The vector paths widen e4m3 through f16, whose hardware conversion is
+ * exact: e4m3's bits placed in an f16 (sign to bit 15, exponent and mantissa
+ * to bits 7..13: f16's exponent field then holds e4m3's, subnormals
+ * included) read as 2^-8 times the e4m3 value, so the weight is
+ * (value * 2^-8) * (d * 2^8): the exact product value * d rounded once, the
+ * scalar path's bits (d * 2^8 is exact below 2^119; larger d take the
+ * scalar path). The NaN codes are set apart. */
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+static inline __m512 e4m3x16_lo(const uint8_t *p) /* 16 codes -> values * 2^-8 */
 {
-    const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p));
-    const __m512i mag = _mm512_and_si512(v, _mm512_set1_epi32(0x7F));
-    __m512 r = _mm512_castsi512_ps(_mm512_add_epi32(_mm512_slli_epi32(mag, 20), _mm512_set1_epi32(120 << 23)));
-    r = _mm512_mask_mul_ps(r, _mm512_cmplt_epi32_mask(mag, _mm512_set1_epi32(8)), _mm512_cvtepi32_ps(mag),
-                           _mm512_set1_ps(0x1p-9f));
-    r = _mm512_mask_mov_ps(r, _mm512_cmpeq_epi32_mask(mag, _mm512_set1_epi32(0x7F)), _mm512_set1_ps(NAN));
-    const __m512i sign = _mm512_slli_epi32(_mm512_and_si512(v, _mm512_set1_epi32(0x80)), 24);
-    return _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(r), sign));
+    const __m256i v = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)p)); /* sign-extended */
+    const __m256i h = _mm256_and_si256(_mm256_slli_epi16(v, 7), _mm256_set1_epi16((short)0xBF80));
+    const __mmask16 nan = _mm256_cmpeq_epi16_mask(_mm256_and_si256(v, _mm256_set1_epi16(0x7F)),
+                                                  _mm256_set1_epi16(0x7F));
+    return _mm512_mask_mov_ps(_mm512_cvtph_ps(h), nan, _mm512_set1_ps(NAN));
 }
-#elif defined(__AVX2__) && defined(__FMA__)
-static inline __m256 e4m3x8(const uint8_t *p)
+#define LG_F8_VEC 16
+#elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+static inline __m256 e4m3x8_lo(const uint8_t *p) /* 8 codes -> values * 2^-8 */
 {
-    const __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p));
-    const __m256i mag = _mm256_and_si256(v, _mm256_set1_epi32(0x7F));
-    __m256 r = _mm256_castsi256_ps(_mm256_add_epi32(_mm256_slli_epi32(mag, 20), _mm256_set1_epi32(120 << 23)));
-    const __m256 sub = _mm256_mul_ps(_mm256_cvtepi32_ps(mag), _mm256_set1_ps(0x1p-9f));
-    r = _mm256_blendv_ps(r, sub, _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(8), mag)));
-    r = _mm256_blendv_ps(r, _mm256_set1_ps(NAN),
-                         _mm256_castsi256_ps(_mm256_cmpeq_epi32(mag, _mm256_set1_epi32(0x7F))));
-    const __m256i sign = _mm256_slli_epi32(_mm256_and_si256(v, _mm256_set1_epi32(0x80)), 24);
-    return _mm256_castsi256_ps(_mm256_or_si256(_mm256_castps_si256(r), sign));
+    const __m128i v = _mm_cvtepi8_epi16(_mm_loadl_epi64((const __m128i *)p));
+    const __m128i h = _mm_and_si128(_mm_slli_epi16(v, 7), _mm_set1_epi16((short)0xBF80));
+    const __m128i nan = _mm_cmpeq_epi16(_mm_and_si128(v, _mm_set1_epi16(0x7F)), _mm_set1_epi16(0x7F));
+    return _mm256_blendv_ps(_mm256_cvtph_ps(h), _mm256_set1_ps(NAN), _mm256_castsi256_ps(_mm256_cvtepi16_epi32(nan)));
 }
+#define LG_F8_VEC 8
+#else
+#define LG_F8_VEC 0
 #endif
 
 /* n <= 128 elements of an F8 group: dst[k] = d * e4m3(q[k]) */
 static void dec_f8_group(const uint8_t *q, float d, float *dst, int64_t n)
 {
     int64_t k = 0;
-#if defined(__AVX512F__)
-    const __m512 vd = _mm512_set1_ps(d);
-    for (; k + 16 <= n; k += 16) _mm512_storeu_ps(dst + k, _mm512_mul_ps(e4m3x16(q + k), vd));
-#elif defined(__AVX2__) && defined(__FMA__)
-    const __m256 vd = _mm256_set1_ps(d);
-    for (; k + 8 <= n; k += 8) _mm256_storeu_ps(dst + k, _mm256_mul_ps(e4m3x8(q + k), vd));
+#if LG_F8_VEC == 16
+    if (fabsf(d) < 0x1p119f) {
+        const __m512 vd = _mm512_set1_ps(d * 256.0f);
+        for (; k + 16 <= n; k += 16) _mm512_storeu_ps(dst + k, _mm512_mul_ps(e4m3x16_lo(q + k), vd));
+    }
+#elif LG_F8_VEC == 8
+    if (fabsf(d) < 0x1p119f) {
+        const __m256 vd = _mm256_set1_ps(d * 256.0f);
+        for (; k + 8 <= n; k += 8) _mm256_storeu_ps(dst + k, _mm256_mul_ps(e4m3x8_lo(q + k), vd));
+    }
 #endif
     for (; k < n; k++) dst[k] = e4m3_f32(q[k]) * d;
 }
