@@ -9,7 +9,9 @@
  * nibbles), then meets every token with them in the 4 tokens x 4 rows
  * register-blocked kernel. Each weight is read and decoded once per call,
  * so decode (T = 1) streams the planes once (1.03 bytes a weight for F8*,
- * 0.53 for I4, against f16's 2). The activations of the W8A8 layouts are
+ * 0.53 for I4, against f16's 2). Steps of up to 4 tokens with K a multiple
+ * of 16 take the direct path on AVX-512 instead: the same operations with
+ * the decoded rows kept in registers, no panel in memory (below). The activations of the W8A8 layouts are
  * rounded first, once per row (cpu_fp8act.h), into scratch that the GEMM
  * then reads as its x. F8_A8S's rows may carry different activation scales
  * (fused q,k,v or gate,up rows of tensors quantized apart): the rows are
@@ -162,6 +164,116 @@ void lg_ckptq_row(lg_tensor W, int64_t n, float *dst)
     dec_row(&c, n, dst, W.cols);
 }
 
+#if LG_F8_VEC == 16
+/* The direct path, for a step of T <= 4 tokens with K a multiple of 16 on
+ * AVX-512 (decode steps): 4 weight rows are decoded 16 elements at a time
+ * into registers and meet the tokens there, with no panel in memory (a
+ * 4 x 4096 f32 panel does not fit L1; its stores and loads cost more than
+ * the decode). Its operations per output are those of cpu_matmul.c's kernel
+ * on the decoded panel (16 lanes of fmadd(x, w, acc) over k in order, then
+ * _mm512_reduce_add_ps, then + bias, then + y), so a token's outputs are the
+ * same bits here and in a larger step (test_cpu_ckptq.c holds them equal). */
+typedef struct {
+    const ckpt_rows *c;
+    float *y;
+    const float *x, *bias;
+    int64_t T, N, K, ldy, ldx;
+    bool acc;
+} direct_job;
+
+static inline __attribute__((always_inline)) void direct_block(const direct_job *j, int64_t n0, int nr, const int nt)
+{
+    const ckpt_rows *c = j->c;
+    const int64_t nb = c->p.nb, K = j->K;
+    const bool i4 = c->q == LG_QI4;
+    __m512 acc[4][4];
+    for (int u = 0; u < nt; u++)
+        for (int r = 0; r < 4; r++) acc[u][r] = _mm512_setzero_ps();
+    int64_t row[4];
+    const uint8_t *q[4];
+    for (int r = 0; r < 4; r++) {
+        row[r] = c->row0 + n0 + (r < nr ? r : 0); /* rows past N repeat row n0; their sums are dropped */
+        q[r] = c->p.q + (size_t)row[r] * (size_t)c->p.q_row;
+    }
+    const __m512 iota = _mm512_set_ps(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+    const __m512i sh = _mm512_set_epi32(4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0);
+    for (int64_t g = 0; g < nb; g++) {
+        const int64_t k0 = g * G, k1 = K - k0 < G ? K : k0 + G;
+        __m512 sc[4]; /* I4: the group's table d * (i - z); F8: d * 2^8 */
+        float d[4];
+        for (int r = 0; r < 4; r++) {
+            if (i4) {
+                d[r] = lg_f16_to_f32(((const uint16_t *)c->p.d)[row[r] * nb + g]);
+                sc[r] = _mm512_mul_ps(_mm512_set1_ps(d[r]),
+                                      _mm512_sub_ps(iota, _mm512_set1_ps((float)c->p.z[row[r] * nb + g])));
+            } else {
+                d[r] = ((const float *)c->p.d)[row[r] * nb + g];
+                sc[r] = _mm512_set1_ps(d[r] * 256.0f);
+            }
+        }
+        for (int64_t k = k0; k < k1; k += 16) {
+            __m512 W[4];
+            for (int r = 0; r < 4; r++) {
+                if (i4) {
+                    const __m128i b = _mm_loadl_epi64((const __m128i *)(q[r] + k / 2));
+                    __m512i v = _mm512_cvtepu8_epi32(_mm_unpacklo_epi8(b, b));
+                    v = _mm512_and_si512(_mm512_srlv_epi32(v, sh), _mm512_set1_epi32(15));
+                    W[r] = _mm512_permutexvar_ps(v, sc[r]);
+                } else if (fabsf(d[r]) < 0x1p119f) {
+                    W[r] = _mm512_mul_ps(e4m3x16_lo(q[r] + k), sc[r]);
+                } else {
+                    float w[16];
+                    dec_f8_group(q[r] + k, d[r], w, 16);
+                    W[r] = _mm512_loadu_ps(w);
+                }
+            }
+            for (int u = 0; u < nt; u++) {
+                const __m512 X = _mm512_loadu_ps(j->x + u * j->ldx + k);
+                for (int r = 0; r < 4; r++) acc[u][r] = _mm512_fmadd_ps(X, W[r], acc[u][r]);
+            }
+        }
+    }
+    for (int u = 0; u < nt; u++) {
+        float *yr = j->y + u * j->ldy + n0;
+        for (int r = 0; r < nr; r++) {
+            const float s = _mm512_reduce_add_ps(acc[u][r]) + (j->bias ? j->bias[n0 + r] : 0.0f);
+            yr[r] = j->acc ? yr[r] + s : s;
+        }
+    }
+}
+
+static void direct_task(void *arg, int tid, int64_t b0, int64_t b1)
+{
+    const direct_job *j = arg;
+    (void)tid;
+    for (int64_t b = b0; b < b1; b++) {
+        const int64_t n0 = b * 4;
+        const int nr = (int)(j->N - n0 < 4 ? j->N - n0 : 4);
+        switch (j->T) {
+        case 1: direct_block(j, n0, nr, 1); break;
+        case 2: direct_block(j, n0, nr, 2); break;
+        case 3: direct_block(j, n0, nr, 3); break;
+        default: direct_block(j, n0, nr, 4); break;
+        }
+    }
+}
+#endif
+
+/* y (+)= x W^T over the rows of c (from c->row0), N of them: the direct path where it applies, else the GEMM. */
+static int rows_matmul(lg_threadpool *tp, float **panels, float *y, int64_t ldy, const float *x, int64_t ldx,
+                       const ckpt_rows *c, size_t row_bytes, const float *bias, int64_t T, int64_t N, int64_t K,
+                       bool accumulate)
+{
+#if LG_F8_VEC == 16
+    if (T >= 1 && T <= 4 && K % 16 == 0) {
+        direct_job j = {c, y, x, bias, T, N, K, ldy, ldx, accumulate};
+        lg_threadpool_for(tp, (N + 3) / 4, (int64_t)(65536 / (4 * row_bytes)) + 1, direct_task, &j);
+        return 0;
+    }
+#endif
+    return lg_cpu_matmul_rows(tp, panels, y, ldy, x, ldx, dec_row, c, row_bytes, bias, T, N, K, accumulate);
+}
+
 typedef struct {
     lg_qtype q;
     float a;
@@ -190,7 +302,7 @@ int lg_cpu_ckptq_matmul(lg_threadpool *tp, float **panels, lg_ckptq_scratch *s, 
     ckpt_rows c = {lg_qplanes_of(W), W.q, 0};
     const size_t row_bytes = (size_t)c.p.nb * (size_t)lg_qtype_get(W.q).block_bytes;
     if (!lg_qtype_is_w8a8(W.q))
-        return lg_cpu_matmul_rows(tp, panels, y, ldy, x, ldx, dec_row, &c, row_bytes, bias, T, N, K, accumulate);
+        return rows_matmul(tp, panels, y, ldy, x, ldx, &c, row_bytes, bias, T, N, K, accumulate);
 
     const size_t need = (size_t)T * (size_t)K;
     if (need > s->xr_cap) {
@@ -204,7 +316,7 @@ int lg_cpu_ckptq_matmul(lg_threadpool *tp, float **panels, lg_ckptq_scratch *s, 
     act_job aj = {W.q, 0.0f, x, s->xr, ldx, K};
     if (W.q != LG_QF8_A8S) {
         lg_threadpool_for(tp, T, 4, act_task, &aj);
-        return lg_cpu_matmul_rows(tp, panels, y, ldy, s->xr, K, dec_row, &c, row_bytes, bias, T, N, K, accumulate);
+        return rows_matmul(tp, panels, y, ldy, s->xr, K, &c, row_bytes, bias, T, N, K, accumulate);
     }
     /* F8_A8S: runs of rows with one activation scale */
     for (int64_t n0 = 0, n1; n0 < N; n0 = n1) {
@@ -212,7 +324,7 @@ int lg_cpu_ckptq_matmul(lg_threadpool *tp, float **panels, lg_ckptq_scratch *s, 
         for (n1 = n0 + 1; n1 < N && same_bits(a_of(&c.p, n1), aj.a); n1++) {}
         lg_threadpool_for(tp, T, 4, act_task, &aj);
         c.row0 = n0;
-        if (lg_cpu_matmul_rows(tp, panels, y + n0, ldy, s->xr, K, dec_row, &c, row_bytes, bias ? bias + n0 : NULL, T,
+        if (rows_matmul(tp, panels, y + n0, ldy, s->xr, K, &c, row_bytes, bias ? bias + n0 : NULL, T,
                                n1 - n0, K, accumulate) != 0)
             return -1;
     }

@@ -14,7 +14,10 @@
  * prefill by FMA throughput.
  * lg_cpu_matmul_rows runs the same kernel over rows that a caller's decoder
  * writes (the checkpoint layouts, cpu_ckptq.c): one kernel, so one order
- * of operations, for every weight format.
+ * of operations, for every weight format. cpu_ckptq.c's direct path for
+ * small steps repeats this kernel's operations per output (AVX-512, K a
+ * multiple of 16): a change to their order here changes it there too
+ * (test_cpu_ckptq.c compares the two bit for bit).
  * AVX-512 and AVX2 paths (by the compiler's target: -march=native by
  * default); a scalar path for other CPUs.
  */
