@@ -181,6 +181,15 @@ typedef struct {
     bool acc;
 } direct_job;
 
+static inline __attribute__((always_inline)) void direct_fma(__m512 acc[4][4], const __m512 W[4], const float *x,
+                                                             int64_t ldx, const int nt)
+{
+    for (int u = 0; u < nt; u++) {
+        const __m512 X = _mm512_loadu_ps(x + u * ldx);
+        for (int r = 0; r < 4; r++) acc[u][r] = _mm512_fmadd_ps(X, W[r], acc[u][r]);
+    }
+}
+
 static inline __attribute__((always_inline)) void direct_block(const direct_job *j, int64_t n0, int nr, const int nt)
 {
     const ckpt_rows *c = j->c;
@@ -211,25 +220,31 @@ static inline __attribute__((always_inline)) void direct_block(const direct_job 
                 sc[r] = _mm512_set1_ps(d[r] * 256.0f);
             }
         }
-        for (int64_t k = k0; k < k1; k += 16) {
-            __m512 W[4];
-            for (int r = 0; r < 4; r++) {
-                if (i4) {
+        if (i4) {
+            for (int64_t k = k0; k < k1; k += 16) {
+                __m512 W[4];
+                for (int r = 0; r < 4; r++) {
                     const __m128i b = _mm_loadl_epi64((const __m128i *)(q[r] + k / 2));
                     __m512i v = _mm512_cvtepu8_epi32(_mm_unpacklo_epi8(b, b));
                     v = _mm512_and_si512(_mm512_srlv_epi32(v, sh), _mm512_set1_epi32(15));
                     W[r] = _mm512_permutexvar_ps(v, sc[r]);
-                } else if (fabsf(d[r]) < 0x1p119f) {
-                    W[r] = _mm512_mul_ps(e4m3x16_lo(q[r] + k), sc[r]);
-                } else {
-                    float w[16];
-                    dec_f8_group(q[r] + k, d[r], w, 16);
-                    W[r] = _mm512_loadu_ps(w);
                 }
+                direct_fma(acc, W, j->x + k, j->ldx, nt);
             }
-            for (int u = 0; u < nt; u++) {
-                const __m512 X = _mm512_loadu_ps(j->x + u * j->ldx + k);
-                for (int r = 0; r < 4; r++) acc[u][r] = _mm512_fmadd_ps(X, W[r], acc[u][r]);
+        } else if (fabsf(d[0]) < 0x1p119f && fabsf(d[1]) < 0x1p119f && fabsf(d[2]) < 0x1p119f &&
+                   fabsf(d[3]) < 0x1p119f) {
+            for (int64_t k = k0; k < k1; k += 16) {
+                __m512 W[4];
+                for (int r = 0; r < 4; r++) W[r] = _mm512_mul_ps(e4m3x16_lo(q[r] + k), sc[r]);
+                direct_fma(acc, W, j->x + k, j->ldx, nt);
+            }
+        } else { /* a scale past 2^119: the group's rows decoded by the scalar path */
+            float w[4][G];
+            for (int r = 0; r < 4; r++) dec_f8_group(q[r] + k0, d[r], w[r], k1 - k0);
+            for (int64_t k = k0; k < k1; k += 16) {
+                __m512 W[4];
+                for (int r = 0; r < 4; r++) W[r] = _mm512_loadu_ps(w[r] + (k - k0));
+                direct_fma(acc, W, j->x + k, j->ldx, nt);
             }
         }
     }

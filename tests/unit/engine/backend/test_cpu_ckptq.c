@@ -16,7 +16,9 @@
  *   3. each of the 17 rows computed alone gives the same bits as in the
  *      batch of 17, and 1 thread the same bits as 2 (batch independence);
  *   4. embed decodes rows whose product with x~ matches the reference
- *      within the same bound; takes_quant says yes to the five layouts.
+ *      within the same bound; takes_quant says yes to the five layouts;
+ *   5. F8 scales past the vector decode's range (synthetic rows against a
+ *      float64 sum of lg_e4m3_to_f32 * d, checked by test_e4m3.c).
  * Fixtures: tests/fixtures/ckptq/ (make_ckptq_fixtures.py). Runs with the
  * repo root as working directory.
  */
@@ -212,6 +214,40 @@ static void test_matmul(lg_backend *be, lg_backend *be1, mm_fix *f)
         printf("%s %dx%d: worst matmul error %.3f of the bound\n", ln, f->N, f->K, worst);
 }
 
+/* F8 rows with a scale past 2^119 (the vector decode's limit: they take the scalar path) and with
+ * codes whose values reach 112: T = 1 (the direct path) and T = 5 (the GEMM) give the same bits, and
+ * both the float64 sum of x * e4m3 * d within the f32 bound. */
+static void test_big_scale(lg_backend *be)
+{
+    enum { N = 5, K = 256, NB = 2, T5 = 5 };
+    static uint8_t w[N * NB * 132];
+    float x[T5 * K], y1[N], y5[T5 * N];
+    const lg_tensor W = lg_tensor_quant(w, LG_QF8, N, K), none = {0};
+    const lg_qplanes p = lg_qplanes_of(W);
+    for (int n = 0; n < N; n++)
+        for (int k = 0; k < K; k++) p.q[n * p.q_row + k] = (uint8_t)(((n * 7 + k * 37) % 111) | (k & 1 ? 0x80 : 0));
+    for (int i = 0; i < N * NB; i++) ((float *)p.d)[i] = i / NB == 2 ? 0x1.8p119f : i / NB == 4 ? 0x1p120f : 0.01f;
+    for (int i = 0; i < T5 * K; i++) x[i] = (float)((i * 13) % 17 - 8) * 0x1p-12f;
+    CHECK(be->i.matmul(be, lg_tensor_2d(y5, LG_F32, T5, N), lg_tensor_2d(x, LG_F32, T5, K), W, none, false) == 0);
+    int diff = 0, over = 0;
+    for (int t = 0; t < T5; t++) {
+        CHECK(be->i.matmul(be, lg_tensor_2d(y1, LG_F32, 1, N), lg_tensor_2d(x + t * K, LG_F32, 1, K), W, none,
+                           false) == 0);
+        diff += memcmp(y1, y5 + t * N, sizeof y1) != 0;
+        for (int n = 0; n < N; n++) {
+            double s = 0, mag = 0;
+            for (int k = 0; k < K; k++) {
+                const double wv = (double)lg_e4m3_to_f32(p.q[n * p.q_row + k]) * ((float *)p.d)[n * NB + k / 128];
+                s += x[t * K + k] * wv;
+                mag += fabs(x[t * K + k] * wv);
+            }
+            over += !(fabs(y1[n] - s) <= (K + 4) * 0x1p-24 * mag);
+        }
+    }
+    CHECK_MSG(diff == 0, "F8 scales past 2^119: %d of %d rows differ alone and in a step of 5", diff, T5);
+    CHECK_MSG(over == 0, "F8 scales past 2^119: %d outputs beyond the bound", over);
+}
+
 int main(int argc, char **argv)
 {
     lg_log_verbose = argc > 1 && strcmp(argv[1], "-v") == 0;
@@ -239,6 +275,7 @@ int main(int argc, char **argv)
             unload(&f);
         }
     }
+    test_big_scale(be);
     lg_backend_free(be);
     lg_backend_free(be1);
     TEST_DONE();
