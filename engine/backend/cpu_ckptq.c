@@ -41,20 +41,6 @@
 
 #define G 128 /* elements of a group */
 
-/* e4m3 byte v to f32, exactly lg_e4m3_to_f32's value: the magnitude bits
- * shifted into an f32 with the exponent rebased (+120), subnormals as m * 2^-9. */
-static inline float e4m3_f32(uint8_t v)
-{
-    const uint32_t mag = v & 0x7Fu, bits = (mag << 20) + (120u << 23);
-    float r;
-    memcpy(&r, &bits, 4);
-    if (mag < 8)
-        r = (float)mag * 0x1p-9f;
-    if (mag == 0x7F)
-        r = NAN;
-    return (v & 0x80) ? -r : r;
-}
-
 /* The vector paths widen e4m3 through f16, whose hardware conversion is
  * exact: e4m3's bits placed in an f16 (sign to bit 15, exponent and mantissa
  * to bits 7..13: f16's exponent field then holds e4m3's, subnormals
@@ -72,6 +58,30 @@ static inline __m512 e4m3x16_lo(const uint8_t *p) /* 16 codes -> values * 2^-8 *
     return _mm512_mask_mov_ps(_mm512_cvtph_ps(h), nan, _mm512_set1_ps(NAN));
 }
 #define LG_F8_VEC 16
+/* 32 codes, none of them NaN (the caller checked: no_nan_code), -> two vectors of values * 2^-8:
+ * the widening of e4m3x16_lo done 32 lanes at a time */
+static inline void e4m3x32_lo(const uint8_t *p, __m512 *lo, __m512 *hi)
+{
+    const __m512i v = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)p));
+    const __m512i h = _mm512_and_si512(_mm512_slli_epi16(v, 7), _mm512_set1_epi16((short)0xBF80));
+    *lo = _mm512_cvtph_ps(_mm512_castsi512_si256(h));
+    *hi = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(h, 1));
+}
+/* whether none of n codes (a multiple of 16) is a NaN (0x7F, 0xFF) */
+static inline bool no_nan_code(const uint8_t *p, int64_t n)
+{
+    __mmask64 m = 0;
+    int64_t k = 0;
+    for (; k + 64 <= n; k += 64) {
+        const __m512i v = _mm512_loadu_si512((const void *)(p + k));
+        m |= _mm512_cmpeq_epi8_mask(v, _mm512_set1_epi8(0x7F)) | _mm512_cmpeq_epi8_mask(v, _mm512_set1_epi8((char)0xFF));
+    }
+    for (; k < n; k += 16) {
+        const __m128i v = _mm_loadu_si128((const __m128i *)(p + k));
+        m |= _mm_cmpeq_epi8_mask(v, _mm_set1_epi8(0x7F)) | _mm_cmpeq_epi8_mask(v, _mm_set1_epi8((char)0xFF));
+    }
+    return m == 0;
+}
 #elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 static inline __m256 e4m3x8_lo(const uint8_t *p) /* 8 codes -> values * 2^-8 */
 {
@@ -100,7 +110,7 @@ static void dec_f8_group(const uint8_t *q, float d, float *dst, int64_t n)
         for (; k + 8 <= n; k += 8) _mm256_storeu_ps(dst + k, _mm256_mul_ps(e4m3x8_lo(q + k), vd));
     }
 #endif
-    for (; k < n; k++) dst[k] = e4m3_f32(q[k]) * d;
+    for (; k < n; k++) dst[k] = lg_e4m3_value(q[k]) * d;
 }
 
 /* n <= 128 elements of an I4 group (packed two a byte, low nibble first): dst[k] = lut[q[k]],
@@ -232,13 +242,25 @@ static inline __attribute__((always_inline)) void direct_block(const direct_job 
                 direct_fma(acc, W, j->x + k, j->ldx, nt);
             }
         } else if (fabsf(d[0]) < 0x1p119f && fabsf(d[1]) < 0x1p119f && fabsf(d[2]) < 0x1p119f &&
-                   fabsf(d[3]) < 0x1p119f) {
-            for (int64_t k = k0; k < k1; k += 16) {
+                   fabsf(d[3]) < 0x1p119f && no_nan_code(q[0] + k0, k1 - k0) && no_nan_code(q[1] + k0, k1 - k0) &&
+                   no_nan_code(q[2] + k0, k1 - k0) && no_nan_code(q[3] + k0, k1 - k0)) {
+            int64_t k = k0;
+            for (; k + 32 <= k1; k += 32) {
+                __m512 W[4], W2[4];
+                for (int r = 0; r < 4; r++) {
+                    e4m3x32_lo(q[r] + k, &W[r], &W2[r]);
+                    W[r] = _mm512_mul_ps(W[r], sc[r]);
+                    W2[r] = _mm512_mul_ps(W2[r], sc[r]);
+                }
+                direct_fma(acc, W, j->x + k, j->ldx, nt);
+                direct_fma(acc, W2, j->x + k + 16, j->ldx, nt);
+            }
+            for (; k < k1; k += 16) {
                 __m512 W[4];
                 for (int r = 0; r < 4; r++) W[r] = _mm512_mul_ps(e4m3x16_lo(q[r] + k), sc[r]);
                 direct_fma(acc, W, j->x + k, j->ldx, nt);
             }
-        } else { /* a scale past 2^119: the group's rows decoded by the scalar path */
+        } else { /* a scale past 2^119 or a NaN code: the group's rows decoded by dec_f8_group */
             float w[4][G];
             for (int r = 0; r < 4; r++) dec_f8_group(q[r] + k0, d[r], w[r], k1 - k0);
             for (int64_t k = k0; k < k1; k += 16) {

@@ -26,7 +26,7 @@ static void round_group(float s, const float *x, int64_t n, uint8_t *code, float
         if (code)
             code[k] = c;
         if (xr)
-            xr[k] = s != 0.0f ? s * lg_e4m3_to_f32(c) : 0.0f;
+            xr[k] = s != 0.0f ? s * lg_e4m3_value(c) : 0.0f;
     }
 }
 

@@ -69,6 +69,8 @@ int main(int argc, char **argv)
         W.data = w;
         if (lg_qtype_is_planar(fmts[f].q)) { /* finite scales: d (and a) set to sane values */
             lg_qplanes p = lg_qplanes_of(W);
+            if (fmts[f].q != LG_QI4) /* no NaN codes (0x7F, 0xFF), as quantizers write none */
+                for (int64_t i = 0; i < N * p.q_row; i++) p.q[i] = (p.q[i] & 0x7F) == 0x7F ? p.q[i] - 1 : p.q[i];
             for (int64_t i = 0; i < N * p.nb; i++) {
                 if (fmts[f].q == LG_QI4)
                     ((uint16_t *)p.d)[i] = 0x1c00; /* f16 0.0039 */

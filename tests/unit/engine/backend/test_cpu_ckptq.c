@@ -3,9 +3,11 @@
  * planar checkpoint layouts (F8, F8_A8, F8_A8S, F8_A8G, I4: cpu_ckptq.c,
  * cpu_fp8act.c) against numpy in float64 with ml_dtypes' e4m3:
  *
- *   1. the W8A8 activation rounding (dynamic per row, static and bounded
- *      dynamic F8_A8S, per 128-group F8_A8G with a partial last group, a
- *      zero row) gives ml_dtypes' codes and numpy's float32 scales exactly;
+ *   1. lg_e4m3_value gives ml_dtypes' value of every code; the W8A8
+ *      activation rounding (dynamic per row, static and bounded dynamic
+ *      F8_A8S, per 128-group F8_A8G with a partial last group, a zero row,
+ *      rows of near ties) gives ml_dtypes' codes and numpy's float32 scales
+ *      exactly;
  *   2. matmul for every layout and the shapes 8x256, 6x200, 5x72 (a partial
  *      last group), T = 1, 3, 17, with bias, with bias and accumulate, and
  *      without either, equals x~ @ dequant(W)^T (+ bias) in float64 within
@@ -56,6 +58,17 @@ static void test_act(void)
                  {"A8G", LG_QF8_A8G, 0.0f},
                  {"A8S_static", LG_QF8_A8S, 0.004f},
                  {"A8S_dyn", LG_QF8_A8S, -2.0f}};
+    size_t nd;
+    float *deq = read_all("e4m3.deq", &nd); /* ml_dtypes' value of every code */
+    CHECK(deq && nd == 256 * 4);
+    int bad = 0;
+    for (int v = 0; deq && v < 256; v++) {
+        const float got = lg_e4m3_value((uint8_t)v);
+        bad += isnan(deq[v]) ? !isnan(got) : memcmp(&got, &deq[v], 4) != 0;
+    }
+    CHECK_MSG(bad == 0, "lg_e4m3_value: %d of 256 codes differ from ml_dtypes", bad);
+    free(deq);
+
     size_t nx;
     float *x = read_all("act.x", &nx);
     CHECK(x && nx == 4u * ACT_T * ACT_K);
