@@ -15,8 +15,9 @@
  *      |bias| + |y0|). One e4m3 code off in x~ costs about 2^-4 of a term,
  *      far beyond it. F8_A8S's rows carry three activation scales (static,
  *      bounded dynamic, static);
- *   3. each of the 17 rows computed alone gives the same bits as in the
- *      batch of 17, and 1 thread the same bits as 2 (batch independence);
+ *   3. each of the 17 rows computed alone, and the last 2, 3 and 4 rows as
+ *      one step, give the same bits as in the batch of 17, and 1 thread the
+ *      same bits as 2 (batch independence);
  *   4. embed decodes rows whose product with x~ matches the reference
  *      within the same bound; takes_quant says yes to the five layouts;
  *   5. F8 scales past the vector decode's range (synthetic rows against a
@@ -198,7 +199,16 @@ static void test_matmul(lg_backend *be, lg_backend *be1, mm_fix *f)
         diff += memcmp(y1, ya + t * f->N, sizeof(float) * f->N) != 0;
         diff1 += memcmp(yb + t * f->N, ya + t * f->N, sizeof(float) * f->N) != 0;
     }
-    CHECK_MSG(diff == 0, "%s %dx%d: %d of %d rows differ alone and in a batch of %d", ln, f->N, f->K, diff, T, T);
+    /* steps of 2, 3 and 4 tokens (the direct path's other widths) over rows 13..16: the same bits */
+    for (int nt = 2; nt <= 4; nt++) {
+        float ys[4 * 8];
+        memcpy(ys, y0 + (T - nt) * f->N, sizeof(float) * nt * f->N);
+        CHECK(be->i.matmul(be, lg_tensor_2d(ys, LG_F32, nt, f->N), lg_tensor_2d(f->x + (T - nt) * f->K, LG_F32, nt, f->K),
+                           W, bias, true) == 0);
+        diff += memcmp(ys, ya + (T - nt) * f->N, sizeof(float) * nt * f->N) != 0;
+    }
+    CHECK_MSG(diff == 0, "%s %dx%d: %d steps differ from a batch of %d (rows alone; 2, 3, 4 rows)", ln, f->N, f->K,
+              diff, T);
     CHECK_MSG(diff1 == 0, "%s %dx%d: %d of %d rows differ on 1 and 2 threads", ln, f->N, f->K, diff1, T);
 
     /* embed: every row decoded, dotted with x~ in double, against the reference */
