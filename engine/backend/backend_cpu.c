@@ -5,7 +5,8 @@
  * inside the matmul, or in their quantized blocks (takes_quant: every
  * lg_qtype), which the matmul reads with the kernels of cpu_quant.h for the
  * best instruction set this machine runs (picked once, at create; LG_CPU_ISA
- * forces one) and the embedding decodes a row at a time. "Device" memory is host memory
+ * forces one; the planar checkpoint layouts: cpu_ckptq.h) and the embedding
+ * decodes a row at a time. "Device" memory is host memory
  * (256-byte aligned), upload/download are memcpy, and every op completes
  * before it returns, so sync is a no-op.
  *
@@ -14,6 +15,7 @@
  * (cpu_matmul.c, cpu_qmatmul.c) and from splitting work across threads.
  */
 #include "engine/backend/backend.h"
+#include "engine/backend/cpu_ckptq.h"
 #include "engine/backend/cpu_matmul.h"
 #include "engine/backend/cpu_qmatmul.h"
 #include "engine/backend/sampling.h"
@@ -36,6 +38,7 @@ typedef struct cpu_ctx {
     uint64_t down_issued, down_waited; /* download_async tickets */
     const lg_qkern *qk;  /* quantized-weight kernels for this machine's instruction set */
     lg_qmm_scratch qs;   /* the quantized matmul's activations */
+    lg_ckptq_scratch cs; /* the checkpoint layouts' rounded activations (W8A8) */
 } cpu_ctx;
 
 #define CTX(be) ((cpu_ctx *)(be)->ctx)
@@ -157,7 +160,9 @@ static void embed_task(void *arg, int tid, int64_t i0, int64_t i1)
             continue;
         }
         const char *row = (const char *)j->table.data + (size_t)id * lg_tensor_bytes(j->table, j->table.stride);
-        if (j->table.q != LG_QNONE)
+        if (lg_qtype_is_planar(j->table.q))
+            lg_ckptq_row(j->table, id, o);
+        else if (j->table.q != LG_QNONE)
             j->deq(row, o, j->out.cols);
         else
             lg_to_f32(o, row, j->table.dtype, (size_t)j->out.cols);
@@ -168,7 +173,9 @@ static int cpu_embed(lg_backend *be, lg_tensor out, lg_tensor table, const int32
     if (out.dtype != LG_F32 || out.q != LG_QNONE || out.cols != table.cols)
         return -1;
     lg_qdeq_fn deq = NULL;
-    if (table.q != LG_QNONE &&
+    if (lg_qtype_is_planar(table.q) && table.stride != table.cols)
+        return -1;
+    if (table.q != LG_QNONE && !lg_qtype_is_planar(table.q) &&
         (table.q >= LG_QTYPE_COUNT || table.cols % lg_qtype_get(table.q).block_elems ||
          !(deq = CTX(be)->qk->deq[table.q])))
         return -1;
@@ -224,7 +231,8 @@ static int cpu_matmul_op(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, 
     if (y.dtype != LG_F32 || x.dtype != LG_F32 || x.cols != W.cols || y.cols != W.rows || y.rows != x.rows ||
         y.q != LG_QNONE || x.q != LG_QNONE || bias.q != LG_QNONE)
         return -1;
-    if (W.q != LG_QNONE && (W.q >= LG_QTYPE_COUNT || W.stride % lg_qtype_get(W.q).block_elems))
+    if (W.q != LG_QNONE && !lg_qtype_is_planar(W.q) &&
+        (W.q >= LG_QTYPE_COUNT || W.stride % lg_qtype_get(W.q).block_elems))
         return -1;
     size_t cap = (size_t)c->panel_k * 4;
     if (grow_per_thread(c->panels, c->nt, &cap, (size_t)W.cols * 4) != 0)
@@ -243,7 +251,10 @@ static int cpu_matmul_op(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, 
             b = bf;
         }
     }
-    int rc = W.q != LG_QNONE
+    int rc = lg_qtype_is_planar(W.q)
+                 ? lg_cpu_ckptq_matmul(c->tp, c->panels, &c->cs, y.data, y.stride, x.data, x.stride, W, b, x.rows,
+                                       accumulate)
+             : W.q != LG_QNONE
                  ? lg_cpu_qmatmul(c->tp, c->qk, &c->qs, y.data, y.stride, x.data, x.stride, W.data,
                                   lg_tensor_bytes(W, W.stride), W.q, b, x.rows, W.rows, W.cols, accumulate)
                  : lg_cpu_matmul(c->tp, c->panels, y.data, y.stride, x.data, x.stride, W.data, W.dtype, W.stride, b,
@@ -252,8 +263,13 @@ static int cpu_matmul_op(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, 
     return rc;
 }
 
-/* Every layout: cpu_quant.h has a dot and a row decoder for each. */
-static bool cpu_takes_quant(lg_backend *be, lg_qtype q) { (void)be; return lg_qtype_is_ggml(q); }
+/* Every layout: cpu_quant.h has a dot and a row decoder for each of ggml's, cpu_ckptq.h the
+ * matmul and row decoder of the planar checkpoint layouts. */
+static bool cpu_takes_quant(lg_backend *be, lg_qtype q)
+{
+    (void)be;
+    return lg_qtype_is_ggml(q) || lg_qtype_is_planar(q);
+}
 
 /* ---- rope --------------------------------------------------------------------- */
 typedef struct {
@@ -637,6 +653,7 @@ static void cpu_free(lg_backend *be)
         free(c->scratch);
         free(c->seq_of_tok);
         free(c->qs.xq);
+        free(c->cs.xr);
         free(c);
     }
     free(be);

@@ -12,6 +12,12 @@
  * register-blocked kernel over all tokens: each x load feeds 4 FMAs and
  * each W load feeds 4 tokens. Decode (T small) is bound by reading W once;
  * prefill by FMA throughput.
+ * lg_cpu_matmul_rows runs the same kernel over rows that a caller's decoder
+ * writes (the checkpoint layouts, cpu_ckptq.c): one kernel, so one order
+ * of operations, for every weight format. cpu_ckptq.c's direct path for
+ * small steps repeats this kernel's operations per output (AVX-512, K a
+ * multiple of 16): a change to their order here changes it there too
+ * (test_cpu_ckptq.c compares the two bit for bit).
  * AVX-512 and AVX2 paths (by the compiler's target: -march=native by
  * default); a scalar path for other CPUs.
  */
@@ -95,6 +101,8 @@ typedef struct {
     const char *W;
     const float *bias; /* f32 copy of bias or NULL */
     lg_rowdec_fn dec;
+    lg_cpu_rowdec_fn rdec; /* instead of W and dec: row n's K values from rdec(rctx, n, ...) */
+    const void *rctx;
     int64_t T, N, K, ldy, ldx, ldw_bytes;
     bool acc;
     float **panels; /* per-thread [4 * K] scratch */
@@ -118,7 +126,9 @@ static void mm_task(void *arg, int tid, int64_t b0, int64_t b1)
         int64_t n0 = b * 4;
         int nr = (int)(j->N - n0 < 4 ? j->N - n0 : 4);
         for (int r = 0; r < 4; r++) {
-            if (r < nr)
+            if (r < nr && j->rdec)
+                j->rdec(j->rctx, n0 + r, P + r * K, K);
+            else if (r < nr)
                 j->dec(j->W + (n0 + r) * j->ldw_bytes, P + r * K, K);
             else
                 memset(P + r * K, 0, (size_t)K * 4);
@@ -195,11 +205,11 @@ static void mm_task(void *arg, int tid, int64_t b0, int64_t b1)
 }
 
 static int matmul_dec(lg_threadpool *tp, float **panels, float *y, int64_t ldy, const float *x, int64_t ldx,
-                      const void *W, size_t ldw_bytes, lg_rowdec_fn dec, const float *bias, int64_t T, int64_t N,
-                      int64_t K, bool accumulate)
+                      const void *W, size_t ldw_bytes, lg_rowdec_fn dec, lg_cpu_rowdec_fn rdec, const void *rctx,
+                      const float *bias, int64_t T, int64_t N, int64_t K, bool accumulate)
 {
     mm_job j = {
-        .y = y, .x = x, .W = W, .bias = bias, .dec = dec, .T = T, .N = N, .K = K,
+        .y = y, .x = x, .W = W, .bias = bias, .dec = dec, .rdec = rdec, .rctx = rctx, .T = T, .N = N, .K = K,
         .ldy = ldy, .ldx = ldx, .ldw_bytes = (int64_t)ldw_bytes, .acc = accumulate,
         .panels = panels,
     };
@@ -217,6 +227,13 @@ int lg_cpu_matmul(lg_threadpool *tp, float **panels, float *y, int64_t ldy, cons
     lg_rowdec_fn dec = wdt == LG_F32 ? dec_f32 : wdt == LG_F16 ? dec_f16 : wdt == LG_BF16 ? dec_bf16 : NULL;
     if (!dec)
         return -1;
-    return matmul_dec(tp, panels, y, ldy, x, ldx, W, (size_t)ldw * lg_dtype_size(wdt), dec, bias, T, N, K,
-                             accumulate);
+    return matmul_dec(tp, panels, y, ldy, x, ldx, W, (size_t)ldw * lg_dtype_size(wdt), dec, NULL, NULL, bias, T, N,
+                      K, accumulate);
+}
+
+int lg_cpu_matmul_rows(lg_threadpool *tp, float **panels, float *y, int64_t ldy, const float *x, int64_t ldx,
+                       lg_cpu_rowdec_fn dec, const void *ctx, size_t row_bytes, const float *bias, int64_t T,
+                       int64_t N, int64_t K, bool accumulate)
+{
+    return matmul_dec(tp, panels, y, ldy, x, ldx, NULL, row_bytes, NULL, dec, ctx, bias, T, N, K, accumulate);
 }
