@@ -27,6 +27,9 @@
  *   vllm:kv_cache_usage_perc   gauge, a fraction in [0, 1] as vLLM's: pool
  *     pages neither free nor evictable prefix cache (KV in use and adapter
  *     weights) over the pool's pages
+ *   vllm:cache_config_info{block_size,num_gpu_blocks}   1; tokens a page and
+ *     the pool's pages (KV and adapters share them), for the picker's
+ *     prefix-cache scorer
  *   vllm:lora_requests_info{max_lora,running_lora_adapters,
  *     waiting_lora_adapters}   gauge whose value is the scrape's Unix time
  *     (vLLM's: when the lists were last set); the lists are comma-separated (no spaces), sorted, distinct
@@ -615,6 +618,11 @@ static void render_vllm(lg_strbuf *b, lg_engine *engine, const lg_engine_stats *
           "Pool pages in use by KV cache and adapters over the pool's pages, 0 to 1 (1: full); evictable prefix-cache "
           "pages count as free.",
           es->pages_total > 0 ? (double)(es->pages_total - free_pages) / (double)es->pages_total : 0);
+    head(b, "vllm:cache_config_info", "gauge",
+         "The KV cache's geometry: block_size tokens a page, num_gpu_blocks pages in the pool (shared with adapter "
+         "weights). Gateway API Inference Extension protocol (optional).");
+    lg_strbuf_printf(b, "vllm:cache_config_info{block_size=\"%d\",num_gpu_blocks=\"%d\"} 1\n", es->page_tokens,
+                     es->pages_total);
     if (es->max_step_adapters <= 0)
         return; /* no LoRA: no LoRA series, as vLLM */
     size_t cap = n_act > 0 ? (size_t)n_act : 1;

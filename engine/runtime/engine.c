@@ -221,6 +221,7 @@ int lg_engine_create(lg_backend *be, const lg_weights *w, const lg_engine_opts *
     }
     e->stats.pages_total = n_pages;
     e->stats.page_bytes = pb;
+    e->stats.page_tokens = e->page_tokens;
     e->stats.max_step_adapters = e->adapters ? e->max_seqs : 0;
     e->pub = e->stats;
     *out = e;

@@ -377,6 +377,7 @@ typedef struct lg_engine_stats {
     int pages_prefix;        /* KV pages held by the prefix cache (in use or cached) */
     int max_pages_kv, max_pages_adapter, max_pages_prefix; /* high-water marks */
     size_t page_bytes;
+    int page_tokens;         /* KV tokens per page */
     int64_t requests_finished;
     int64_t prompt_tokens, cached_tokens; /* summed over admitted requests */
     int64_t prefix_lookups, prefix_hits;   /* admissions that looked / found >= 1 page */

@@ -7,6 +7,8 @@ vLLM names), on a real `loragate serve` (SmolLM2, TLS, loopback):
     vllm:kv_cache_usage_perc are gauges equal to the engine's own figures of
     the same scrape (queue depth, running sequences, pool pages pinned over
     the pool's pages);
+  - vllm:cache_config_info (optional in the protocol) names the page size
+    in tokens and the pool's pages;
   - vllm:lora_requests_info is one gauge series whose labels max_lora,
     running_lora_adapters and waiting_lora_adapters hold the adapters of the
     running and the waiting requests as the requests named them in `model`
@@ -71,6 +73,8 @@ def check_engine_gauges(m, types):
     usage = metric(m, "vllm:kv_cache_usage_perc")
     assert 0 <= usage <= 1
     assert abs(usage - (cap - free) / cap) < 1e-12
+    assert types["vllm:cache_config_info"] == "gauge"
+    assert metric(m, "vllm:cache_config_info", block_size="16", num_gpu_blocks=str(int(cap))) == 1
 
 
 @pytest.fixture(scope="module")
