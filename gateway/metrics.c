@@ -18,6 +18,28 @@
  *   failures, health), the connection guard (early refusals, resets,
  *   lingering closes), the access log (dropped lines).
  *
+ * The model-server protocol of the Gateway API Inference Extension (its
+ * endpoint picker scrapes vLLM's names; render_vllm): from one engine
+ * snapshot,
+ *   vllm:num_requests_waiting, vllm:num_requests_running   gauges (requests
+ *     queued or preempted / admitted: the same figures as
+ *     loragate_engine_queue_depth / _running_sequences)
+ *   vllm:kv_cache_usage_perc   gauge, a fraction in [0, 1] as vLLM's: pool
+ *     pages neither free nor evictable prefix cache (KV in use and adapter
+ *     weights) over the pool's pages
+ *   vllm:cache_config_info{block_size,num_gpu_blocks}   1; tokens a page and
+ *     the pool's pages (KV and adapters share them), for the picker's
+ *     prefix-cache scorer
+ *   vllm:lora_requests_info{max_lora,running_lora_adapters,
+ *     waiting_lora_adapters}   gauge whose value is the scrape's Unix time
+ *     (vLLM's: when the lists were last set); the lists are comma-separated (no spaces), sorted, distinct
+ *     adapter names as a request names them in `model` (the tenant's own
+ *     name, without the tenant: two tenants' adapters of one name are one
+ *     entry) of the requests running / waiting; max_lora is the most
+ *     adapters one engine step serves (each sequence may have its own).
+ * Adapter names are label values here: /metrics shows every tenant's
+ * adapters in use to whoever may read it (docs/operations.md).
+ *
  * Dependencies, one way: request.c calls the observer below; routes_openai.c
  * feeds generations and 429s; this file reads the tenant view and, when
  * scraped, the engine, ledger, server and access log. The exposition is one
@@ -39,6 +61,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <openssl/crypto.h>
 #include <openssl/sha.h>
@@ -541,6 +564,99 @@ static void render_engine(lg_strbuf *b, const lg_engine_stats *es)
             (uint64_t)es->spec_batch_off_steps);
 }
 
+/* The name a request gives in `model` for an engine adapter name: the
+ * gateway registers a tenant's adapter as "<tenant id>/<name>"
+ * (tenant_adapters.h); other names (none in serve today) are kept whole. */
+static const char *request_name(const char *engine_name)
+{
+    const char *c = engine_name;
+    while (*c >= '0' && *c <= '9')
+        c++;
+    return c > engine_name && *c == '/' ? c + 1 : engine_name;
+}
+
+static double wall_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+/* names[0, n) sorted, duplicates dropped, joined with ',' as one label value
+ * (escaped: adapter names cannot hold \ " or newline, but a label value is
+ * escaped wherever it comes from). */
+static void label_list(lg_strbuf *b, char **names, int n)
+{
+    qsort(names, (size_t)n, sizeof *names, cmp_str);
+    for (int i = 0, first = 1; i < n; i++) {
+        if (i > 0 && !strcmp(names[i], names[i - 1]))
+            continue;
+        if (!first)
+            lg_strbuf_puts(b, ",");
+        first = 0;
+        for (const char *c = names[i]; *c; c++) {
+            if (*c == '\\' || *c == '"')
+                lg_strbuf_put(b, "\\", 1);
+            lg_strbuf_put(b, *c == '\n' ? "\\n" : c, *c == '\n' ? 2 : 1);
+        }
+    }
+}
+
+/* vLLM's names for the endpoint picker (see the note at the top). */
+static void render_vllm(lg_strbuf *b, lg_engine *engine, const lg_engine_stats *es, const lg_adapter_activity *act,
+                        int n_act, double now)
+{
+    gauge(b, "vllm:num_requests_waiting",
+          "Requests waiting for the engine (queued or preempted); Gateway API Inference Extension protocol.",
+          es->queued);
+    gauge(b, "vllm:num_requests_running", "Requests running in the engine; Gateway API Inference Extension protocol.",
+          es->running);
+    int free_pages = es->pages_free + es->pages_cached;
+    gauge(b, "vllm:kv_cache_usage_perc",
+          "Pool pages in use by KV cache and adapters over the pool's pages, 0 to 1 (1: full); evictable prefix-cache "
+          "pages count as free.",
+          es->pages_total > 0 ? (double)(es->pages_total - free_pages) / (double)es->pages_total : 0);
+    head(b, "vllm:cache_config_info", "gauge",
+         "The KV cache's geometry: block_size tokens a page, num_gpu_blocks pages in the pool (shared with adapter "
+         "weights). Gateway API Inference Extension protocol (optional).");
+    lg_strbuf_printf(b, "vllm:cache_config_info{block_size=\"%d\",num_gpu_blocks=\"%d\"} 1\n", es->page_tokens,
+                     es->pages_total);
+    if (es->max_step_adapters <= 0)
+        return; /* no LoRA: no LoRA series, as vLLM */
+    size_t cap = n_act > 0 ? (size_t)n_act : 1;
+    char **run = malloc(cap * sizeof *run), **wait = malloc(cap * sizeof *wait);
+    char(*names)[sizeof ((lg_adapter_info *)0)->name] = malloc(cap * sizeof *names);
+    int n_run = 0, n_wait = 0;
+    if (run && wait && names)
+        for (int i = 0; i < n_act; i++) {
+            lg_adapter_info info;
+            if (lg_engine_adapter_info(engine, act[i].adapter_id, &info) != 0)
+                continue; /* the version finished since the snapshot */
+            snprintf(names[i], sizeof names[i], "%s", request_name(info.name));
+            if (act[i].running)
+                run[n_run++] = names[i];
+            if (act[i].waiting)
+                wait[n_wait++] = names[i];
+        }
+    else
+        b->oom = true;
+    head(b, "vllm:lora_requests_info", "gauge",
+         "Adapters of running and waiting requests (as requests name them in `model`), and the most adapters one "
+         "step serves; the value is the Unix time of the scrape. Gateway API Inference Extension protocol.");
+    lg_strbuf_printf(b, "vllm:lora_requests_info{max_lora=\"%d\",running_lora_adapters=\"", es->max_step_adapters);
+    label_list(b, run, n_run);
+    lg_strbuf_puts(b, "\",waiting_lora_adapters=\"");
+    label_list(b, wait, n_wait);
+    char t[40];
+    fmt_num(t, sizeof t, now);
+    lg_strbuf_printf(b, "\"} %s\n", t);
+    free(run);
+    free(wait);
+    free(names);
+}
+
 /* Adapters in the engine's pool: loads, evictions, residency, load latency. */
 static void render_adapters(lg_strbuf *b, lg_engine *engine, const lg_engine_stats *es)
 {
@@ -629,9 +745,16 @@ static char *render(lg_metrics *m, size_t *len)
     free(s.tenants);
     if (m->src.engine) {
         lg_engine_stats es;
-        lg_engine_get_stats(m->src.engine, &es);
+        lg_adapter_activity *act = NULL;
+        int n_act = lg_engine_adapter_activity(m->src.engine, &es, &act); /* one snapshot for both */
+        if (n_act < 0) {
+            b.oom = true;
+            n_act = 0;
+        }
         render_engine(&b, &es);
         render_adapters(&b, m->src.engine, &es);
+        render_vllm(&b, m->src.engine, &es, act, n_act, wall_now());
+        free(act);
     }
     if (m->src.ledger)
         render_ledger(&b, m->src.ledger);

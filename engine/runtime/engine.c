@@ -22,7 +22,10 @@
  * requests, cancellations, registry messages, the adapter registry (names ->
  * current version, reference counts) and the engine thread's sleep (`cv`).
  * Everything else belongs to the owner thread. Published counters have
- * their own lock (stats_mu) so a metrics reader never waits on a step.
+ * their own lock (stats_mu) so a metrics reader never waits on a step;
+ * with them, after every step, the adapter versions of the live requests
+ * and how many of each run and wait (lg_engine_adapter_activity: vLLM's
+ * running / waiting LoRA lists), one sort of the live requests.
  */
 #include "engine/runtime/engine_internal.h"
 
@@ -218,6 +221,8 @@ int lg_engine_create(lg_backend *be, const lg_weights *w, const lg_engine_opts *
     }
     e->stats.pages_total = n_pages;
     e->stats.page_bytes = pb;
+    e->stats.page_tokens = e->page_tokens;
+    e->stats.max_step_adapters = e->adapters ? e->max_seqs : 0;
     e->pub = e->stats;
     *out = e;
     return 0;
@@ -322,6 +327,8 @@ void lg_engine_free(lg_engine *e)
     free(e->pen_pairs);
     free(e->plogits);
     free(e->plp_out);
+    free(e->act);
+    free(e->pub_act);
     lg_prefix_cache_free(e->prefix);
     lg_adapter_cache_free(e->adapters);
     lg_fair_free(e->fair);
@@ -1139,6 +1146,47 @@ _Static_assert(LG_LOGPROB_TOP == LG_MAX_TOP_LOGPROBS, "the device reports as man
 
 /* ---- the step ---------------------------------------------------------------------------- */
 
+static int cmp_activity(const void *a, const void *b)
+{
+    const lg_adapter_activity *x = a, *y = b;
+    return (x->adapter_id > y->adapter_id) - (x->adapter_id < y->adapter_id);
+}
+
+/* The live requests' adapters, one entry per (version, state) folded into
+ * one per version, ascending ids, into e->act; -1 when out of memory.
+ * O(n log n) in the live requests, once per published step. */
+static int build_activity(lg_engine *e)
+{
+    int n = 0;
+    for (int i = 0; i < e->n_live; i++)
+        n += e->live[i]->p.adapter_id > 0;
+    if (n > e->cap_act) {
+        lg_adapter_activity *a = realloc(e->act, (size_t)n * sizeof *a);
+        if (!a)
+            return -1;
+        e->act = a;
+        e->cap_act = n;
+    }
+    n = 0;
+    for (int i = 0; i < e->n_live; i++) {
+        const request *r = e->live[i];
+        if (r->p.adapter_id > 0)
+            e->act[n++] = (lg_adapter_activity){.adapter_id = r->p.adapter_id, .running = r->state == RQ_RUNNING,
+                                                .waiting = r->state != RQ_RUNNING};
+    }
+    qsort(e->act, (size_t)n, sizeof *e->act, cmp_activity);
+    int k = 0;
+    for (int i = 0; i < n; i++) {
+        if (k > 0 && e->act[k - 1].adapter_id == e->act[i].adapter_id) {
+            e->act[k - 1].running += e->act[i].running;
+            e->act[k - 1].waiting += e->act[i].waiting;
+        } else {
+            e->act[k++] = e->act[i];
+        }
+    }
+    return k;
+}
+
 static void publish(lg_engine *e)
 {
     lg_engine_stats s = e->stats;
@@ -1151,6 +1199,8 @@ static void publish(lg_engine *e)
     s.pages_cached = ps.pages_cached;
     s.running = e->n_running;
     s.queued = lg_fair_queued(e->fair) + e->n_preempted;
+    s.max_step_adapters = e->adapters ? e->max_seqs : 0;
+    int n_act = e->adapters ? build_activity(e) : 0; /* -1 (out of memory): the last list stays */
     if (e->prefix) {
         lg_prefix_cache_stats pcs;
         lg_prefix_cache_get_stats(e->prefix, &pcs);
@@ -1189,6 +1239,20 @@ static void publish(lg_engine *e)
     }
     pthread_mutex_lock(&e->stats_mu);
     e->pub = s;
+    if (n_act > e->cap_pub_act) {
+        lg_adapter_activity *a = realloc(e->pub_act, (size_t)n_act * sizeof *a);
+        if (a) {
+            e->pub_act = a;
+            e->cap_pub_act = n_act;
+        } else {
+            n_act = -1;
+        }
+    }
+    if (n_act >= 0) {
+        if (n_act > 0)
+            memcpy(e->pub_act, e->act, (size_t)n_act * sizeof *e->act);
+        e->n_pub_act = n_act;
+    }
     for (int i = 0; i < n_fresh; i++) e->load_ms[e->n_load_ms++ % LG_ADAPTER_LOAD_SAMPLES] = fresh[i];
     pthread_mutex_unlock(&e->stats_mu);
 }
@@ -1689,6 +1753,21 @@ void lg_engine_get_stats(lg_engine *e, lg_engine_stats *s)
     pthread_mutex_lock(&e->stats_mu);
     *s = e->pub;
     pthread_mutex_unlock(&e->stats_mu);
+}
+
+int lg_engine_adapter_activity(lg_engine *e, lg_engine_stats *s, lg_adapter_activity **out)
+{
+    *out = NULL;
+    pthread_mutex_lock(&e->stats_mu);
+    int n = e->n_pub_act;
+    if (n > 0 && !(*out = malloc((size_t)n * sizeof **out)))
+        n = -1;
+    else if (n > 0)
+        memcpy(*out, e->pub_act, (size_t)n * sizeof **out);
+    if (s)
+        *s = e->pub;
+    pthread_mutex_unlock(&e->stats_mu);
+    return n;
 }
 
 int lg_engine_adapter_load_times(lg_engine *e, float *ms, int cap)

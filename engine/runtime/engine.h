@@ -377,6 +377,7 @@ typedef struct lg_engine_stats {
     int pages_prefix;        /* KV pages held by the prefix cache (in use or cached) */
     int max_pages_kv, max_pages_adapter, max_pages_prefix; /* high-water marks */
     size_t page_bytes;
+    int page_tokens;         /* KV tokens per page */
     int64_t requests_finished;
     int64_t prompt_tokens, cached_tokens; /* summed over admitted requests */
     int64_t prefix_lookups, prefix_hits;   /* admissions that looked / found >= 1 page */
@@ -387,8 +388,23 @@ typedef struct lg_engine_stats {
      * tokens accepted (emitted as proposed), and steps in which the policy turned it off for the batch */
     int64_t spec_verify_rows, spec_proposed, spec_accepted, spec_batch_off_steps;
     int adapters_registered, adapters_resident;
+    int max_step_adapters;   /* most adapters one step serves: each sequence may have its own (0: no LoRA) */
 } lg_engine_stats;
 void lg_engine_get_stats(lg_engine *e, lg_engine_stats *s);
+
+/* An adapter version with requests in the engine at the last published
+ * step: how many of them run (admitted) and how many wait (never admitted,
+ * or preempted). Requests on the base model are not listed. */
+typedef struct lg_adapter_activity {
+    int adapter_id;
+    int running, waiting;
+} lg_adapter_activity;
+/* The adapter versions with requests at the last published step, in
+ * ascending id order, copied into *out (malloc'd, the caller frees it;
+ * NULL when there are none), and, when s is not NULL, the stats of that
+ * same snapshot (so the lists agree with s->running and s->queued).
+ * Returns how many, or -1 when out of memory (*out NULL). Any thread. */
+int lg_engine_adapter_activity(lg_engine *e, lg_engine_stats *s, lg_adapter_activity **out);
 
 /* Latencies (ms) of the most recent adapter loads (asked for -> resident in
  * the pool), oldest first; up to cap values are copied. Returns how many. */

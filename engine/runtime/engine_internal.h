@@ -205,6 +205,10 @@ struct lg_engine {
     /* ---- published counters ---- */
     pthread_mutex_t stats_mu;
     lg_engine_stats pub;
+    lg_adapter_activity *pub_act; /* [cap_pub_act]: adapters with requests, of the same snapshot as pub */
+    int n_pub_act, cap_pub_act;
+    lg_adapter_activity *act;   /* owner: the list being built by publish */
+    int cap_act;
     float load_ms[LG_ADAPTER_LOAD_SAMPLES]; /* adapter load latencies, ring */
     int64_t n_load_ms;
     int64_t load_seen;          /* owner: samples of the adapter cache already copied */

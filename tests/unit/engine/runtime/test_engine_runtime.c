@@ -493,6 +493,54 @@ static void test_cancel_frees(void)
     lg_engine_free(g.e);
 }
 
+/* The adapters of live requests (lg_engine_adapter_activity, /metrics' vLLM LoRA lists): per adapter
+ * version, its running + waiting requests are the ones submitted with it, their sums are the snapshot's
+ * running and queued (every request here has an adapter), ids ascend; none before the first step (the
+ * requests are still in the inbox) and none once all finished. */
+static void test_adapter_activity(void)
+{
+    eng g;
+    mk_engine(&g, 64, 64, 2, LG_PREFIX_TENANT);
+    static const int which[] = {1, 1, 2, 3, 4, 1}; /* index into ADAPTERS + 1 */
+    enum { N = sizeof which / sizeof which[0] };
+    treq *t[N];
+    lg_err err = {{0}};
+    uint64_t seed = 7;
+    for (int i = 0; i < N; i++) {
+        int32_t p[40];
+        fill_random(p, 40, &seed);
+        t[i] = new_req(p, 40, 30, which[i], "a");
+        CHECK(submit(&g, t[i], &err) == 0);
+    }
+    lg_adapter_activity *act = NULL;
+    lg_engine_stats s;
+    CHECK(lg_engine_adapter_activity(g.e, &s, &act) == 0 && !act);
+    for (int k = 0; k < 2000 && stats(g.e).running < 2; k++) { /* until two run (adapters load meanwhile) */
+        CHECK(lg_engine_step(g.e, &err) >= 0);
+        lg_engine_wait(g.e, 0.002);
+    }
+    int n = lg_engine_adapter_activity(g.e, &s, &act);
+    CHECK_MSG(n == N_AD, "%d adapters with requests, want %d", n, N_AD);
+    int run = 0, wait = 0;
+    for (int i = 0; i < n; i++) {
+        int want = 0;
+        for (int j = 0; j < N; j++) want += g.ad[which[j] - 1] == act[i].adapter_id;
+        CHECK_MSG(act[i].running + act[i].waiting == want, "adapter %d: %d running + %d waiting, want %d",
+                  act[i].adapter_id, act[i].running, act[i].waiting, want);
+        CHECK(i == 0 || act[i - 1].adapter_id < act[i].adapter_id);
+        run += act[i].running;
+        wait += act[i].waiting;
+    }
+    CHECK_MSG(run == s.running && wait == s.queued && s.running == 2, "lists %d/%d, stats %d/%d", run, wait,
+              s.running, s.queued);
+    CHECK(s.max_step_adapters == 2);
+    free(act);
+    run_idle(g.e);
+    CHECK(lg_engine_adapter_activity(g.e, NULL, &act) == 0 && !act);
+    for (int i = 0; i < N; i++) free(t[i]);
+    lg_engine_free(g.e);
+}
+
 /* ---- (b) preemption under a tiny pool --------------------------------------------------------------- */
 
 static void run_batch(eng *g, treq **t, int n)
@@ -974,6 +1022,7 @@ int main(void)
     }
     double t0 = lg_now();
     test_cancel_frees();
+    test_adapter_activity();
     test_preemption();
     test_shared_computation(512);
     test_shared_computation(32);
