@@ -15,7 +15,10 @@
  * CUDA cores. LG_ATTN_FA2=0 sends prefill to the wmma kernel always.
  * A layer with a sliding window or soft-capped scores (kv.window,
  * kv.softcap: Mistral, Qwen2, Phi-3, Gemma) goes to attention_window.cu
- * whatever the step's shape; the kernels above never see one.
+ * whatever the step's shape; the kernels above never see one. So does an
+ * e4m3 cache (`--kv-cache-dtype fp8`, kv.dtype LG_F8E4M3): its elements are
+ * read back times the layer's k_scale / v_scale by the window kernel only;
+ * the decode and prefill kernels refuse it (16-bit caches only).
  */
 #include "kernels/ops.cuh"
 
@@ -28,9 +31,10 @@ int cu_attention(lg_backend *be, lg_tensor out, lg_tensor q, lg_kv_view kv, cons
     if (!m)
         return CU_FAIL(c, "attention: step meta is NULL");
     const int hd = kv.head_dim, nkv = kv.n_kv_heads;
-    if (q.dtype != kv.dtype || out.dtype != kv.dtype || !cu_is_half(kv.dtype))
-        return CU_FAIL(c, "attention: q %s, out %s, cache %s must be one 16-bit dtype", lg_dtype_name(q.dtype),
-                       lg_dtype_name(out.dtype), lg_dtype_name(kv.dtype));
+    const bool f8 = kv.dtype == LG_F8E4M3;
+    if (q.dtype != out.dtype || !cu_is_half(q.dtype) || (!f8 && kv.dtype != q.dtype))
+        return CU_FAIL(c, "attention: q %s, out %s must be one 16-bit dtype and the cache %s that dtype or f8e4m3",
+                       lg_dtype_name(q.dtype), lg_dtype_name(out.dtype), lg_dtype_name(kv.dtype));
     if (nkv <= 0 || n_heads <= 0 || n_heads % nkv)
         return CU_FAIL(c, "attention: n_heads %d is not a multiple of n_kv_heads %d", n_heads, nkv);
     if (hd <= 0 || hd % 8 || hd > 256)
@@ -44,7 +48,7 @@ int cu_attention(lg_backend *be, lg_tensor out, lg_tensor q, lg_kv_view kv, cons
         return CU_FAIL(c, "attention: the KV pool, page size and K/V offsets must be 16-byte aligned");
     if (m->n_tokens == 0)
         return 0;
-    if (kv.window > 0 || kv.softcap > 0) /* sliding-window or soft-capped layers */
+    if (kv.window > 0 || kv.softcap > 0 || f8) /* sliding-window or soft-capped layers, an e4m3 cache */
         return cu_attention_window(be, out, q, kv, m, n_heads, scale);
     if (m->max_q_len > 1 && hd % 16 == 0 && q.stride % 8 == 0 && cu_aligned16(q.data)) {
         if (c->tune->attn_fa2) {

@@ -618,6 +618,8 @@ static int dec_make_plan(cuda_ctx *c, int T_, int n_heads, const lg_kv_view &kv,
  * launch), else max_kv_len. */
 extern "C" int cu_decode_kv_key(lg_backend *be, int n_tokens, int n_heads, const lg_kv_view *kv, int max_kv_len)
 {
+    if (kv->dtype == LG_F8E4M3) /* attention_window.cu's launch, whatever the lengths */
+        return 0;
     dec_plan p;
     if (n_heads <= 0 || kv->n_kv_heads <= 0 || n_heads % kv->n_kv_heads ||
         dec_make_plan(CU_CTX(be), n_tokens, n_heads, *kv, max_kv_len, &p) != 0)
@@ -630,6 +632,9 @@ int cu_attention_decode(lg_backend *be, lg_tensor out, lg_tensor q, lg_kv_view k
 {
     cuda_ctx *c = CU_CTX(be);
     const int hd = kv.head_dim, T_ = m->n_tokens;
+    if (kv.dtype != q.dtype) /* an e4m3 cache: attention.cu sends it to attention_window.cu */
+        return CU_FAIL(c, "attention decode: a %s KV cache with %s queries is not read by this kernel (16-bit caches "
+                          "only; attention_window.cu reads e4m3)", lg_dtype_name(kv.dtype), lg_dtype_name(q.dtype));
     dec_plan p;
     if (dec_make_plan(c, T_, n_heads, kv, m->max_kv_len, &p) != 0)
         return -1;

@@ -300,25 +300,51 @@ static int cpu_rope(lg_backend *be, lg_tensor q, lg_tensor k, const int32_t *pos
     return 0;
 }
 
-/* ---- kv write ---------------------------------------------------------------- */
-static inline float *kv_ptr(const lg_kv_view *kv, int32_t slot, size_t off)
+/* ---- kv write ----------------------------------------------------------------
+ * The cache is f32 (a byte copy) or, with `--kv-cache-dtype fp8`, OCP e4m3:
+ * each element stored as lg_f32_to_e4m3(x / scale) with the layer's k_scale
+ * or v_scale (backend.h lg_kv_view), read back by attention as e4m3 * scale. */
+static inline char *kv_ptr(const lg_kv_view *kv, int32_t slot, size_t off)
 {
     int32_t page = slot / kv->page_tokens, s = slot % kv->page_tokens;
-    return (float *)((char *)kv->base + (size_t)page * kv->page_bytes + off +
-                     (size_t)s * (size_t)(kv->n_kv_heads * kv->head_dim) * 4);
+    return (char *)kv->base + (size_t)page * kv->page_bytes + off +
+           (size_t)s * (size_t)(kv->n_kv_heads * kv->head_dim) * lg_dtype_size(kv->dtype);
 }
 static int cpu_kv_write(lg_backend *be, lg_kv_view kv, lg_tensor k, lg_tensor v, const int32_t *slot, int n_tokens)
 {
-    if (kv.dtype != LG_F32 || k.dtype != LG_F32 || v.dtype != LG_F32)
+    (void)be;
+    if ((kv.dtype != LG_F32 && kv.dtype != LG_F8E4M3) || k.dtype != LG_F32 || v.dtype != LG_F32)
         return -1;
-    size_t row = (size_t)(kv.n_kv_heads * kv.head_dim) * 4;
+    const int n = kv.n_kv_heads * kv.head_dim;
+    const float ks = lg_kv_kscale(&kv), vs = lg_kv_vscale(&kv);
     for (int t = 0; t < n_tokens; t++) {
         if (slot[t] < 0)
             continue;
-        memcpy(kv_ptr(&kv, slot[t], kv.k_off), (const float *)k.data + (size_t)t * k.stride, row);
-        memcpy(kv_ptr(&kv, slot[t], kv.v_off), (const float *)v.data + (size_t)t * v.stride, row);
+        const float *kr = (const float *)k.data + (size_t)t * k.stride, *vr = (const float *)v.data + (size_t)t * v.stride;
+        char *kd = kv_ptr(&kv, slot[t], kv.k_off), *vd = kv_ptr(&kv, slot[t], kv.v_off);
+        if (kv.dtype == LG_F32) {
+            memcpy(kd, kr, (size_t)n * 4);
+            memcpy(vd, vr, (size_t)n * 4);
+            continue;
+        }
+        for (int e = 0; e < n; e++) {
+            ((uint8_t *)kd)[e] = lg_f32_to_e4m3(kr[e] / ks);
+            ((uint8_t *)vd)[e] = lg_f32_to_e4m3(vr[e] / vs);
+        }
     }
     return 0;
+}
+
+/* Head kvh's row of K or V at a slot as f32: the cache itself (f32), or decoded into buf (e4m3 x scale). */
+static inline const float *kv_row_f32(const lg_kv_view *kv, int32_t slot, size_t off, int kvh, float scale, float *buf)
+{
+    const int hd = kv->head_dim;
+    const char *p = kv_ptr(kv, slot, off);
+    if (kv->dtype == LG_F32)
+        return (const float *)p + (size_t)kvh * hd;
+    const uint8_t *b = (const uint8_t *)p + (size_t)kvh * hd;
+    for (int e = 0; e < hd; e++) buf[e] = lg_e4m3_to_f32(b[e]) * scale;
+    return buf;
 }
 
 /* ---- attention ---------------------------------------------------------------
@@ -328,7 +354,9 @@ static int cpu_kv_write(lg_backend *be, lg_kv_view kv, lg_tensor k, lg_tensor v,
  * K_s[j] is slot j % page_tokens of page page_ids[page_indptr[s] + j / page_tokens].
  * Work item = (token, query head), so a decode step's few tokens still give
  * every thread work (GQA's K/V rows are read once per query head; they sit
- * in cache). The q.k sums are cpu_matmul.c's vectorized dot. */
+ * in cache). The q.k sums are cpu_matmul.c's vectorized dot. An e4m3 cache's
+ * rows are decoded (e4m3 x scale, one f32 rounding) into the thread's scratch
+ * first, so the math after is the f32 cache's. */
 typedef struct {
     lg_tensor out, q;
     lg_kv_view kv;
@@ -337,6 +365,7 @@ typedef struct {
     int nh, group;
     float scale;
     float **scratch;
+    size_t rbuf_off; /* floats of scratch before the decoded-row buffer */
 } attn_job;
 
 static void attn_task(void *arg, int tid, int64_t i0, int64_t i1)
@@ -354,11 +383,13 @@ static void attn_task(void *arg, int tid, int64_t i0, int64_t i1)
         const float cap = kv->softcap;
         const int32_t *pages = j->m->page_ids + j->m->page_indptr[s];
         float *sc = j->scratch[tid]; /* [n_ctx] scores, from k0 */
+        float *rb = sc + j->rbuf_off; /* [4 * hd]: decoded e4m3 rows */
+        const float ks = lg_kv_kscale(kv), vs = lg_kv_vscale(kv);
         const float *qr = (const float *)j->q.data + t * j->q.stride + (size_t)h * hd;
         float mx = -INFINITY;
         for (int pos = k0; pos < n_ctx; pos++) {
             const int32_t slot = pages[pos / kv->page_tokens] * kv->page_tokens + pos % kv->page_tokens;
-            float d = lg_cpu_dot_f32(qr, kv_ptr(kv, slot, kv->k_off) + (size_t)kvh * hd, hd) * j->scale;
+            float d = lg_cpu_dot_f32(qr, kv_row_f32(kv, slot, kv->k_off, kvh, ks, rb), hd) * j->scale;
             if (cap > 0)
                 d = cap * tanhf(d / cap);
             sc[pos] = d;
@@ -378,14 +409,14 @@ static void attn_task(void *arg, int tid, int64_t i0, int64_t i1)
             for (int u = 0; u < 4; u++) {
                 const int p = pos + u;
                 const int32_t slot = pages[p / kv->page_tokens] * kv->page_tokens + p % kv->page_tokens;
-                v4[u] = kv_ptr(kv, slot, kv->v_off) + (size_t)kvh * hd;
+                v4[u] = kv_row_f32(kv, slot, kv->v_off, kvh, vs, rb + (size_t)u * hd);
             }
             const float w0 = sc[pos], w1 = sc[pos + 1], w2 = sc[pos + 2], w3 = sc[pos + 3];
             for (int e = 0; e < hd; e++) o[e] += w0 * v4[0][e] + w1 * v4[1][e] + w2 * v4[2][e] + w3 * v4[3][e];
         }
         for (; pos < n_ctx; pos++) {
             const int32_t slot = pages[pos / kv->page_tokens] * kv->page_tokens + pos % kv->page_tokens;
-            const float *vr = kv_ptr(kv, slot, kv->v_off) + (size_t)kvh * hd;
+            const float *vr = kv_row_f32(kv, slot, kv->v_off, kvh, vs, rb);
             const float w = sc[pos];
             for (int e = 0; e < hd; e++) o[e] += w * vr[e];
         }
@@ -397,10 +428,13 @@ static int cpu_attention(lg_backend *be, lg_tensor out, lg_tensor q, lg_kv_view 
                          int n_heads, float scale)
 {
     cpu_ctx *c = CTX(be);
-    if (kv.dtype != LG_F32 || q.dtype != LG_F32 || out.dtype != LG_F32 || n_heads % kv.n_kv_heads)
+    if ((kv.dtype != LG_F32 && kv.dtype != LG_F8E4M3) || q.dtype != LG_F32 || out.dtype != LG_F32 ||
+        n_heads % kv.n_kv_heads)
         return -1;
     int group = n_heads / kv.n_kv_heads;
-    if (grow_per_thread(c->scratch, c->nt, &c->scratch_n, (size_t)(m->max_kv_len + 1)) != 0)
+    /* scores [max_kv_len + 1], 16-float aligned, then 4 decoded rows (e4m3 cache) */
+    const size_t rbuf_off = ((size_t)m->max_kv_len + 1 + 15) / 16 * 16;
+    if (grow_per_thread(c->scratch, c->nt, &c->scratch_n, rbuf_off + 4 * (size_t)kv.head_dim) != 0)
         return -1;
     if (m->n_tokens > c->seq_of_tok_n) { /* grows to the largest step, then stays */
         int32_t *p = realloc(c->seq_of_tok, (size_t)m->n_tokens * sizeof(int32_t));
@@ -412,7 +446,7 @@ static int cpu_attention(lg_backend *be, lg_tensor out, lg_tensor q, lg_kv_view 
     int32_t *seq_of_tok = c->seq_of_tok;
     for (int s = 0; s < m->n_seqs; s++)
         for (int t = m->q_indptr[s]; t < m->q_indptr[s + 1]; t++) seq_of_tok[t] = s;
-    attn_job j = {out, q, kv, m, seq_of_tok, n_heads, group, scale, c->scratch};
+    attn_job j = {out, q, kv, m, seq_of_tok, n_heads, group, scale, c->scratch, rbuf_off};
     lg_threadpool_for(c->tp, (int64_t)m->n_tokens * n_heads, 1, attn_task, &j);
     return 0;
 }

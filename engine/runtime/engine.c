@@ -218,6 +218,8 @@ int lg_engine_create(lg_backend *be, const lg_weights *w, const lg_engine_opts *
     }
     e->stats.pages_total = n_pages;
     e->stats.page_bytes = pb;
+    e->stats.kv_dtype = lg_dtype_name(lg_model_kv_dtype(e->model));
+    e->stats.kv_tokens_capacity = (int64_t)n_pages * e->page_tokens;
     e->pub = e->stats;
     *out = e;
     return 0;

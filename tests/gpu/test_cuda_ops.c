@@ -19,6 +19,8 @@
  * Usage: test_cuda_ops [--no-bench]. Exit status 0 only if all passed.
  * LG_ONLY=group[,group...] runs only those groups (misc, attention, lora,
  * graph, matmul: gemv, the TMA matmul, matmul_lora; rope_kv; norm: norm_matmul) — for kernel work.
+ * attention includes the e4m3 KV cache (`--kv-cache-dtype fp8`): kv_write's bytes equal the CPU's, attention
+ * over e4m3 pages against the CPU backend's.
  * Kernel forms are forced by writing the backend's switches (G->tune, engine/base/tuning.h) between
  * ops and put back to the values read from the environment (env_tune) after.
  * Needs a GPU; a CMake target of CUDA builds, run by tests/gpu/run_device.sh.
@@ -517,6 +519,108 @@ static void test_attention(lg_dtype dt, const char *name, const attn_case *ac, i
     G->i.dealloc(G, d_pi), G->i.dealloc(G, d_pids), G->i.dealloc(G, gpool);
     free(perm), free(tok_pos), free(slot), free(q_indptr), free(kv_len), free(page_indptr), free(page_ids);
     free(cpool), free(hp), free(got), free(ref);
+    gt_free(&qkv), gt_free(&out);
+}
+
+/* An e4m3 KV cache (`--kv-cache-dtype fp8`): the same e4m3 pool bytes on both backends (random codes, no
+ * NaN), this step's k, v written by the GPU's kv_write (16-bit k, v / scale -> e4m3) and the CPU's (f32 k, v:
+ * the same values) must leave equal bytes (both round x / scale to nearest even, saturating: counted as the
+ * share of differing bytes, limit 0); then attention over the e4m3 pages (read back x k_scale / v_scale; the
+ * window kernel, whatever the step's shape) against the CPU's, optionally with a window or a soft-cap. */
+static void test_attention_e4m3(lg_dtype dt, const char *name, const attn_case *ac, int nh, int nkv, int hd,
+                                int window, float softcap)
+{
+    const int pt = attn_pt, L = 2, layer = 1;
+    const int S = ac->n_seqs, kvdim = nkv * hd, qdim = nh * hd;
+    int T = 0, max_q = 0, max_kv = 0, n_pages_used = 0;
+    for (int s = 0; s < S; s++) {
+        T += ac->q_len[s];
+        if (ac->q_len[s] > max_q) max_q = ac->q_len[s];
+        if (ac->kv_len[s] > max_kv) max_kv = ac->kv_len[s];
+        n_pages_used += (ac->kv_len[s] + pt - 1) / pt;
+    }
+    const int n_pages = n_pages_used + 5;
+    int *perm = malloc(n_pages * 4);
+    for (int i = 0; i < n_pages; i++) perm[i] = i;
+    for (int i = n_pages - 1; i > 0; i--) {
+        int j = irand(i + 1), t = perm[i];
+        perm[i] = perm[j];
+        perm[j] = t;
+    }
+    int32_t *tok_pos = malloc(T * 4), *slot = malloc(T * 4), *q_indptr = malloc((S + 1) * 4),
+            *kv_len = malloc(S * 4), *page_indptr = malloc((S + 1) * 4), *page_ids = malloc(n_pages_used * 4);
+    int t = 0, pg = 0;
+    for (int s = 0; s < S; s++) {
+        q_indptr[s] = t;
+        page_indptr[s] = pg;
+        kv_len[s] = ac->kv_len[s];
+        int np = (ac->kv_len[s] + pt - 1) / pt;
+        for (int i = 0; i < np; i++) page_ids[pg + i] = perm[pg + i];
+        for (int i = 0; i < ac->q_len[s]; i++) {
+            int p = ac->kv_len[s] - ac->q_len[s] + i;
+            tok_pos[t + i] = p;
+            slot[t + i] = page_ids[pg + p / pt] * pt + p % pt;
+        }
+        t += ac->q_len[s];
+        pg += np;
+    }
+    q_indptr[S] = t;
+    page_indptr[S] = pg;
+    const size_t kv_block = (size_t)pt * kvdim, pb = (size_t)L * 2 * kv_block, n_el = (size_t)n_pages * pb;
+    uint8_t *cpool = malloc(n_el), *back = malloc(n_el);
+    for (size_t i = 0; i < n_el; i++) {
+        cpool[i] = (uint8_t)rnd();
+        if ((cpool[i] & 0x7F) == 0x7F) cpool[i] ^= 1; /* not NaN */
+    }
+    void *gpool = G->i.alloc(G, n_el);
+    G->i.upload(G, gpool, cpool, n_el);
+    const float ks = 0.75f + frand() * 0.25f, vs = 1.25f + frand() * 0.25f;
+    lg_kv_view kvg = {gpool, pb, layer * 2 * kv_block, layer * 2 * kv_block + kv_block, pt, nkv, hd, LG_F8E4M3,
+                      window, softcap, ks, vs};
+    lg_kv_view kvc = kvg;
+    kvc.base = cpool;
+
+    gt qkv = gt_new(dt, T, qdim + 2 * kvdim, 8), out = gt_new(dt, T, qdim, 8);
+    gt_set(&qkv, NULL, 1.5f);
+    /* k, v up to 600 x scale: some saturate at 448 */
+    for (int r = 0; r < T; r++)
+        for (int c = qdim; c < qdim + 2 * kvdim; c++)
+            if (irand(64) == 0) qkv.f[(size_t)r * qkv.cols + c] = (float)(irand(2) ? 600 : -600);
+    gt_set(&qkv, qkv.f, 0);
+    gt_poison(&out);
+    lg_tensor q = lg_tensor_cols(qkv.t, 0, qdim), k = lg_tensor_cols(qkv.t, qdim, kvdim),
+              v = lg_tensor_cols(qkv.t, qdim + kvdim, kvdim);
+    int W = qdim + 2 * kvdim;
+    lg_tensor hq = {qkv.f, LG_F32, T, qdim, W}, hk = {qkv.f + qdim, LG_F32, T, kvdim, W},
+              hv = {qkv.f + qdim + kvdim, LG_F32, T, kvdim, W};
+    int32_t *d_pos = dev_i32(tok_pos, T), *d_slot = dev_i32(slot, T), *d_qi = dev_i32(q_indptr, S + 1),
+            *d_kvl = dev_i32(kv_len, S), *d_pi = dev_i32(page_indptr, S + 1), *d_pids = dev_i32(page_ids, pg);
+    lg_step_meta mg = {.n_tokens = T, .n_seqs = S, .max_q_len = max_q, .max_kv_len = max_kv, .pos = d_pos,
+                       .slot = d_slot, .q_indptr = d_qi, .kv_len = d_kvl, .page_indptr = d_pi, .page_ids = d_pids};
+    lg_step_meta mc = {.n_tokens = T, .n_seqs = S, .max_q_len = max_q, .max_kv_len = max_kv, .pos = tok_pos,
+                       .slot = slot, .q_indptr = q_indptr, .kv_len = kv_len, .page_indptr = page_indptr,
+                       .page_ids = page_ids};
+    const float scale = 1.0f / sqrtf((float)hd);
+    char cas[48];
+    int rc = G->i.kv_write(G, kvg, k, v, d_slot, T);
+    int rcc = C->i.kv_write(C, kvc, hk, hv, slot, T);
+    int ok = G->i.sync(G) == 0 && G->i.download(G, back, gpool, n_el) == 0;
+    size_t diff = 0;
+    for (size_t i = 0; i < n_el; i++) diff += back[i] != cpool[i];
+    snprintf(cas, sizeof cas, "e4m3 %s T%d", name, T);
+    record("kv_write", cas, dt, (double)diff / (double)n_el, 0, rc == 0 && rcc == 0 && ok);
+    rc = G->i.attention(G, out.t, q, kvg, &mg, nh, scale);
+    size_t n = (size_t)T * qdim;
+    float *got = malloc(n * 4), *ref = calloc(n, 4);
+    int g = gt_get(&out, got, NULL);
+    rcc = C->i.attention(C, host_t(ref, T, qdim), hq, kvc, &mc, nh, scale);
+    snprintf(cas, sizeof cas, "e4m3 %s h%d/%d hd%d w%d c%g", name, nh, nkv, hd, window, softcap);
+    record("attention", cas, dt, rel_l2(got, ref, n), lim_for(dt) * 2, rc == 0 && rcc == 0 && g == 0);
+
+    G->i.dealloc(G, d_pos), G->i.dealloc(G, d_slot), G->i.dealloc(G, d_qi), G->i.dealloc(G, d_kvl);
+    G->i.dealloc(G, d_pi), G->i.dealloc(G, d_pids), G->i.dealloc(G, gpool);
+    free(perm), free(tok_pos), free(slot), free(q_indptr), free(kv_len), free(page_indptr), free(page_ids);
+    free(cpool), free(back), free(got), free(ref);
     gt_free(&qkv), gt_free(&out);
 }
 
@@ -2165,6 +2269,18 @@ int main(int argc, char **argv)
             G->tune.attn_fa2 = 0; /* the wmma kernel at the FA2 head dims too */
             test_attention(dt, "prefill wmma", &pf, 32, 32, 128, 0);
             G->tune.attn_fa2 = env_tune.attn_fa2;
+            /* an e4m3 cache (--kv-cache-dtype fp8): kv_write's bytes and attention, prefill, decode and mixed
+             * steps, plain, windowed and soft-capped */
+            test_attention_e4m3(dt, "prefill", &prefill, 8, 2, 64, 0, 0);
+            test_attention_e4m3(dt, "prefill", &pf, 32, 8, 128, 0, 0);
+            test_attention_e4m3(dt, "decode", &dec, 32, 8, 128, 0, 0);
+            test_attention_e4m3(dt, "decode", &dres, 8, 8, 64, 0, 0);
+            test_attention_e4m3(dt, "mixed", &mixed, 12, 4, 80, 0, 0);
+            test_attention_e4m3(dt, "mixed", &mixed, 16, 8, 256, 100, 0);
+            test_attention_e4m3(dt, "prefill", &pf, 8, 4, 128, 0, 50.0f);
+            attn_pt = 12;
+            test_attention_e4m3(dt, "prefill pt12", &pf, 16, 4, 64, 0, 0);
+            attn_pt = 16;
         }
         if (only("lora")) {   /* LoRA */
             int len1[] = {1, 5, 17, 1, 0, 64, 3, 1, 9}, r1[] = {8, 0, 64, 1, 16, 13, 32, 0, 2};
