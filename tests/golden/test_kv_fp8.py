@@ -48,7 +48,9 @@ LG_BIN = os.path.abspath(os.environ.get("LG_BIN", os.path.join(ROOT, "build", "l
 LG_BACKEND = os.environ.get("LG_BACKEND", "cpu")
 LG_GENERATE_EXTRA = shlex.split(os.environ.get("LG_GENERATE_EXTRA", ""))
 LG_COMPUTE_DTYPE = os.environ.get("LG_COMPUTE_DTYPE", "float32")
-TOL = 1e-4 if LG_COMPUTE_DTYPE == "float32" else 2e-2
+F32 = LG_COMPUTE_DTYPE == "float32"
+TOL = 1e-4 if F32 else 2e-2
+MARGIN = 1e-3 if F32 else 0.05  # a greedy step is compared where the oracle's top two logits are this far apart
 N_GREEDY = 6
 
 
@@ -98,13 +100,13 @@ def run_lg(model_dir, ids, n, *extra):
 
 
 def oracle_greedy(cfg, W, ids, n, hook):
-    """The rounded oracle's greedy path; stops comparing (returns what it has) at a step whose top two logits
-    are within 1e-3 (f32) of each other, where the engine may legitimately differ."""
+    """The rounded oracle's greedy path; stops (returns what it has) at a step whose top two logits are within
+    MARGIN (relative, for f32) of each other, where the engine may legitimately differ."""
     out, cur = [], list(ids)
     for _ in range(n):
         lg = np_llama.forward(cfg, W, cur, kv_cache=hook)[-1]
         top = np.sort(lg)[-2:]
-        if top[1] - top[0] <= 1e-3 * max(1.0, abs(top[1])):
+        if top[1] - top[0] <= MARGIN * (max(1.0, abs(top[1])) if F32 else 1.0):
             break
         t = int(np.argmax(lg))
         out.append(t)
@@ -122,7 +124,8 @@ def test_fp8_cache_logits_and_greedy_match_rounded_oracle(name):
     hook = kv_rounder()
     want = np_llama.forward(cfg, W, ids, kv_cache=hook)[-1]
     plain = np_llama.forward(cfg, W, ids)[-1]
-    assert np_llama.rel_l2(plain, want) > 10 * TOL, f"{name}: e4m3 rounding is invisible at this tolerance"
+    if F32:  # (a 16-bit compute dtype's tolerance is of the rounding's own size: the CPU run shows it visible)
+        assert np_llama.rel_l2(plain, want) > 10 * TOL, f"{name}: e4m3 rounding is invisible at this tolerance"
     res = run_lg(d, ids, N_GREEDY, "--kv-cache-dtype", "fp8")
     got = np.asarray(res["last_logits"], dtype=np.float64)
     err = np_llama.rel_l2(got, want)
@@ -154,7 +157,7 @@ def test_checkpoint_kv_scales_are_applied(tmp_path):
     ids = max((p["ids"] for p in _ref(name)["prompts"]), key=len)
     want = np_llama.forward(cfg, W, ids, kv_cache=kv_rounder([tuple(map(float, np.float32(s))) for s in scales]))[-1]
     unit = np_llama.forward(cfg, W, ids, kv_cache=kv_rounder())[-1]
-    assert np_llama.rel_l2(unit, want) > 10 * TOL, "the scales change nothing visible"
+    assert np_llama.rel_l2(unit, want) > 10 * 1e-4, "the scales change nothing visible"
     got = np.asarray(run_lg(dst, ids, 1, "--kv-cache-dtype", "fp8")["last_logits"], dtype=np.float64)
     err = np_llama.rel_l2(got, want)
     assert err < TOL, f"scaled fp8 cache vs the oracle with the checkpoint's scales: rel L2 {err:.3e}"
@@ -192,6 +195,8 @@ def run_batch(tmp_path, *extra, n=12):
 
 def test_fp8_end_to_end_preemption_prefix_cache_speculation(tmp_path):
     _need_binary()
+    if LG_BACKEND != "cpu":  # CUDA's matmuls pick kernels by batch size: last bits, so close greedy steps, may differ
+        pytest.skip("exact token equality across batch shapes is the CPU backend's (batch-invariant) property")
     fp8 = ("--kv-cache-dtype", "fp8")
     ref, dt, _, _ = run_batch(tmp_path, *fp8, "--prefix-sharing", "off", "--pool-mb", "64")
     assert dt == "f8e4m3"
