@@ -15,10 +15,12 @@
  * CUDA cores. LG_ATTN_FA2=0 sends prefill to the wmma kernel always.
  * A layer with a sliding window or soft-capped scores (kv.window,
  * kv.softcap: Mistral, Qwen2, Phi-3, Gemma) goes to attention_window.cu
- * whatever the step's shape; the kernels above never see one. So does an
- * e4m3 cache (`--kv-cache-dtype fp8`, kv.dtype LG_F8E4M3): its elements are
- * read back times the layer's k_scale / v_scale by the window kernel only;
- * the decode and prefill kernels refuse it (16-bit caches only).
+ * whatever the step's shape; the kernels above never see one. An e4m3
+ * cache (`--kv-cache-dtype fp8`, kv.dtype LG_F8E4M3; elements read back
+ * times the layer's k_scale / v_scale) goes to the split-K decode kernel
+ * for every step shape (prefill chunks included, on CUDA cores), or to the
+ * window kernel for windowed / soft-capped layers; the tensor-core prefill
+ * kernels (wmma, FA2) take 16-bit caches only and refuse it.
  */
 #include "kernels/ops.cuh"
 
@@ -48,8 +50,10 @@ int cu_attention(lg_backend *be, lg_tensor out, lg_tensor q, lg_kv_view kv, cons
         return CU_FAIL(c, "attention: the KV pool, page size and K/V offsets must be 16-byte aligned");
     if (m->n_tokens == 0)
         return 0;
-    if (kv.window > 0 || kv.softcap > 0 || f8) /* sliding-window or soft-capped layers, an e4m3 cache */
+    if (kv.window > 0 || kv.softcap > 0) /* sliding-window or soft-capped layers */
         return cu_attention_window(be, out, q, kv, m, n_heads, scale);
+    if (f8) /* an e4m3 cache: the split-K kernel reads it, whatever the query runs */
+        return cu_attention_decode(be, out, q, kv, m, n_heads, scale);
     if (m->max_q_len > 1 && hd % 16 == 0 && q.stride % 8 == 0 && cu_aligned16(q.data)) {
         if (c->tune->attn_fa2) {
             const int r = cu_attention_prefill_fa2(be, out, q, kv, m, n_heads, scale);

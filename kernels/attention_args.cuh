@@ -9,8 +9,9 @@
  * (page p, slot s) at kv_base + p * page_bytes + k_off + s * kv_dim * esize)
  * and the step's metadata arrays (lg_step_meta: device pointers, valid for
  * the step). An e4m3 cache (kv.dtype LG_F8E4M3, esize 1) also carries the
- * layer's k_scale / v_scale; only attention_window.cu reads such a cache
- * (attention.cu routes it there), the other kernels' launchers refuse it. cu_paged_attn_of fills it from the op's arguments, after
+ * layer's k_scale / v_scale; attention_decode.cu and attention_window.cu
+ * read such a cache (attention.cu routes it there), the tensor-core
+ * prefill kernels' launchers refuse it. cu_paged_attn_of fills it from the op's arguments, after
  * cu_attention has checked them.
  */
 #ifndef LG_ATTENTION_ARGS_CUH

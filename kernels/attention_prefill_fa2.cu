@@ -366,9 +366,9 @@ int cu_attention_prefill_fa2(lg_backend *be, lg_tensor out, lg_tensor q, lg_kv_v
 {
     cuda_ctx *c = CU_CTX(be);
     const int hd = kv.head_dim;
-    if (kv.dtype != q.dtype) /* an e4m3 cache: attention.cu sends it to attention_window.cu */
+    if (kv.dtype != q.dtype) /* an e4m3 cache: attention.cu sends it to attention_decode.cu */
         return CU_FAIL(c, "attention prefill (FA2): a %s KV cache with %s queries is not read by this kernel (16-bit "
-                          "caches only; attention_window.cu reads e4m3)", lg_dtype_name(kv.dtype), lg_dtype_name(q.dtype));
+                          "caches only; attention.cu sends e4m3 to the split-K kernel)", lg_dtype_name(kv.dtype), lg_dtype_name(q.dtype));
     if ((hd != 64 && hd != 128) || q.stride % 8 || out.stride % 8 || !cu_aligned16(q.data) || !cu_aligned16(out.data))
         return 1;
     if (m->n_seqs > 65535)

@@ -15,11 +15,10 @@
  * Not tuned: a window bounds its work by the window, and the split-K decode
  * and tensor-core prefill kernels keep serving every window-less layer
  * unchanged (attention.cu picks).
- * An e4m3 KV cache (`--kv-cache-dtype fp8`) is read here for every layer,
- * windowed or not (window 0 and cap 0 are plain causal attention): K and V
- * elements are to_f32(e4m3) x the layer's k_scale / v_scale, the CPU
- * backend's reading; the split-K decode and tensor-core prefill kernels
- * take 16-bit caches only.
+ * An e4m3 KV cache (`--kv-cache-dtype fp8`) is read here for windowed and
+ * soft-capped layers (its other layers go to the split-K decode kernel):
+ * K and V elements are to_f32(e4m3) x the layer's k_scale / v_scale, the
+ * CPU backend's reading.
  */
 #include "kernels/attention_args.cuh"
 #include "kernels/ops.cuh"

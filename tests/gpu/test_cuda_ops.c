@@ -2270,10 +2270,13 @@ int main(int argc, char **argv)
             test_attention(dt, "prefill wmma", &pf, 32, 32, 128, 0);
             G->tune.attn_fa2 = env_tune.attn_fa2;
             /* an e4m3 cache (--kv-cache-dtype fp8): kv_write's bytes and attention, prefill, decode and mixed
-             * steps, plain, windowed and soft-capped */
+             * steps (the split-K kernel, 8-byte lane words: register loads for one query head a kv head, the
+             * cp.async ring for 2, 4, 8), windowed and soft-capped layers (the window kernel) */
             test_attention_e4m3(dt, "prefill", &prefill, 8, 2, 64, 0, 0);
             test_attention_e4m3(dt, "prefill", &pf, 32, 8, 128, 0, 0);
             test_attention_e4m3(dt, "decode", &dec, 32, 8, 128, 0, 0);
+            test_attention_e4m3(dt, "decode", &dec, 32, 4, 128, 0, 0);
+            test_attention_e4m3(dt, "decode", &dec, 16, 8, 64, 0, 0);
             test_attention_e4m3(dt, "decode", &dres, 8, 8, 64, 0, 0);
             test_attention_e4m3(dt, "mixed", &mixed, 12, 4, 80, 0, 0);
             test_attention_e4m3(dt, "mixed", &mixed, 16, 8, 256, 100, 0);
