@@ -17,10 +17,10 @@
  * kv.softcap: Mistral, Qwen2, Phi-3, Gemma) goes to attention_window.cu
  * whatever the step's shape; the kernels above never see one. An e4m3
  * cache (`--kv-cache-dtype fp8`, kv.dtype LG_F8E4M3; elements read back
- * times the layer's k_scale / v_scale) goes to the split-K decode kernel
- * for every step shape (prefill chunks included, on CUDA cores), or to the
- * window kernel for windowed / soft-capped layers; the tensor-core prefill
- * kernels (wmma, FA2) take 16-bit caches only and refuse it.
+ * times the layer's k_scale / v_scale): prefill to FA2 (head_dim 64 / 128;
+ * LG_ATTN_FA2=0 or another head_dim: the split-K kernel, on CUDA cores,
+ * for the wmma kernel takes 16-bit caches only), decode to the split-K
+ * kernel, windowed / soft-capped layers to the window kernel.
  */
 #include "kernels/ops.cuh"
 
@@ -52,8 +52,14 @@ int cu_attention(lg_backend *be, lg_tensor out, lg_tensor q, lg_kv_view kv, cons
         return 0;
     if (kv.window > 0 || kv.softcap > 0) /* sliding-window or soft-capped layers */
         return cu_attention_window(be, out, q, kv, m, n_heads, scale);
-    if (f8) /* an e4m3 cache: the split-K kernel reads it, whatever the query runs */
+    if (f8) { /* an e4m3 cache: FA2 for prefill where it runs, else the split-K kernel, whatever the query runs */
+        if (m->max_q_len > 1 && c->tune->attn_fa2) {
+            const int r = cu_attention_prefill_fa2(be, out, q, kv, m, n_heads, scale);
+            if (r <= 0)
+                return r;
+        }
         return cu_attention_decode(be, out, q, kv, m, n_heads, scale);
+    }
     if (m->max_q_len > 1 && hd % 16 == 0 && q.stride % 8 == 0 && cu_aligned16(q.data)) {
         if (c->tune->attn_fa2) {
             const int r = cu_attention_prefill_fa2(be, out, q, kv, m, n_heads, scale);

@@ -2269,9 +2269,10 @@ int main(int argc, char **argv)
             G->tune.attn_fa2 = 0; /* the wmma kernel at the FA2 head dims too */
             test_attention(dt, "prefill wmma", &pf, 32, 32, 128, 0);
             G->tune.attn_fa2 = env_tune.attn_fa2;
-            /* an e4m3 cache (--kv-cache-dtype fp8): kv_write's bytes and attention, prefill, decode and mixed
-             * steps (the split-K kernel, 8-byte lane words: register loads for one query head a kv head, the
-             * cp.async ring for 2, 4, 8), windowed and soft-capped layers (the window kernel) */
+            /* an e4m3 cache (--kv-cache-dtype fp8): kv_write's bytes and attention: prefill steps of head_dim
+             * 64 / 128 on FA2 (tiles widened from e4m3, scales folded), other head_dims and decode steps on the
+             * split-K kernel (8-byte lane words: register loads for one query head a kv head, the cp.async ring
+             * for 2, 4, 8), windowed and soft-capped layers on the window kernel; then prefill with FA2 off */
             test_attention_e4m3(dt, "prefill", &prefill, 8, 2, 64, 0, 0);
             test_attention_e4m3(dt, "prefill", &pf, 32, 8, 128, 0, 0);
             test_attention_e4m3(dt, "decode", &dec, 32, 8, 128, 0, 0);
@@ -2284,6 +2285,10 @@ int main(int argc, char **argv)
             attn_pt = 12;
             test_attention_e4m3(dt, "prefill pt12", &pf, 16, 4, 64, 0, 0);
             attn_pt = 16;
+            G->tune.attn_fa2 = 0; /* the split-K kernel for prefill */
+            test_attention_e4m3(dt, "prefill split-K", &pf, 32, 8, 128, 0, 0);
+            test_attention_e4m3(dt, "prefill split-K", &prefill, 8, 8, 64, 0, 0);
+            G->tune.attn_fa2 = env_tune.attn_fa2;
         }
         if (only("lora")) {   /* LoRA */
             int len1[] = {1, 5, 17, 1, 0, 64, 3, 1, 9}, r1[] = {8, 0, 64, 1, 16, 13, 32, 0, 2};
