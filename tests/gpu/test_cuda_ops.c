@@ -468,8 +468,8 @@ static void test_attention(lg_dtype dt, const char *name, const attn_case *ac, i
     lg_to_f32(cpool, hp, dt, n_el);
     void *gpool = G->i.alloc(G, n_el * es);
     G->i.upload(G, gpool, hp, n_el * es);
-    lg_kv_view kvg = {gpool, pb_g, layer * 2 * kv_block_g, layer * 2 * kv_block_g + kv_block_g, pt, nkv, hd, dt, 0, 0};
-    lg_kv_view kvc = {cpool, pb_c, layer * 2 * kv_block_c, layer * 2 * kv_block_c + kv_block_c, pt, nkv, hd, LG_F32, 0, 0};
+    lg_kv_view kvg = {gpool, pb_g, layer * 2 * kv_block_g, layer * 2 * kv_block_g + kv_block_g, pt, nkv, hd, dt, 0, 0, 1, 1};
+    lg_kv_view kvc = {cpool, pb_c, layer * 2 * kv_block_c, layer * 2 * kv_block_c + kv_block_c, pt, nkv, hd, LG_F32, 0, 0, 1, 1};
 
     /* this step's q, k, v as column slices of one qkv buffer */
     gt qkv = gt_new(dt, T, qdim + 2 * kvdim, 8), out = gt_new(dt, T, qdim, 8);
@@ -1038,7 +1038,7 @@ static rope_fix rope_fix_new(lg_dtype dt, int T, int nkv, int hd)
     f.pool_bytes = (size_t)n_pages * pb;
     f.p1 = dev_rand(dt, f.pool_bytes / es, 1.0f), f.p2 = G->i.alloc(G, f.pool_bytes);
     G->i.copy(G, f.p2, f.p1, f.pool_bytes);
-    f.kv1 = (lg_kv_view){f.p1, pb, 2 * blk, 3 * blk, pt, nkv, hd, dt, 0, 0};
+    f.kv1 = (lg_kv_view){f.p1, pb, 2 * blk, 3 * blk, pt, nkv, hd, dt, 0, 0, 1, 1};
     f.kv2 = f.kv1;
     f.kv2.base = f.p2;
     return f;
@@ -1594,7 +1594,7 @@ static void test_norm_matmul_rope(lg_dtype dt, int T, int nh, int nkv, int hd, i
     const size_t pool_el = (size_t)n_pages * pb / es;
     void *p1 = dev_rand(dt, pool_el, 1.0f), *p2 = G->i.alloc(G, pool_el * es);
     G->i.copy(G, p2, p1, pool_el * es);
-    lg_kv_view kv1 = {p1, pb, 2 * blk, 3 * blk, pt, nkv, hd, dt, 0, 0}, kv2 = kv1;
+    lg_kv_view kv1 = {p1, pb, 2 * blk, 3 * blk, pt, nkv, hd, dt, 0, 0, 1, 1}, kv2 = kv1;
     kv2.base = p2;
     lg_tensor none = {0}, wt = lg_tensor_2d(dw, LG_F32, 1, K), bt = bias ? lg_tensor_2d(db, LG_F32, 1, N) : none;
     lg_tensor dl = with_delta ? delta.t : none;
@@ -1675,7 +1675,7 @@ static int mini_forward(mini *k)
     lg_tensor attn = lg_tensor_2d(k->attn, a, S, qd), o = lg_tensor_2d(k->o, a, S, d);
     lg_tensor ln = lg_tensor_2d(k->ln, LG_F32, 1, d), tmp = lg_tensor_2d(k->tmp, LG_F32, S, 3 * k->R);
     size_t kv_block = (size_t)k->pt * kvd * esz(a);
-    lg_kv_view kv = {k->pool, 2 * kv_block, 0, kv_block, k->pt, k->nkv, k->hd, a, 0, 0};
+    lg_kv_view kv = {k->pool, 2 * kv_block, 0, kv_block, k->pt, k->nkv, k->hd, a, 0, 0, 1, 1};
     int rc = 0;
     rc |= be->i.embed(be, x, lg_tensor_2d(k->emb, a, k->V, d), k->m.tok);
     rc |= be->i.add_rmsnorm(be, x, none, ln, xn, 1e-5f);
@@ -1875,7 +1875,7 @@ static void test_graph_kv_key(lg_dtype dt)
     const size_t es = esz(dt), kv_block = (size_t)pt * qd * es;
     void *pool = dev_rand(dt, (size_t)np * 2 * pt * qd, 1.0f), *q = dev_rand(dt, (size_t)T * qd, 0.5f);
     void *out = G->i.alloc(G, (size_t)T * qd * es);
-    const lg_kv_view kv = {pool, 2 * kv_block, 0, kv_block, pt, nh, hd, dt, 0, 0};
+    const lg_kv_view kv = {pool, 2 * kv_block, 0, kv_block, pt, nh, hd, dt, 0, 0, 1, 1};
     int32_t *h = malloc((size_t)(4 * T + 2 + np) * 4), *pos = h, *qi = pos + T, *pi = qi + T + 1, *pids = pi + T + 1;
     int32_t *meta = G->i.alloc(G, (size_t)(4 * T + 2 + np) * 4);
     lg_tensor tq = lg_tensor_2d(q, dt, T, qd), to = lg_tensor_2d(out, dt, T, qd);
