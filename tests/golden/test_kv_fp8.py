@@ -16,7 +16,8 @@ as vLLM's quantizer clamps; ml_dtypes would give NaN).
   - a checkpoint with model.layers.N.self_attn.k_scale / v_scale tensors
     (compressed-tensors' kv_cache_scheme): the scales are read and applied
     (small scales saturate K and V, which the oracle with those scales
-    reproduces); with --kv-cache-dtype auto they are ignored;
+    reproduces); with --kv-cache-dtype auto they are ignored; scales for some
+    layers only, or not > 0, are refused;
   - the engine end to end on fp8 (tests/golden/lora_fixtures' base model): a
     batch in a pool small enough to preempt and recompute mid-batch, with
     prefix-cache hits (--sequential, repeated prompts), and with n-gram
@@ -226,3 +227,15 @@ def test_fp8_pool_holds_more_tokens(tmp_path):
     assert dt8 == "f8e4m3" and dt16 != "f8e4m3"
     size = {"f32": 4, "f16": 2, "bf16": 2}[dt16]  # bytes of an element of the default cache
     assert abs(n8 / n16 - size) < 0.02 * size, f"{dt16}: {n16} tokens, f8e4m3: {n8} tokens for the same pool"
+
+
+@pytest.mark.parametrize("scales,msg", [([(0.5, 0.5)], "for 2 of 4 layers' K and V"),
+                                        ([(0.5, -1.0), (0.5, 0.5)], "must be finite and > 0")])
+def test_bad_checkpoint_kv_scales_are_refused(tmp_path, scales, msg):
+    _need_binary()
+    dst = str(tmp_path / "scaled")
+    _write_scaled_checkpoint(os.path.join(FIXTURES, "llama_gqa_f32"), dst, scales)
+    cmd = [LG_BIN, "generate", "--model", dst, "--backend", LG_BACKEND, "--prompt-tokens", "1,2,3",
+           "--max-tokens", "1", "--kv-cache-dtype", "fp8", *LG_GENERATE_EXTRA]
+    p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert p.returncode != 0 and msg in p.stderr, p.stderr[-2000:]
