@@ -11,7 +11,8 @@
  * measured is the kernels' own: relative L2 ||gpu - cpu|| / ||cpu||.
  *
  * Step graphs: a one-layer decode step recorded once and replayed while its
- * inputs change must give bit-identical logits to eager runs; the
+ * inputs change must give bit-identical logits to eager runs (also over an
+ * e4m3 KV cache, whose steps take rope + kv_write for the fused rope forms); the
  * multi-slot LoRA ops must equal the single-slot ones bit for bit.
  *
  * Then times the decode-critical kernels (host clock around 50 launches
@@ -1651,6 +1652,8 @@ typedef struct {
     lg_lora_meta lm;
 } mini;
 
+static int graph_kv8; /* test_graph's step over an e4m3 KV cache (k_scale 0.9, v_scale 1.1) */
+
 static void *dev_rand(lg_dtype dt, size_t n, float amp)
 {
     float *f = malloc(n * 4);
@@ -1674,8 +1677,10 @@ static int mini_forward(mini *k)
     lg_tensor q = lg_tensor_cols(qkv, 0, qd), kk = lg_tensor_cols(qkv, qd, kvd), v = lg_tensor_cols(qkv, qd + kvd, kvd);
     lg_tensor attn = lg_tensor_2d(k->attn, a, S, qd), o = lg_tensor_2d(k->o, a, S, d);
     lg_tensor ln = lg_tensor_2d(k->ln, LG_F32, 1, d), tmp = lg_tensor_2d(k->tmp, LG_F32, S, 3 * k->R);
-    size_t kv_block = (size_t)k->pt * kvd * esz(a);
-    lg_kv_view kv = {k->pool, 2 * kv_block, 0, kv_block, k->pt, k->nkv, k->hd, a, 0, 0, 1, 1};
+    const lg_dtype kdt = graph_kv8 ? LG_F8E4M3 : a;
+    size_t kv_block = (size_t)k->pt * kvd * esz(kdt);
+    lg_kv_view kv = {k->pool, 2 * kv_block, 0, kv_block, k->pt, k->nkv, k->hd, kdt, 0, 0, graph_kv8 ? 0.9f : 1.0f,
+                     graph_kv8 ? 1.1f : 1.0f};
     int rc = 0;
     rc |= be->i.embed(be, x, lg_tensor_2d(k->emb, a, k->V, d), k->m.tok);
     rc |= be->i.add_rmsnorm(be, x, none, ln, xn, 1e-5f);
@@ -1780,7 +1785,20 @@ static void test_graph(lg_dtype dt, int one_tok)
     k.wqkv = dev_rand(dt, (size_t)W * d, 0.1f);
     k.wo = dev_rand(dt, (size_t)d * qd, 0.1f);
     k.head = dev_rand(dt, (size_t)k.V * d, 0.1f);
-    k.pool = dev_rand(dt, (size_t)k.n_pages * 2 * k.pt * kvd, 1.0f);
+    if (graph_kv8) { /* random e4m3 codes, no NaN */
+        const size_t nb = (size_t)k.n_pages * 2 * k.pt * kvd;
+        uint8_t *hb = malloc(nb);
+        for (size_t i = 0; i < nb; i++) {
+            hb[i] = (uint8_t)(rnd() & 0xBF); /* |x| < 2 */
+            if ((hb[i] & 0x7F) == 0x7F) hb[i] ^= 1;
+        }
+        k.pool = G->i.alloc(G, nb);
+        G->i.upload(G, k.pool, hb, nb);
+        G->i.sync(G);
+        free(hb);
+    } else {
+        k.pool = dev_rand(dt, (size_t)k.n_pages * 2 * k.pt * kvd, 1.0f);
+    }
     size_t set_bytes = (size_t)k.R * (d + qd) * esz(dt) * 2 + (size_t)k.R * 4 * d * esz(dt);
     k.lora_pool = dev_rand(dt, 4 * set_bytes / esz(dt) + 4096, 0.1f);
     {
@@ -2352,6 +2370,12 @@ int main(int argc, char **argv)
         if (only("graph")) {
             test_graph(dt, 0);
             test_graph(dt, 1);
+            graph_kv8 = 1; /* the same steps over an e4m3 cache: rope + kv_write instead of the rope forms */
+            case_sfx = " e4m3 KV";
+            test_graph(dt, 0);
+            test_graph(dt, 1);
+            graph_kv8 = 0;
+            case_sfx = "";
             test_graph_kv_key(dt);
         }
         if (only("matmul")) {
