@@ -195,13 +195,16 @@ static bool scalar_of(const lg_weights *w, const char *name, float *out)
 }
 
 /* Each layer's KV cache scales: 1, or with an e4m3 cache the checkpoint's
- * model.layers.N.self_attn.k_scale / v_scale (compressed-tensors' and
- * ModelOpt's kv_cache_scheme; vLLM's names), else k_proj.output_scale /
- * v_proj.output_scale (older compressed-tensors), else one kv_scale for both.
- * A 16-bit cache ignores them, as vLLM does with kv_cache_dtype auto. */
+ * model.layers.N.self_attn.k_scale / v_scale (compressed-tensors'
+ * kv_cache_scheme; vLLM's names), else ModelOpt's k_proj.k_scale /
+ * v_proj.v_scale, else k_proj.output_scale / v_proj.output_scale (older
+ * compressed-tensors), else one kv_scale for both: the names vLLM maps to
+ * its attention's k_scale / v_scale. A 16-bit cache ignores them, as vLLM
+ * does with kv_cache_dtype auto. */
 static int read_kv_scales(lg_model *m, const lg_weights *w, lg_err *err)
 {
     static const char *const names[][2] = {{"self_attn.k_scale", "self_attn.v_scale"},
+                                           {"self_attn.k_proj.k_scale", "self_attn.v_proj.v_scale"},
                                            {"self_attn.k_proj.output_scale", "self_attn.v_proj.output_scale"},
                                            {"self_attn.kv_scale", "self_attn.kv_scale"}};
     int found = 0;

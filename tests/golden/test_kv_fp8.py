@@ -171,25 +171,30 @@ def test_fp8_cache_logits_and_greedy_match_rounded_oracle(name):
     assert res["tokens"][:len(path)] == path, f"{name}: greedy tokens {res['tokens']} vs rounded oracle {path}"
 
 
-def _write_scaled_checkpoint(src, dst, scales):
-    """A copy of fixture src with model.layers.N.self_attn.k_scale / v_scale (F32 scalars) added."""
+CT_NAMES = ("self_attn.k_scale", "self_attn.v_scale")  # compressed-tensors (llm-compressor's kv_cache_scheme)
+MODELOPT_NAMES = ("self_attn.k_proj.k_scale", "self_attn.v_proj.v_scale")  # NVIDIA ModelOpt
+
+
+def _write_scaled_checkpoint(src, dst, scales, names=CT_NAMES):
+    """A copy of fixture src with model.layers.N.<names> (F32 scalars) added."""
     from safetensors.numpy import load_file, save_file
     shutil.copytree(src, dst)
     t = load_file(os.path.join(dst, "model.safetensors"))
     for l, (ks, vs) in enumerate(scales):
-        t[f"model.layers.{l}.self_attn.k_scale"] = np.array(ks, dtype=np.float32)
-        t[f"model.layers.{l}.self_attn.v_scale"] = np.array(vs, dtype=np.float32)
+        t[f"model.layers.{l}.{names[0]}"] = np.array(ks, dtype=np.float32)
+        t[f"model.layers.{l}.{names[1]}"] = np.array(vs, dtype=np.float32)
     save_file(t, os.path.join(dst, "model.safetensors"), metadata={"format": "pt"})
 
 
-def test_checkpoint_kv_scales_are_applied(tmp_path):
+@pytest.mark.parametrize("names", [CT_NAMES, MODELOPT_NAMES], ids=["compressed-tensors", "modelopt"])
+def test_checkpoint_kv_scales_are_applied(tmp_path, names):
     _need_binary()
     name = "llama_gqa_f32"
     src = os.path.join(FIXTURES, name)
     cfg, W = np_llama.load_dir(src)
     scales = [(0.004, 0.0009), (0.002, 0.0011)]  # small enough that some K and V saturate at 448 x scale
     dst = str(tmp_path / "scaled")
-    _write_scaled_checkpoint(src, dst, scales)
+    _write_scaled_checkpoint(src, dst, scales, names)
     ids = max((p["ids"] for p in _ref(name)["prompts"]), key=len)
     want = np_llama.forward(cfg, W, ids, kv_cache=kv_rounder([tuple(map(float, np.float32(s))) for s in scales]))[-1]
     unit = np_llama.forward(cfg, W, ids, kv_cache=kv_rounder())[-1]
