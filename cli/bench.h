@@ -38,6 +38,7 @@ typedef struct bench_opts {
     lg_sched_policy policy;
     lg_prefix_sharing sharing;
     int pool_mb, adapter_host_mb, ctx;
+    bool kv_fp8;                                  /* --kv-cache-dtype fp8 */
     double gpu_util;
     bool adapter_load_test;
     int warmup;

@@ -66,6 +66,7 @@ static void usage(FILE *f)
             "    --adapter-load-test [--rank R] [--targets ...]\n"
             "  engine:\n"
             "    [--step-tokens T] [--max-seqs S] [--ctx N] [--pool-mb N] [--gpu-memory-utilization F]\n"
+            "    [--kv-cache-dtype auto|fp8 (fp8: OCP e4m3 KV cache, twice the tokens a page pool holds)]\n"
             "    [--adapter-host-mb N] [--threads N] [--seed S] [--json] [--no-progress]\n"
             "  sampling (default greedy; each request seeded from --seed):\n"
             "    [--temperature T] [--top-k K] [--top-p P] [--min-p P]\n"
@@ -339,6 +340,8 @@ static int run_batch(lg_engine *e, lg_backend *be, const bench_opts *o, const in
         json_object_set_new(j, "warmup_prefill_steps", json_integer(s0.prefill_steps - sw.prefill_steps));
         json_object_set_new(j, "pool_pages", json_integer(s1.pages_total));
         json_object_set_new(j, "page_bytes", json_integer((json_int_t)s1.page_bytes));
+        json_object_set_new(j, "kv_cache_dtype", json_string(s1.kv_dtype));
+        json_object_set_new(j, "kv_tokens_capacity", json_integer(s1.kv_tokens_capacity));
         const int64_t sp = s1.spec_proposed - s0.spec_proposed, sa = s1.spec_accepted - s0.spec_accepted;
         json_object_set_new(j, "speculative",
                             json_pack("{s:s,s:i,s:f,s:I,s:I,s:I,s:f,s:I}", "mode", lg_spec_mode_name(o->spec.mode),
@@ -362,7 +365,8 @@ static int run_batch(lg_engine *e, lg_backend *be, const bench_opts *o, const in
         printf("prefill: %lld steps, %.3f s (%.1f tok/s); decode: %lld steps, %.2f ms/step\n", (long long)pf_steps,
                pf_s, pf_s > 0 ? (s1.prefill_tokens - s0.prefill_tokens) / pf_s : 0.0, (long long)dc_steps,
                dc_steps ? 1e3 * dc_s / dc_steps : 0.0);
-        printf("pool: %d pages of %.2f MiB\n", s1.pages_total, s1.page_bytes / 1048576.0);
+        printf("pool: %d pages of %.2f MiB; kv cache %s, %lld tokens\n", s1.pages_total, s1.page_bytes / 1048576.0,
+               s1.kv_dtype, (long long)s1.kv_tokens_capacity);
         if (o->spec.mode != LG_SPEC_OFF) {
             const int64_t sp = s1.spec_proposed - s0.spec_proposed, sa = s1.spec_accepted - s0.spec_accepted;
             printf("speculative %s: %lld verification rows, %lld proposed, %lld accepted (%.1f%%); %lld steps with "
@@ -541,7 +545,7 @@ int lg_cmd_bench(int argc, char **argv)
     enum { O_MODEL = 1000, O_FMT, O_BACKEND, O_NSEQ, O_PLEN, O_OLEN, O_ADP, O_RANK, O_TGT, O_DT, O_JSON, O_THR,
            O_BUDGET, O_SEED, O_HELP, O_WORKLOAD, O_REQS, O_RATE, O_CLIENTS, O_TRACE, O_PRANGE, O_ORANGE, O_RMIX,
            O_POP, O_PFXLEN, O_PFXFRAC, O_TENANTS, O_TW, O_TSHARE, O_SLOT, O_SLOP, O_POLICY, O_SHARING, O_POOL,
-           O_GPUUTIL, O_HOSTMB, O_CTX, O_MAXSEQS, O_LOADTEST, O_NOPROG, O_WARMUP, O_SETTLE, O_TEMP, O_TOPK, O_TOPP, O_MINP, O_PRES, O_FREQ, O_LOGPROBS, O_SCHEMAS, O_SCHEMA_TOK, O_SPEC, O_SPECK, O_NGMIN, O_NGMAX, O_SPECACC, O_SPECMB, O_SPECMT, O_SPECMA, O_DRAFT };
+           O_GPUUTIL, O_HOSTMB, O_CTX, O_MAXSEQS, O_LOADTEST, O_NOPROG, O_WARMUP, O_SETTLE, O_TEMP, O_TOPK, O_TOPP, O_MINP, O_PRES, O_FREQ, O_LOGPROBS, O_SCHEMAS, O_SCHEMA_TOK, O_SPEC, O_SPECK, O_NGMIN, O_NGMAX, O_SPECACC, O_SPECMB, O_SPECMT, O_SPECMA, O_DRAFT, O_KVDT };
     static const struct option lo[] = {
         {"model", 1, 0, O_MODEL}, {"load-format", 1, 0, O_FMT}, {"backend", 1, 0, O_BACKEND},
         {"num-seqs", 1, 0, O_NSEQ}, {"prompt-len", 1, 0, O_PLEN}, {"output-len", 1, 0, O_OLEN},
@@ -553,7 +557,7 @@ int lg_cmd_bench(int argc, char **argv)
         {"shared-prefix-len", 1, 0, O_PFXLEN}, {"shared-prefix-frac", 1, 0, O_PFXFRAC}, {"tenants", 1, 0, O_TENANTS},
         {"tenant-weights", 1, 0, O_TW}, {"tenant-share", 1, 0, O_TSHARE}, {"slo-ttft-ms", 1, 0, O_SLOT},
         {"slo-tpot-ms", 1, 0, O_SLOP}, {"policy", 1, 0, O_POLICY}, {"prefix-sharing", 1, 0, O_SHARING},
-        {"pool-mb", 1, 0, O_POOL}, {"gpu-memory-utilization", 1, 0, O_GPUUTIL}, {"adapter-host-mb", 1, 0, O_HOSTMB},
+        {"pool-mb", 1, 0, O_POOL}, {"kv-cache-dtype", 1, 0, O_KVDT}, {"gpu-memory-utilization", 1, 0, O_GPUUTIL}, {"adapter-host-mb", 1, 0, O_HOSTMB},
         {"ctx", 1, 0, O_CTX}, {"max-seqs", 1, 0, O_MAXSEQS}, {"adapter-load-test", 0, 0, O_LOADTEST},
         {"no-progress", 0, 0, O_NOPROG}, {"warmup", 1, 0, O_WARMUP}, {"settle-ms", 1, 0, O_SETTLE},
         {"temperature", 1, 0, O_TEMP},
@@ -602,6 +606,7 @@ int lg_cmd_bench(int argc, char **argv)
         }
         case O_TGT: o.targets = optarg; break;
         case O_DT: if (lg_dtype_parse(optarg, &o.dtype) != 0) goto bad; break;
+        case O_KVDT: if (lg_kv_cache_dtype_parse(optarg, &o.kv_fp8) != 0) goto bad; break;
         case O_JSON: o.json = true; break;
         case O_THR: if (!num_ok || v < 1) goto bad; o.threads = (int)v; break;
         case O_BUDGET: if (!num_ok || v < 16) goto bad; o.budget = (int)v; break;
@@ -752,7 +757,7 @@ int lg_cmd_bench(int argc, char **argv)
         budget = max_seqs;
     lg_engine_opts eo = {
         .model = {.max_step_tokens = budget, .max_seqs = max_seqs, .page_tokens = 16, .max_context = ctx,
-                  .lora_max_rank = (o.adapters || o.adapter_load_test) ? max_rank : 0},
+                  .lora_max_rank = (o.adapters || o.adapter_load_test) ? max_rank : 0, .kv_fp8 = o.kv_fp8},
         .pool_bytes = (size_t)o.pool_mb << 20,
         .gpu_memory_utilization = o.gpu_util,
         .adapter_host_bytes = (size_t)o.adapter_host_mb << 20,

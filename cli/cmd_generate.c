@@ -61,6 +61,7 @@ typedef struct gen_opts {
     int n_stops;
     lg_dtype dequant;
     bool dequantize; /* --dequant-dtype given: expand quantized GGUF weights at load */
+    bool kv_fp8;     /* --kv-cache-dtype fp8 */
     const char *loras[MAX_LORAS]; /* NAME=DIR */
     int n_loras;
     const char *use_lora, *batch;
@@ -130,6 +131,9 @@ static void usage(FILE *f)
             "  --max-lora-rank N      largest adapter rank accepted (default 64)\n"
             "  --dtype auto|f32|f16|bf16  GPU compute dtype (default auto: the model's weight dtype;\n"
             "                         the CPU backend always computes in f32)\n"
+            "  --kv-cache-dtype auto|fp8  KV cache elements: auto (default) the compute dtype; fp8 OCP e4m3\n"
+            "                         with per-layer K/V scales (the checkpoint's k_scale/v_scale, else 1):\n"
+            "                         half the bytes of a 16-bit cache, twice the tokens in the pool\n"
             "  --pool-mb N            size of the unified KV + adapter page pool (default: on a GPU\n"
             "                         --gpu-memory-utilization of its memory, on the CPU min(2 GiB, RAM/4);\n"
             "                         at least one full-context sequence always fits)\n"
@@ -310,7 +314,7 @@ static void on_finish(void *user, int64_t id, lg_finish_reason reason, const lg_
 static int parse_args(int argc, char **argv, gen_opts *o)
 {
     enum { O_MODEL = 1000, O_BACKEND, O_PROMPT, O_PTOK, O_CHAT, O_SYSTEM, O_TMPL, O_MAXTOK, O_TEMP, O_TOPP, O_TOPK,
-           O_MINP, O_PRES, O_FREQ, O_SEED, O_STOP, O_JSON, O_LOGITS, O_STATS, O_THREADS, O_CTX, O_DQ, O_BUDGET, O_HELP, O_LORA, O_USELORA, O_BATCH, O_MAXRANK, O_POOL, O_DTYPE, O_GPUUTIL, O_SHARING, O_SEQ, O_LOGPROBS, O_JSCHEMA, O_JOBJ, O_REGEX, O_GRAMMAR, O_CHOICE, O_SPEC, O_SPECK, O_NGMIN, O_NGMAX, O_SPECACC, O_SPECMB, O_SPECMT, O_SPECMA, O_DRAFT };
+           O_MINP, O_PRES, O_FREQ, O_SEED, O_STOP, O_JSON, O_LOGITS, O_STATS, O_THREADS, O_CTX, O_DQ, O_BUDGET, O_HELP, O_LORA, O_USELORA, O_BATCH, O_MAXRANK, O_POOL, O_DTYPE, O_GPUUTIL, O_SHARING, O_SEQ, O_LOGPROBS, O_JSCHEMA, O_JOBJ, O_REGEX, O_GRAMMAR, O_CHOICE, O_SPEC, O_SPECK, O_NGMIN, O_NGMAX, O_SPECACC, O_SPECMB, O_SPECMT, O_SPECMA, O_DRAFT, O_KVDT };
     static const struct option longopts[] = {
         {"model", required_argument, 0, O_MODEL}, {"backend", required_argument, 0, O_BACKEND},
         {"prompt", required_argument, 0, O_PROMPT}, {"prompt-tokens", required_argument, 0, O_PTOK},
@@ -326,6 +330,7 @@ static int parse_args(int argc, char **argv, gen_opts *o)
         {"help", no_argument, 0, O_HELP}, {"lora", required_argument, 0, O_LORA},
         {"use-lora", required_argument, 0, O_USELORA}, {"batch", required_argument, 0, O_BATCH},
         {"max-lora-rank", required_argument, 0, O_MAXRANK}, {"pool-mb", required_argument, 0, O_POOL},
+        {"kv-cache-dtype", required_argument, 0, O_KVDT},
         {"dtype", required_argument, 0, O_DTYPE}, {"gpu-memory-utilization", required_argument, 0, O_GPUUTIL},
         {"prefix-sharing", required_argument, 0, O_SHARING}, {"sequential", no_argument, 0, O_SEQ},
         {"logprobs", required_argument, 0, O_LOGPROBS},
@@ -456,6 +461,12 @@ static int parse_args(int argc, char **argv, gen_opts *o)
             break;
         }
         case O_POOL: if (parse_int(optarg, "--pool-mb", 1, 1 << 24, &v)) return 2; o->pool_mb = (int)v; break;
+        case O_KVDT:
+            if (lg_kv_cache_dtype_parse(optarg, &o->kv_fp8) != 0) {
+                fprintf(stderr, "loragate generate: --kv-cache-dtype must be auto or fp8, got '%s'\n", optarg);
+                return 2;
+            }
+            break;
         case O_GPUUTIL:
             if (parse_float(optarg, "--gpu-memory-utilization", &o->gpu_util)) return 2;
             if (!(o->gpu_util > 0) || o->gpu_util > 1) {
@@ -962,7 +973,7 @@ int lg_cmd_generate(int argc, char **argv)
         ctx = cfg->max_pos;
     lg_engine_opts eo = {
         .model = {.max_step_tokens = o.budget, .max_seqs = 64, .page_tokens = 16, .max_context = ctx,
-                  .lora_max_rank = o.n_loras ? o.max_lora_rank : 0},
+                  .lora_max_rank = o.n_loras ? o.max_lora_rank : 0, .kv_fp8 = o.kv_fp8},
         .pool_bytes = (size_t)o.pool_mb << 20,
         .gpu_memory_utilization = o.gpu_util,
         .prefix_sharing = o.sharing,
@@ -1048,13 +1059,14 @@ int lg_cmd_generate(int argc, char **argv)
         fprintf(stderr,
                 "prompt: %lld tokens in %.3f s (%.1f tok/s); decode: %lld tokens in %.3f s (%.1f tok/s); "
                 "decode steps %lld (%lld chained); speculation: %lld proposed, %lld accepted; pages: %d total, %d kv, %d adapter, %d cached; adapter loads %lld, "
-                "evictions %lld\n",
+                "evictions %lld; kv cache: %s, %lld tokens\n",
                 (long long)es.prefill_tokens, es.prefill_seconds,
                 es.prefill_seconds > 0 ? es.prefill_tokens / es.prefill_seconds : 0.0, (long long)es.decode_tokens,
                 es.decode_seconds, es.decode_seconds > 0 ? es.decode_tokens / es.decode_seconds : 0.0,
                 (long long)es.decode_steps, (long long)es.chained_steps, (long long)es.spec_proposed,
                 (long long)es.spec_accepted, es.pages_total, es.pages_kv, es.pages_adapter,
-                es.pages_cached, (long long)es.adapter_loads, (long long)es.adapter_evictions);
+                es.pages_cached, (long long)es.adapter_loads, (long long)es.adapter_evictions, es.kv_dtype,
+                (long long)es.kv_tokens_capacity);
     exit_code = 0;
 out:
     if (exit_code)

@@ -99,7 +99,8 @@ static int load_model(lg_app *app, const lg_serve_config *cfg, lg_err *err)
         ctx = mc->max_pos;
     lg_engine_opts eo = {
         .model = {.max_step_tokens = 0, .max_seqs = 64, .page_tokens = 16, .max_context = ctx,
-                  .lora_max_rank = (int)cfg->max_lora_rank},
+                  .lora_max_rank = (int)cfg->max_lora_rank,
+                  .kv_fp8 = cfg->kv_cache_dtype && !strcmp(cfg->kv_cache_dtype, "fp8")},
         .pool_bytes = (size_t)cfg->pool_mb << 20,
         .gpu_memory_utilization = cfg->gpu_memory_utilization ? strtod(cfg->gpu_memory_utilization, NULL) : 0,
         .policy = cfg->scheduler && !strcmp(cfg->scheduler, "fcfs") ? LG_SCHED_FCFS : LG_SCHED_VTC,

@@ -527,6 +527,10 @@ static void render_engine(lg_strbuf *b, const lg_engine_stats *es)
               es->pages_kv, es->pages_adapter, es->pages_cached, es->pages_free);
     gauge(b, "loragate_pool_pages_capacity", "Pages of the device memory pool.", es->pages_total);
     gauge(b, "loragate_pool_page_bytes", "Bytes per pool page.", (double)es->page_bytes);
+    gauge(b, "loragate_kv_cache_tokens_capacity", "Tokens of KV cache the pool holds when every page is KV.",
+          (double)es->kv_tokens_capacity);
+    head(b, "loragate_kv_cache_info", "gauge", "The KV cache's element type (f32, f16, bf16, f8e4m3), as a label.");
+    lg_strbuf_printf(b, "loragate_kv_cache_info{dtype=\"%s\"} 1\n", es->kv_dtype ? es->kv_dtype : "?");
     gauge(b, "loragate_prefix_cache_pages", "KV pages held by the prefix cache (in use or cached).",
           es->pages_prefix);
     counter(b, "loragate_prefix_cache_lookups_total", "Admissions that looked up the prefix cache.",

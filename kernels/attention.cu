@@ -15,7 +15,12 @@
  * CUDA cores. LG_ATTN_FA2=0 sends prefill to the wmma kernel always.
  * A layer with a sliding window or soft-capped scores (kv.window,
  * kv.softcap: Mistral, Qwen2, Phi-3, Gemma) goes to attention_window.cu
- * whatever the step's shape; the kernels above never see one.
+ * whatever the step's shape; the kernels above never see one. An e4m3
+ * cache (`--kv-cache-dtype fp8`, kv.dtype LG_F8E4M3; elements read back
+ * times the layer's k_scale / v_scale): prefill to FA2 (head_dim 64 / 128;
+ * LG_ATTN_FA2=0 or another head_dim: the split-K kernel, on CUDA cores,
+ * for the wmma kernel takes 16-bit caches only), decode to the split-K
+ * kernel, windowed / soft-capped layers to the window kernel.
  */
 #include "kernels/ops.cuh"
 
@@ -28,9 +33,10 @@ int cu_attention(lg_backend *be, lg_tensor out, lg_tensor q, lg_kv_view kv, cons
     if (!m)
         return CU_FAIL(c, "attention: step meta is NULL");
     const int hd = kv.head_dim, nkv = kv.n_kv_heads;
-    if (q.dtype != kv.dtype || out.dtype != kv.dtype || !cu_is_half(kv.dtype))
-        return CU_FAIL(c, "attention: q %s, out %s, cache %s must be one 16-bit dtype", lg_dtype_name(q.dtype),
-                       lg_dtype_name(out.dtype), lg_dtype_name(kv.dtype));
+    const bool f8 = kv.dtype == LG_F8E4M3;
+    if (q.dtype != out.dtype || !cu_is_half(q.dtype) || (!f8 && kv.dtype != q.dtype))
+        return CU_FAIL(c, "attention: q %s, out %s must be one 16-bit dtype and the cache %s that dtype or f8e4m3",
+                       lg_dtype_name(q.dtype), lg_dtype_name(out.dtype), lg_dtype_name(kv.dtype));
     if (nkv <= 0 || n_heads <= 0 || n_heads % nkv)
         return CU_FAIL(c, "attention: n_heads %d is not a multiple of n_kv_heads %d", n_heads, nkv);
     if (hd <= 0 || hd % 8 || hd > 256)
@@ -46,6 +52,14 @@ int cu_attention(lg_backend *be, lg_tensor out, lg_tensor q, lg_kv_view kv, cons
         return 0;
     if (kv.window > 0 || kv.softcap > 0) /* sliding-window or soft-capped layers */
         return cu_attention_window(be, out, q, kv, m, n_heads, scale);
+    if (f8) { /* an e4m3 cache: FA2 for prefill where it runs, else the split-K kernel, whatever the query runs */
+        if (m->max_q_len > 1 && c->tune->attn_fa2) {
+            const int r = cu_attention_prefill_fa2(be, out, q, kv, m, n_heads, scale);
+            if (r <= 0)
+                return r;
+        }
+        return cu_attention_decode(be, out, q, kv, m, n_heads, scale);
+    }
     if (m->max_q_len > 1 && hd % 16 == 0 && q.stride % 8 == 0 && cu_aligned16(q.data)) {
         if (c->tune->attn_fa2) {
             const int r = cu_attention_prefill_fa2(be, out, q, kv, m, n_heads, scale);

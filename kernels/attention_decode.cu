@@ -28,6 +28,12 @@
  *    flight while the lane computes on one. Each thread reads back only the
  *    words it copied itself, so the ring needs cp.async.wait_group, no
  *    barrier.
+ * An e4m3 cache (`--kv-cache-dtype fp8`, template KT = __nv_fp8_e4m3):
+ * the same plan and lanes, a lane's word is its 8 elements in 8 bytes
+ * (dec_ldw: an 8-byte load; dec_cpw: an 8-byte cp.async into the ring's
+ * 16-byte slot), decoded as e4m3 x k_scale / v_scale (dec_unpack), half
+ * the bytes a key; no resident form (its shared-memory rows are 16-bit).
+ * attention.cu sends such a cache here for every step shape.
  * The chunk's page ids are staged in shared memory first (DEC_PIDCAP pages
  * at a time), so each K/V address depends on a shared-memory read, not on
  * a global one.
@@ -117,6 +123,39 @@ __device__ __forceinline__ void dec_cp16(uint4 *dst, const char *src, int n)
     const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(n) : "memory");
 }
+/* 8 bytes global -> shared (an e4m3 cache's lane word), asynchronous; n = 0: 8 zero bytes, nothing read */
+__device__ __forceinline__ void dec_cp8(uint4 *dst, const char *src, int n)
+{
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;" ::"r"(d), "l"(src), "r"(n) : "memory");
+}
+/* a lane's word of a K/V row: 8 elements, 16 bytes of a 16-bit cache, 8 of an e4m3 one (in .x, .y) */
+template <typename KT> __device__ __forceinline__ void dec_cpw(uint4 *dst, const char *src, int n)
+{
+    if constexpr (sizeof(KT) == 1) dec_cp8(dst, src, n ? 8 : 0);
+    else dec_cp16(dst, src, n);
+}
+template <typename KT> __device__ __forceinline__ uint4 dec_ldw(const char *p)
+{
+    if constexpr (sizeof(KT) == 1) {
+        uint2 r;
+        asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(r.x), "=r"(r.y) : "l"(p));
+        return make_uint4(r.x, r.y, 0u, 0u);
+    } else {
+        return ld_stream16(p);
+    }
+}
+/* the word's 8 elements as floats: a 16-bit cache's as they are (s unused), e4m3 x s */
+template <typename KT> __device__ __forceinline__ void dec_unpack(uint4 u, float (&f)[8], float s)
+{
+    if constexpr (sizeof(KT) == 1) {
+        const __nv_fp8_e4m3 *b = (const __nv_fp8_e4m3 *)&u;
+#pragma unroll
+        for (int i = 0; i < 8; i++) f[i] = to_f32(b[i]) * s;
+    } else {
+        unpack8<KT>(u, f);
+    }
+}
 __device__ __forceinline__ void dec_cp_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 template <int N> __device__ __forceinline__ void dec_cp_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
 
@@ -129,16 +168,16 @@ template <int NT> __device__ __forceinline__ void dec_stage(int *pid_s, const in
 
 /* U rows of one lane group: scores (reduced over the group's lpr lanes; every lane gets the sum), then the
  * online softmax update. Row u is valid when u * ng < vlim; invalid rows get p = 0 (their words are zero). */
-template <typename T, int GMAX, int U>
+template <typename KT, int GMAX, int U>
 __device__ __forceinline__ void dec_rows(const uint4 (&ku)[U], const uint4 (&vu)[U], int vlim, int ng, int lpr,
                                          const float (&q)[GMAX][8], float (&m)[GMAX], float (&l)[GMAX],
-                                         float (&acc)[GMAX][8])
+                                         float (&acc)[GMAX][8], float ks, float vs)
 {
     float sc[GMAX][U];
 #pragma unroll
     for (int u = 0; u < U; u++) {
         float kf[8];
-        unpack8<T>(ku[u], kf);
+        dec_unpack<KT>(ku[u], kf, ks);
 #pragma unroll
         for (int r = 0; r < GMAX; r++) {
             float d = 0.0f;
@@ -171,7 +210,7 @@ __device__ __forceinline__ void dec_rows(const uint4 (&ku)[U], const uint4 (&vu)
 #pragma unroll
     for (int u = 0; u < U; u++) {
         float vf[8];
-        unpack8<T>(vu[u], vf);
+        dec_unpack<KT>(vu[u], vf, vs);
 #pragma unroll
         for (int r = 0; r < GMAX; r++)
 #pragma unroll
@@ -181,9 +220,9 @@ __device__ __forceinline__ void dec_rows(const uint4 (&ku)[U], const uint4 (&vu)
 
 /* One pass over rows [0, n) of a tile in register loads, U rows per lane group at a time (n is uniform per block:
  * the shuffles take whole warps); fetch(jr, k, v) loads this lane's K and V words of row jr. */
-template <typename T, int GMAX, int U, typename F>
+template <typename KT, int GMAX, int U, typename F>
 __device__ __forceinline__ void dec_pass(int n, int g, bool active, int ng, int lpr, F fetch, const float (&q)[GMAX][8],
-                                         float (&m)[GMAX], float (&l)[GMAX], float (&acc)[GMAX][8])
+                                         float (&m)[GMAX], float (&l)[GMAX], float (&acc)[GMAX][8], float ks, float vs)
 {
     for (int rb = 0; rb < n; rb += ng * U) {
         uint4 ku[U], vu[U];
@@ -194,7 +233,7 @@ __device__ __forceinline__ void dec_pass(int n, int g, bool active, int ng, int 
             if (active && jr < n)
                 fetch(jr, ku[u], vu[u]);
         }
-        dec_rows<T, GMAX, U>(ku, vu, n - rb - g, ng, lpr, q, m, l, acc);
+        dec_rows<KT, GMAX, U>(ku, vu, n - rb - g, ng, lpr, q, m, l, acc, ks, vs);
     }
 }
 
@@ -230,10 +269,12 @@ __device__ __forceinline__ void dec_res_load(uint4 *res, const dec_args &a, cons
     }
 }
 
-template <typename T, int GMAX, int U, int S, int MINB, bool RES, int NT>
+/* T: q and out; KT: the cache (T, or __nv_fp8_e4m3: 8-byte lane words, elements x k_scale / v_scale) */
+template <typename T, typename KT, int GMAX, int U, int S, int MINB, bool RES, int NT>
 __global__ void __launch_bounds__(NT, MINB) attn_decode_kernel(dec_args a)
 {
     static_assert(!RES || S == 0, "the resident form reads its rows from shared memory into registers");
+    static_assert(!RES || sizeof(KT) == sizeof(T), "the resident form holds 16-bit rows");
     static_assert(RES || NT == DEC_THREADS, "the split form's ring is laid out for DEC_THREADS");
     extern __shared__ uint4 dec_sm[];
     const int hd = a.hd, lpr = a.lpr, NG = NT / lpr;
@@ -260,9 +301,10 @@ __global__ void __launch_bounds__(NT, MINB) attn_decode_kernel(dec_args a)
 
     const int sub = threadIdx.x & (lpr - 1), g = threadIdx.x / lpr;
     const bool active = sub < (hd >> 3);
-    const size_t row_bytes = (size_t)a.nkv * hd * sizeof(T);
+    const size_t row_bytes = (size_t)a.nkv * hd * sizeof(KT);
     /* this lane's K word in slot 0 of page 0; V is dv bytes further */
-    const char *kb = a.kv_base + a.k_off + (size_t)kh * hd * sizeof(T) + (size_t)sub * 16;
+    const char *kb = a.kv_base + a.k_off + (size_t)kh * hd * sizeof(KT) + (size_t)sub * 8 * sizeof(KT);
+    const float ks = a.k_scale, vs = a.v_scale;
     const int64_t dv = (int64_t)a.v_off - (int64_t)a.k_off;
     /* K word of this lane in row jr of the tile that starts at key tj0 (page pg0) */
 #define DEC_ROW(jr) \
@@ -314,25 +356,25 @@ __global__ void __launch_bounds__(NT, MINB) attn_decode_kernel(dec_args a)
         dec_cp_wait<0>();
         __syncthreads();
         const int W8 = hd >> 3;
-        dec_pass<T, GMAX, U>(
+        dec_pass<KT, GMAX, U>(
             n_ctx, g, active, NG, lpr,
             [&](int jr, uint4 &k, uint4 &v) {
                 k = res[(size_t)jr * 2 * W8 + sub];
                 v = res[(size_t)jr * 2 * W8 + W8 + sub];
             },
-            q, m, l, acc);
+            q, m, l, acc, ks, vs);
     }
     for (; !RES;) { /* the split form's tiles (compiled out of the resident form) */
         const int tlen = tj1 - tj0, pg0 = tj0 / pt;
         if constexpr (S == 0) {
-            dec_pass<T, GMAX, U>(
+            dec_pass<KT, GMAX, U>(
                 tlen, g, active, NG, lpr,
                 [&](int jr, uint4 &k, uint4 &v) {
                     const char *row = DEC_ROW(jr);
-                    k = ld_stream16(row); /* K/V words are read once: past L1 */
-                    v = ld_stream16(row + dv);
+                    k = dec_ldw<KT>(row); /* K/V words are read once: past L1 */
+                    v = dec_ldw<KT>(row + dv);
                 },
-                q, m, l, acc);
+                q, m, l, acc, ks, vs);
         } else {
             const int n_it = (tlen + NG * U - 1) / (NG * U);
             /* stage `it` of the ring: U rows per thread, zeros past the tile (and in idle lanes) */
@@ -344,8 +386,8 @@ __global__ void __launch_bounds__(NT, MINB) attn_decode_kernel(dec_args a)
                         const int jr = it * NG * U + u * NG + g;
                         const bool ok = active && jr < tlen;
                         const char *row = ok ? DEC_ROW(jr) : kb;
-                        dec_cp16(st + (2 * u) * DEC_THREADS, row, ok ? 16 : 0);
-                        dec_cp16(st + (2 * u + 1) * DEC_THREADS, row + (ok ? dv : 0), ok ? 16 : 0);
+                        dec_cpw<KT>(st + (2 * u) * DEC_THREADS, row, ok ? 16 : 0);
+                        dec_cpw<KT>(st + (2 * u + 1) * DEC_THREADS, row + (ok ? dv : 0), ok ? 16 : 0);
                     }
                 }
                 dec_cp_commit(); /* empty past the end: the group count stays uniform */
@@ -362,7 +404,7 @@ __global__ void __launch_bounds__(NT, MINB) attn_decode_kernel(dec_args a)
                     ku[u] = st[(2 * u) * DEC_THREADS];
                     vu[u] = st[(2 * u + 1) * DEC_THREADS];
                 }
-                dec_rows<T, GMAX, U>(ku, vu, tlen - it * NG * U - g, NG, lpr, q, m, l, acc);
+                dec_rows<KT, GMAX, U>(ku, vu, tlen - it * NG * U - g, NG, lpr, q, m, l, acc, ks, vs);
             }
             dec_cp_wait<0>();
         }
@@ -512,22 +554,33 @@ struct dec_cfg {
     dec_fn f;
     int U, S, nt;
 };
-template <typename T, int GMAX, int U, int S, int MINB, bool RES, int NT = DEC_THREADS> static dec_cfg dec_make()
+template <typename T, typename KT, int GMAX, int U, int S, int MINB, bool RES, int NT = DEC_THREADS>
+static dec_cfg dec_make()
 {
-    return {attn_decode_kernel<T, GMAX, U, S, MINB, RES, NT>, U, S, NT};
+    return {attn_decode_kernel<T, KT, GMAX, U, S, MINB, RES, NT>, U, S, NT};
 }
 /* res: the resident form (one query head per block: whole context in shared memory, one chunk, 256 threads of
  * 64 registers); else the split form */
-template <typename T> static dec_cfg dec_pick(int gmax, bool res)
+template <typename T, typename KT> static dec_cfg dec_pick(int gmax, bool res)
 {
-    if (res)
-        return dec_make<T, 1, 4, 0, 4, true, DEC_RES_THREADS>();
-    switch (gmax) {
-    case 1: return dec_make<T, 1, 4, 0, 8, false>();
-    case 2: return dec_make<T, 2, 4, 3, 4, false>();
-    case 4: return dec_make<T, 4, 4, 3, 4, false>();
-    default: return dec_make<T, 8, 2, 3, 2, false>();
+    if constexpr (sizeof(KT) == sizeof(T)) {
+        if (res)
+            return dec_make<T, KT, 1, 4, 0, 4, true, DEC_RES_THREADS>();
     }
+    switch (gmax) {
+    case 1: return dec_make<T, KT, 1, 4, 0, 8, false>();
+    case 2: return dec_make<T, KT, 2, 4, 3, 4, false>();
+    case 4: return dec_make<T, KT, 4, 4, 3, 4, false>();
+    default: return dec_make<T, KT, 8, 2, 3, 2, false>();
+    }
+}
+/* the kernels of queries qdt (f16 / bf16) over a cache of kdt (qdt, or f8e4m3) */
+static dec_cfg dec_pick_dt(lg_dtype qdt, lg_dtype kdt, int gmax, bool res)
+{
+    if (kdt == LG_F8E4M3)
+        return qdt == LG_F16 ? dec_pick<__half, __nv_fp8_e4m3>(gmax, false)
+                             : dec_pick<__nv_bfloat16, __nv_fp8_e4m3>(gmax, false);
+    return qdt == LG_F16 ? dec_pick<__half, __half>(gmax, res) : dec_pick<__nv_bfloat16, __nv_bfloat16>(gmax, res);
 }
 
 /* Resident blocks per SM of (kernel, dynamic shared memory), cached; a kernel not seen yet first gets the
@@ -571,7 +624,8 @@ struct dec_plan {
     int lpr, n_hsub, max_chunks;
     int64_t base_blocks, C, tile;
 };
-static int dec_make_plan(cuda_ctx *c, int T_, int n_heads, const lg_kv_view &kv, int max_kv_len, dec_plan *p)
+static int dec_make_plan(cuda_ctx *c, int T_, int n_heads, const lg_kv_view &kv, lg_dtype qdt, int max_kv_len,
+                         dec_plan *p)
 {
     const int hd = kv.head_dim, nkv = kv.n_kv_heads, group = n_heads / nkv;
     const int gmax = group >= 8 ? 8 : group >= 4 ? 4 : group >= 2 ? 2 : 1;
@@ -585,9 +639,9 @@ static int dec_make_plan(cuda_ctx *c, int T_, int n_heads, const lg_kv_view &kv,
      * memory; its rows (K and V) within LG_DEC_RESIDENT_KB (default 200; 0: off) and the opt-in limit */
     const int res_kb = c->tune->dec_resident_kb;
     const size_t res_smem = dec_smem(DEC_RES_THREADS / p->lpr, 1, hd, 4, 0, max_kv);
-    p->res = res_kb > 0 && gmax == 1 && p->base_blocks <= c->n_sm && max_kv <= tile &&
+    p->res = res_kb > 0 && gmax == 1 && kv.dtype != LG_F8E4M3 && p->base_blocks <= c->n_sm && max_kv <= tile &&
              (size_t)max_kv * 2 * hd * 2 <= (size_t)res_kb << 10 && res_smem <= c->max_smem_optin;
-    p->k = kv.dtype == LG_F16 ? dec_pick<__half>(gmax, p->res) : dec_pick<__nv_bfloat16>(gmax, p->res);
+    p->k = dec_pick_dt(qdt, kv.dtype, gmax, p->res);
     p->smem = p->res ? res_smem : dec_smem(DEC_THREADS / p->lpr, gmax, hd, p->k.U, p->k.S, 0);
     if (p->smem > c->max_smem_optin)
         return CU_FAIL(c, "attention decode: %zu bytes of shared memory needed, %zu available", p->smem,
@@ -618,9 +672,10 @@ static int dec_make_plan(cuda_ctx *c, int T_, int n_heads, const lg_kv_view &kv,
  * launch), else max_kv_len. */
 extern "C" int cu_decode_kv_key(lg_backend *be, int n_tokens, int n_heads, const lg_kv_view *kv, int max_kv_len)
 {
-    dec_plan p;
-    if (n_heads <= 0 || kv->n_kv_heads <= 0 || n_heads % kv->n_kv_heads ||
-        dec_make_plan(CU_CTX(be), n_tokens, n_heads, *kv, max_kv_len, &p) != 0)
+    dec_plan p; /* the queries are in the act dtype (an e4m3 cache's too) */
+    const lg_dtype qdt = kv->dtype == LG_F8E4M3 ? be->act_dtype : kv->dtype;
+    if (n_heads <= 0 || kv->n_kv_heads <= 0 || n_heads % kv->n_kv_heads || !cu_is_half(qdt) ||
+        dec_make_plan(CU_CTX(be), n_tokens, n_heads, *kv, qdt, max_kv_len, &p) != 0)
         return max_kv_len;
     return p.C == DEC_ANY_KV ? 0 : max_kv_len;
 }
@@ -630,8 +685,11 @@ int cu_attention_decode(lg_backend *be, lg_tensor out, lg_tensor q, lg_kv_view k
 {
     cuda_ctx *c = CU_CTX(be);
     const int hd = kv.head_dim, T_ = m->n_tokens;
+    if (kv.dtype != q.dtype && kv.dtype != LG_F8E4M3)
+        return CU_FAIL(c, "attention decode: a %s KV cache with %s queries", lg_dtype_name(kv.dtype),
+                       lg_dtype_name(q.dtype));
     dec_plan p;
-    if (dec_make_plan(c, T_, n_heads, kv, m->max_kv_len, &p) != 0)
+    if (dec_make_plan(c, T_, n_heads, kv, q.dtype, m->max_kv_len, &p) != 0)
         return -1;
     const dec_cfg &k = p.k;
     const bool res = p.res;

@@ -216,6 +216,9 @@ int cu_attention_prefill(lg_backend *be, lg_tensor out, lg_tensor q, lg_kv_view 
 {
     cuda_ctx *c = CU_CTX(be);
     const int hd = kv.head_dim;
+    if (kv.dtype != q.dtype) /* an e4m3 cache: attention.cu sends it to attention_decode.cu */
+        return CU_FAIL(c, "attention prefill: a %s KV cache with %s queries is not read by this kernel (16-bit caches "
+                          "only; attention.cu sends e4m3 to the split-K kernel)", lg_dtype_name(kv.dtype), lg_dtype_name(q.dtype));
     if (hd % 16 || hd > 256)
         return CU_FAIL(c, "attention prefill: head_dim must be a multiple of 16 up to 256, found %d", hd);
     const pf_layout L = pf_make_layout(hd);

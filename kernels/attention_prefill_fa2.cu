@@ -39,6 +39,13 @@
  * Grid (kv head, sequence, rank): rank 0 is every sequence's last query
  * tile (the most keys), so the longest tiles of all heads start first.
  * Programmatic dependent launch (cuda_common.cuh): waits before any load.
+ * An e4m3 cache (`--kv-cache-dtype fp8`, template KT = __nv_fp8_e4m3): a
+ * thread's 16-byte chunk of a tile row is 8 bytes of the page, loaded
+ * (ld.global) and widened to T in registers, then stored to the same
+ * swizzled place (no cp.async: the ring's buffer discipline is the same,
+ * a plain store lands before the barrier that a cp.async waits for). e4m3
+ * values are exact in f16 and bf16, so the tiles hold e4m3 itself; k_scale
+ * is folded into the softmax scale and v_scale into the output's 1 / l.
  */
 #include "kernels/attention_args.cuh"
 #include "kernels/mma.cuh"
@@ -53,7 +60,8 @@
 /* the queries and the paged KV (attention_args.cuh), then: */
 struct fa_args : cu_paged_attn {
     int pt_shift;     /* log2(page_tokens), or -1 if not a power of two */
-    float scale_log2; /* scale * log2(e) */
+    float scale_log2; /* scale * log2(e) (x k_scale: an e4m3 cache) */
+    float v_mul;      /* the output's factor: v_scale (an e4m3 cache), else 1 */
 };
 
 /* 2^x, flushing subnormal results to zero; 2^-inf = 0 */
@@ -86,10 +94,24 @@ template <int HD_, int NW_, int WM_, int ST_> struct fa_cfg {
     static constexpr size_t BYTES = (size_t)(V + ST * TILE) * 2;
 };
 
+/* An e4m3 cache's 8 elements at src (8 bytes) -> 8 T at dst (16 bytes of shared memory), exact; zeros when !ok. */
+template <typename T> __device__ __forceinline__ void fa_ld_e4m3(T *dst, const char *src, bool ok)
+{
+    uint2 w = make_uint2(0u, 0u);
+    if (ok)
+        asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(w.x), "=r"(w.y) : "l"(src));
+    const __nv_fp8_e4m3 *b = (const __nv_fp8_e4m3 *)&w;
+    float f[8];
+#pragma unroll
+    for (int i = 0; i < 8; i++) f[i] = to_f32(b[i]);
+    *(uint4 *)dst = pack8<T>(f);
+}
+
 /* Element offset of 16-byte chunk c of row r in a swizzled tile of rows of HD elements. */
 template <int HD> __device__ __forceinline__ int fa_sw(int r, int c) { return r * HD + ((c ^ (r & 7)) << 3); }
 
-template <typename T, class C>
+/* T: q, out and the tiles; KT: the cache (T, or __nv_fp8_e4m3) */
+template <typename T, typename KT, class C>
 __global__ void __launch_bounds__(C::THREADS, 2) attn_prefill_fa2_kernel(fa_args a)
 {
     constexpr int HD = C::HD, WM = C::WM, ST = C::ST, BM = C::BM, BN = C::BN, THREADS = C::THREADS;
@@ -123,8 +145,8 @@ __global__ void __launch_bounds__(C::THREADS, 2) attn_prefill_fa2_kernel(fa_args
     constexpr int RSTEP = THREADS / VEC, NLD = BN / RSTEP;
     static_assert(RSTEP % 8 == 0 && BN % RSTEP == 0, "K/V copy layout");
     const int lr = tid / VEC, lc = tid % VEC, kv_dst = fa_sw<HD>(lr, lc);
-    const char *kv_src = a.kv_base + (size_t)kh * HD * sizeof(T) + (size_t)lc * 16;
-    const size_t row_bytes = (size_t)a.nkv * HD * sizeof(T);
+    const char *kv_src = a.kv_base + (size_t)kh * HD * sizeof(KT) + (size_t)lc * 8 * sizeof(KT);
+    const size_t row_bytes = (size_t)a.nkv * HD * sizeof(KT);
     auto load_rows = [&](int kt, int buf, auto pow2) {
         T *kd = Ks + buf * C::TILE + kv_dst, *vd = Vs + buf * C::TILE + kv_dst;
 #pragma unroll
@@ -138,8 +160,13 @@ __global__ void __launch_bounds__(C::THREADS, 2) attn_prefill_fa2_kernel(fa_args
             else
                 pg = jj / a.page_tokens, sl = jj - pg * a.page_tokens;
             const char *row = kv_src + (size_t)__ldg(pages + pg) * a.page_bytes + (size_t)sl * row_bytes;
-            cu_cp16(kd + i * RSTEP * HD, row + a.k_off, ok);
-            cu_cp16(vd + i * RSTEP * HD, row + a.v_off, ok);
+            if constexpr (sizeof(KT) == 1) {
+                fa_ld_e4m3<T>(kd + i * RSTEP * HD, row + a.k_off, ok);
+                fa_ld_e4m3<T>(vd + i * RSTEP * HD, row + a.v_off, ok);
+            } else {
+                cu_cp16(kd + i * RSTEP * HD, row + a.k_off, ok);
+                cu_cp16(vd + i * RSTEP * HD, row + a.v_off, ok);
+            }
         }
     };
     auto load_kv = [&](int kt, int buf) { /* page of key j: a shift when page_tokens is a power of two */
@@ -334,20 +361,20 @@ __global__ void __launch_bounds__(C::THREADS, 2) attn_prefill_fa2_kernel(fa_args
                 continue;
             const int f = r0 + r, tok = q0 + f / g, hh = kh * g + f % g;
             T *orow = (T *)a.out + (int64_t)tok * a.ldo + (int64_t)hh * HD;
-            const float inv = 1.0f / l;
+            const float inv = a.v_mul / l;
 #pragma unroll
             for (int dt = 0; dt < NDT; dt++)
                 *(uint32_t *)(orow + dt * 8 + 2 * cq) = fa_pack<T>(o[mt][dt][2 * h] * inv, o[mt][dt][2 * h + 1] * inv);
         }
 }
-template <typename T, class C> static int launch(cuda_ctx *c, const fa_args &a, const lg_step_meta *m)
+template <typename T, typename KT, class C> static int launch(cuda_ctx *c, const fa_args &a, const lg_step_meta *m)
 {
     const size_t smem = C::BYTES;
     if (smem > c->max_smem_optin)
         return 1;
     static bool attr_set = false; /* per instantiation */
     if (!attr_set) {
-        CU_TRY(c, cudaFuncSetAttribute(attn_prefill_fa2_kernel<T, C>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        CU_TRY(c, cudaFuncSetAttribute(attn_prefill_fa2_kernel<T, KT, C>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        (int)smem));
         attr_set = true;
     }
@@ -355,7 +382,7 @@ template <typename T, class C> static int launch(cuda_ctx *c, const fa_args &a, 
     if (n_qt > 65535)
         return CU_FAIL(c, "attention prefill: %lld query tiles exceed the grid limit", (long long)n_qt);
     const dim3 grid((unsigned)a.nkv, (unsigned)m->n_seqs, (unsigned)n_qt);
-    (void)cu_launch(c, attn_prefill_fa2_kernel<T, C>, grid, C::THREADS, smem, a);
+    (void)cu_launch(c, attn_prefill_fa2_kernel<T, KT, C>, grid, C::THREADS, smem, a);
     CU_LAUNCHED(c);
     return 0;
 }
@@ -366,6 +393,10 @@ int cu_attention_prefill_fa2(lg_backend *be, lg_tensor out, lg_tensor q, lg_kv_v
 {
     cuda_ctx *c = CU_CTX(be);
     const int hd = kv.head_dim;
+    const bool f8 = kv.dtype == LG_F8E4M3;
+    if (kv.dtype != q.dtype && !f8)
+        return CU_FAIL(c, "attention prefill (FA2): a %s KV cache with %s queries", lg_dtype_name(kv.dtype),
+                       lg_dtype_name(q.dtype));
     if ((hd != 64 && hd != 128) || q.stride % 8 || out.stride % 8 || !cu_aligned16(q.data) || !cu_aligned16(out.data))
         return 1;
     if (m->n_seqs > 65535)
@@ -374,8 +405,19 @@ int cu_attention_prefill_fa2(lg_backend *be, lg_tensor out, lg_tensor q, lg_kv_v
     static_cast<cu_paged_attn &>(a) = cu_paged_attn_of(out, q, kv, m, n_heads);
     a.pt_shift = (kv.page_tokens & (kv.page_tokens - 1)) ? -1 : __builtin_ctz((unsigned)kv.page_tokens);
     a.scale_log2 = scale * 1.4426950408889634f;
+    a.v_mul = 1.0f;
+    if (f8) {
+        a.scale_log2 *= a.k_scale;
+        a.v_mul = a.v_scale;
+        if (q.dtype == LG_F16)
+            return hd == 64 ? launch<__half, __nv_fp8_e4m3, fa_cfg<64, 4, 2, 2>>(c, a, m)
+                            : launch<__half, __nv_fp8_e4m3, fa_cfg<128, 4, 2, 2>>(c, a, m);
+        return hd == 64 ? launch<__nv_bfloat16, __nv_fp8_e4m3, fa_cfg<64, 4, 2, 2>>(c, a, m)
+                        : launch<__nv_bfloat16, __nv_fp8_e4m3, fa_cfg<128, 4, 2, 2>>(c, a, m);
+    }
     if (kv.dtype == LG_F16)
-        return hd == 64 ? launch<__half, fa_cfg<64, 4, 2, 2>>(c, a, m) : launch<__half, fa_cfg<128, 4, 2, 2>>(c, a, m);
-    return hd == 64 ? launch<__nv_bfloat16, fa_cfg<64, 4, 2, 2>>(c, a, m)
-                    : launch<__nv_bfloat16, fa_cfg<128, 4, 2, 2>>(c, a, m);
+        return hd == 64 ? launch<__half, __half, fa_cfg<64, 4, 2, 2>>(c, a, m)
+                        : launch<__half, __half, fa_cfg<128, 4, 2, 2>>(c, a, m);
+    return hd == 64 ? launch<__nv_bfloat16, __nv_bfloat16, fa_cfg<64, 4, 2, 2>>(c, a, m)
+                    : launch<__nv_bfloat16, __nv_bfloat16, fa_cfg<128, 4, 2, 2>>(c, a, m);
 }

@@ -15,11 +15,20 @@
  * Not tuned: a window bounds its work by the window, and the split-K decode
  * and tensor-core prefill kernels keep serving every window-less layer
  * unchanged (attention.cu picks).
+ * An e4m3 KV cache (`--kv-cache-dtype fp8`) is read here for windowed and
+ * soft-capped layers (its other layers go to the split-K decode kernel):
+ * K and V elements are to_f32(e4m3) x the layer's k_scale / v_scale, the
+ * CPU backend's reading.
  */
 #include "kernels/attention_args.cuh"
 #include "kernels/ops.cuh"
 
-template <typename T>
+/* a cache element as f32: 16-bit caches as they are, e4m3 times its scale */
+template <typename KT> __device__ __forceinline__ float kv_f32(KT x, float) { return to_f32(x); }
+template <> __device__ __forceinline__ float kv_f32<__nv_fp8_e4m3>(__nv_fp8_e4m3 x, float s) { return to_f32(x) * s; }
+
+/* T: q and out; KT: the cache (T, or __nv_fp8_e4m3) */
+template <typename T, typename KT>
 __global__ void attention_window_kernel(cu_paged_attn a, int hd, int nh, int n_seqs, int T_, int window, float scale,
                                         float cap)
 {
@@ -51,18 +60,18 @@ __global__ void attention_window_kernel(cu_paged_attn a, int hd, int nh, int n_s
     float m = -INFINITY, l = 0.0f;
     for (int j = lo; j <= p; j++) {
         const char *row = a.kv_base + (size_t)pages[j / a.page_tokens] * a.page_bytes +
-                          (size_t)(j % a.page_tokens) * (size_t)kv_dim * sizeof(T) + (size_t)kh * hd * sizeof(T);
-        const T *kr = (const T *)(row + a.k_off), *vr = (const T *)(row + a.v_off);
+                          (size_t)(j % a.page_tokens) * (size_t)kv_dim * sizeof(KT) + (size_t)kh * hd * sizeof(KT);
+        const KT *kr = (const KT *)(row + a.k_off), *vr = (const KT *)(row + a.v_off);
         float d = 0.0f;
         int k = 0;
-        for (int e = lane; e < hd; e += 32) d += q[k++] * to_f32(kr[e]);
+        for (int e = lane; e < hd; e += 32) d += q[k++] * kv_f32(kr[e], a.k_scale);
         d = warp_sum(d) * scale;
         if (cap > 0.0f)
             d = cap * tanhf(d / cap);
         const float mn = fmaxf(m, d), alpha = expf(m - mn), w = expf(d - mn);
         l = l * alpha + w;
         k = 0;
-        for (int e = lane; e < hd; e += 32, k++) o[k] = o[k] * alpha + w * to_f32(vr[e]);
+        for (int e = lane; e < hd; e += 32, k++) o[k] = o[k] * alpha + w * kv_f32(vr[e], a.v_scale);
         m = mn;
     }
     T *orow = (T *)a.out + (int64_t)t * a.ldo + (int64_t)h * hd;
@@ -77,12 +86,15 @@ int cu_attention_window(lg_backend *be, lg_tensor out, lg_tensor q, lg_kv_view k
     const cu_paged_attn a = cu_paged_attn_of(out, q, kv, m, n_heads);
     const int64_t items = (int64_t)m->n_tokens * n_heads;
     const unsigned blocks = (unsigned)((items + 3) / 4);
-    if (kv.dtype == LG_F16)
-        (void)cu_launch(c, attention_window_kernel<__half>, blocks, 128, 0, a, kv.head_dim, n_heads, m->n_seqs,
-                        m->n_tokens, kv.window, scale, kv.softcap);
+    const bool f8 = kv.dtype == LG_F8E4M3;
+    if (q.dtype == LG_F16)
+        (void)cu_launch(c, f8 ? attention_window_kernel<__half, __nv_fp8_e4m3> : attention_window_kernel<__half, __half>,
+                        blocks, 128, 0, a, kv.head_dim, n_heads, m->n_seqs, m->n_tokens, kv.window, scale, kv.softcap);
     else
-        (void)cu_launch(c, attention_window_kernel<__nv_bfloat16>, blocks, 128, 0, a, kv.head_dim, n_heads, m->n_seqs,
-                        m->n_tokens, kv.window, scale, kv.softcap);
+        (void)cu_launch(c,
+                        f8 ? attention_window_kernel<__nv_bfloat16, __nv_fp8_e4m3>
+                           : attention_window_kernel<__nv_bfloat16, __nv_bfloat16>,
+                        blocks, 128, 0, a, kv.head_dim, n_heads, m->n_seqs, m->n_tokens, kv.window, scale, kv.softcap);
     CU_LAUNCHED(c);
     return 0;
 }

@@ -22,6 +22,7 @@
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 #include <stdlib.h>
 #include <stdint.h>
@@ -138,6 +139,13 @@ __host__ __device__ static inline bool cu_aligned16(const void *p) { return ((ui
 __device__ __forceinline__ float to_f32(float x) { return x; }
 __device__ __forceinline__ float to_f32(__half x) { return __half2float(x); }
 __device__ __forceinline__ float to_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float to_f32(__nv_fp8_e4m3 x) { return float(x); }
+/* An e4m3 KV cache element (`--kv-cache-dtype fp8`, backend.h lg_kv_view): e4m3(x / scale), round to nearest
+ * even, saturating to +-448 (lg_f32_to_e4m3's rounding); read back as to_f32(e) * scale. */
+__device__ __forceinline__ uint8_t kv_e4m3(float x, float scale)
+{
+    return (uint8_t)__nv_cvt_float_to_fp8(x / scale, __NV_SATFINITE, __NV_E4M3);
+}
 template <typename T> __device__ __forceinline__ T from_f32(float x);
 template <> __device__ __forceinline__ float from_f32<float>(float x) { return x; }
 template <> __device__ __forceinline__ __half from_f32<__half>(float x) { return __float2half_rn(x); }

@@ -212,7 +212,16 @@ typedef struct lg_kv_view {
      * softcap * tanh(scale * q.k / softcap) before the softmax (Gemma 2) */
     int window;
     float softcap;
+    /* dtype LG_F8E4M3 (`--kv-cache-dtype fp8`): a K element x is stored as e4m3(x / k_scale)
+     * (round to nearest even, saturating to +-448) and read back as e4m3 * k_scale; V likewise
+     * with v_scale. The layer's scales (the checkpoint's self_attn.k_scale / v_scale, else 1);
+     * 0 reads as 1. Ignored for 16/32-bit caches. */
+    float k_scale, v_scale;
 } lg_kv_view;
+
+/* The view's scales as the ops use them (0: 1). */
+static inline float lg_kv_kscale(const lg_kv_view *kv) { return kv->k_scale > 0 ? kv->k_scale : 1.0f; }
+static inline float lg_kv_vscale(const lg_kv_view *kv) { return kv->v_scale > 0 ? kv->v_scale : 1.0f; }
 
 /* rope_kv_write's arguments after q, k, v (norm_matmul's qkv form). */
 typedef struct lg_rope_kv {

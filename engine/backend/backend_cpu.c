@@ -22,6 +22,7 @@
 #include "engine/base/threadpool.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -35,6 +36,10 @@ typedef struct cpu_ctx {
     size_t scratch_n;    /* capacity in floats */
     int32_t *seq_of_tok; /* attention: sequence of each token of the step */
     int seq_of_tok_n;    /* capacity */
+    float *kvf;          /* attention over an e4m3 cache: the step's pages of the layer, decoded to f32 */
+    size_t kvf_n;        /* capacity in floats */
+    int32_t *kvf_ids;    /* [kvf_ids_n] 0, 1, 2, ...: the decoded pages' ids */
+    int kvf_ids_n;
     uint64_t down_issued, down_waited; /* download_async tickets */
     const lg_qkern *qk;  /* quantized-weight kernels for this machine's instruction set */
     lg_qmm_scratch qs;   /* the quantized matmul's activations */
@@ -316,25 +321,69 @@ static int cpu_rope(lg_backend *be, lg_tensor q, lg_tensor k, const int32_t *pos
     return 0;
 }
 
-/* ---- kv write ---------------------------------------------------------------- */
-static inline float *kv_ptr(const lg_kv_view *kv, int32_t slot, size_t off)
+/* ---- kv write ----------------------------------------------------------------
+ * The cache is f32 (a byte copy) or, with `--kv-cache-dtype fp8`, OCP e4m3:
+ * each element stored as lg_f32_to_e4m3(x / scale) with the layer's k_scale
+ * or v_scale (backend.h lg_kv_view), read back by attention as e4m3 * scale. */
+static inline char *kv_ptr(const lg_kv_view *kv, int32_t slot, size_t off)
 {
     int32_t page = slot / kv->page_tokens, s = slot % kv->page_tokens;
-    return (float *)((char *)kv->base + (size_t)page * kv->page_bytes + off +
-                     (size_t)s * (size_t)(kv->n_kv_heads * kv->head_dim) * 4);
+    return (char *)kv->base + (size_t)page * kv->page_bytes + off +
+           (size_t)s * (size_t)(kv->n_kv_heads * kv->head_dim) * lg_dtype_size(kv->dtype);
 }
 static int cpu_kv_write(lg_backend *be, lg_kv_view kv, lg_tensor k, lg_tensor v, const int32_t *slot, int n_tokens)
 {
-    if (kv.dtype != LG_F32 || k.dtype != LG_F32 || v.dtype != LG_F32)
+    (void)be;
+    if ((kv.dtype != LG_F32 && kv.dtype != LG_F8E4M3) || k.dtype != LG_F32 || v.dtype != LG_F32)
         return -1;
-    size_t row = (size_t)(kv.n_kv_heads * kv.head_dim) * 4;
+    const int n = kv.n_kv_heads * kv.head_dim;
+    const float ks = lg_kv_kscale(&kv), vs = lg_kv_vscale(&kv);
     for (int t = 0; t < n_tokens; t++) {
         if (slot[t] < 0)
             continue;
-        memcpy(kv_ptr(&kv, slot[t], kv.k_off), (const float *)k.data + (size_t)t * k.stride, row);
-        memcpy(kv_ptr(&kv, slot[t], kv.v_off), (const float *)v.data + (size_t)t * v.stride, row);
+        const float *kr = (const float *)k.data + (size_t)t * k.stride, *vr = (const float *)v.data + (size_t)t * v.stride;
+        char *kd = kv_ptr(&kv, slot[t], kv.k_off), *vd = kv_ptr(&kv, slot[t], kv.v_off);
+        if (kv.dtype == LG_F32) {
+            memcpy(kd, kr, (size_t)n * 4);
+            memcpy(vd, vr, (size_t)n * 4);
+            continue;
+        }
+        for (int e = 0; e < n; e++) {
+            ((uint8_t *)kd)[e] = lg_f32_to_e4m3(kr[e] / ks);
+            ((uint8_t *)vd)[e] = lg_f32_to_e4m3(vr[e] / vs);
+        }
     }
     return 0;
+}
+
+/* lg_e4m3_to_f32 of every code (filled once, at the first backend's creation) */
+static float e4m3_lut[256];
+static pthread_once_t e4m3_once = PTHREAD_ONCE_INIT;
+static void e4m3_lut_fill(void)
+{
+    for (int i = 0; i < 256; i++) e4m3_lut[i] = lg_e4m3_to_f32((uint8_t)i);
+}
+
+/* Decoding an e4m3 cache for attention: page entry i of the step (page_ids[i]) -> f32 page i of dst, this
+ * layer's K block then its V block, each element e4m3 x its scale (one f32 rounding). */
+typedef struct {
+    lg_kv_view kv;
+    const int32_t *page_ids;
+    float *dst;
+} kvf_job;
+static void kvf_task(void *arg, int tid, int64_t i0, int64_t i1)
+{
+    (void)tid;
+    const kvf_job *j = arg;
+    const size_t n = (size_t)j->kv.page_tokens * (size_t)(j->kv.n_kv_heads * j->kv.head_dim);
+    const float ks = lg_kv_kscale(&j->kv), vs = lg_kv_vscale(&j->kv);
+    for (int64_t i = i0; i < i1; i++) {
+        const uint8_t *pg = (const uint8_t *)j->kv.base + (size_t)j->page_ids[i] * j->kv.page_bytes;
+        const uint8_t *k = pg + j->kv.k_off, *v = pg + j->kv.v_off;
+        float *d = j->dst + (size_t)i * 2 * n;
+        for (size_t e = 0; e < n; e++) d[e] = e4m3_lut[k[e]] * ks;
+        for (size_t e = 0; e < n; e++) d[n + e] = e4m3_lut[v[e]] * vs;
+    }
 }
 
 /* ---- attention ---------------------------------------------------------------
@@ -344,7 +393,11 @@ static int cpu_kv_write(lg_backend *be, lg_kv_view kv, lg_tensor k, lg_tensor v,
  * K_s[j] is slot j % page_tokens of page page_ids[page_indptr[s] + j / page_tokens].
  * Work item = (token, query head), so a decode step's few tokens still give
  * every thread work (GQA's K/V rows are read once per query head; they sit
- * in cache). The q.k sums are cpu_matmul.c's vectorized dot. */
+ * in cache). The q.k sums are cpu_matmul.c's vectorized dot. An e4m3 cache:
+ * the layer's blocks of the step's pages are decoded first (e4m3 x scale, one
+ * f32 rounding; each page entry once, whatever the tokens and heads reading
+ * it) into f32 pages numbered in page-table order, and the f32 math runs on
+ * those. */
 typedef struct {
     lg_tensor out, q;
     lg_kv_view kv;
@@ -374,7 +427,7 @@ static void attn_task(void *arg, int tid, int64_t i0, int64_t i1)
         float mx = -INFINITY;
         for (int pos = k0; pos < n_ctx; pos++) {
             const int32_t slot = pages[pos / kv->page_tokens] * kv->page_tokens + pos % kv->page_tokens;
-            float d = lg_cpu_dot_f32(qr, kv_ptr(kv, slot, kv->k_off) + (size_t)kvh * hd, hd) * j->scale;
+            float d = lg_cpu_dot_f32(qr, (const float *)kv_ptr(kv, slot, kv->k_off) + (size_t)kvh * hd, hd) * j->scale;
             if (cap > 0)
                 d = cap * tanhf(d / cap);
             sc[pos] = d;
@@ -394,14 +447,14 @@ static void attn_task(void *arg, int tid, int64_t i0, int64_t i1)
             for (int u = 0; u < 4; u++) {
                 const int p = pos + u;
                 const int32_t slot = pages[p / kv->page_tokens] * kv->page_tokens + p % kv->page_tokens;
-                v4[u] = kv_ptr(kv, slot, kv->v_off) + (size_t)kvh * hd;
+                v4[u] = (const float *)kv_ptr(kv, slot, kv->v_off) + (size_t)kvh * hd;
             }
             const float w0 = sc[pos], w1 = sc[pos + 1], w2 = sc[pos + 2], w3 = sc[pos + 3];
             for (int e = 0; e < hd; e++) o[e] += w0 * v4[0][e] + w1 * v4[1][e] + w2 * v4[2][e] + w3 * v4[3][e];
         }
         for (; pos < n_ctx; pos++) {
             const int32_t slot = pages[pos / kv->page_tokens] * kv->page_tokens + pos % kv->page_tokens;
-            const float *vr = kv_ptr(kv, slot, kv->v_off) + (size_t)kvh * hd;
+            const float *vr = (const float *)kv_ptr(kv, slot, kv->v_off) + (size_t)kvh * hd;
             const float w = sc[pos];
             for (int e = 0; e < hd; e++) o[e] += w * vr[e];
         }
@@ -413,11 +466,42 @@ static int cpu_attention(lg_backend *be, lg_tensor out, lg_tensor q, lg_kv_view 
                          int n_heads, float scale)
 {
     cpu_ctx *c = CTX(be);
-    if (kv.dtype != LG_F32 || q.dtype != LG_F32 || out.dtype != LG_F32 || n_heads % kv.n_kv_heads)
+    if ((kv.dtype != LG_F32 && kv.dtype != LG_F8E4M3) || q.dtype != LG_F32 || out.dtype != LG_F32 ||
+        n_heads % kv.n_kv_heads)
         return -1;
     int group = n_heads / kv.n_kv_heads;
     if (grow_per_thread(c->scratch, c->nt, &c->scratch_n, (size_t)(m->max_kv_len + 1)) != 0)
         return -1;
+    lg_step_meta mf;
+    if (kv.dtype == LG_F8E4M3) { /* the step's pages of this layer as f32 pages 0, 1, 2, ... */
+        const int n_pg = m->page_indptr[m->n_seqs];
+        const size_t n = (size_t)kv.page_tokens * (size_t)(kv.n_kv_heads * kv.head_dim), need = (size_t)n_pg * 2 * n;
+        if (need > c->kvf_n) {
+            float *p = realloc(c->kvf, need * sizeof(float));
+            if (!p)
+                return -1;
+            c->kvf = p;
+            c->kvf_n = need;
+        }
+        if (n_pg > c->kvf_ids_n) {
+            int32_t *p = realloc(c->kvf_ids, (size_t)n_pg * sizeof(int32_t));
+            if (!p)
+                return -1;
+            for (int i = c->kvf_ids_n; i < n_pg; i++) p[i] = i;
+            c->kvf_ids = p;
+            c->kvf_ids_n = n_pg;
+        }
+        kvf_job kj = {kv, m->page_ids, c->kvf};
+        lg_threadpool_for(c->tp, n_pg, 1, kvf_task, &kj);
+        mf = *m;
+        mf.page_ids = c->kvf_ids;
+        m = &mf;
+        kv.base = c->kvf;
+        kv.page_bytes = 2 * n * sizeof(float);
+        kv.k_off = 0;
+        kv.v_off = n * sizeof(float);
+        kv.dtype = LG_F32;
+    }
     if (m->n_tokens > c->seq_of_tok_n) { /* grows to the largest step, then stays */
         int32_t *p = realloc(c->seq_of_tok, (size_t)m->n_tokens * sizeof(int32_t));
         if (!p)
@@ -652,6 +736,8 @@ static void cpu_free(lg_backend *be)
         free(c->panels);
         free(c->scratch);
         free(c->seq_of_tok);
+        free(c->kvf);
+        free(c->kvf_ids);
         free(c->qs.xq);
         free(c->cs.xr);
         free(c);
@@ -664,6 +750,7 @@ int lg_backend_cpu_create(const lg_backend_opts *opts, lg_backend **out, lg_err 
     int nt = opts && opts->n_threads > 0 ? opts->n_threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
     if (nt < 1)
         nt = 1;
+    pthread_once(&e4m3_once, e4m3_lut_fill);
     lg_backend *be = calloc(1, sizeof *be);
     cpu_ctx *c = calloc(1, sizeof *c);
     if (!be || !c) {

@@ -173,6 +173,9 @@ void lg_to_f32(float *dst, const void *src, lg_dtype st, size_t n)
     case LG_I32:
         for (size_t i = 0; i < n; i++) dst[i] = (float)((const int32_t *)src)[i];
         break;
+    case LG_F8E4M3:
+        for (size_t i = 0; i < n; i++) dst[i] = lg_e4m3_to_f32(((const uint8_t *)src)[i]);
+        break;
     }
 }
 
@@ -188,6 +191,9 @@ void lg_from_f32(void *dst, lg_dtype dt, const float *src, size_t n)
         break;
     case LG_I32:
         for (size_t i = 0; i < n; i++) ((int32_t *)dst)[i] = (int32_t)src[i];
+        break;
+    case LG_F8E4M3:
+        for (size_t i = 0; i < n; i++) ((uint8_t *)dst)[i] = lg_f32_to_e4m3(src[i]);
         break;
     }
 }

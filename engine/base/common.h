@@ -34,16 +34,23 @@ extern int lg_err_locations;
 void lg_err_prefix(lg_err *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* Element types of tensors in memory. Quantized GGUF types never reach the
- * engine: they are dequantized at load (engine/model/quant.c). */
+ * engine: they are dequantized at load (engine/model/quant.c). LG_F8E4M3 is
+ * the KV cache's 1-byte form only (`--kv-cache-dtype fp8`: OCP E4M3FN, read
+ * back times the layer's k_scale / v_scale, lg_kv_view); no activation or
+ * weight view carries it, and lg_to_f32 / lg_from_f32 take it unscaled. */
 typedef enum lg_dtype {
     LG_F32 = 0,
     LG_F16 = 1,
     LG_BF16 = 2,
     LG_I32 = 3,
+    LG_F8E4M3 = 4,
 } lg_dtype;
 
 /* Inline so the CUDA library (linked after the core) shares them. */
-static inline size_t lg_dtype_size(lg_dtype t) { return t == LG_F32 || t == LG_I32 ? 4 : 2; }
+static inline size_t lg_dtype_size(lg_dtype t)
+{
+    return t == LG_F32 || t == LG_I32 ? 4 : t == LG_F8E4M3 ? 1 : 2;
+}
 static inline const char *lg_dtype_name(lg_dtype t)
 {
     switch (t) {
@@ -51,6 +58,7 @@ static inline const char *lg_dtype_name(lg_dtype t)
     case LG_F16: return "f16";
     case LG_BF16: return "bf16";
     case LG_I32: return "i32";
+    case LG_F8E4M3: return "f8e4m3";
     }
     return "?";
 }
@@ -82,7 +90,7 @@ float lg_e4m3_to_f32(uint8_t v);
 uint8_t lg_f32_to_e4m3(float x);
 
 void lg_to_f32(float *dst, const void *src, lg_dtype st, size_t n);
-/* Converts n floats to dst of type dt (F32/F16/BF16). */
+/* Converts n floats to dst of type dt (F32/F16/BF16/I32/F8E4M3). */
 void lg_from_f32(void *dst, lg_dtype dt, const float *src, size_t n);
 
 /* Whole-file helpers. lg_read_file mallocs (caller frees) and NUL-terminates;

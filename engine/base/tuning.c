@@ -82,7 +82,7 @@ const lg_tuning_switch lg_tuning_table[] = {
         "and B (0: plain loads)",
         "kernels/gemm_tma.cu, kernels/lora_shrink.cu, kernels/lora_expand.cu; tests/gpu/run_device.sh"},
     {"LG_ATTN_FA2", offsetof(lg_tuning, attn_fa2), 1,
-        "0: prefill attention on the wmma kernel for every head_dim (not FlashAttention-2)",
+        "0: prefill attention on the wmma kernel for every head_dim (not FlashAttention-2; an e4m3 KV cache: the split-K kernel)",
         "kernels/attention.cu; tests/gpu/run_device.sh, tests/gpu/test_cuda_ops.c, tests/gpu/bench_kernels.c"},
     {"LG_STREAMK", offsetof(lg_tuning, streamk), 2,
         "decode matmuls of 2..64 rows on Hopper: 2 the TMA + wgmma stream-K matmul; 0 off (cuBLAS, and the GEMV "

@@ -117,6 +117,8 @@ struct lg_model {
     float *inv_freq;     /* device [hd/2] */
     float *inv_freq_local; /* device [hd/2]: sliding layers' RoPE (Gemma 3), or NULL: inv_freq */
     float embed_mult;    /* Gemma: sqrt(hidden_size) in the weights' dtype, else 1 */
+    lg_dtype kv_dtype;   /* the KV cache's: the act dtype, or LG_F8E4M3 (opts.kv_fp8) */
+    float *kv_scales;    /* [2 * n_layers]: layer l's k_scale, v_scale (an e4m3 cache; 1 unless the checkpoint has them) */
     /* activations */
     void *abuf;
     lg_tensor x, xn, qkv, attn, o, gu, act, mlp, rows, logits;
@@ -169,6 +171,67 @@ struct lg_model {
 const lg_model_config *lg_model_cfg(const lg_model *m) { return &m->cfg; }
 const lg_model_opts *lg_model_options(const lg_model *m) { return &m->opts; }
 size_t lg_model_kv_page_bytes(const lg_model *m) { return m->page_bytes; }
+lg_dtype lg_model_kv_dtype(const lg_model *m) { return m->kv_dtype; }
+
+int lg_kv_cache_dtype_parse(const char *s, bool *fp8)
+{
+    if (!strcmp(s, "auto"))
+        *fp8 = false;
+    else if (!strcmp(s, "fp8") || !strcmp(s, "fp8_e4m3"))
+        *fp8 = true;
+    else
+        return -1;
+    return 0;
+}
+
+/* The first element of a scalar (or one-element) tensor as f32; false when it is absent or not one float. */
+static bool scalar_of(const lg_weights *w, const char *name, float *out)
+{
+    const lg_wtensor *t = lg_weights_get(w, name);
+    if (!t || t->q != LG_QNONE || t->nbytes != lg_dtype_size(t->dtype) || t->dtype == LG_I32)
+        return false;
+    lg_to_f32(out, t->data, t->dtype, 1);
+    return true;
+}
+
+/* Each layer's KV cache scales: 1, or with an e4m3 cache the checkpoint's
+ * model.layers.N.self_attn.k_scale / v_scale (compressed-tensors'
+ * kv_cache_scheme; vLLM's names), else ModelOpt's k_proj.k_scale /
+ * v_proj.v_scale, else k_proj.output_scale / v_proj.output_scale (older
+ * compressed-tensors), else one kv_scale for both: the names vLLM maps to
+ * its attention's k_scale / v_scale. A 16-bit cache ignores them, as vLLM
+ * does with kv_cache_dtype auto. */
+static int read_kv_scales(lg_model *m, const lg_weights *w, lg_err *err)
+{
+    static const char *const names[][2] = {{"self_attn.k_scale", "self_attn.v_scale"},
+                                           {"self_attn.k_proj.k_scale", "self_attn.v_proj.v_scale"},
+                                           {"self_attn.k_proj.output_scale", "self_attn.v_proj.output_scale"},
+                                           {"self_attn.kv_scale", "self_attn.kv_scale"}};
+    int found = 0;
+    for (int l = 0; l < m->cfg.n_layers; l++)
+        for (int kv = 0; kv < 2; kv++) {
+            float *dst = &m->kv_scales[2 * l + kv];
+            *dst = 1.0f;
+            if (m->kv_dtype != LG_F8E4M3)
+                continue;
+            for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+                char name[160];
+                snprintf(name, sizeof name, "model.layers.%d.%s", l, names[i][kv]);
+                float v;
+                if (!scalar_of(w, name, &v))
+                    continue;
+                if (!(v > 0) || !isfinite(v))
+                    return lg_fail(err, "%s = %g: a KV cache scale must be finite and > 0", name, v);
+                *dst = v;
+                found++;
+                break;
+            }
+        }
+    if (found > 0 && found < 2 * m->cfg.n_layers)
+        return lg_fail(err, "the checkpoint has KV cache scales for %d of %d layers' K and V; expected all or none",
+                       found, 2 * m->cfg.n_layers);
+    return 0;
+}
 
 /* ---- weight upload ------------------------------------------------------------ */
 
@@ -780,9 +843,17 @@ int lg_model_create(lg_backend *be, const lg_weights *w, const lg_model_opts *op
     m->cfg = *c;
     m->opts = model_opts(opts, c);
     m->layers = calloc((size_t)c->n_layers, sizeof(layer_w));
-    if (!m->layers) {
+    m->kv_scales = malloc(2 * (size_t)c->n_layers * sizeof(float));
+    if (!m->layers || !m->kv_scales) {
+        free(m->layers);
+        free(m->kv_scales);
         free(m);
         return lg_fail(err, "out of memory");
+    }
+    m->kv_dtype = m->opts.kv_fp8 ? LG_F8E4M3 : be->act_dtype;
+    if (read_kv_scales(m, w, err) != 0) {
+        lg_model_free(m);
+        return -1;
     }
     if (upload_weights(m, w, err) != 0 || alloc_activations(m, err) != 0 || alloc_prompt_logits(m, err) != 0 ||
         alloc_sampling(m, err) != 0 ||
@@ -797,7 +868,7 @@ int lg_model_create(lg_backend *be, const lg_weights *w, const lg_model_opts *op
         be->i.graph_reset(be); /* recordings of an earlier model name other buffers */
     m->timing = tune->step_timing != 0 && (m->t_us = calloc(4 * (size_t)STEP_T_MAX, sizeof *m->t_us)) != NULL;
     m->page_bytes = (size_t)m->opts.page_tokens * (size_t)c->n_layers * 2 * (size_t)c->n_kv_heads *
-                    (size_t)c->head_dim * lg_dtype_size(be->act_dtype);
+                    (size_t)c->head_dim * lg_dtype_size(m->kv_dtype);
     *out = m;
     return 0;
 }
@@ -856,6 +927,7 @@ void lg_model_free(lg_model *m)
     free(m->lora_seg_rank);
     free(m->lora_w_zero);
     free(m->layers);
+    free(m->kv_scales);
     free(m);
 }
 
@@ -1051,7 +1123,7 @@ static int forward(lg_model *m, const lg_kv_view *kv0, const lg_step_meta *meta,
               act = lg_tensor_rows(m->act, 0, T), mlp = lg_tensor_rows(m->mlp, 0, T);
     lg_tensor none = {0};
     lg_kv_view kv = *kv0;
-    const size_t kv_block = (size_t)pt * (size_t)kvdim * lg_dtype_size(be->act_dtype);
+    const size_t kv_block = (size_t)pt * (size_t)kvdim * lg_dtype_size(m->kv_dtype);
     const lg_tensor qkv_ys[3] = {q, k, v};
     const lg_tensor gu_ys[2] = {lg_tensor_cols(gu, 0, c->d_ff), lg_tensor_cols(gu, c->d_ff, c->d_ff)};
 
@@ -1073,6 +1145,8 @@ static int forward(lg_model *m, const lg_kv_view *kv0, const lg_step_meta *meta,
         kv.v_off = kv.k_off + kv_block;
         kv.window = lg_layer_slides(c, l) ? c->sliding_window_size : 0;
         kv.softcap = c->attn_softcap;
+        kv.k_scale = m->kv_scales[2 * l];
+        kv.v_scale = m->kv_scales[2 * l + 1];
         const float *inv_freq = kv.window && m->inv_freq_local ? m->inv_freq_local : m->inv_freq;
         const lg_rope_kv rk = {.pos = meta->pos, .inv_freq = inv_freq, .n_heads = c->n_heads,
                                .n_kv_heads = c->n_kv_heads, .head_dim = hd, .kv = kv, .slot = meta->slot};
@@ -1420,7 +1494,7 @@ static int run_forward(lg_model *m, lg_page_pool *pool, const lg_step_meta *meta
     const lg_lora_meta *lora = ls->lm.n_segs > 0 ? &ls->lm : NULL;
     lg_kv_view kv = {
         .base = lg_page_pool_base(pool), .page_bytes = lg_page_pool_page_bytes(pool),
-        .page_tokens = m->opts.page_tokens, .n_kv_heads = m->cfg.n_kv_heads, .head_dim = m->cfg.head_dim, .dtype = be->act_dtype,
+        .page_tokens = m->opts.page_tokens, .n_kv_heads = m->cfg.n_kv_heads, .head_dim = m->cfg.head_dim, .dtype = m->kv_dtype,
     };
     if (meta->max_q_len == 1 && !m->no_graphs && n_plog == 0) {
         const step_key key = decode_key(m, &kv, meta, ls, lora != NULL);

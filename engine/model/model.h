@@ -43,6 +43,9 @@ typedef struct lg_model_opts {
      * engine keeps as much on the host): 25 MB for a 49K vocabulary, 78 MB
      * for 152K. */
     int prompt_logit_rows;
+    /* KV cache as OCP e4m3 with per-layer K and V scales (`--kv-cache-dtype fp8`; backend.h
+     * lg_kv_view), half the bytes of a 16-bit page; false: the act dtype */
+    bool kv_fp8;
 } lg_model_opts;
 
 #define LG_PROMPT_LOGIT_ROWS 128
@@ -52,8 +55,13 @@ void lg_model_free(lg_model *m); /* NULL is a no-op */
 
 const lg_model_config *lg_model_cfg(const lg_model *m);
 const lg_model_opts *lg_model_options(const lg_model *m);
-/* Bytes one KV page needs: page_tokens x n_layers x (K + V) x kv_dim x act dtype. */
+/* Bytes one KV page needs: page_tokens x n_layers x (K + V) x kv_dim x the KV dtype's size. */
 size_t lg_model_kv_page_bytes(const lg_model *m);
+/* The KV cache's dtype: the backend's act dtype, or LG_F8E4M3 (opts.kv_fp8). */
+lg_dtype lg_model_kv_dtype(const lg_model *m);
+/* `--kv-cache-dtype`: "auto" (the act dtype) -> false, "fp8" / "fp8_e4m3" (vLLM's names) -> true;
+ * 0, or -1 for anything else. */
+int lg_kv_cache_dtype_parse(const char *s, bool *fp8);
 
 typedef struct lg_step_seq {
     const int32_t *tokens; /* [n_tokens] new tokens */

@@ -378,6 +378,10 @@ typedef struct lg_engine_stats {
     int max_pages_kv, max_pages_adapter, max_pages_prefix; /* high-water marks */
     size_t page_bytes;
     int page_tokens;         /* KV tokens per page */
+    /* the KV cache: its dtype (lg_dtype_name: f32, f16, bf16, f8e4m3) and the tokens the pool holds
+     * as KV (pages_total x page_tokens) */
+    const char *kv_dtype;
+    int64_t kv_tokens_capacity;
     int64_t requests_finished;
     int64_t prompt_tokens, cached_tokens; /* summed over admitted requests */
     int64_t prefix_lookups, prefix_hits;   /* admissions that looked / found >= 1 page */

@@ -111,7 +111,8 @@ int lg_spec_init(lg_engine *e, const lg_spec_opts *o, int n_pages, lg_err *err)
         return lg_fail(err, "the draft model's vocabulary has %d tokens, the model's %d: they must be the same",
                        dc->vocab_size, e->cfg.vocab_size);
     lg_model_opts mo = {.max_step_tokens = e->budget, .max_seqs = 1, .page_tokens = e->page_tokens,
-                        .max_context = e->max_context, .prompt_logit_rows = 1};
+                        .max_context = e->max_context, .prompt_logit_rows = 1,
+                        .kv_fp8 = lg_model_options(e->model)->kv_fp8};
     if (lg_model_create(e->be, o->draft, &mo, &e->draft, err) != 0) {
         lg_err_prefix(err, "the draft model");
         return -1;

@@ -43,6 +43,7 @@ static const opt opts[] = {
     {"pool-mb", K_INT, O(pool_mb), 1, 1 << 24, NULL, "N", "unified KV + adapter page pool size (default: the engine's)"},
     {"max-lora-rank", K_INT, O(max_lora_rank), 1, 1024, NULL, "N", "largest adapter rank accepted (default 64)"},
     {"dtype", K_CHOICE, O(dtype), 0, 0, "auto|f32|f16|bf16", "auto|f32|f16|bf16", "GPU compute dtype (default auto)"},
+    {"kv-cache-dtype", K_CHOICE, O(kv_cache_dtype), 0, 0, "auto|fp8", "auto|fp8", "KV cache elements: auto (default) the compute dtype; fp8 OCP e4m3 with per-layer K/V scales (the checkpoint's k_scale/v_scale, else 1): twice the tokens in the pool"},
     {"dequant-dtype", K_CHOICE, O(dequant_dtype), 0, 0, "f16|f32", "f16|f32", "expand quantized GGUF weights at load (default: the CPU keeps their blocks)"},
     {"chat-template", K_STR, O(chat_template), 0, 0, NULL, "FILE|NAME", "the chat template: a Jinja file (instead of the model's own), or a built-in family (chatml|llama3|llama2|mistral)"},
     {"tool-call-parser", K_CHOICE, O(tool_call_parser), 0, 0, "hermes|llama3_json|mistral|granite", "NAME", "how tool calls are read from tool_choice auto output: hermes|llama3_json|mistral|granite (default: the format the chat template teaches)"},

@@ -161,9 +161,11 @@ def _rms(x, w, eps):
     return w * (x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps))
 
 
-def forward(cfg, W, ids):
+def forward(cfg, W, ids, kv_cache=None):
     """Logits [len(ids), vocab] in float64 for one sequence starting at position 0.
-    cfg: config.json dict. W: {HF tensor name: float64 array}."""
+    cfg: config.json dict. W: {HF tensor name: float64 array}.
+    kv_cache: None, or f(layer, k, v) -> (k, v) applied to each layer's K (after RoPE)
+    and V [T, n_kv_heads, head_dim] as a KV cache would store them (e.g. rounded to e4m3)."""
     d, nh, nkv, hd = dims(cfg)
     mt = cfg.get("model_type", "llama")
     gemma = mt in ("gemma2", "gemma3_text")
@@ -227,6 +229,8 @@ def forward(cfg, W, ids):
             q = rms(q, p + "self_attn.q_norm.weight")
             k = rms(k, p + "self_attn.k_norm.weight")
         q, k = rope(q), rope(k)
+        if kv_cache is not None:
+            k, v = kv_cache(l, k, v)
         k = np.repeat(k, nh // nkv, axis=1)
         v = np.repeat(v, nh // nkv, axis=1)
         s = np.einsum("thd,shd->hts", q, k) * scale

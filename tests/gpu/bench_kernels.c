@@ -176,7 +176,7 @@ static double time_prefill(int fa2, int L, int nh, int nkv, int hd)
     lg_step_meta m = {.n_tokens = L, .n_seqs = 1, .max_q_len = L, .max_kv_len = L, .pos = d, .slot = d + L,
                       .q_indptr = d + 2 * L, .kv_len = d + 2 * L + 2, .page_indptr = d + 2 * L + 3,
                       .page_ids = d + 2 * L + 5};
-    lg_kv_view kv = {pool, pb, 0, blk, pt, nkv, hd, LG_F16, 0, 0};
+    lg_kv_view kv = {pool, pb, 0, blk, pt, nkv, hd, LG_F16, 0, 0, 1, 1};
     const int fa2_env = G->tune.attn_fa2;
     G->tune.attn_fa2 = fa2;
     timer tm = timer_new();
@@ -243,7 +243,7 @@ static double time_decode(int n_seqs, int kv_len, int nh, int nkv, int hd)
                               .page_indptr = db + 4 * T + 1, .page_ids = db + 5 * T + 2};
     }
     CK(G->i.upload(G, d, h, nint * 4 * copies) == 0);
-    lg_kv_view kv = {arena, pb, 0, blk, pt, nkv, hd, LG_F16, 0, 0};
+    lg_kv_view kv = {arena, pb, 0, blk, pt, nkv, hd, LG_F16, 0, 0, 1, 1};
     char key[64];
     snprintf(key, sizeof key, "decode %d %d %d %d %d", n_seqs, kv_len, nh, nkv, hd);
     dec_ctx dc = {T, nh, hd, q, out, kv, m, copies};

@@ -119,6 +119,10 @@ if want test; then
       tests/golden >"$OUT/golden_cuda_$dt.log" 2>&1
     note "golden on cuda (--dtype $dt): $(tail -1 "$OUT/golden_cuda_$dt.log")"
   done
+  # the fp8 KV cache (tests/golden/test_kv_fp8.py, run above in f16 and auto) with bf16 activations too
+  LG_BIN=$BIN LG_BACKEND=cuda LG_GENERATE_EXTRA="--dtype bf16 --pool-mb 1024" LG_COMPUTE_DTYPE=bfloat16 python3 -m pytest \
+    -q $xd tests/golden/test_kv_fp8.py >"$OUT/kv_fp8_cuda_bf16.log" 2>&1
+  note "fp8 KV cache on cuda (--dtype bf16): $(tail -1 "$OUT/kv_fp8_cuda_bf16.log")"
 fi
 
 if want serving; then

@@ -11,7 +11,8 @@
  * measured is the kernels' own: relative L2 ||gpu - cpu|| / ||cpu||.
  *
  * Step graphs: a one-layer decode step recorded once and replayed while its
- * inputs change must give bit-identical logits to eager runs; the
+ * inputs change must give bit-identical logits to eager runs (also over an
+ * e4m3 KV cache, whose steps take rope + kv_write for the fused rope forms); the
  * multi-slot LoRA ops must equal the single-slot ones bit for bit.
  *
  * Then times the decode-critical kernels (host clock around 50 launches
@@ -19,6 +20,8 @@
  * Usage: test_cuda_ops [--no-bench]. Exit status 0 only if all passed.
  * LG_ONLY=group[,group...] runs only those groups (misc, attention, lora,
  * graph, matmul: gemv, the TMA matmul, matmul_lora; rope_kv; norm: norm_matmul) — for kernel work.
+ * attention includes the e4m3 KV cache (`--kv-cache-dtype fp8`): kv_write's bytes equal the CPU's, attention
+ * over e4m3 pages against the CPU backend's.
  * Kernel forms are forced by writing the backend's switches (G->tune, engine/base/tuning.h) between
  * ops and put back to the values read from the environment (env_tune) after.
  * Needs a GPU; a CMake target of CUDA builds, run by tests/gpu/run_device.sh.
@@ -466,8 +469,8 @@ static void test_attention(lg_dtype dt, const char *name, const attn_case *ac, i
     lg_to_f32(cpool, hp, dt, n_el);
     void *gpool = G->i.alloc(G, n_el * es);
     G->i.upload(G, gpool, hp, n_el * es);
-    lg_kv_view kvg = {gpool, pb_g, layer * 2 * kv_block_g, layer * 2 * kv_block_g + kv_block_g, pt, nkv, hd, dt, 0, 0};
-    lg_kv_view kvc = {cpool, pb_c, layer * 2 * kv_block_c, layer * 2 * kv_block_c + kv_block_c, pt, nkv, hd, LG_F32, 0, 0};
+    lg_kv_view kvg = {gpool, pb_g, layer * 2 * kv_block_g, layer * 2 * kv_block_g + kv_block_g, pt, nkv, hd, dt, 0, 0, 1, 1};
+    lg_kv_view kvc = {cpool, pb_c, layer * 2 * kv_block_c, layer * 2 * kv_block_c + kv_block_c, pt, nkv, hd, LG_F32, 0, 0, 1, 1};
 
     /* this step's q, k, v as column slices of one qkv buffer */
     gt qkv = gt_new(dt, T, qdim + 2 * kvdim, 8), out = gt_new(dt, T, qdim, 8);
@@ -517,6 +520,108 @@ static void test_attention(lg_dtype dt, const char *name, const attn_case *ac, i
     G->i.dealloc(G, d_pi), G->i.dealloc(G, d_pids), G->i.dealloc(G, gpool);
     free(perm), free(tok_pos), free(slot), free(q_indptr), free(kv_len), free(page_indptr), free(page_ids);
     free(cpool), free(hp), free(got), free(ref);
+    gt_free(&qkv), gt_free(&out);
+}
+
+/* An e4m3 KV cache (`--kv-cache-dtype fp8`): the same e4m3 pool bytes on both backends (random codes, no
+ * NaN), this step's k, v written by the GPU's kv_write (16-bit k, v / scale -> e4m3) and the CPU's (f32 k, v:
+ * the same values) must leave equal bytes (both round x / scale to nearest even, saturating: counted as the
+ * share of differing bytes, limit 0); then attention over the e4m3 pages (read back x k_scale / v_scale; the
+ * window kernel, whatever the step's shape) against the CPU's, optionally with a window or a soft-cap. */
+static void test_attention_e4m3(lg_dtype dt, const char *name, const attn_case *ac, int nh, int nkv, int hd,
+                                int window, float softcap)
+{
+    const int pt = attn_pt, L = 2, layer = 1;
+    const int S = ac->n_seqs, kvdim = nkv * hd, qdim = nh * hd;
+    int T = 0, max_q = 0, max_kv = 0, n_pages_used = 0;
+    for (int s = 0; s < S; s++) {
+        T += ac->q_len[s];
+        if (ac->q_len[s] > max_q) max_q = ac->q_len[s];
+        if (ac->kv_len[s] > max_kv) max_kv = ac->kv_len[s];
+        n_pages_used += (ac->kv_len[s] + pt - 1) / pt;
+    }
+    const int n_pages = n_pages_used + 5;
+    int *perm = malloc(n_pages * 4);
+    for (int i = 0; i < n_pages; i++) perm[i] = i;
+    for (int i = n_pages - 1; i > 0; i--) {
+        int j = irand(i + 1), t = perm[i];
+        perm[i] = perm[j];
+        perm[j] = t;
+    }
+    int32_t *tok_pos = malloc(T * 4), *slot = malloc(T * 4), *q_indptr = malloc((S + 1) * 4),
+            *kv_len = malloc(S * 4), *page_indptr = malloc((S + 1) * 4), *page_ids = malloc(n_pages_used * 4);
+    int t = 0, pg = 0;
+    for (int s = 0; s < S; s++) {
+        q_indptr[s] = t;
+        page_indptr[s] = pg;
+        kv_len[s] = ac->kv_len[s];
+        int np = (ac->kv_len[s] + pt - 1) / pt;
+        for (int i = 0; i < np; i++) page_ids[pg + i] = perm[pg + i];
+        for (int i = 0; i < ac->q_len[s]; i++) {
+            int p = ac->kv_len[s] - ac->q_len[s] + i;
+            tok_pos[t + i] = p;
+            slot[t + i] = page_ids[pg + p / pt] * pt + p % pt;
+        }
+        t += ac->q_len[s];
+        pg += np;
+    }
+    q_indptr[S] = t;
+    page_indptr[S] = pg;
+    const size_t kv_block = (size_t)pt * kvdim, pb = (size_t)L * 2 * kv_block, n_el = (size_t)n_pages * pb;
+    uint8_t *cpool = malloc(n_el), *back = malloc(n_el);
+    for (size_t i = 0; i < n_el; i++) {
+        cpool[i] = (uint8_t)rnd();
+        if ((cpool[i] & 0x7F) == 0x7F) cpool[i] ^= 1; /* not NaN */
+    }
+    void *gpool = G->i.alloc(G, n_el);
+    G->i.upload(G, gpool, cpool, n_el);
+    const float ks = 0.75f + frand() * 0.25f, vs = 1.25f + frand() * 0.25f;
+    lg_kv_view kvg = {gpool, pb, layer * 2 * kv_block, layer * 2 * kv_block + kv_block, pt, nkv, hd, LG_F8E4M3,
+                      window, softcap, ks, vs};
+    lg_kv_view kvc = kvg;
+    kvc.base = cpool;
+
+    gt qkv = gt_new(dt, T, qdim + 2 * kvdim, 8), out = gt_new(dt, T, qdim, 8);
+    gt_set(&qkv, NULL, 1.5f);
+    /* k, v up to 600 x scale: some saturate at 448 */
+    for (int r = 0; r < T; r++)
+        for (int c = qdim; c < qdim + 2 * kvdim; c++)
+            if (irand(64) == 0) qkv.f[(size_t)r * qkv.cols + c] = (float)(irand(2) ? 600 : -600);
+    gt_set(&qkv, qkv.f, 0);
+    gt_poison(&out);
+    lg_tensor q = lg_tensor_cols(qkv.t, 0, qdim), k = lg_tensor_cols(qkv.t, qdim, kvdim),
+              v = lg_tensor_cols(qkv.t, qdim + kvdim, kvdim);
+    int W = qdim + 2 * kvdim;
+    lg_tensor hq = {qkv.f, LG_F32, T, qdim, W}, hk = {qkv.f + qdim, LG_F32, T, kvdim, W},
+              hv = {qkv.f + qdim + kvdim, LG_F32, T, kvdim, W};
+    int32_t *d_pos = dev_i32(tok_pos, T), *d_slot = dev_i32(slot, T), *d_qi = dev_i32(q_indptr, S + 1),
+            *d_kvl = dev_i32(kv_len, S), *d_pi = dev_i32(page_indptr, S + 1), *d_pids = dev_i32(page_ids, pg);
+    lg_step_meta mg = {.n_tokens = T, .n_seqs = S, .max_q_len = max_q, .max_kv_len = max_kv, .pos = d_pos,
+                       .slot = d_slot, .q_indptr = d_qi, .kv_len = d_kvl, .page_indptr = d_pi, .page_ids = d_pids};
+    lg_step_meta mc = {.n_tokens = T, .n_seqs = S, .max_q_len = max_q, .max_kv_len = max_kv, .pos = tok_pos,
+                       .slot = slot, .q_indptr = q_indptr, .kv_len = kv_len, .page_indptr = page_indptr,
+                       .page_ids = page_ids};
+    const float scale = 1.0f / sqrtf((float)hd);
+    char cas[48];
+    int rc = G->i.kv_write(G, kvg, k, v, d_slot, T);
+    int rcc = C->i.kv_write(C, kvc, hk, hv, slot, T);
+    int ok = G->i.sync(G) == 0 && G->i.download(G, back, gpool, n_el) == 0;
+    size_t diff = 0;
+    for (size_t i = 0; i < n_el; i++) diff += back[i] != cpool[i];
+    snprintf(cas, sizeof cas, "e4m3 %s T%d", name, T);
+    record("kv_write", cas, dt, (double)diff / (double)n_el, 0, rc == 0 && rcc == 0 && ok);
+    rc = G->i.attention(G, out.t, q, kvg, &mg, nh, scale);
+    size_t n = (size_t)T * qdim;
+    float *got = malloc(n * 4), *ref = calloc(n, 4);
+    int g = gt_get(&out, got, NULL);
+    rcc = C->i.attention(C, host_t(ref, T, qdim), hq, kvc, &mc, nh, scale);
+    snprintf(cas, sizeof cas, "e4m3 %s h%d/%d hd%d w%d c%g", name, nh, nkv, hd, window, softcap);
+    record("attention", cas, dt, rel_l2(got, ref, n), lim_for(dt) * 2, rc == 0 && rcc == 0 && g == 0);
+
+    G->i.dealloc(G, d_pos), G->i.dealloc(G, d_slot), G->i.dealloc(G, d_qi), G->i.dealloc(G, d_kvl);
+    G->i.dealloc(G, d_pi), G->i.dealloc(G, d_pids), G->i.dealloc(G, gpool);
+    free(perm), free(tok_pos), free(slot), free(q_indptr), free(kv_len), free(page_indptr), free(page_ids);
+    free(cpool), free(back), free(got), free(ref);
     gt_free(&qkv), gt_free(&out);
 }
 
@@ -934,7 +1039,7 @@ static rope_fix rope_fix_new(lg_dtype dt, int T, int nkv, int hd)
     f.pool_bytes = (size_t)n_pages * pb;
     f.p1 = dev_rand(dt, f.pool_bytes / es, 1.0f), f.p2 = G->i.alloc(G, f.pool_bytes);
     G->i.copy(G, f.p2, f.p1, f.pool_bytes);
-    f.kv1 = (lg_kv_view){f.p1, pb, 2 * blk, 3 * blk, pt, nkv, hd, dt, 0, 0};
+    f.kv1 = (lg_kv_view){f.p1, pb, 2 * blk, 3 * blk, pt, nkv, hd, dt, 0, 0, 1, 1};
     f.kv2 = f.kv1;
     f.kv2.base = f.p2;
     return f;
@@ -1490,7 +1595,7 @@ static void test_norm_matmul_rope(lg_dtype dt, int T, int nh, int nkv, int hd, i
     const size_t pool_el = (size_t)n_pages * pb / es;
     void *p1 = dev_rand(dt, pool_el, 1.0f), *p2 = G->i.alloc(G, pool_el * es);
     G->i.copy(G, p2, p1, pool_el * es);
-    lg_kv_view kv1 = {p1, pb, 2 * blk, 3 * blk, pt, nkv, hd, dt, 0, 0}, kv2 = kv1;
+    lg_kv_view kv1 = {p1, pb, 2 * blk, 3 * blk, pt, nkv, hd, dt, 0, 0, 1, 1}, kv2 = kv1;
     kv2.base = p2;
     lg_tensor none = {0}, wt = lg_tensor_2d(dw, LG_F32, 1, K), bt = bias ? lg_tensor_2d(db, LG_F32, 1, N) : none;
     lg_tensor dl = with_delta ? delta.t : none;
@@ -1547,6 +1652,8 @@ typedef struct {
     lg_lora_meta lm;
 } mini;
 
+static int graph_kv8; /* test_graph's step over an e4m3 KV cache (k_scale 0.9, v_scale 1.1) */
+
 static void *dev_rand(lg_dtype dt, size_t n, float amp)
 {
     float *f = malloc(n * 4);
@@ -1570,8 +1677,10 @@ static int mini_forward(mini *k)
     lg_tensor q = lg_tensor_cols(qkv, 0, qd), kk = lg_tensor_cols(qkv, qd, kvd), v = lg_tensor_cols(qkv, qd + kvd, kvd);
     lg_tensor attn = lg_tensor_2d(k->attn, a, S, qd), o = lg_tensor_2d(k->o, a, S, d);
     lg_tensor ln = lg_tensor_2d(k->ln, LG_F32, 1, d), tmp = lg_tensor_2d(k->tmp, LG_F32, S, 3 * k->R);
-    size_t kv_block = (size_t)k->pt * kvd * esz(a);
-    lg_kv_view kv = {k->pool, 2 * kv_block, 0, kv_block, k->pt, k->nkv, k->hd, a, 0, 0};
+    const lg_dtype kdt = graph_kv8 ? LG_F8E4M3 : a;
+    size_t kv_block = (size_t)k->pt * kvd * esz(kdt);
+    lg_kv_view kv = {k->pool, 2 * kv_block, 0, kv_block, k->pt, k->nkv, k->hd, kdt, 0, 0, graph_kv8 ? 0.9f : 1.0f,
+                     graph_kv8 ? 1.1f : 1.0f};
     int rc = 0;
     rc |= be->i.embed(be, x, lg_tensor_2d(k->emb, a, k->V, d), k->m.tok);
     rc |= be->i.add_rmsnorm(be, x, none, ln, xn, 1e-5f);
@@ -1676,7 +1785,20 @@ static void test_graph(lg_dtype dt, int one_tok)
     k.wqkv = dev_rand(dt, (size_t)W * d, 0.1f);
     k.wo = dev_rand(dt, (size_t)d * qd, 0.1f);
     k.head = dev_rand(dt, (size_t)k.V * d, 0.1f);
-    k.pool = dev_rand(dt, (size_t)k.n_pages * 2 * k.pt * kvd, 1.0f);
+    if (graph_kv8) { /* random e4m3 codes, no NaN */
+        const size_t nb = (size_t)k.n_pages * 2 * k.pt * kvd;
+        uint8_t *hb = malloc(nb);
+        for (size_t i = 0; i < nb; i++) {
+            hb[i] = (uint8_t)(rnd() & 0xBF); /* |x| < 2 */
+            if ((hb[i] & 0x7F) == 0x7F) hb[i] ^= 1;
+        }
+        k.pool = G->i.alloc(G, nb);
+        G->i.upload(G, k.pool, hb, nb);
+        G->i.sync(G);
+        free(hb);
+    } else {
+        k.pool = dev_rand(dt, (size_t)k.n_pages * 2 * k.pt * kvd, 1.0f);
+    }
     size_t set_bytes = (size_t)k.R * (d + qd) * esz(dt) * 2 + (size_t)k.R * 4 * d * esz(dt);
     k.lora_pool = dev_rand(dt, 4 * set_bytes / esz(dt) + 4096, 0.1f);
     {
@@ -1771,7 +1893,7 @@ static void test_graph_kv_key(lg_dtype dt)
     const size_t es = esz(dt), kv_block = (size_t)pt * qd * es;
     void *pool = dev_rand(dt, (size_t)np * 2 * pt * qd, 1.0f), *q = dev_rand(dt, (size_t)T * qd, 0.5f);
     void *out = G->i.alloc(G, (size_t)T * qd * es);
-    const lg_kv_view kv = {pool, 2 * kv_block, 0, kv_block, pt, nh, hd, dt, 0, 0};
+    const lg_kv_view kv = {pool, 2 * kv_block, 0, kv_block, pt, nh, hd, dt, 0, 0, 1, 1};
     int32_t *h = malloc((size_t)(4 * T + 2 + np) * 4), *pos = h, *qi = pos + T, *pi = qi + T + 1, *pids = pi + T + 1;
     int32_t *meta = G->i.alloc(G, (size_t)(4 * T + 2 + np) * 4);
     lg_tensor tq = lg_tensor_2d(q, dt, T, qd), to = lg_tensor_2d(out, dt, T, qd);
@@ -2165,6 +2287,26 @@ int main(int argc, char **argv)
             G->tune.attn_fa2 = 0; /* the wmma kernel at the FA2 head dims too */
             test_attention(dt, "prefill wmma", &pf, 32, 32, 128, 0);
             G->tune.attn_fa2 = env_tune.attn_fa2;
+            /* an e4m3 cache (--kv-cache-dtype fp8): kv_write's bytes and attention: prefill steps of head_dim
+             * 64 / 128 on FA2 (tiles widened from e4m3, scales folded), other head_dims and decode steps on the
+             * split-K kernel (8-byte lane words: register loads for one query head a kv head, the cp.async ring
+             * for 2, 4, 8), windowed and soft-capped layers on the window kernel; then prefill with FA2 off */
+            test_attention_e4m3(dt, "prefill", &prefill, 8, 2, 64, 0, 0);
+            test_attention_e4m3(dt, "prefill", &pf, 32, 8, 128, 0, 0);
+            test_attention_e4m3(dt, "decode", &dec, 32, 8, 128, 0, 0);
+            test_attention_e4m3(dt, "decode", &dec, 32, 4, 128, 0, 0);
+            test_attention_e4m3(dt, "decode", &dec, 16, 8, 64, 0, 0);
+            test_attention_e4m3(dt, "decode", &dres, 8, 8, 64, 0, 0);
+            test_attention_e4m3(dt, "mixed", &mixed, 12, 4, 80, 0, 0);
+            test_attention_e4m3(dt, "mixed", &mixed, 16, 8, 256, 100, 0);
+            test_attention_e4m3(dt, "prefill", &pf, 8, 4, 128, 0, 50.0f);
+            attn_pt = 12;
+            test_attention_e4m3(dt, "prefill pt12", &pf, 16, 4, 64, 0, 0);
+            attn_pt = 16;
+            G->tune.attn_fa2 = 0; /* the split-K kernel for prefill */
+            test_attention_e4m3(dt, "prefill split-K", &pf, 32, 8, 128, 0, 0);
+            test_attention_e4m3(dt, "prefill split-K", &prefill, 8, 8, 64, 0, 0);
+            G->tune.attn_fa2 = env_tune.attn_fa2;
         }
         if (only("lora")) {   /* LoRA */
             int len1[] = {1, 5, 17, 1, 0, 64, 3, 1, 9}, r1[] = {8, 0, 64, 1, 16, 13, 32, 0, 2};
@@ -2228,6 +2370,12 @@ int main(int argc, char **argv)
         if (only("graph")) {
             test_graph(dt, 0);
             test_graph(dt, 1);
+            graph_kv8 = 1; /* the same steps over an e4m3 cache: rope + kv_write instead of the rope forms */
+            case_sfx = " e4m3 KV";
+            test_graph(dt, 0);
+            test_graph(dt, 1);
+            graph_kv8 = 0;
+            case_sfx = "";
             test_graph_kv_key(dt);
         }
         if (only("matmul")) {

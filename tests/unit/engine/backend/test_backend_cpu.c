@@ -69,7 +69,7 @@ static void test_attention(lg_backend *be)
     const int32_t *pages[2] = {pages0, pages1};
     /* fill all kv of both sequences; keep a dense copy */
     float K[2][10][16], V[2][10][16];
-    lg_kv_view kv = {pool, page_bytes, 0, (size_t)pt * kvdim * 4, pt, nkv, hd, LG_F32, 0, 0};
+    lg_kv_view kv = {pool, page_bytes, 0, (size_t)pt * kvdim * 4, pt, nkv, hd, LG_F32, 0, 0, 1, 1};
     for (int s = 0; s < 2; s++)
         for (int p = 0; p < seq_len[s]; p++) {
             for (int e = 0; e < kvdim; e++) K[s][p][e] = frand(), V[s][p][e] = frand();

@@ -1,0 +1,48 @@
+"""
+test_kv_fp8_serve.py — `loragate serve --kv-cache-dtype fp8` (SmolLM2, TLS):
+a greedy chat completion gives the text `loragate generate --chat
+--kv-cache-dtype fp8` gives (the same e4m3 cache through the gateway), and
+/metrics names the cache's dtype (loragate_kv_cache_info{dtype="f8e4m3"})
+and the tokens the pool holds (loragate_kv_cache_tokens_capacity = pages x
+16) in an exposition promtool accepts. The cache's numerics are held to an
+outside reference in tests/golden/test_kv_fp8.py.
+"""
+import json
+import os
+import subprocess
+
+import pytest
+
+from metering_util import metric, parse_metrics, promtool, promtool_check
+from serve_fixture import LORAGATE, SMOLLM2, smol_server
+
+pytestmark = pytest.mark.skipif(not os.access(LORAGATE, os.X_OK), reason="build/loragate not built")
+
+TEXT = "Name three colours of the rainbow and say one thing about each."
+
+
+@pytest.fixture(scope="module")
+def srv(tmp_path_factory):
+    with smol_server(tmp_path_factory, "kvfp8", args=("--kv-cache-dtype", "fp8", "--pool-mb", "64")) as s:
+        yield s
+
+
+def test_fp8_chat_equals_generate_and_metrics(srv):
+    client = srv.openai(srv.keys["acme"], tenant="acme")
+    r = client.chat.completions.create(model="smollm2", messages=[{"role": "user", "content": TEXT}],
+                                       max_tokens=32, temperature=0)
+    p = subprocess.run([LORAGATE, "generate", "--model", SMOLLM2, "--chat", "--prompt", TEXT, "--max-tokens", "32",
+                        "--threads", "2", "--json", "--kv-cache-dtype", "fp8"],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    want = json.loads(p.stdout.strip().splitlines()[-1])
+    assert r.choices[0].message.content == want["text"]
+    with srv.client() as c:
+        text = c.get("/metrics").text
+    if promtool():
+        rc, out = promtool_check(text)
+        assert rc == 0, out
+    m, _ = parse_metrics(text)
+    assert metric(m, "loragate_kv_cache_info", dtype="f8e4m3") == 1
+    pages = metric(m, "loragate_pool_pages_capacity")
+    assert pages and metric(m, "loragate_kv_cache_tokens_capacity") == 16 * pages
