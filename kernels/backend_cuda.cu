@@ -391,6 +391,7 @@ extern "C" int lg_backend_cuda_create(const lg_backend_opts *opts, lg_backend **
     i->embed = cu_embed;
     i->add_rmsnorm = cu_add_rmsnorm;
     i->matmul = cu_matmul;
+    i->takes_quant = cu_takes_quant; /* the planar checkpoint layouts (matmul_f8.cu, matmul_i4.cu) */
     i->rope = cu_rope;
     i->kv_write = cu_kv_write;
     i->attention = cu_attention;

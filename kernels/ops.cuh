@@ -113,6 +113,18 @@ int cu_matmul_lora(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_ten
 int cu_norm_matmul_lora(lg_backend *be, const lg_norm_in *nm, lg_tensor y, lg_tensor xn, lg_tensor W, lg_tensor bias,
                         lg_tensor tmp, const lg_lora_meta *lm, const int *slots, const int *col0, const int *ncols,
                         int k, const lg_rope_kv *rope);
+/* The planar checkpoint layouts (backend.h: F8, F8_A8, F8_A8S, F8_A8G, I4): cu_matmul hands a W with
+ * W.q set to cu_matmul_quant (qmm_prefill.cu), which picks matmul_f8.cu or matmul_i4.cu; cu_matmul_qcheck:
+ * their checks (0, or -1 with the message reported); qmm_prefill: the large-T path both share (W
+ * dequantized in row chunks of `chunk` rows into scratch [chunk, ldo], cuBLAS); cu_takes_quant: the
+ * backend's takes_quant (the planar layouts). */
+int cu_matmul_quant(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tensor bias, bool accumulate);
+int cu_matmul_qcheck(cuda_ctx *c, lg_tensor y, lg_tensor x, lg_tensor W, lg_tensor bias);
+int cu_matmul_f8(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tensor bias, bool accumulate);
+int cu_matmul_i4(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tensor bias, bool accumulate);
+int qmm_prefill(cuda_ctx *c, lg_tensor y, lg_tensor x, lg_tensor W, lg_qplanes p, lg_tensor bias, bool accumulate,
+                void *scratch, int64_t chunk, int64_t ldo);
+bool cu_takes_quant(lg_backend *be, lg_qtype q);
 /* The TMA + wgmma stream-K matmul for 2..64 token rows (forced variants: 1..64; gemm_tma.cu), same contract as
  * cu_gemv_try: taken when the stream-K mode (LG_STREAMK) is 2 or 20 + v. cu_tma_takes: on this GPU (Hopper:
  * wgmma), T is within the rows the stream-K mode gives the TMA matmul (the shape aside). */
