@@ -269,6 +269,7 @@ static void cuda_free(lg_backend *be)
             cudaStreamSynchronize(c->stream);
         if (c->blas)
             cublasDestroy(c->blas);
+        cu_qf8_lt_free(c);
         cudaFree(c->blas_ws);
         cudaFree(c->sem);
         cu_graph_reset_ctx(c);

@@ -12,15 +12,17 @@
  *     reads the weight once). F8_A8 / F8_A8G first run the prepass below (x to e4m3 bytes and
  *     scales, once per call, not once per weight tile); F8_A8S's prepass only finds each token's
  *     amax (the rounding depends on the row's a, so the kernel rounds x itself).
- *   T > 128 (prefill): the weight is dequantized to the activation dtype in row chunks of at most
+ *   T > 128 (prefill): F8_A8 with one d a row on cuBLASLt's FP8 GEMM (matmul_f8_lt.cu); else
+ *     the weight is dequantized to the activation dtype in row chunks of at most
  *     QF8_CHUNK_BYTES of scratch and multiplied by cuBLAS (GemmEx, f32 accumulation), after the
  *     prepass has written x~ rounded to the activation dtype (W8A8). F8_A8S keeps the weight
  *     stream in 32-token launches (the row's a decides the rounding of x).
  * Limits: the large-T path rounds d * q and x~ to the activation dtype before the GEMM (within
  * the 16-bit rounding of the format's math; the decode path is exact up to f32 summation order).
- * F8_A8S: the 16 rows of a tile share a (qmm.cuh). Not yet here: cuBLASLt's FP8 GEMM for prefill
- * (e4m3 x e4m3 with per-row and per-token outer-vector scales; CUDA 13's cublasLt.h has
- * CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F; whether Hopper's kernels take it is unmeasured).
+ * F8_A8S: the 16 rows of a tile share a (qmm.cuh).
+ * F8_A8 prefill whose weight has one d a row (per-channel or per-tensor checkpoints, and
+ * `--quantization fp8`) first tries cuBLASLt's FP8 GEMM with outer-vector scales
+ * (matmul_f8_lt.cu: exact F8_A8 math, no dequantized copy); not taken, the path above.
  */
 #include "kernels/ops.cuh"
 #include "kernels/qmm.cuh"
@@ -37,7 +39,8 @@
  * 4 l .. 4 l + 3 of a group. per_group: F8_A8G's scale per group, else one per token. */
 template <typename TX, int MODE>
 __global__ void __launch_bounds__(256) qf8_prepass_kernel(const TX *x, int64_t ldx, int K, int nb, int per_group,
-                                                          uint8_t *xq, float *s, TX *xd, int64_t ldo, float *amax)
+                                                          uint8_t *xq, float *s, float *s1, TX *xd, int64_t ldo,
+                                                          float *amax)
 {
     __shared__ float red[8];
     pdl_trigger();
@@ -59,6 +62,8 @@ __global__ void __launch_bounds__(256) qf8_prepass_kernel(const TX *x, int64_t l
                 amax[t] = tam;
             return;
         }
+        if (s1 && threadIdx.x == 0) /* the token's one scale (matmul_f8_lt.cu's outer vector) */
+            s1[t] = __fdiv_rn(tam, 448.0f);
     }
     for (int g = w; g < nb; g += 8) {
         const int k0 = g * 128 + lane * 4;
@@ -92,19 +97,19 @@ __global__ void __launch_bounds__(256) qf8_prepass_kernel(const TX *x, int64_t l
 
 template <typename TX>
 static cudaError_t qf8_prepass(const cuda_ctx *c, int mode, lg_tensor x, int nb, int per_group, uint8_t *xq, float *s,
-                               void *xd, int64_t ldo, float *amax)
+                               float *s1, void *xd, int64_t ldo, float *amax)
 {
     const dim3 grid((unsigned)x.rows), block(256);
     const TX *xp = (const TX *)x.data;
     const int K = (int)x.cols;
     if (mode == PRE_Q8)
         return cu_launch(c, qf8_prepass_kernel<TX, PRE_Q8>, grid, block, 0, xp, (int64_t)x.stride, K, nb, per_group, xq,
-                         s, (TX *)xd, ldo, amax);
+                         s, s1, (TX *)xd, ldo, amax);
     if (mode == PRE_DEQ)
         return cu_launch(c, qf8_prepass_kernel<TX, PRE_DEQ>, grid, block, 0, xp, (int64_t)x.stride, K, nb, per_group,
-                         xq, s, (TX *)xd, ldo, amax);
+                         xq, s, s1, (TX *)xd, ldo, amax);
     return cu_launch(c, qf8_prepass_kernel<TX, PRE_AMAX>, grid, block, 0, xp, (int64_t)x.stride, K, nb, 0, xq, s,
-                     (TX *)xd, ldo, amax);
+                     s1, (TX *)xd, ldo, amax);
 }
 
 /* ---- the weight stream (T <= 128) ------------------------------------------------------------ */
@@ -149,8 +154,8 @@ int cu_matmul_f8(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tenso
                 return CU_FAIL(c, "matmul (%s): no workspace for %d activation rows", lg_qtype_get(W.q).name, T);
             xq = (uint8_t *)ws;
             s = (float *)(ws + ((qb + 255) & ~(size_t)255));
-            e = f16 ? qf8_prepass<__half>(c, a8s ? PRE_AMAX : PRE_Q8, x, nb, a8g, xq, s, NULL, 0, s)
-                    : qf8_prepass<__nv_bfloat16>(c, a8s ? PRE_AMAX : PRE_Q8, x, nb, a8g, xq, s, NULL, 0, s);
+            e = f16 ? qf8_prepass<__half>(c, a8s ? PRE_AMAX : PRE_Q8, x, nb, a8g, xq, s, NULL, NULL, 0, s)
+                    : qf8_prepass<__nv_bfloat16>(c, a8s ? PRE_AMAX : PRE_Q8, x, nb, a8g, xq, s, NULL, NULL, 0, s);
             if (e != cudaSuccess)
                 return CU_FAIL(c, "matmul (%s): prepass launch failed: %s", lg_qtype_get(W.q).name,
                                cudaGetErrorString(e));
@@ -186,6 +191,22 @@ int cu_matmul_f8(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tenso
         return 0;
     }
 
+    /* prefill, F8_A8 with one d a row: the FP8 tensor cores (matmul_f8_lt.cu) on the prepass's e4m3 rows */
+    if (W.q == LG_QF8_A8) {
+        const size_t qb = ((size_t)T * (size_t)nb * 128 + 255) & ~(size_t)255;
+        const size_t sb = ((size_t)T * (size_t)nb * 4 + 255) & ~(size_t)255, s1b = ((size_t)T * 4 + 255) & ~(size_t)255;
+        char *ws = (char *)cu_workspace(c, qb + sb + s1b + (size_t)N * 4 + 512);
+        if (!ws)
+            return CU_FAIL(c, "matmul (F8_A8): no workspace for %d activation rows", T);
+        float *s = (float *)(ws + qb), *s1 = (float *)(ws + qb + sb);
+        e = f16 ? qf8_prepass<__half>(c, PRE_Q8, x, nb, 0, (uint8_t *)ws, s, s1, NULL, 0, NULL)
+                : qf8_prepass<__nv_bfloat16>(c, PRE_Q8, x, nb, 0, (uint8_t *)ws, s, s1, NULL, 0, NULL);
+        if (e != cudaSuccess)
+            return CU_FAIL(c, "matmul (F8_A8): prepass launch failed: %s", cudaGetErrorString(e));
+        const int rc = cu_qf8_lt_try(c, y, W, (const uint8_t *)ws, s1, T, bias, accumulate, ws + qb + sb + s1b);
+        if (rc <= 0)
+            return rc;
+    }
     /* prefill: x~ (W8A8) to scratch, W dequantized chunk by chunk, cuBLAS */
     const int64_t ldo = ((int64_t)K + 7) & ~(int64_t)7;
     const size_t xbytes = a8 ? ((size_t)T * (size_t)ldo * xs + 255) & ~(size_t)255 : 0;
@@ -199,8 +220,8 @@ int cu_matmul_f8(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tenso
         return CU_FAIL(c, "matmul (%s): no workspace for the prefill path (T=%d K=%d)", lg_qtype_get(W.q).name, T, K);
     lg_tensor xg = x;
     if (a8) {
-        e = f16 ? qf8_prepass<__half>(c, PRE_DEQ, x, nb, a8g, NULL, NULL, ws, ldo, NULL)
-                : qf8_prepass<__nv_bfloat16>(c, PRE_DEQ, x, nb, a8g, NULL, NULL, ws, ldo, NULL);
+        e = f16 ? qf8_prepass<__half>(c, PRE_DEQ, x, nb, a8g, NULL, NULL, NULL, ws, ldo, NULL)
+                : qf8_prepass<__nv_bfloat16>(c, PRE_DEQ, x, nb, a8g, NULL, NULL, NULL, ws, ldo, NULL);
         if (e != cudaSuccess)
             return CU_FAIL(c, "matmul (%s): prepass launch failed: %s", lg_qtype_get(W.q).name, cudaGetErrorString(e));
         xg = lg_tensor_2d(ws, x.dtype, T, K);

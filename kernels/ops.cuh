@@ -125,6 +125,14 @@ int cu_matmul_i4(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tenso
 int qmm_prefill(cuda_ctx *c, lg_tensor y, lg_tensor x, lg_tensor W, lg_qplanes p, lg_tensor bias, bool accumulate,
                 void *scratch, int64_t chunk, int64_t ldo);
 bool cu_takes_quant(lg_backend *be, lg_qtype q);
+/* y[:, r0 : r0 + n] += bias[r0 : r0 + n] over T rows (qmm_prefill.cu) */
+int qmm_bias(cuda_ctx *c, lg_tensor y, lg_tensor bias, int r0, int n, int T);
+/* F8_A8's prefill on cuBLASLt's FP8 GEMM (matmul_f8_lt.cu) from the prepass's e4m3 rows xq [T, nb * 128] and
+ * per-token scales s1 [T]; scratch: N floats + 256 bytes. 0 done, -1 error, 1 not taken (d not one per row,
+ * recording a graph, no algorithm). cu_qf8_lt_free: its state in c->qf8 (backend_cuda.cu's free). */
+int cu_qf8_lt_try(cuda_ctx *c, lg_tensor y, lg_tensor W, const uint8_t *xq, const float *s1, int T, lg_tensor bias,
+                  bool accumulate, void *scratch);
+void cu_qf8_lt_free(cuda_ctx *c);
 /* The TMA + wgmma stream-K matmul for 2..64 token rows (forced variants: 1..64; gemm_tma.cu), same contract as
  * cu_gemv_try: taken when the stream-K mode (LG_STREAMK) is 2 or 20 + v. cu_tma_takes: on this GPU (Hopper:
  * wgmma), T is within the rows the stream-K mode gives the TMA matmul (the shape aside). */

@@ -105,6 +105,22 @@ __global__ void qmm_bias_kernel(TY *y, int64_t ldy, const void *bias, lg_dtype b
     }
 }
 
+int qmm_bias(cuda_ctx *c, lg_tensor y, lg_tensor bias, int r0, int n, int T)
+{
+    const size_t ys = lg_dtype_size(y.dtype);
+    void *yc = (char *)y.data + (size_t)r0 * ys;
+    const char *bp = (const char *)bias.data + (size_t)r0 * lg_dtype_size(bias.dtype);
+    const dim3 bg((unsigned)((n + 255) / 256), (unsigned)(T < 1024 ? T : 1024));
+    if (y.dtype == LG_F32)
+        qmm_bias_kernel<float><<<bg, 256, 0, c->stream>>>((float *)yc, y.stride, bp, bias.dtype, n, T);
+    else if (y.dtype == LG_F16)
+        qmm_bias_kernel<__half><<<bg, 256, 0, c->stream>>>((__half *)yc, y.stride, bp, bias.dtype, n, T);
+    else
+        qmm_bias_kernel<__nv_bfloat16><<<bg, 256, 0, c->stream>>>((__nv_bfloat16 *)yc, y.stride, bp, bias.dtype, n, T);
+    CU_LAUNCHED(c);
+    return 0;
+}
+
 int qmm_prefill(cuda_ctx *c, lg_tensor y, lg_tensor x, lg_tensor W, lg_qplanes p, lg_tensor bias, bool accumulate,
                 void *scratch, int64_t chunk, int64_t ldo)
 {
@@ -142,18 +158,8 @@ int qmm_prefill(cuda_ctx *c, lg_tensor y, lg_tensor x, lg_tensor W, lg_qplanes p
         if (st != CUBLAS_STATUS_SUCCESS)
             return CU_FAIL(c, "matmul (%s): cublasGemmEx(N=%d T=%d K=%d) failed: status %d", lg_qtype_get(W.q).name, n,
                            T, K, (int)st);
-        if (bias.data) {
-            const char *bp = (const char *)bias.data + (size_t)r0 * lg_dtype_size(bias.dtype);
-            const dim3 bg((unsigned)((n + 255) / 256), (unsigned)(T < 1024 ? T : 1024));
-            if (y.dtype == LG_F32)
-                qmm_bias_kernel<float><<<bg, 256, 0, c->stream>>>((float *)yc, y.stride, bp, bias.dtype, n, T);
-            else if (y.dtype == LG_F16)
-                qmm_bias_kernel<__half><<<bg, 256, 0, c->stream>>>((__half *)yc, y.stride, bp, bias.dtype, n, T);
-            else
-                qmm_bias_kernel<__nv_bfloat16>
-                    <<<bg, 256, 0, c->stream>>>((__nv_bfloat16 *)yc, y.stride, bp, bias.dtype, n, T);
-            CU_LAUNCHED(c);
-        }
+        if (bias.data && qmm_bias(c, y, bias, (int)r0, n, T) != 0)
+            return -1;
     }
     return 0;
 }

@@ -11,7 +11,7 @@
  * (s = amax / 448, e4m3(x / s) by lg_f32_to_e4m3), then sums in float64. T = 1, 7, 32, 33, 300,
  * 2048 over small shapes (cols not a multiple of 128, rows not a multiple of 32) and the 7B
  * shapes; f32 and 16-bit outputs; bias and accumulate; F8_A8S with fused rows of different a
- * (static and dynamic-bounded). y's padding columns must be left as they were, every output
+ * (static and dynamic-bounded); F8_A8 weights with one d a row (cuBLASLt's FP8 prefill). y's padding columns must be left as they were, every output
  * written (y poisoned with NaN first).
  * Tolerance (relative L2 over y): the weight stream (T <= 128, and F8_A8S at any T) computes the
  * format's math exactly up to f32 summation order, so the error is y's rounding: f32 1e-4
@@ -42,6 +42,7 @@ static lg_backend *G;
 #include "tests/gpu/bench_util.h" /* rnd64, CK, CKC, cmp_f */
 
 static int n_fail, n_pass;
+static int g_rowconst; /* qw_make: F8* weights with one d a row (per-channel checkpoints; matmul_f8_lt.cu's case) */
 static float frand(void) { return (float)((double)(rnd64() >> 40) / (double)(1 << 23) - 1.0); } /* [-1, 1) */
 
 /* ---- host images of the planar layouts ---- */
@@ -92,7 +93,9 @@ static qw qw_make(lg_qtype q, int N, int K, const int *part_rows, const float *p
                     wv[k - k0] = frand() * (0.5f + (float)(g % 3));
                     am = fmaxf(am, fabsf(wv[k - k0]));
                 }
-                const float d = am > 0.f ? am / 448.0f : 1.0f;
+                float d = am > 0.f ? am / 448.0f : 1.0f;
+                if (g_rowconst) /* |w| < 2.5 everywhere: one d for the row */
+                    d = 2.5f / 448.0f;
                 ((float *)p.d)[(size_t)n * nb + g] = d;
                 if (p.a)
                     p.a[(size_t)n * nb + g] = m.a_row[n];
@@ -135,6 +138,8 @@ static void fake_quant(lg_qtype q, const float *x, int K, float a, double *out)
 
 static const char *qname(lg_qtype q, const float *part_a)
 {
+    if (g_rowconst)
+        return q == LG_QF8_A8 ? "F8_A8 rowconst" : "F8 rowconst";
     if (q == LG_QF8_A8S)
         return part_a && part_a[0] < 0 ? "F8_A8S dyn" : "F8_A8S static";
     return lg_qtype_get(q).name;
@@ -250,6 +255,14 @@ static void run_tests(lg_dtype dt)
         test_case(dt, qs[i], 300, 512, 4096, dt, 0, 0, NULL, NULL);
         test_case(dt, qs[i], 2048, 256, 4096, dt, 0, 0, NULL, NULL);
     }
+    /* one d a row: F8_A8's prefill takes cuBLASLt's FP8 GEMM (matmul_f8_lt.cu) where the library has it */
+    g_rowconst = 1;
+    test_case(dt, LG_QF8_A8, 7, 320, 1152, dt, 0, 0, NULL, NULL);
+    test_case(dt, LG_QF8_A8, 300, 320, 1152, dt, 1, 0, NULL, NULL);
+    test_case(dt, LG_QF8_A8, 2048, 256, 4096, dt, 0, 1, NULL, NULL);
+    test_case(dt, LG_QF8_A8, 2048, 512, 4096, LG_F32, 1, 0, NULL, NULL);
+    test_case(dt, LG_QF8_A8, 300, 72, 200, dt, 0, 0, NULL, NULL); /* cols not a multiple of 128 */
+    g_rowconst = 0;
     for (int dyn = 0; dyn < 2; dyn++) {
         const float *pa = dyn ? a_dyn : a_static;
         for (size_t j = 0; j < sizeof smallT / sizeof *smallT; j++)
