@@ -13,8 +13,8 @@
  * 1 for accumulate).
  *
  * Whether d is one per row is a property of the weight's data: checked once per weight (by its
- * address) on the device, the answer downloaded (a sync: prefill only, never while a step graph
- * records) and kept in a table of QF8_LT_CACHE weights. When cuBLASLt offers no algorithm for the
+ * address) on the device, the answer downloaded (a sync: prefill only; while a graph records, a
+ * weight not yet checked takes the other path) and kept in a table of QF8_LT_CACHE weights. When cuBLASLt offers no algorithm for the
  * call (this GPU or library has no outer-vector FP8 kernels), the path is switched off for the
  * backend's life and the caller takes the dequantizing path (qmm_prefill.cu).
  * Limits: unmeasured and untested on a GPU as of this writing; y's row stride must suit cuBLASLt
@@ -80,6 +80,8 @@ static int rowconst(cuda_ctx *c, qf8_lt *s, lg_tensor W, const lg_qplanes &p, in
     for (int i = 0; i < s->n; i++)
         if (s->seen[i].w == W.data && s->seen[i].rows == W.rows && s->seen[i].cols == W.cols)
             return s->seen[i].rowconst;
+    if (c->capturing) /* the check syncs: not while a graph records (not taken, not remembered) */
+        return 0;
     CU_TRY(c, cudaMemsetAsync(scratch, 0, sizeof(int), c->stream));
     qf8_rowconst_kernel<<<(unsigned)((W.rows + 255) / 256), 256, 0, c->stream>>>((const float *)p.d, (int)W.rows,
                                                                                    (int)p.nb, scratch);
@@ -98,7 +100,7 @@ static int rowconst(cuda_ctx *c, qf8_lt *s, lg_tensor W, const lg_qplanes &p, in
 int cu_qf8_lt_try(cuda_ctx *c, lg_tensor y, lg_tensor W, const uint8_t *xq, const float *s1, int T, lg_tensor bias,
                   bool accumulate, void *scratch)
 {
-    if (W.q != LG_QF8_A8 || c->capturing || c->cc_major < 9)
+    if (W.q != LG_QF8_A8 || c->cc_major < 9)
         return 1;
     qf8_lt *s = (qf8_lt *)c->qf8;
     if (!s) {
