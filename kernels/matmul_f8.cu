@@ -15,8 +15,10 @@
  *   T > 128 (prefill): F8_A8 with one d a row on cuBLASLt's FP8 GEMM (matmul_f8_lt.cu); else
  *     the weight is dequantized to the activation dtype in row chunks of at most
  *     QF8_CHUNK_BYTES of scratch and multiplied by cuBLAS (GemmEx, f32 accumulation), after the
- *     prepass has written x~ rounded to the activation dtype (W8A8). F8_A8S keeps the weight
- *     stream in 32-token launches (the row's a decides the rounding of x).
+ *     prepass has written x~ rounded to the activation dtype (W8A8); F8_A8S by runs of rows of one a
+ *     (its a plane read once per weight: matmul_f8_lt.cu), x~ rounded by each run's a. An F8_A8S
+ *     weight not seen before while a graph records, or of more than 8 runs, keeps the weight stream
+ *     in 32-token launches (correct, and reading the weight once per 32 tokens).
  * Limits: the large-T path rounds d * q and x~ to the activation dtype before the GEMM (within
  * the 16-bit rounding of the format's math; the decode path is exact up to f32 summation order).
  * F8_A8S: the 16 rows of a tile share a (qmm.cuh).
@@ -36,9 +38,10 @@
 #define PRE_AMAX 2 /* amax [T] only (F8_A8S) */
 
 /* One block of 8 warps a token row; warp w takes the groups w, w + 8, ..., lane l the elements
- * 4 l .. 4 l + 3 of a group. per_group: F8_A8G's scale per group, else one per token. */
+ * 4 l .. 4 l + 3 of a group. per_group: F8_A8G's scale per group, else one per token; a8s != 0: F8_A8S's
+ * activation scale a of the rows the output is for (a > 0: s = a; a < 0: s = min(amax, -a) / 448). */
 template <typename TX, int MODE>
-__global__ void __launch_bounds__(256) qf8_prepass_kernel(const TX *x, int64_t ldx, int K, int nb, int per_group,
+__global__ void __launch_bounds__(256) qf8_prepass_kernel(const TX *x, int64_t ldx, int K, int nb, int per_group, float a8s,
                                                           uint8_t *xq, float *s, float *s1, TX *xd, int64_t ldo,
                                                           float *amax)
 {
@@ -74,7 +77,7 @@ __global__ void __launch_bounds__(256) qf8_prepass_kernel(const TX *x, int64_t l
             am = fmaxf(am, fabsf(v[e]));
         }
         am = per_group ? warp_max(am) : tam;
-        const float sc = __fdiv_rn(am, 448.0f);
+        const float sc = a8s > 0.f ? a8s : __fdiv_rn(a8s < 0.f ? fminf(am, -a8s) : am, 448.0f);
         uint8_t qb[4];
 #pragma unroll
         for (int e = 0; e < 4; e++)
@@ -97,19 +100,19 @@ __global__ void __launch_bounds__(256) qf8_prepass_kernel(const TX *x, int64_t l
 
 template <typename TX>
 static cudaError_t qf8_prepass(const cuda_ctx *c, int mode, lg_tensor x, int nb, int per_group, uint8_t *xq, float *s,
-                               float *s1, void *xd, int64_t ldo, float *amax)
+                               float *s1, void *xd, int64_t ldo, float *amax, float a8s = 0.f)
 {
     const dim3 grid((unsigned)x.rows), block(256);
     const TX *xp = (const TX *)x.data;
     const int K = (int)x.cols;
     if (mode == PRE_Q8)
-        return cu_launch(c, qf8_prepass_kernel<TX, PRE_Q8>, grid, block, 0, xp, (int64_t)x.stride, K, nb, per_group, xq,
-                         s, s1, (TX *)xd, ldo, amax);
+        return cu_launch(c, qf8_prepass_kernel<TX, PRE_Q8>, grid, block, 0, xp, (int64_t)x.stride, K, nb, per_group, a8s,
+                         xq, s, s1, (TX *)xd, ldo, amax);
     if (mode == PRE_DEQ)
         return cu_launch(c, qf8_prepass_kernel<TX, PRE_DEQ>, grid, block, 0, xp, (int64_t)x.stride, K, nb, per_group,
-                         xq, s, s1, (TX *)xd, ldo, amax);
-    return cu_launch(c, qf8_prepass_kernel<TX, PRE_AMAX>, grid, block, 0, xp, (int64_t)x.stride, K, nb, 0, xq, s,
-                     s1, (TX *)xd, ldo, amax);
+                         a8s, xq, s, s1, (TX *)xd, ldo, amax);
+    return cu_launch(c, qf8_prepass_kernel<TX, PRE_AMAX>, grid, block, 0, xp, (int64_t)x.stride, K, nb, 0, 0.f,
+                     xq, s, s1, (TX *)xd, ldo, amax);
 }
 
 /* ---- the weight stream (T <= 128) ------------------------------------------------------------ */
@@ -143,7 +146,15 @@ int cu_matmul_f8(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tenso
     a.x_vec = x.stride % 8 == 0 && cu_aligned16(x.data);
     cudaError_t e = cudaSuccess;
 
-    if (T <= QMM_STREAM_MAX_T || a8s) {
+    /* F8_A8S prefill: by runs of rows of one a (known once the a plane was read: matmul_f8_lt.cu), each run's
+     * x~ rounded by its a, then the dequantizing path over its rows; else the weight stream below */
+    int run_r0[8];
+    float run_a[8];
+    const int n_runs = a8s && T > QMM_STREAM_MAX_T ? cu_qf8_a8s_runs(c, W, run_r0, run_a, 8) : 0;
+    if (n_runs < 0)
+        return -1;
+
+    if (T <= QMM_STREAM_MAX_T || (a8s && n_runs == 0)) {
         /* prepass scratch: F8_A8 / F8_A8G e4m3 rows + scales; F8_A8S amax */
         uint8_t *xq = NULL;
         float *s = NULL;
@@ -219,13 +230,21 @@ int cu_matmul_f8(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tenso
     if (!ws)
         return CU_FAIL(c, "matmul (%s): no workspace for the prefill path (T=%d K=%d)", lg_qtype_get(W.q).name, T, K);
     lg_tensor xg = x;
-    if (a8) {
-        e = f16 ? qf8_prepass<__half>(c, PRE_DEQ, x, nb, a8g, NULL, NULL, NULL, ws, ldo, NULL)
-                : qf8_prepass<__nv_bfloat16>(c, PRE_DEQ, x, nb, a8g, NULL, NULL, NULL, ws, ldo, NULL);
-        if (e != cudaSuccess)
-            return CU_FAIL(c, "matmul (%s): prepass launch failed: %s", lg_qtype_get(W.q).name, cudaGetErrorString(e));
-        xg = lg_tensor_2d(ws, x.dtype, T, K);
-        xg.stride = ldo;
+    const int runs = a8s ? n_runs : 1;
+    for (int i = 0; i < runs; i++) {
+        const int r_begin = a8s ? run_r0[i] : 0, r_end = a8s && i + 1 < runs ? run_r0[i + 1] : N;
+        if (a8) { /* x~ for these rows (F8_A8S: by the run's a) */
+            const float ra = a8s ? run_a[i] : 0.f;
+            e = f16 ? qf8_prepass<__half>(c, PRE_DEQ, x, nb, a8g, NULL, NULL, NULL, ws, ldo, NULL, ra)
+                    : qf8_prepass<__nv_bfloat16>(c, PRE_DEQ, x, nb, a8g, NULL, NULL, NULL, ws, ldo, NULL, ra);
+            if (e != cudaSuccess)
+                return CU_FAIL(c, "matmul (%s): prepass launch failed: %s", lg_qtype_get(W.q).name,
+                               cudaGetErrorString(e));
+            xg = lg_tensor_2d(ws, x.dtype, T, K);
+            xg.stride = ldo;
+        }
+        if (qmm_prefill(c, y, xg, W, p, bias, accumulate, ws + xbytes, chunk, ldo, r_begin, r_end) != 0)
+            return -1;
     }
-    return qmm_prefill(c, y, xg, W, p, bias, accumulate, ws + xbytes, chunk, ldo);
+    return 0;
 }

@@ -27,17 +27,78 @@
 #include <stdio.h>
 
 #define QF8_LT_CACHE 1024
+#define QF8_RUNS 8 /* F8_A8S: runs of one a a weight, at most (fused q, k, v: 3) */
 
 struct qf8_lt {
     cublasLtHandle_t lt;
     int off; /* 1: no algorithm once: never again */
-    int n;
+    int n, n_runs;
     struct {
         const void *w;
         int64_t rows, cols;
         int rowconst;
     } seen[QF8_LT_CACHE];
+    struct { /* F8_A8S weights: their runs of one a (n = 0: more than QF8_RUNS) */
+        const void *w;
+        int64_t rows, cols;
+        int n, r0[QF8_RUNS];
+        float a[QF8_RUNS];
+    } runs[QF8_LT_CACHE];
 };
+
+static qf8_lt *qf8_state(cuda_ctx *c)
+{
+    qf8_lt *s = (qf8_lt *)c->qf8;
+    if (!s) {
+        s = (qf8_lt *)calloc(1, sizeof *s);
+        if (!s)
+            return NULL;
+        c->qf8 = s;
+        if (cublasLtCreate(&s->lt) != CUBLAS_STATUS_SUCCESS) {
+            s->lt = NULL;
+            s->off = 1;
+        }
+    }
+    return s;
+}
+
+int cu_qf8_a8s_runs(cuda_ctx *c, lg_tensor W, int *r0, float *a, int max)
+{
+    qf8_lt *s = qf8_state(c);
+    if (!s || W.q != LG_QF8_A8S)
+        return 0;
+    int i = 0;
+    for (; i < s->n_runs; i++)
+        if (s->runs[i].w == W.data && s->runs[i].rows == W.rows && s->runs[i].cols == W.cols)
+            break;
+    if (i == s->n_runs) {
+        if (c->capturing || s->n_runs == QF8_LT_CACHE)
+            return 0;
+        /* the a plane's first column, downloaded once (a sync: prefill, eager) */
+        const lg_qplanes p = lg_qplanes_of(W);
+        float *h = (float *)malloc((size_t)W.rows * 4);
+        if (!h)
+            return 0;
+        CU_TRY(c, cudaMemcpy2DAsync(h, 4, p.a, (size_t)p.nb * 4, 4, (size_t)W.rows, cudaMemcpyDeviceToHost, c->stream));
+        CU_TRY(c, cudaStreamSynchronize(c->stream));
+        int n = 0;
+        for (int64_t r = 0; r < W.rows && n <= QF8_RUNS; r++)
+            if (r == 0 || h[r] != h[r - 1]) {
+                if (n < QF8_RUNS)
+                    s->runs[i].r0[n] = (int)r, s->runs[i].a[n] = h[r];
+                n++;
+            }
+        free(h);
+        s->runs[i].w = W.data, s->runs[i].rows = W.rows, s->runs[i].cols = W.cols;
+        s->runs[i].n = n <= QF8_RUNS ? n : 0;
+        s->n_runs++;
+    }
+    const int n = s->runs[i].n;
+    if (n == 0 || n > max)
+        return 0;
+    for (int k = 0; k < n; k++) r0[k] = s->runs[i].r0[k], a[k] = s->runs[i].a[k];
+    return n;
+}
 
 void cu_qf8_lt_free(cuda_ctx *c)
 {
@@ -102,18 +163,8 @@ int cu_qf8_lt_try(cuda_ctx *c, lg_tensor y, lg_tensor W, const uint8_t *xq, cons
 {
     if (W.q != LG_QF8_A8 || c->cc_major < 9)
         return 1;
-    qf8_lt *s = (qf8_lt *)c->qf8;
-    if (!s) {
-        s = (qf8_lt *)calloc(1, sizeof *s);
-        if (!s)
-            return 1;
-        c->qf8 = s;
-        if (cublasLtCreate(&s->lt) != CUBLAS_STATUS_SUCCESS) {
-            s->lt = NULL;
-            s->off = 1;
-        }
-    }
-    if (s->off || y.stride % 8 != 0 || !cu_aligned16(y.data))
+    qf8_lt *s = qf8_state(c);
+    if (!s || s->off || y.stride % 8 != 0 || !cu_aligned16(y.data))
         return 1; /* off, or a y that cuBLASLt's FP8 kernels may refuse (not counted against the path) */
     const lg_qplanes p = lg_qplanes_of(W);
     const int N = (int)W.rows, nb = (int)p.nb;

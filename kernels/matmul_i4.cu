@@ -35,7 +35,7 @@ int cu_matmul_i4(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tenso
         void *ws = cu_workspace(c, (size_t)chunk * (size_t)ldo * 2);
         if (!ws)
             return CU_FAIL(c, "matmul (I4): no workspace for the prefill path (N=%d K=%d)", N, K);
-        return qmm_prefill(c, y, x, W, p, bias, accumulate, ws, chunk, ldo);
+        return qmm_prefill(c, y, x, W, p, bias, accumulate, ws, chunk, ldo, 0, N);
     }
     qmm_args a = {};
     a.q = p.q, a.d = p.d, a.z = p.z, a.q_row = p.q_row, a.nb = (int)p.nb;

@@ -123,7 +123,7 @@ int cu_matmul_qcheck(cuda_ctx *c, lg_tensor y, lg_tensor x, lg_tensor W, lg_tens
 int cu_matmul_f8(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tensor bias, bool accumulate);
 int cu_matmul_i4(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tensor bias, bool accumulate);
 int qmm_prefill(cuda_ctx *c, lg_tensor y, lg_tensor x, lg_tensor W, lg_qplanes p, lg_tensor bias, bool accumulate,
-                void *scratch, int64_t chunk, int64_t ldo);
+                void *scratch, int64_t chunk, int64_t ldo, int r_begin, int r_end);
 bool cu_takes_quant(lg_backend *be, lg_qtype q);
 /* y[:, r0 : r0 + n] += bias[r0 : r0 + n] over T rows (qmm_prefill.cu) */
 int qmm_bias(cuda_ctx *c, lg_tensor y, lg_tensor bias, int r0, int n, int T);
@@ -133,6 +133,10 @@ int qmm_bias(cuda_ctx *c, lg_tensor y, lg_tensor bias, int r0, int n, int T);
 int cu_qf8_lt_try(cuda_ctx *c, lg_tensor y, lg_tensor W, const uint8_t *xq, const float *s1, int T, lg_tensor bias,
                   bool accumulate, void *scratch);
 void cu_qf8_lt_free(cuda_ctx *c);
+/* F8_A8S: W's rows as runs of one activation scale a (matmul_f8_lt.cu; its a plane downloaded once per weight,
+ * cached): up to `max` runs into r0[i], a[i] (run i: rows [r0[i], r0[i + 1]), r0[n] = W.rows); the count, 0 when
+ * not known (more runs, or a graph records and W was not seen before), -1 on error. */
+int cu_qf8_a8s_runs(cuda_ctx *c, lg_tensor W, int *r0, float *a, int max);
 /* The TMA + wgmma stream-K matmul for 2..64 token rows (forced variants: 1..64; gemm_tma.cu), same contract as
  * cu_gemv_try: taken when the stream-K mode (LG_STREAMK) is 2 or 20 + v. cu_tma_takes: on this GPU (Hopper:
  * wgmma), T is within the rows the stream-K mode gives the TMA matmul (the shape aside). */

@@ -2,7 +2,7 @@
  * qmm_prefill.cu — what the planar-layout matmuls (matmul_f8.cu, matmul_i4.cu) share on the host:
  * their argument checks (cu_matmul_qcheck) and the prefill path (qmm_prefill) for large T:
  *
- *   for each chunk of at most `chunk` weight rows [r0, r0 + n):
+ *   for each chunk of at most `chunk` weight rows [r0, r0 + n) of [r_begin, r_end):
  *     Wd[n, K] = dequantized rows (d * e4m3 q, or d * (q - z)) in x's dtype   (qmm_dequant_kernel)
  *     y[:, r0 : r0 + n] (+)= x Wd^T (+ bias)                                   (cublasGemmEx, f32 accumulation)
  *
@@ -122,14 +122,15 @@ int qmm_bias(cuda_ctx *c, lg_tensor y, lg_tensor bias, int r0, int n, int T)
 }
 
 int qmm_prefill(cuda_ctx *c, lg_tensor y, lg_tensor x, lg_tensor W, lg_qplanes p, lg_tensor bias, bool accumulate,
-                void *scratch, int64_t chunk, int64_t ldo)
+                void *scratch, int64_t chunk, int64_t ldo, int r_begin, int r_end)
 {
     const int T = (int)x.rows, N = (int)W.rows, K = (int)W.cols, nb = (int)p.nb;
     const cudaDataType_t xt = x.dtype == LG_F16 ? CUDA_R_16F : CUDA_R_16BF;
     const cudaDataType_t yt = y.dtype == LG_F32 ? CUDA_R_32F : xt;
     const size_t ys = lg_dtype_size(y.dtype);
-    for (int64_t r0 = 0; r0 < N; r0 += chunk) {
-        const int n = (int)(N - r0 < chunk ? N - r0 : chunk);
+    (void)N;
+    for (int64_t r0 = r_begin; r0 < r_end; r0 += chunk) {
+        const int n = (int)(r_end - r0 < chunk ? r_end - r0 : chunk);
         const int64_t threads = (int64_t)n * nb * 16;
         const dim3 grid((unsigned)((threads + 255) / 256));
         cudaError_t e;
