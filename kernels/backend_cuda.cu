@@ -132,8 +132,10 @@ static void *cuda_alloc(lg_backend *be, size_t size)
 
 static void cuda_dealloc(lg_backend *be, void *p)
 {
-    if (p)
+    if (p) {
         cudaFree(p);
+        cu_qf8_forget(CU_CTX(be)); /* what matmul_f8_lt.cu learned of weights by their addresses */
+    }
 }
 
 static bool is_pinned(const void *p)

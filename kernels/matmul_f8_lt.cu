@@ -14,11 +14,12 @@
  *
  * Whether d is one per row is a property of the weight's data: checked once per weight (by its
  * address) on the device, the answer downloaded (a sync: prefill only; while a graph records, a
- * weight not yet checked takes the other path) and kept in a table of QF8_LT_CACHE weights. When cuBLASLt offers no algorithm for the
+ * weight not yet checked takes the other path) and kept in a table of QF8_LT_CACHE weights,
+ * forgotten on every dealloc. The same table holds F8_A8S weights' runs of rows of one activation
+ * scale (cu_qf8_a8s_runs, for matmul_f8.cu's prefill). When cuBLASLt offers no algorithm for the
  * call (this GPU or library has no outer-vector FP8 kernels), the path is switched off for the
- * backend's life and the caller takes the dequantizing path (qmm_prefill.cu).
- * Limits: unmeasured and untested on a GPU as of this writing; y's row stride must suit cuBLASLt
- * (else no algorithm: the dequantizing path).
+ * backend's life (said once on stderr) and the caller takes the dequantizing path (qmm_prefill.cu).
+ * Limits: y's row stride a multiple of 8 and y 16-byte aligned (else the dequantizing path).
  */
 #include "kernels/ops.cuh"
 #include "kernels/qmm.cuh"
@@ -45,6 +46,13 @@ struct qf8_lt {
         float a[QF8_RUNS];
     } runs[QF8_LT_CACHE];
 };
+
+void cu_qf8_forget(cuda_ctx *c)
+{
+    qf8_lt *s = (qf8_lt *)c->qf8;
+    if (s)
+        s->n = s->n_runs = 0;
+}
 
 static qf8_lt *qf8_state(cuda_ctx *c)
 {

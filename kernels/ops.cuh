@@ -133,6 +133,9 @@ int qmm_bias(cuda_ctx *c, lg_tensor y, lg_tensor bias, int r0, int n, int T);
 int cu_qf8_lt_try(cuda_ctx *c, lg_tensor y, lg_tensor W, const uint8_t *xq, const float *s1, int T, lg_tensor bias,
                   bool accumulate, void *scratch);
 void cu_qf8_lt_free(cuda_ctx *c);
+/* forgets every weight matmul_f8_lt.cu has checked (by address): on each dealloc, as a freed address may come back
+ * as another weight */
+void cu_qf8_forget(cuda_ctx *c);
 /* F8_A8S: W's rows as runs of one activation scale a (matmul_f8_lt.cu; its a plane downloaded once per weight,
  * cached): up to `max` runs into r0[i], a[i] (run i: rows [r0[i], r0[i + 1]), r0[n] = W.rows); the count, 0 when
  * not known (more runs, or a graph records and W was not seen before), -1 on error. */
