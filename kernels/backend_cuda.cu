@@ -132,8 +132,10 @@ static void *cuda_alloc(lg_backend *be, size_t size)
 
 static void cuda_dealloc(lg_backend *be, void *p)
 {
-    if (p)
+    if (p) {
         cudaFree(p);
+        cu_qf8_forget(CU_CTX(be)); /* what matmul_f8_lt.cu learned of weights by their addresses */
+    }
 }
 
 static bool is_pinned(const void *p)
@@ -269,6 +271,7 @@ static void cuda_free(lg_backend *be)
             cudaStreamSynchronize(c->stream);
         if (c->blas)
             cublasDestroy(c->blas);
+        cu_qf8_lt_free(c);
         cudaFree(c->blas_ws);
         cudaFree(c->sem);
         cu_graph_reset_ctx(c);
@@ -391,6 +394,7 @@ extern "C" int lg_backend_cuda_create(const lg_backend_opts *opts, lg_backend **
     i->embed = cu_embed;
     i->add_rmsnorm = cu_add_rmsnorm;
     i->matmul = cu_matmul;
+    i->takes_quant = cu_takes_quant; /* the planar checkpoint layouts (matmul_f8.cu, matmul_i4.cu) */
     i->rope = cu_rope;
     i->kv_write = cu_kv_write;
     i->attention = cu_attention;

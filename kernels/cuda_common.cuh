@@ -89,6 +89,7 @@ typedef struct cuda_ctx {
         double busy_ms, gap_ms;
         float busy[CU_ST_SAMPLES], gap[CU_ST_SAMPLES]; /* the first CU_ST_SAMPLES of each, for quantiles */
     } *st;
+    void *qf8;                /* matmul_f8_lt.cu's state (cuBLASLt handle, weights seen), NULL until used */
     char last_err[512];
 } cuda_ctx;
 

@@ -50,6 +50,8 @@ int cu_embed(lg_backend *be, lg_tensor out, lg_tensor table, const int32_t *tok)
     cuda_ctx *c = CU_CTX(be);
     CU_CHECK_VIEW(c, "embed out", out);
     CU_CHECK_VIEW(c, "embed table", table);
+    if (table.q != LG_QNONE) /* takes_quant is for matmul's W: the model keeps embedding tables unquantized */
+        return CU_FAIL(c, "embed: the CUDA backend takes no quantized table (found %s)", lg_qtype_get(table.q).name);
     if (out.cols != table.cols)
         return CU_FAIL(c, "embed: out has %lld cols, table %lld", (long long)out.cols, (long long)table.cols);
     if (!tok)

@@ -15,6 +15,8 @@
  * stream-K matmul (gemm_tma.cu; LG_STREAMK=0 turns it off), T <= 4 that it does
  * not take (one row, other GPUs) to the GEMV (gemv.cu); cuBLAS takes the rest
  * (prefill) and anything their alignment rules refuse.
+ * A quantized W (W.q set: backend.h's planar checkpoint layouts) goes to cu_matmul_quant
+ * (qmm_prefill.cu: matmul_f8.cu, matmul_i4.cu).
  * Note: when y is half precision, y is rounded once after the GEMM and once
  * more after the bias (the bias pass reads the rounded value).
  */
@@ -61,6 +63,8 @@ int cu_matmul_check(cuda_ctx *c, lg_tensor y, lg_tensor x, lg_tensor W, lg_tenso
 int cu_matmul(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tensor bias, bool accumulate)
 {
     cuda_ctx *c = CU_CTX(be);
+    if (W.q != LG_QNONE) /* a checkpoint's planar layout: matmul_f8.cu, matmul_i4.cu */
+        return cu_matmul_quant(be, y, x, W, bias, accumulate);
     if (cu_matmul_check(c, y, x, W, bias) != 0)
         return -1;
     const int T = (int)x.rows, N = (int)W.rows, K = (int)x.cols;

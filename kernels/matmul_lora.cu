@@ -89,7 +89,8 @@ static int mlora(lg_backend *be, const lg_norm_in *nm, lg_tensor y, lg_tensor x,
                  const lg_rope_kv *rope, bool *roped)
 {
     cuda_ctx *c = CU_CTX(be);
-    if (cu_matmul_check(c, y, x, W, bias) != 0)
+    /* a planar quantized W (matmul_f8.cu, matmul_i4.cu) takes every path here through cu_matmul */
+    if ((W.q != LG_QNONE ? cu_matmul_qcheck(c, y, x, W, bias) : cu_matmul_check(c, y, x, W, bias)) != 0)
         return -1;
     CU_CHECK_VIEW(c, "matmul_lora tmp", tmp);
     if (!lm || !lm->seg_indptr || !lm->w || !lm->seg_indptr_host || !slots || !col0 || !ncols)

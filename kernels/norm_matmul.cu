@@ -117,7 +117,7 @@ int cu_norm_matmul(lg_backend *be, lg_tensor y, lg_tensor resid, lg_tensor delta
     const int T = (int)resid.rows;
     const int64_t K = resid.cols, F = silu ? W.rows / 2 : W.rows;
     /* the shapes and dtypes the kernel takes; anything else runs the separate ops */
-    if (!cu_is_half(resid.dtype) || W.dtype != resid.dtype || y.dtype != resid.dtype || W.cols != K ||
+    if (W.q != LG_QNONE || !cu_is_half(resid.dtype) || W.dtype != resid.dtype || y.dtype != resid.dtype || W.cols != K ||
         y.rows != T || y.cols != F || (silu && W.rows % 2 != 0) || (bias.data && bias.rows * bias.cols < W.rows))
         return 1;
     if (c->tune->gemv == 0 || T < 1 || T > NM_MAX_T || K % 8 != 0 || K / 8 > 32 * GEMV_WARPS * GEMV_NORM_J ||

@@ -113,6 +113,33 @@ int cu_matmul_lora(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_ten
 int cu_norm_matmul_lora(lg_backend *be, const lg_norm_in *nm, lg_tensor y, lg_tensor xn, lg_tensor W, lg_tensor bias,
                         lg_tensor tmp, const lg_lora_meta *lm, const int *slots, const int *col0, const int *ncols,
                         int k, const lg_rope_kv *rope);
+/* The planar checkpoint layouts (backend.h: F8, F8_A8, F8_A8S, F8_A8G, I4): cu_matmul hands a W with
+ * W.q set to cu_matmul_quant (qmm_prefill.cu), which picks matmul_f8.cu or matmul_i4.cu; cu_matmul_qcheck:
+ * their checks (0, or -1 with the message reported); qmm_prefill: the large-T path both share (W
+ * dequantized in row chunks of `chunk` rows into scratch [chunk, ldo], cuBLAS); cu_takes_quant: the
+ * backend's takes_quant (the planar layouts). */
+int cu_matmul_quant(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tensor bias, bool accumulate);
+int cu_matmul_qcheck(cuda_ctx *c, lg_tensor y, lg_tensor x, lg_tensor W, lg_tensor bias);
+int cu_matmul_f8(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tensor bias, bool accumulate);
+int cu_matmul_i4(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tensor bias, bool accumulate);
+int qmm_prefill(cuda_ctx *c, lg_tensor y, lg_tensor x, lg_tensor W, lg_qplanes p, lg_tensor bias, bool accumulate,
+                void *scratch, int64_t chunk, int64_t ldo, int r_begin, int r_end);
+bool cu_takes_quant(lg_backend *be, lg_qtype q);
+/* y[:, r0 : r0 + n] += bias[r0 : r0 + n] over T rows (qmm_prefill.cu) */
+int qmm_bias(cuda_ctx *c, lg_tensor y, lg_tensor bias, int r0, int n, int T);
+/* F8_A8's prefill on cuBLASLt's FP8 GEMM (matmul_f8_lt.cu) from the prepass's e4m3 rows xq [T, nb * 128] and
+ * per-token scales s1 [T]; scratch: N floats + 256 bytes. 0 done, -1 error, 1 not taken (d not one per row,
+ * recording a graph, no algorithm). cu_qf8_lt_free: its state in c->qf8 (backend_cuda.cu's free). */
+int cu_qf8_lt_try(cuda_ctx *c, lg_tensor y, lg_tensor W, const uint8_t *xq, const float *s1, int T, lg_tensor bias,
+                  bool accumulate, void *scratch);
+void cu_qf8_lt_free(cuda_ctx *c);
+/* forgets every weight matmul_f8_lt.cu has checked (by address): on each dealloc, as a freed address may come back
+ * as another weight */
+void cu_qf8_forget(cuda_ctx *c);
+/* F8_A8S: W's rows as runs of one activation scale a (matmul_f8_lt.cu; its a plane downloaded once per weight,
+ * cached): up to `max` runs into r0[i], a[i] (run i: rows [r0[i], r0[i + 1]), r0[n] = W.rows); the count, 0 when
+ * not known (more runs, or a graph records and W was not seen before), -1 on error. */
+int cu_qf8_a8s_runs(cuda_ctx *c, lg_tensor W, int *r0, float *a, int max);
 /* The TMA + wgmma stream-K matmul for 2..64 token rows (forced variants: 1..64; gemm_tma.cu), same contract as
  * cu_gemv_try: taken when the stream-K mode (LG_STREAMK) is 2 or 20 + v. cu_tma_takes: on this GPU (Hopper:
  * wgmma), T is within the rows the stream-K mode gives the TMA matmul (the shape aside). */

@@ -6,10 +6,11 @@
 #
 #   bash tests/gpu/run_device.sh [all|test|serving|bench|profile|kernels|structured|models|spec|quant]     (from the repo root)
 #
-# kernels: quick loop for kernel work — builds only test_cuda_ops and
-# bench_kernels (unless TARGETS says otherwise), runs the op tests of the
-# groups in LG_ONLY (test_cuda_ops.c; e.g. LG_ONLY=attention) and the
-# bench_kernels section ONLY (matmul, prefill or decode; empty: all);
+# kernels: quick loop for kernel work — builds only test_cuda_ops,
+# bench_kernels and test_cuda_qmatmul (unless TARGETS says otherwise), runs the op tests of the
+# groups in LG_ONLY (test_cuda_ops.c; e.g. LG_ONLY=attention; qmatmul: test_cuda_qmatmul.c's, the
+# planar checkpoint layouts' matmul) and the bench_kernels section ONLY (matmul, prefill or decode;
+# empty: all; qmatmul: test_cuda_qmatmul --bench only, which also runs when ONLY is empty);
 # ATTN_REF=1 adds PyTorch's SDPA prefill attention (tests/bench/attn_ref.py).
 #
 # serving: the serving-runtime workloads (tests/gpu/serving_bench.sh: W1,
@@ -72,7 +73,7 @@ fi
 if [ $built = 0 ]; then
   t0=$SECONDS
   cmake -S . -B build-cuda -DCMAKE_BUILD_TYPE=Release >"$OUT/cmake.log" 2>&1 || { tail -20 "$OUT/cmake.log"; exit 1; }
-  [ "$WHAT" = kernels ] && TARGETS=${TARGETS:-"test_cuda_ops bench_kernels"}
+  [ "$WHAT" = kernels ] && TARGETS=${TARGETS:-"test_cuda_ops bench_kernels test_cuda_qmatmul"}
   cmake --build build-cuda -j"$(nproc)" --target ${TARGETS:-all} >"$OUT/build.log" 2>&1 || { grep -E "error" "$OUT/build.log" | head -30; exit 1; }
   note "build: $((SECONDS - t0)) s"
 fi
@@ -87,7 +88,21 @@ if [ "$WHAT" = kernels ]; then
   timeout "${KTIMEOUT:-240}" build-cuda/test_cuda_ops --no-bench >"$OUT/test_cuda_ops.log" 2>&1
   note "op tests (LG_ONLY=${LG_ONLY:-all}): rc=$? $(grep -E 'passed|failed' "$OUT/test_cuda_ops.log" | tail -1)"
   grep -E "FAIL" "$OUT/test_cuda_ops.log" | head -20
-  timeout "${KTIMEOUT:-240}" build-cuda/bench_kernels ${ONLY:+--only $ONLY} ${BENCH_KERNELS_ARGS:-} 2>&1 | tee "$OUT/bench_kernels.txt"
+  if [ "${ONLY:-}" != qmatmul ]; then
+    timeout "${KTIMEOUT:-240}" build-cuda/bench_kernels ${ONLY:+--only $ONLY} ${BENCH_KERNELS_ARGS:-} 2>&1 | tee "$OUT/bench_kernels.txt"
+  fi
+  # the planar checkpoint layouts' matmul (tests/gpu/test_cuda_qmatmul.c): its tests when LG_ONLY is empty or
+  # names qmatmul, its bench (F8_A8, F8, I4 next to f16) when ONLY is empty or qmatmul
+  if [ -x build-cuda/test_cuda_qmatmul ]; then
+    if [ -z "${LG_ONLY:-}" ] || [[ ",$LG_ONLY," == *",qmatmul,"* ]]; then
+      timeout "${KTIMEOUT:-240}" build-cuda/test_cuda_qmatmul >"$OUT/test_cuda_qmatmul.log" 2>&1
+      note "planar-layout matmul tests: rc=$? $(tail -1 "$OUT/test_cuda_qmatmul.log")"
+      grep -E "FAIL" "$OUT/test_cuda_qmatmul.log" | head -20
+    fi
+    if [ -z "${ONLY:-}" ] || [ "$ONLY" = qmatmul ]; then
+      timeout "${KTIMEOUT:-240}" build-cuda/test_cuda_qmatmul --bench 2>&1 | tee "$OUT/bench_qmatmul.txt"
+    fi
+  fi
   # ATTN_REF=1: PyTorch's SDPA (FlashAttention-2, cuDNN) at bench_kernels' prefill lengths
   [ "${ATTN_REF:-0}" = 1 ] && timeout "${KTIMEOUT:-240}" python3 tests/bench/attn_ref.py 2>&1 | tee "$OUT/attn_ref.txt"
 fi
@@ -101,6 +116,9 @@ if want test; then
     env $OLD build-cuda/test_cuda_ops --no-bench >"$OUT/test_cuda_ops_old.log" 2>&1
     note "op tests under OLD ($OLD): rc=$? $(grep -E 'passed|failed' "$OUT/test_cuda_ops_old.log" | tail -1)"
   fi
+  build-cuda/test_cuda_qmatmul >"$OUT/test_cuda_qmatmul.log" 2>&1
+  note "planar-layout matmul tests (F8*, I4): rc=$? $(tail -1 "$OUT/test_cuda_qmatmul.log")"
+  grep -E "FAIL" "$OUT/test_cuda_qmatmul.log" | head -20
   build-cuda/test_cuda_sample >"$OUT/test_cuda_sample.log" 2>&1
   note "device sampler vs host: rc=$? $(tail -1 "$OUT/test_cuda_sample.log")"
   LG_SAMPLE_CLUSTER=1 build-cuda/test_cuda_sample >"$OUT/test_cuda_sample_c1.log" 2>&1
