@@ -189,6 +189,8 @@ declare -A CASE=(
   [w1_fp8]="$W1 --adapters 32 --rank 16 --targets q,k,v,o --quantization fp8"
   [w1_int4]="$W1 --adapters 32 --rank 16 --targets q,k,v,o --quantization int4"
   [w1_fp8kv]="$W1 --adapters 32 --rank 16 --targets q,k,v,o --quantization fp8 --kv-cache-dtype fp8"
+  [w1_kvfp8]="$W1 --adapters 32 --rank 16 --targets q,k,v,o --kv-cache-dtype fp8"
+  [b1_kvfp8]="$B --num-seqs 1 --prompt-len 128 --output-len 128 --kv-cache-dtype fp8"
   [b1_fp8]="$B --num-seqs 1 --prompt-len 128 --output-len 128 --quantization fp8"
   [b1_int4]="$B --num-seqs 1 --prompt-len 128 --output-len 128 --quantization int4"
   [pf2048_fp8]="$B --num-seqs 1 --prompt-len 2048 --output-len 1 --step-tokens 2048 --quantization fp8"
@@ -334,15 +336,20 @@ if [ "$WHAT" = quant ]; then
     note "op tests: rc=$? $(grep -E 'passed|failed' "$OUT/test_cuda_ops.log" | tail -1)"
     grep -E "FAIL" "$OUT/test_cuda_ops.log" | head -20
   }
-  for t in build-cuda/test_cuda_quant build-cuda/test_cuda_kvfp8; do
-    [ -x "$t" ] || continue
-    late "$(basename $t)" || {
-      $t >"$OUT/$(basename $t).log" 2>&1
-      note "$(basename $t): rc=$? $(grep -E 'passed|failed' "$OUT/$(basename $t).log" | tail -1)"
-      grep -E "FAIL" "$OUT/$(basename $t).log" | head -20
+  [ -x build-cuda/test_cuda_qmatmul ] && for dt in f16 bf16; do
+    late "test_cuda_qmatmul --$dt" || {
+      build-cuda/test_cuda_qmatmul --$dt >"$OUT/test_cuda_qmatmul_$dt.log" 2>&1
+      note "quantized matmuls vs float64 (--$dt): rc=$? $(grep -E 'passed|failed' "$OUT/test_cuda_qmatmul_$dt.log" | tail -1)"
+      grep -E "FAIL" "$OUT/test_cuda_qmatmul_$dt.log" | head -20
     }
   done
-  [ -x build-cuda/bench_quant ] && { late "bench_quant" || build-cuda/bench_quant 2>&1 | tee "$OUT/bench_quant.txt" | tail -40; }
+  late "golden kv fp8" || {
+    LG_BIN=$BIN LG_BACKEND=cuda LG_GENERATE_EXTRA="--dtype f16 --pool-mb 1024" LG_COMPUTE_DTYPE=float16 python3 -m pytest -q \
+      tests/golden/test_kv_fp8.py >"$OUT/golden_kvfp8_cuda.log" 2>&1
+    note "golden fp8 KV on cuda (f16): $(tail -1 "$OUT/golden_kvfp8_cuda.log")"
+    grep -E "^FAILED" "$OUT/golden_kvfp8_cuda.log" | head -10
+  }
+  [ -x build-cuda/test_cuda_qmatmul ] && { late "bench qmatmul" || build-cuda/test_cuda_qmatmul --bench 2>&1 | tee "$OUT/bench_qmatmul.txt" | tail -40; }
   for c in ${QCASES:-b1 b1_fp8 b1_int4 w1_lora w1_fp8 w1_int4 w1_fp8kv pf2048 pf2048_fp8 pf2048_int4 w1_lora}; do
     bench new "LG_STEP_TIMING=1" $c
   done
