@@ -144,6 +144,7 @@ int cu_matmul_f8(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tenso
     a.q = p.q, a.d = p.d, a.a = p.a, a.q_row = p.q_row, a.nb = nb;
     a.bias = bias.data, a.bdt = bias.dtype, a.N = N, a.K = K;
     a.x_vec = x.stride % 8 == 0 && cu_aligned16(x.data);
+    a.sem = c->sem;
     cudaError_t e = cudaSuccess;
 
     /* F8_A8S prefill: by runs of rows of one a (known once the a plane was read: matmul_f8_lt.cu), each run's
@@ -158,13 +159,16 @@ int cu_matmul_f8(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tenso
         /* prepass scratch: F8_A8 / F8_A8G e4m3 rows + scales; F8_A8S amax */
         uint8_t *xq = NULL;
         float *s = NULL;
+        /* workspace: the split-K partial sums, then (W8A8) the prepass's rows and scales */
+        const size_t pb = (qmm_part_bytes(c->n_sm, N, nb, T) + 255) & ~(size_t)255;
+        const size_t qb = a8 && !a8s ? (size_t)T * (size_t)nb * 128 : 0, sb = a8 ? (size_t)T * (size_t)(a8s ? 1 : nb) * 4 : 0;
+        char *ws = pb + qb + sb > 0 ? (char *)cu_workspace(c, pb + qb + sb + 256) : NULL;
+        if (pb + qb + sb > 0 && !ws)
+            return CU_FAIL(c, "matmul (%s): no workspace for %d activation rows", lg_qtype_get(W.q).name, T);
+        a.part = pb ? (float *)ws : NULL;
         if (a8) {
-            const size_t qb = a8s ? 0 : (size_t)T * (size_t)nb * 128, sb = (size_t)T * (size_t)(a8s ? 1 : nb) * 4;
-            char *ws = (char *)cu_workspace(c, qb + sb + 256);
-            if (!ws)
-                return CU_FAIL(c, "matmul (%s): no workspace for %d activation rows", lg_qtype_get(W.q).name, T);
-            xq = (uint8_t *)ws;
-            s = (float *)(ws + ((qb + 255) & ~(size_t)255));
+            xq = (uint8_t *)(ws + pb);
+            s = (float *)(ws + pb + ((qb + 255) & ~(size_t)255));
             e = f16 ? qf8_prepass<__half>(c, a8s ? PRE_AMAX : PRE_Q8, x, nb, a8g, xq, s, NULL, NULL, 0, s)
                     : qf8_prepass<__nv_bfloat16>(c, a8s ? PRE_AMAX : PRE_Q8, x, nb, a8g, xq, s, NULL, NULL, 0, s);
             if (e != cudaSuccess)
