@@ -37,7 +37,8 @@
  *
  * Activation modes (XM):
  *   QMM_X_RAW  x in TX (f16/bf16), used as it is (F8, I4); mma in TX;
- *   QMM_X_Q8   x prequantized by matmul_f8.cu's prepass: e4m3 bytes [T, nb * 128] (zeros past K)
+ *   QMM_X_Q8   x prequantized by matmul_f8.cu's prepass: its e4m3 values as f16 [T, nb * 128] (exact;
+ *              zeros past K: the prepass converts each once, not each block that reads it)
  *              and s [T, nb] f32 (F8_A8: the token's s in every group; F8_A8G: per group); f16 mma;
  *   QMM_X_A8S  x in TX, rounded to e4m3 here with the scale of the row tile's activation scale a
  *              (a > 0: s = a; a < 0: s = min(amax[t], -a) / 448, amax from the prepass), because
@@ -296,12 +297,12 @@ __global__ void __launch_bounds__(QMM_WARPS * 32, QMM_MIN_BLOCKS) qmm_kernel(con
     }
 
     const TX *xr[TT];
-    const uint8_t *xq[TT];
+    const __half *xq[TT];
 #pragma unroll
     for (int j = 0; j < TT; j++) {
         const int t = min(j * 8 + gid, T - 1);
         xr[j] = (const TX *)a.x + (int64_t)t * a.ldx;
-        xq[j] = (const uint8_t *)a.x + (int64_t)t * nb * 128;
+        xq[j] = (const __half *)a.x + (int64_t)t * nb * 128;
     }
     const bool vec = a.x_vec != 0;
 
@@ -328,10 +329,13 @@ __global__ void __launch_bounds__(QMM_WARPS * 32, QMM_MIN_BLOCKS) qmm_kernel(con
                 for (int j = 0; j < TT; j++) {
                     const bool tok = j * 8 + gid < T;
                     if (XM == QMM_X_Q8) {
-                        const uint4 u = tok ? __ldg((const uint4 *)(xq[j] + k0)) : make_uint4(0, 0, 0, 0);
-                        const uint16_t *b = (const uint16_t *)&u;
-#pragma unroll
-                        for (int i = 0; i < 8; i++) xb[0][j][i] = qmm_e4m3x2<__half>(b[i]);
+                        uint4 u0 = make_uint4(0, 0, 0, 0), u1 = u0;
+                        if (tok) {
+                            u0 = __ldg((const uint4 *)(xq[j] + k0));
+                            u1 = __ldg((const uint4 *)(xq[j] + k0 + 8));
+                        }
+                        xb[0][j][0] = u0.x, xb[0][j][1] = u0.y, xb[0][j][2] = u0.z, xb[0][j][3] = u0.w;
+                        xb[0][j][4] = u1.x, xb[0][j][5] = u1.y, xb[0][j][6] = u1.z, xb[0][j][7] = u1.w;
                     } else {
                         uint4 u0 = make_uint4(0, 0, 0, 0), u1 = u0;
                         if (tok) {
