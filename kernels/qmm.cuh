@@ -15,14 +15,16 @@
  * each weight byte once a launch whatever T <= 32, with 16-byte loads, and does the arithmetic
  * on the tensor cores so that 32 tokens cost no more issue slots than one.
  *
- * How: a block of QMM_WARPS warps owns RT * 16 output rows and a range of gps groups of K (split-K:
- * blockIdx.y); warp w takes the groups g0 + w, g0 + w + 8, ... of those rows (the block's warps read 8
- * consecutive groups of a row at a time) and sums its groups in registers; the warps' sums meet in
- * shared memory at the end. With more than one split (qmm_set_splits: the 4096-row shapes would
- * otherwise launch one block of 32 rows per SM) each block stores its f32 sums to a workspace and
- * the last block of the row tile to arrive adds the splits in split order (deterministic; no second
- * launch). At most 128 registers a thread (QMM_MIN_BLOCKS = 2 blocks an SM). mma.sync m16n8k16 with "swap AB": the 16 weight rows are the M side, 8 tokens
- * the N side (TT tiles of 8 tokens, T <= 8 * TT). A dot product does not care in which order k
+ * How: a block of QMM_WARPS warps owns WR * RT * 16 output rows (WR warps along the rows, each RT
+ * tiles of 16 rows; WG = QMM_WARPS / WR warps along K) and a range of gps groups of K (split-K:
+ * blockIdx.y, from g0); warp (wr, w) takes the groups g0 + w, g0 + w + WG, ... of its rows (the
+ * block's warps read WG consecutive groups of a row at a time) and sums its groups in registers; the
+ * warps' sums meet in shared memory at the end. With more than one split (qmm_splits: the 4096-row
+ * shapes would otherwise launch about one block per SM) each block stores its f32 sums to a
+ * workspace and the last block of the row tile to arrive adds the splits in split order
+ * (deterministic; no second launch). At most 128 registers a thread (QMM_MIN_BLOCKS = 2 blocks an
+ * SM); the thresholds below. mma.sync m16n8k16 with "swap AB": the 16 weight rows are the M side,
+ * 8 tokens the N side (TT tiles of 8 tokens, T <= 8 * TT). A dot product does not care in which order k
  * runs, so each lane loads 16 contiguous bytes of its fragment rows (F8: 16 e4m3 = k 16 t ..
  * 16 t + 15 of a 64-k chunk; I4: 32 nibbles = k 32 t .. 32 t + 31 of the group) and feeds them
  * to the mma's k slots in an order the activation fragment repeats exactly:
@@ -30,10 +32,12 @@
  *       (cvt.rn.f16x2.e4m3x2: exact; bf16 through f32, exact);
  *   I4: word i of the 16 bytes holds elements 8i .. 8i+7; (w >> 4j) & 0x000f000f is the pair
  *       (8i+j, 8i+j+4), made a 16-bit value exactly by the exponent trick (0x6400 | q is
- *       1024 + q in f16, 0x4300 | q is 128 + q in bf16) minus (1024 + z) (or 128 + z).
+ *       1024 + q in f16, 0x4300 | q is 128 + q in bf16) minus (1024 + z) (or 128 + z); in f16 the
+ *       odd j's pair is taken in place (0x6400 | 16 q, times 1/16 minus 64 + z: one HFMA2).
  * The next group's weight bytes (and d, z) are loaded before the current group is multiplied
  * (register double buffer), and the first group's before pdl_wait (weights are never written by
- * the kernels before); warp 0 also asks L2 to prefetch the next QMM_PF_BYTES of the block's rows.
+ * the kernels before); the warps w = 0 also ask L2 to prefetch the next QMM_PF_BYTES of their rows
+ * (within the split).
  *
  * Activation modes (XM):
  *   QMM_X_RAW  x in TX (f16/bf16), used as it is (F8, I4); mma in TX;
@@ -169,6 +173,33 @@ template <> __device__ __forceinline__ uint32_t qmm_nib2<__nv_bfloat16>(uint32_t
     uint32_t u;
     memcpy(&u, &r, 4);
     return u;
+}
+
+/* a pair of nibbles at bits 4..7 and 20..23 of p (the rest zero) minus z; zh is qmm_zpair_hi(z). f16: p | 0x6400
+ * is 1024 + 16 q, times 1/16 plus -(64 + z) is q - z in one exact HFMA2 (no shift); bf16 (whose 0x4300 | 16 q would
+ * reach the exponent): shifted down, as qmm_nib2 */
+template <typename TM> __device__ __forceinline__ uint32_t qmm_zpair_hi(int z);
+template <> __device__ __forceinline__ uint32_t qmm_zpair_hi<__half>(int z)
+{
+    const uint32_t v = 0xd400u | ((uint32_t)z << 4); /* -(64 + z) */
+    return v | (v << 16);
+}
+template <> __device__ __forceinline__ uint32_t qmm_zpair_hi<__nv_bfloat16>(int z) { return qmm_zpair<__nv_bfloat16>(z); }
+template <typename TM> __device__ __forceinline__ uint32_t qmm_nib2_hi(uint32_t p, uint32_t zh);
+template <> __device__ __forceinline__ uint32_t qmm_nib2_hi<__half>(uint32_t p, uint32_t zh)
+{
+    __half2 a, b;
+    const uint32_t v = p | 0x64006400u;
+    memcpy(&a, &v, 4);
+    memcpy(&b, &zh, 4);
+    const __half2 r = __hfma2(a, __half2half2(__ushort_as_half((unsigned short)0x2c00u)), b); /* 0x2c00: 1/16 */
+    uint32_t u;
+    memcpy(&u, &r, 4);
+    return u;
+}
+template <> __device__ __forceinline__ uint32_t qmm_nib2_hi<__nv_bfloat16>(uint32_t p, uint32_t zh)
+{
+    return qmm_nib2<__nv_bfloat16>(p >> 4, zh);
 }
 
 /* 8 activations of token row xr (elements k0 .. k0 + 7, zeros past K) as a 16-byte word */
@@ -373,11 +404,14 @@ __global__ void __launch_bounds__(QMM_WARPS * 32, QMM_MIN_BLOCKS) qmm_kernel(con
         } else {
             /* I4: word i of the lane's 16 bytes: elements k0 + 8i .. k0 + 8i + 7 */
             const int k0 = g * 128 + t4 * 32;
-            uint32_t zz[RT][2];
+            uint32_t zz[RT][2], zh[RT][2];
 #pragma unroll
             for (int rt = 0; rt < RT; rt++)
 #pragma unroll
-                for (int h = 0; h < 2; h++) zz[rt][h] = qmm_zpair<TM>(cz[rt][h]);
+                for (int h = 0; h < 2; h++) {
+                    zz[rt][h] = qmm_zpair<TM>(cz[rt][h]);
+                    zh[rt][h] = qmm_zpair_hi<TM>(cz[rt][h]);
+                }
 #pragma unroll
             for (int i = 0; i < 4; i++) {
                 uint32_t xb[TT][4]; /* pairs (8i+j, 8i+j+4), j < 4 */
@@ -395,10 +429,11 @@ __global__ void __launch_bounds__(QMM_WARPS * 32, QMM_MIN_BLOCKS) qmm_kernel(con
 #pragma unroll
                     for (int st = 0; st < 2; st++) {
                         uint32_t af[4];
-                        af[0] = qmm_nib2<TM>((w0 >> (8 * st)) & 0x000f000fu, zz[rt][0]);
-                        af[1] = qmm_nib2<TM>((w1 >> (8 * st)) & 0x000f000fu, zz[rt][1]);
-                        af[2] = qmm_nib2<TM>((w0 >> (8 * st + 4)) & 0x000f000fu, zz[rt][0]);
-                        af[3] = qmm_nib2<TM>((w1 >> (8 * st + 4)) & 0x000f000fu, zz[rt][1]);
+                        const uint32_t a0 = w0 >> (8 * st), a1 = w1 >> (8 * st);
+                        af[0] = qmm_nib2<TM>(a0 & 0x000f000fu, zz[rt][0]);
+                        af[1] = qmm_nib2<TM>(a1 & 0x000f000fu, zz[rt][1]);
+                        af[2] = qmm_nib2_hi<TM>(a0 & 0x00f000f0u, zh[rt][0]);
+                        af[3] = qmm_nib2_hi<TM>(a1 & 0x00f000f0u, zh[rt][1]);
 #pragma unroll
                         for (int j = 0; j < TT; j++) cu_mma16816<TM>(part[rt][j], af, xb[j][2 * st], xb[j][2 * st + 1]);
                     }
