@@ -10,8 +10,9 @@
  * the activations exactly as the layout says, in f32 as the comment above lg_qtype defines it
  * (s = amax / 448, e4m3(x / s) by lg_f32_to_e4m3), then sums in float64. T = 1, 7, 32, 33, 300,
  * 2048 over small shapes (cols not a multiple of 128, rows not a multiple of 32) and the 7B
- * shapes; T = 2, 4, 8, 16, 64 on a split-K shape (1000 x 2100: rows not a multiple of 32, 17
- * groups split unevenly) and 4096 x 4096 (4 splits); f32 and 16-bit outputs; bias and accumulate; F8_A8S with fused rows of different a
+ * shapes; T = 2, 4, 8, 16, 64 (every block geometry of qmm.cuh) on a split-K shape (1000 x 2100:
+ * rows not a multiple of 32, 17 groups split unevenly) and 4096 x 4096 (4 splits); f32 and
+ * 16-bit outputs; bias and accumulate; F8_A8S with fused rows of different a
  * (static and dynamic-bounded); F8_A8 weights with one d a row (cuBLASLt's FP8 prefill). y's padding columns must be left as they were, every output
  * written (y poisoned with NaN first).
  * Tolerance (relative L2 over y): the weight stream (T <= 128, and F8_A8S at any T) computes the
