@@ -36,7 +36,6 @@
 #define PRE_Q8 0   /* e4m3 bytes [T, nb * 128] (zeros past K) + s [T, nb] */
 #define PRE_DEQ 1  /* x~ = s * e4m3(x / s) in TX [T, ldo] */
 #define PRE_AMAX 2 /* amax [T] only (F8_A8S) */
-#define PRE_Q8H 3  /* PRE_Q8's e4m3 values as f16 (exact) [T, nb * 128] + s [T, nb]: the weight stream's x */
 
 /* One block of 8 warps a token row; warp w takes the groups w, w + 8, ..., lane l the elements
  * 4 l .. 4 l + 3 of a group. per_group: F8_A8G's scale per group, else one per token; a8s != 0: F8_A8S's
@@ -83,16 +82,9 @@ __global__ void __launch_bounds__(256) qf8_prepass_kernel(const TX *x, int64_t l
 #pragma unroll
         for (int e = 0; e < 4; e++)
             qb[e] = sc > 0.f ? (uint8_t)__nv_cvt_float_to_fp8(__fdiv_rn(v[e], sc), __NV_SATFINITE, __NV_E4M3) : 0;
-        if (MODE == PRE_Q8 || MODE == PRE_Q8H) {
-            if (MODE == PRE_Q8)
-                *(uint32_t *)(xq + (int64_t)t * nb * 128 + k0) =
-                    (uint32_t)qb[0] | ((uint32_t)qb[1] << 8) | ((uint32_t)qb[2] << 16) | ((uint32_t)qb[3] << 24);
-            else {
-                uint2 hv;
-                hv.x = qmm_e4m3x2<__half>((uint16_t)(qb[0] | (qb[1] << 8)));
-                hv.y = qmm_e4m3x2<__half>((uint16_t)(qb[2] | (qb[3] << 8)));
-                *(uint2 *)(xq + ((int64_t)t * nb * 128 + k0) * 2) = hv;
-            }
+        if (MODE == PRE_Q8) {
+            *(uint32_t *)(xq + (int64_t)t * nb * 128 + k0) =
+                (uint32_t)qb[0] | ((uint32_t)qb[1] << 8) | ((uint32_t)qb[2] << 16) | ((uint32_t)qb[3] << 24);
             if (lane == 0)
                 s[(int64_t)t * nb + g] = sc;
         } else {
@@ -115,9 +107,6 @@ static cudaError_t qf8_prepass(const cuda_ctx *c, int mode, lg_tensor x, int nb,
     const int K = (int)x.cols;
     if (mode == PRE_Q8)
         return cu_launch(c, qf8_prepass_kernel<TX, PRE_Q8>, grid, block, 0, xp, (int64_t)x.stride, K, nb, per_group, a8s,
-                         xq, s, s1, (TX *)xd, ldo, amax);
-    if (mode == PRE_Q8H)
-        return cu_launch(c, qf8_prepass_kernel<TX, PRE_Q8H>, grid, block, 0, xp, (int64_t)x.stride, K, nb, per_group, a8s,
                          xq, s, s1, (TX *)xd, ldo, amax);
     if (mode == PRE_DEQ)
         return cu_launch(c, qf8_prepass_kernel<TX, PRE_DEQ>, grid, block, 0, xp, (int64_t)x.stride, K, nb, per_group,
@@ -155,7 +144,6 @@ int cu_matmul_f8(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tenso
     a.q = p.q, a.d = p.d, a.a = p.a, a.q_row = p.q_row, a.nb = nb;
     a.bias = bias.data, a.bdt = bias.dtype, a.N = N, a.K = K;
     a.x_vec = x.stride % 8 == 0 && cu_aligned16(x.data);
-    a.sem = c->sem;
     cudaError_t e = cudaSuccess;
 
     /* F8_A8S prefill: by runs of rows of one a (known once the a plane was read: matmul_f8_lt.cu), each run's
@@ -167,21 +155,18 @@ int cu_matmul_f8(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tenso
         return -1;
 
     if (T <= QMM_STREAM_MAX_T || (a8s && n_runs == 0)) {
-        /* prepass scratch: F8_A8 / F8_A8G e4m3 values (as f16) + scales; F8_A8S amax */
+        /* prepass scratch: F8_A8 / F8_A8G e4m3 rows + scales; F8_A8S amax */
         uint8_t *xq = NULL;
         float *s = NULL;
-        /* workspace: the split-K partial sums, then (W8A8) the prepass's rows and scales */
-        const size_t pb = (qmm_part_bytes(c->n_sm, N, nb, T) + 255) & ~(size_t)255;
-        const size_t qb = a8 && !a8s ? (size_t)T * (size_t)nb * 128 * 2 : 0, sb = a8 ? (size_t)T * (size_t)(a8s ? 1 : nb) * 4 : 0;
-        char *ws = pb + qb + sb > 0 ? (char *)cu_workspace(c, pb + qb + sb + 256) : NULL;
-        if (pb + qb + sb > 0 && !ws)
-            return CU_FAIL(c, "matmul (%s): no workspace for %d activation rows", lg_qtype_get(W.q).name, T);
-        a.part = pb ? (float *)ws : NULL;
         if (a8) {
-            xq = (uint8_t *)(ws + pb);
-            s = (float *)(ws + pb + ((qb + 255) & ~(size_t)255));
-            e = f16 ? qf8_prepass<__half>(c, a8s ? PRE_AMAX : PRE_Q8H, x, nb, a8g, xq, s, NULL, NULL, 0, s)
-                    : qf8_prepass<__nv_bfloat16>(c, a8s ? PRE_AMAX : PRE_Q8H, x, nb, a8g, xq, s, NULL, NULL, 0, s);
+            const size_t qb = a8s ? 0 : (size_t)T * (size_t)nb * 128, sb = (size_t)T * (size_t)(a8s ? 1 : nb) * 4;
+            char *ws = (char *)cu_workspace(c, qb + sb + 256);
+            if (!ws)
+                return CU_FAIL(c, "matmul (%s): no workspace for %d activation rows", lg_qtype_get(W.q).name, T);
+            xq = (uint8_t *)ws;
+            s = (float *)(ws + ((qb + 255) & ~(size_t)255));
+            e = f16 ? qf8_prepass<__half>(c, a8s ? PRE_AMAX : PRE_Q8, x, nb, a8g, xq, s, NULL, NULL, 0, s)
+                    : qf8_prepass<__nv_bfloat16>(c, a8s ? PRE_AMAX : PRE_Q8, x, nb, a8g, xq, s, NULL, NULL, 0, s);
             if (e != cudaSuccess)
                 return CU_FAIL(c, "matmul (%s): prepass launch failed: %s", lg_qtype_get(W.q).name,
                                cudaGetErrorString(e));
@@ -193,7 +178,7 @@ int cu_matmul_f8(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tenso
             a.y = (char *)y.data + (size_t)t0 * (size_t)y.stride * lg_dtype_size(y.dtype);
             a.ldy = y.stride;
             if (a8 && !a8s) {
-                a.x = xq + (size_t)t0 * (size_t)nb * 128 * 2;
+                a.x = xq + (size_t)t0 * (size_t)nb * 128;
                 a.s = s + (size_t)t0 * (size_t)nb;
                 a.ldx = (int64_t)nb * 128;
             } else {

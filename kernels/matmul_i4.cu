@@ -42,13 +42,6 @@ int cu_matmul_i4(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tenso
     a.bias = bias.data, a.bdt = bias.dtype, a.N = N, a.K = K, a.accumulate = accumulate;
     a.x_vec = x.stride % 8 == 0 && cu_aligned16(x.data);
     a.ldx = x.stride, a.ldy = y.stride;
-    a.sem = c->sem;
-    const size_t pb = qmm_part_bytes(c->n_sm, N, a.nb, T);
-    if (pb > 0) {
-        a.part = (float *)cu_workspace(c, pb);
-        if (!a.part)
-            return CU_FAIL(c, "matmul (I4): no workspace for the split-K sums (N=%d K=%d)", N, K);
-    }
     for (int t0 = 0; t0 < T; t0 += QMM_MAX_T) {
         a.T = T - t0 < QMM_MAX_T ? T - t0 : QMM_MAX_T;
         a.x = (const char *)x.data + (size_t)t0 * (size_t)x.stride * 2;

@@ -15,16 +15,11 @@
  * each weight byte once a launch whatever T <= 32, with 16-byte loads, and does the arithmetic
  * on the tensor cores so that 32 tokens cost no more issue slots than one.
  *
- * How: a block of QMM_WARPS warps owns WR * RT * 16 output rows (WR warps along the rows, each RT
- * tiles of 16 rows; WG = QMM_WARPS / WR warps along K) and a range of gps groups of K (split-K:
- * blockIdx.y, from g0); warp (wr, w) takes the groups g0 + w, g0 + w + WG, ... of its rows (the
- * block's warps read WG consecutive groups of a row at a time) and sums its groups in registers; the
- * warps' sums meet in shared memory at the end. With more than one split (qmm_splits: the 4096-row
- * shapes would otherwise launch about one block per SM) each block stores its f32 sums to a
- * workspace and the last block of the row tile to arrive adds the splits in split order
- * (deterministic; no second launch). At most 128 registers a thread (QMM_MIN_BLOCKS = 2 blocks an
- * SM); the thresholds below. mma.sync m16n8k16 with "swap AB": the 16 weight rows are the M side,
- * 8 tokens the N side (TT tiles of 8 tokens, T <= 8 * TT). A dot product does not care in which order k
+ * How: a block of QMM_WARPS warps owns RT * 16 output rows; warp w takes the groups w, w + 8, ...
+ * of those rows (the block's warps read 8 consecutive groups of a row at a time) and sums its
+ * groups in registers; the warps' sums meet in shared memory at the end (no split-K pass, no
+ * second launch). mma.sync m16n8k16 with "swap AB": the 16 weight rows are the M side, 8 tokens
+ * the N side (TT tiles of 8 tokens, T <= 8 * TT). A dot product does not care in which order k
  * runs, so each lane loads 16 contiguous bytes of its fragment rows (F8: 16 e4m3 = k 16 t ..
  * 16 t + 15 of a 64-k chunk; I4: 32 nibbles = k 32 t .. 32 t + 31 of the group) and feeds them
  * to the mma's k slots in an order the activation fragment repeats exactly:
@@ -32,17 +27,14 @@
  *       (cvt.rn.f16x2.e4m3x2: exact; bf16 through f32, exact);
  *   I4: word i of the 16 bytes holds elements 8i .. 8i+7; (w >> 4j) & 0x000f000f is the pair
  *       (8i+j, 8i+j+4), made a 16-bit value exactly by the exponent trick (0x6400 | q is
- *       1024 + q in f16, 0x4300 | q is 128 + q in bf16) minus (1024 + z) (or 128 + z); in f16 the
- *       odd j's pair is taken in place (0x6400 | 16 q, times 1/16 minus 64 + z: one HFMA2).
+ *       1024 + q in f16, 0x4300 | q is 128 + q in bf16) minus (1024 + z) (or 128 + z).
  * The next group's weight bytes (and d, z) are loaded before the current group is multiplied
  * (register double buffer), and the first group's before pdl_wait (weights are never written by
- * the kernels before); the warps w = 0 also ask L2 to prefetch the next QMM_PF_BYTES of their rows
- * (within the split).
+ * the kernels before); warp 0 also asks L2 to prefetch the next QMM_PF_BYTES of the block's rows.
  *
  * Activation modes (XM):
  *   QMM_X_RAW  x in TX (f16/bf16), used as it is (F8, I4); mma in TX;
- *   QMM_X_Q8   x prequantized by matmul_f8.cu's prepass: its e4m3 values as f16 [T, nb * 128] (exact;
- *              zeros past K: the prepass converts each once, not each block that reads it)
+ *   QMM_X_Q8   x prequantized by matmul_f8.cu's prepass: e4m3 bytes [T, nb * 128] (zeros past K)
  *              and s [T, nb] f32 (F8_A8: the token's s in every group; F8_A8G: per group); f16 mma;
  *   QMM_X_A8S  x in TX, rounded to e4m3 here with the scale of the row tile's activation scale a
  *              (a > 0: s = a; a < 0: s = min(amax[t], -a) / 448, amax from the prepass), because
@@ -62,26 +54,6 @@
 #include <cuda_fp8.h>
 
 #define QMM_WARPS 8
-#define QMM_MAX_T 32 /* token rows of one launch */
-/* ---- the dispatch thresholds of the planar decode path (one place) ----
- * QMM_MIN_BLOCKS: resident blocks an SM must hold (__launch_bounds__: at most 65536 / (256 * 2) = 128
- * registers a thread), so that one block's tail and the next block's first loads overlap;
- * by TT = ceil(T / 8) (T = 1..8: TT = 1; 9..16: 2; 17..32: 3, 4) and the activation mode:
- * qmm_rt: 16-row tiles a warp owns: 2 at TT = 1 (not F8_A8S), else 1 (more tokens' accumulators, or
- *   F8_A8S's per-tile activations, would not fit 128 registers with two: ptxas spilled);
- * qmm_wr: warps of a block along the rows (the rest along K): blocks of 32 rows up to 16 tokens, of 64
- *   above, so that a block's row tiles read the same activations at about the same time (L1 hits): per
- *   weight byte a block reads 2 T / (rows of the block) bytes of f16 activations, 4 with 16 rows at
- *   T = 32, 1 with 64;
- * QMM_SPLIT_BLOCKS: split-K target, blocks times splits per SM (qmm_splits), at most QMM_MAX_SPLITS (the
- *   f32 partials of 32 tokens, 4 x 128 B a row, stay a small part of the weight's bytes), each split
- *   >= one group a warp along K. On 132 SMs, T <= 16 (blocks of 32 rows): o and down (4096 rows) take
- *   4 splits, qkv (12288) 3, gate_up (22016) 2; T > 16 (blocks of 64 rows): 4 splits everywhere. The
- *   sums are added in a fixed order (deterministic), which depends on the shape, the SM count and the
- *   launch's TT (one token's output is the same in any batch of 1..8 tokens, 9..16, or 17..32). */
-#define QMM_MIN_BLOCKS 2
-#define QMM_SPLIT_BLOCKS 8
-#define QMM_MAX_SPLITS 4
 /* bytes of each of its rows a block asks L2 to prefetch past its first round of groups (0: none); unmeasured:
  * 2 KB a row is 64 KB a block, 8-17 MB over the resident blocks of a 7B shape, a third of the L2 */
 #define QMM_PF_BYTES 2048
@@ -90,9 +62,6 @@
 #define QMM_X_RAW 0
 #define QMM_X_Q8 1
 #define QMM_X_A8S 2
-
-__host__ __device__ constexpr int qmm_rt(int xm, int tt) { return tt == 1 && xm != QMM_X_A8S ? 2 : 1; }
-__host__ __device__ constexpr int qmm_wr(int xm, int tt) { return tt >= 3 ? 4 : qmm_rt(xm, tt) == 2 ? 1 : 2; }
 
 struct qmm_args {
     const uint8_t *q;   /* q plane [N, q_row] */
@@ -111,12 +80,6 @@ struct qmm_args {
     lg_dtype bdt;
     int accumulate;
     int N, K, T;
-    /* split-K (qmm_splits): blockIdx.y takes the groups [y * gps, min(nb, (y + 1) * gps)); splits > 1: each
-     * block's f32 sums go to part [splits][T][N] and the last block of a row tile to arrive (counter
-     * sem[blockIdx.x], left zero) adds them in split order and stores y */
-    int gps, splits;
-    float *part;
-    int *sem;
 };
 
 /* two e4m3 bytes (low byte: the first element) -> f16x2 / bf16x2, exactly */
@@ -175,33 +138,6 @@ template <> __device__ __forceinline__ uint32_t qmm_nib2<__nv_bfloat16>(uint32_t
     return u;
 }
 
-/* a pair of nibbles at bits 4..7 and 20..23 of p (the rest zero) minus z; zh is qmm_zpair_hi(z). f16: p | 0x6400
- * is 1024 + 16 q, times 1/16 plus -(64 + z) is q - z in one exact HFMA2 (no shift); bf16 (whose 0x4300 | 16 q would
- * reach the exponent): shifted down, as qmm_nib2 */
-template <typename TM> __device__ __forceinline__ uint32_t qmm_zpair_hi(int z);
-template <> __device__ __forceinline__ uint32_t qmm_zpair_hi<__half>(int z)
-{
-    const uint32_t v = 0xd400u | ((uint32_t)z << 4); /* -(64 + z) */
-    return v | (v << 16);
-}
-template <> __device__ __forceinline__ uint32_t qmm_zpair_hi<__nv_bfloat16>(int z) { return qmm_zpair<__nv_bfloat16>(z); }
-template <typename TM> __device__ __forceinline__ uint32_t qmm_nib2_hi(uint32_t p, uint32_t zh);
-template <> __device__ __forceinline__ uint32_t qmm_nib2_hi<__half>(uint32_t p, uint32_t zh)
-{
-    __half2 a, b;
-    const uint32_t v = p | 0x64006400u;
-    memcpy(&a, &v, 4);
-    memcpy(&b, &zh, 4);
-    const __half2 r = __hfma2(a, __half2half2(__ushort_as_half((unsigned short)0x2c00u)), b); /* 0x2c00: 1/16 */
-    uint32_t u;
-    memcpy(&u, &r, 4);
-    return u;
-}
-template <> __device__ __forceinline__ uint32_t qmm_nib2_hi<__nv_bfloat16>(uint32_t p, uint32_t zh)
-{
-    return qmm_nib2<__nv_bfloat16>(p >> 4, zh);
-}
-
 /* 8 activations of token row xr (elements k0 .. k0 + 7, zeros past K) as a 16-byte word */
 template <typename TX> __device__ __forceinline__ uint4 qmm_x8(const TX *xr, int k0, int K, bool vec)
 {
@@ -235,19 +171,15 @@ template <typename TX> __device__ __forceinline__ void qmm_q8(uint4 u, float sa,
 /* the activation scale of an F8_A8S tile whose a is `a` for token amax `am` */
 __device__ __forceinline__ float qmm_a8s_scale(float a, float am) { return a > 0.f ? a : fminf(am, -a) / 448.0f; }
 
-template <int WF, typename TM, int XM, int TT, int RT, int WR, typename TX, typename TY>
-__global__ void __launch_bounds__(QMM_WARPS * 32, QMM_MIN_BLOCKS) qmm_kernel(const __grid_constant__ qmm_args a)
+template <int WF, typename TM, int XM, int TT, int RT, typename TX, typename TY>
+__global__ void __launch_bounds__(QMM_WARPS * 32) qmm_kernel(const __grid_constant__ qmm_args a)
 {
     constexpr int WL = WF == QMM_F8 ? 2 : 1; /* 16-byte words of a fragment row per group */
-    constexpr int RB = RT * 16;              /* rows of a warp */
-    constexpr int WG = QMM_WARPS / WR;       /* warps along K: the group stride */
-    constexpr int BR = WR * RB;              /* rows of the block */
-    __shared__ float red[WG][BR][TT * 8 + 1];
+    constexpr int RB = RT * 16;
+    __shared__ float red[QMM_WARPS][RB][TT * 8 + 1];
     pdl_trigger();
-    const int lane = threadIdx.x & 31, wi = threadIdx.x >> 5, gid = lane >> 2, t4 = lane & 3;
-    const int wr = wi % WR, w = wi / WR; /* the warp's row tile, its place along K */
-    const int b_base = blockIdx.x * BR, n_base = b_base + wr * RB, N = a.N, K = a.K, T = a.T, nb = a.nb;
-    const int g_begin = blockIdx.y * a.gps, g_end = min(nb, g_begin + a.gps); /* this block's groups */
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, gid = lane >> 2, t4 = lane & 3;
+    const int n_base = blockIdx.x * RB, N = a.N, K = a.K, T = a.T, nb = a.nb;
 
     const uint8_t *wrow[RT][2];
     int64_t drow[RT][2];
@@ -295,17 +227,16 @@ __global__ void __launch_bounds__(QMM_WARPS * 32, QMM_MIN_BLOCKS) qmm_kernel(con
      * to QMM_PF_BYTES a row: the register double buffer keeps only two groups a warp in flight, the
      * prefetch lets HBM run ahead of it. A cache hint only; weights only, so before pdl_wait. */
     if (QMM_PF_BYTES > 0 && w == 0 && lane < RB && n_base + lane < N) {
-        const int64_t gb = WF == QMM_F8 ? 128 : 64; /* q bytes of a group */
-        const int64_t from = (int64_t)(g_begin + WG) * gb;
-        const int64_t to = min((int64_t)g_end * gb, from + (int64_t)QMM_PF_BYTES);
+        const int64_t from = (int64_t)QMM_WARPS * (WF == QMM_F8 ? 128 : 64);
+        const int64_t to = min(a.q_row, from + (int64_t)QMM_PF_BYTES);
         if (to > from)
             asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(a.q + (int64_t)(n_base + lane) * a.q_row + from),
                          "r"((int)(to - from))
                          : "memory");
     }
 #endif
-    int g = g_begin + w;
-    if (g < g_end)
+    int g = w;
+    if (g < nb)
         load(g, cw, cd, cz);
     /* everything above reads only the weight planes */
     pdl_wait();
@@ -328,20 +259,20 @@ __global__ void __launch_bounds__(QMM_WARPS * 32, QMM_MIN_BLOCKS) qmm_kernel(con
     }
 
     const TX *xr[TT];
-    const __half *xq[TT];
+    const uint8_t *xq[TT];
 #pragma unroll
     for (int j = 0; j < TT; j++) {
         const int t = min(j * 8 + gid, T - 1);
         xr[j] = (const TX *)a.x + (int64_t)t * a.ldx;
-        xq[j] = (const __half *)a.x + (int64_t)t * nb * 128;
+        xq[j] = (const uint8_t *)a.x + (int64_t)t * nb * 128;
     }
     const bool vec = a.x_vec != 0;
 
 #pragma unroll 1
-    for (; g < g_end; g += WG) {
-        const bool more = g + WG < g_end;
+    for (; g < nb; g += QMM_WARPS) {
+        const bool more = g + QMM_WARPS < nb;
         if (more)
-            load(g + WG, nw, nd, nz);
+            load(g + QMM_WARPS, nw, nd, nz);
         float part[RT][TT][4];
 #pragma unroll
         for (int rt = 0; rt < RT; rt++)
@@ -360,13 +291,10 @@ __global__ void __launch_bounds__(QMM_WARPS * 32, QMM_MIN_BLOCKS) qmm_kernel(con
                 for (int j = 0; j < TT; j++) {
                     const bool tok = j * 8 + gid < T;
                     if (XM == QMM_X_Q8) {
-                        uint4 u0 = make_uint4(0, 0, 0, 0), u1 = u0;
-                        if (tok) {
-                            u0 = __ldg((const uint4 *)(xq[j] + k0));
-                            u1 = __ldg((const uint4 *)(xq[j] + k0 + 8));
-                        }
-                        xb[0][j][0] = u0.x, xb[0][j][1] = u0.y, xb[0][j][2] = u0.z, xb[0][j][3] = u0.w;
-                        xb[0][j][4] = u1.x, xb[0][j][5] = u1.y, xb[0][j][6] = u1.z, xb[0][j][7] = u1.w;
+                        const uint4 u = tok ? __ldg((const uint4 *)(xq[j] + k0)) : make_uint4(0, 0, 0, 0);
+                        const uint16_t *b = (const uint16_t *)&u;
+#pragma unroll
+                        for (int i = 0; i < 8; i++) xb[0][j][i] = qmm_e4m3x2<__half>(b[i]);
                     } else {
                         uint4 u0 = make_uint4(0, 0, 0, 0), u1 = u0;
                         if (tok) {
@@ -404,14 +332,11 @@ __global__ void __launch_bounds__(QMM_WARPS * 32, QMM_MIN_BLOCKS) qmm_kernel(con
         } else {
             /* I4: word i of the lane's 16 bytes: elements k0 + 8i .. k0 + 8i + 7 */
             const int k0 = g * 128 + t4 * 32;
-            uint32_t zz[RT][2], zh[RT][2];
+            uint32_t zz[RT][2];
 #pragma unroll
             for (int rt = 0; rt < RT; rt++)
 #pragma unroll
-                for (int h = 0; h < 2; h++) {
-                    zz[rt][h] = qmm_zpair<TM>(cz[rt][h]);
-                    zh[rt][h] = qmm_zpair_hi<TM>(cz[rt][h]);
-                }
+                for (int h = 0; h < 2; h++) zz[rt][h] = qmm_zpair<TM>(cz[rt][h]);
 #pragma unroll
             for (int i = 0; i < 4; i++) {
                 uint32_t xb[TT][4]; /* pairs (8i+j, 8i+j+4), j < 4 */
@@ -429,11 +354,10 @@ __global__ void __launch_bounds__(QMM_WARPS * 32, QMM_MIN_BLOCKS) qmm_kernel(con
 #pragma unroll
                     for (int st = 0; st < 2; st++) {
                         uint32_t af[4];
-                        const uint32_t a0 = w0 >> (8 * st), a1 = w1 >> (8 * st);
-                        af[0] = qmm_nib2<TM>(a0 & 0x000f000fu, zz[rt][0]);
-                        af[1] = qmm_nib2<TM>(a1 & 0x000f000fu, zz[rt][1]);
-                        af[2] = qmm_nib2_hi<TM>(a0 & 0x00f000f0u, zh[rt][0]);
-                        af[3] = qmm_nib2_hi<TM>(a1 & 0x00f000f0u, zh[rt][1]);
+                        af[0] = qmm_nib2<TM>((w0 >> (8 * st)) & 0x000f000fu, zz[rt][0]);
+                        af[1] = qmm_nib2<TM>((w1 >> (8 * st)) & 0x000f000fu, zz[rt][1]);
+                        af[2] = qmm_nib2<TM>((w0 >> (8 * st + 4)) & 0x000f000fu, zz[rt][0]);
+                        af[3] = qmm_nib2<TM>((w1 >> (8 * st + 4)) & 0x000f000fu, zz[rt][1]);
 #pragma unroll
                         for (int j = 0; j < TT; j++) cu_mma16816<TM>(part[rt][j], af, xb[j][2 * st], xb[j][2 * st + 1]);
                     }
@@ -479,48 +403,16 @@ __global__ void __launch_bounds__(QMM_WARPS * 32, QMM_MIN_BLOCKS) qmm_kernel(con
 #pragma unroll
         for (int j = 0; j < TT; j++)
 #pragma unroll
-            for (int e = 0; e < 4; e++)
-                red[w][wr * RB + rt * 16 + gid + 8 * (e >> 1)][j * 8 + 2 * t4 + (e & 1)] = acc[rt][j][e];
+            for (int e = 0; e < 4; e++) red[w][rt * 16 + gid + 8 * (e >> 1)][j * 8 + 2 * t4 + (e & 1)] = acc[rt][j][e];
     __syncthreads();
     TY *y = (TY *)a.y;
-    const int splits = a.splits;
-    if (splits > 1) {
-        /* this split's sums to part, then the last block of the row tile to arrive adds the splits in order */
-        __shared__ int last_s;
-        float *pp = a.part + (int64_t)blockIdx.y * T * N;
-        for (int o = threadIdx.x; o < BR * TT * 8; o += QMM_WARPS * 32) {
-            const int r = o % BR, t = o / BR, n = b_base + r;
-            if (n >= N || t >= T)
-                continue;
-            float v = 0.f;
-#pragma unroll
-            for (int ww = 0; ww < WG; ww++) v += red[ww][r][t];
-            __stcg(pp + (int64_t)t * N + n, v);
-        }
-        __threadfence();
-        __syncthreads();
-        if (threadIdx.x == 0) {
-            const int last = atomicAdd(a.sem + blockIdx.x, 1) == splits - 1;
-            if (last)
-                atomicExch(a.sem + blockIdx.x, 0); /* every split of the tile has arrived */
-            last_s = last;
-        }
-        __syncthreads();
-        if (!last_s)
-            return;
-        __threadfence();
-    }
-    for (int o = threadIdx.x; o < BR * TT * 8; o += QMM_WARPS * 32) {
-        const int r = o % BR, t = o / BR, n = b_base + r;
+    for (int o = threadIdx.x; o < RB * TT * 8; o += QMM_WARPS * 32) {
+        const int r = o % RB, t = o / RB, n = n_base + r;
         if (n >= N || t >= T)
             continue;
         float v = 0.f;
-        if (splits > 1) {
-            for (int sp = 0; sp < splits; sp++) v += __ldcg(a.part + ((int64_t)sp * T + t) * N + n);
-        } else {
 #pragma unroll
-            for (int ww = 0; ww < WG; ww++) v += red[ww][r][t];
-        }
+        for (int ww = 0; ww < QMM_WARPS; ww++) v += red[ww][r][t];
         TY *p = y + (int64_t)t * a.ldy + n;
         if (a.accumulate)
             v += to_f32(*p);
@@ -530,45 +422,13 @@ __global__ void __launch_bounds__(QMM_WARPS * 32, QMM_MIN_BLOCKS) qmm_kernel(con
     }
 }
 
-/* Host: the split-K count of a launch over a weight of N rows and nb groups on n_sm SMs in blocks of br rows
- * and wg warps along K (see QMM_SPLIT_BLOCKS), and its groups a split (*gps) */
-static inline int qmm_splits(int n_sm, int N, int nb, int br, int wg, int *gps)
-{
-    const int blocks = (N + br - 1) / br;
-    int s = (QMM_SPLIT_BLOCKS * n_sm + blocks - 1) / blocks;
-    if (s > QMM_MAX_SPLITS)
-        s = QMM_MAX_SPLITS;
-    if (s > nb / wg)
-        s = nb / wg;
-    if (s < 1 || blocks > CU_SEM_COUNT)
-        s = 1;
-    *gps = (nb + s - 1) / s;
-    return (nb + *gps - 1) / *gps;
-}
-/* bytes of f32 partial sums (a.part) the launches of a call of T tokens need (0 without split-K) */
-static inline size_t qmm_part_bytes(int n_sm, int N, int nb, int T)
-{
-    int g, s = 1;
-    for (int xm = 0; xm < 3; xm++)
-        for (int tt = 1; tt <= 4; tt++) {
-            const int wr = qmm_wr(xm, tt), st = qmm_splits(n_sm, N, nb, wr * qmm_rt(xm, tt) * 16, QMM_WARPS / wr, &g);
-            s = st > s ? st : s;
-        }
-    const int tmax = T < QMM_MAX_T ? T : QMM_MAX_T;
-    return s > 1 ? (size_t)s * (size_t)tmax * (size_t)N * 4 : 0;
-}
-
-/* Host: launches qmm_kernel for rows of T <= 32 tokens (TT = ceil(T / 8)), RT = qmm_rt, WR = qmm_wr,
- * qmm_splits blocks along K (a.part: qmm_part_bytes); 0 or the launch error. */
+/* Host: launches qmm_kernel for rows of T <= 32 tokens (TT = ceil(T / 8)), RT = 2; 0 or the launch error. */
 template <int WF, typename TM, int XM, int TT, typename TX, typename TY>
 static cudaError_t qmm_launch_tt(const cuda_ctx *c, const qmm_args &a)
 {
-    constexpr int RT = qmm_rt(XM, TT), WR = qmm_wr(XM, TT), BR = WR * RT * 16;
-    qmm_args b = a;
-    b.splits = qmm_splits(c->n_sm, a.N, a.nb, BR, QMM_WARPS / WR, &b.gps);
-    const unsigned blocks = (unsigned)((a.N + BR - 1) / BR);
-    return cu_launch(c, qmm_kernel<WF, TM, XM, TT, RT, WR, TX, TY>, dim3(blocks, (unsigned)b.splits),
-                     dim3(QMM_WARPS * 32), 0, b);
+    constexpr int RT = 2;
+    const unsigned blocks = (unsigned)((a.N + RT * 16 - 1) / (RT * 16));
+    return cu_launch(c, qmm_kernel<WF, TM, XM, TT, RT, TX, TY>, dim3(blocks), dim3(QMM_WARPS * 32), 0, a);
 }
 template <int WF, typename TM, int XM, typename TX, typename TY>
 static cudaError_t qmm_launch(const cuda_ctx *c, const qmm_args &a)
@@ -581,6 +441,7 @@ static cudaError_t qmm_launch(const cuda_ctx *c, const qmm_args &a)
     }
 }
 
+#define QMM_MAX_T 32         /* token rows of one launch */
 #define QMM_STREAM_MAX_T 128 /* larger T: the prefill path (qmm_prefill.cu), except F8_A8S */
 #define QMM_CHUNK_BYTES ((size_t)64 << 20) /* the prefill path's dequantized weight rows, at most */
 
