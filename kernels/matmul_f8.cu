@@ -146,6 +146,23 @@ int cu_matmul_f8(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tenso
     a.x_vec = x.stride % 8 == 0 && cu_aligned16(x.data);
     cudaError_t e = cudaSuccess;
 
+    /* F8_A8 with one d a row, from LG_QMM_LT_MIN_T rows (default: prefill, T > 128): the FP8 tensor cores
+     * (matmul_f8_lt.cu) on the prepass's e4m3 rows; not taken, the weight stream or the dequantizing path */
+    if (W.q == LG_QF8_A8 && T >= (c->tune->qmm_lt_min_t > 0 ? c->tune->qmm_lt_min_t : QMM_STREAM_MAX_T + 1)) {
+        const size_t qb = ((size_t)T * (size_t)nb * 128 + 255) & ~(size_t)255;
+        const size_t sb = ((size_t)T * (size_t)nb * 4 + 255) & ~(size_t)255, s1b = ((size_t)T * 4 + 255) & ~(size_t)255;
+        char *ws = (char *)cu_workspace(c, qb + sb + s1b + (size_t)N * 4 + 512);
+        if (!ws)
+            return CU_FAIL(c, "matmul (F8_A8): no workspace for %d activation rows", T);
+        float *s = (float *)(ws + qb), *s1 = (float *)(ws + qb + sb);
+        e = f16 ? qf8_prepass<__half>(c, PRE_Q8, x, nb, 0, (uint8_t *)ws, s, s1, NULL, 0, NULL)
+                : qf8_prepass<__nv_bfloat16>(c, PRE_Q8, x, nb, 0, (uint8_t *)ws, s, s1, NULL, 0, NULL);
+        if (e != cudaSuccess)
+            return CU_FAIL(c, "matmul (F8_A8): prepass launch failed: %s", cudaGetErrorString(e));
+        const int rc = cu_qf8_lt_try(c, y, W, (const uint8_t *)ws, s1, T, bias, accumulate, ws + qb + sb + s1b);
+        if (rc <= 0)
+            return rc;
+    }
     /* F8_A8S prefill: by runs of rows of one a (known once the a plane was read: matmul_f8_lt.cu), each run's
      * x~ rounded by its a, then the dequantizing path over its rows; else the weight stream below */
     int run_r0[8];
@@ -202,22 +219,6 @@ int cu_matmul_f8(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tenso
         return 0;
     }
 
-    /* prefill, F8_A8 with one d a row: the FP8 tensor cores (matmul_f8_lt.cu) on the prepass's e4m3 rows */
-    if (W.q == LG_QF8_A8) {
-        const size_t qb = ((size_t)T * (size_t)nb * 128 + 255) & ~(size_t)255;
-        const size_t sb = ((size_t)T * (size_t)nb * 4 + 255) & ~(size_t)255, s1b = ((size_t)T * 4 + 255) & ~(size_t)255;
-        char *ws = (char *)cu_workspace(c, qb + sb + s1b + (size_t)N * 4 + 512);
-        if (!ws)
-            return CU_FAIL(c, "matmul (F8_A8): no workspace for %d activation rows", T);
-        float *s = (float *)(ws + qb), *s1 = (float *)(ws + qb + sb);
-        e = f16 ? qf8_prepass<__half>(c, PRE_Q8, x, nb, 0, (uint8_t *)ws, s, s1, NULL, 0, NULL)
-                : qf8_prepass<__nv_bfloat16>(c, PRE_Q8, x, nb, 0, (uint8_t *)ws, s, s1, NULL, 0, NULL);
-        if (e != cudaSuccess)
-            return CU_FAIL(c, "matmul (F8_A8): prepass launch failed: %s", cudaGetErrorString(e));
-        const int rc = cu_qf8_lt_try(c, y, W, (const uint8_t *)ws, s1, T, bias, accumulate, ws + qb + sb + s1b);
-        if (rc <= 0)
-            return rc;
-    }
     /* prefill: x~ (W8A8) to scratch, W dequantized chunk by chunk, cuBLAS */
     const int64_t ldo = ((int64_t)K + 7) & ~(int64_t)7;
     const size_t xbytes = a8 ? ((size_t)T * (size_t)ldo * xs + 255) & ~(size_t)255 : 0;

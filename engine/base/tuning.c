@@ -93,6 +93,10 @@ const lg_tuning_switch lg_tuning_table[] = {
         "the decode GEMV (1..4 rows): 1 auto; 0 off (cuBLAS, or the TMA matmul); 2 auto with programmatic launch "
         "always; 10 + v its variant v (0..3) for every row count it can take",
         "kernels/gemv.cu, kernels/gemm.cu, kernels/norm_matmul.cu; tests/gpu/test_cuda_ops.c, tests/gpu/bench_gemv.c"},
+    {"LG_QMM_LT_MIN_T", offsetof(lg_tuning, qmm_lt_min_t), 129,
+        "F8_A8 matmuls (one weight scale a row) of at least this many token rows on cuBLASLt's FP8 GEMM; fewer: "
+        "the planar weight stream (qmm.cuh)",
+        "kernels/matmul_f8.cu; tests/gpu/test_cuda_qmatmul.c, tests/gpu/run_device.sh"},
     {"LG_DEC_RESIDENT_KB", offsetof(lg_tuning, dec_resident_kb), 200,
         "KB of K/V rows a block of the resident decode attention may hold (0: never the resident form)",
         "kernels/attention_decode.cu; tests/gpu/test_cuda_ops.c"},
