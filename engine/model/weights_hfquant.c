@@ -59,6 +59,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 typedef enum { QF_CT_FLOAT, QF_CT_PACK, QF_FP8, QF_FBGEMM, QF_AWQ, QF_GPTQ } qformat;
 
@@ -100,6 +101,7 @@ struct lg_hfquant {
     held *h;
     int n_h, cap_h;
     bool kv_notice;
+    bool expand_noticed;  /* the int4-expanded-to-16-bit notice was printed */
     char method[24], desc[96];
 };
 
@@ -236,6 +238,12 @@ static int parse_ct_group(lg_hfquant *h, const char *gname, json_t *g, const cha
         return lg_fail(err, "config.json quantization_config: more than %d config_groups", MAX_GROUPS);
     ct_group *cg = &h->g[h->n_g++];
     const char *fmt = str_of(g, "format") ? str_of(g, "format") : fmt_top;
+    /* naive-quantized stores the codes in the weight's own tensor: for 8-bit float weights that is the same
+     * e4m3 tensor as float-quantized (llm-compressor writes it for FP8 weight-only schemes) */
+    json_t *wnaive = json_object_get(g, "weights");
+    if (fmt && !strcmp(fmt, "naive-quantized") && json_is_object(wnaive) && str_of(wnaive, "type") &&
+        !strcmp(str_of(wnaive, "type"), "float") && int_of(wnaive, "num_bits", 0) == 8)
+        fmt = "float-quantized";
     if (!fmt || (strcmp(fmt, "float-quantized") && strcmp(fmt, "pack-quantized")))
         return lg_fail(err, "config.json quantization_config: compressed-tensors format '%s' is not supported "
                             "(supported: %s)", fmt ? fmt : "(none)", SUPPORTED);
@@ -341,11 +349,11 @@ static int parse_ct(lg_hfquant *h, json_t *qc, lg_err *err)
 {
     static const char *const KEYS[] = {"quant_method", "format", "config_groups", "ignore", "kv_cache_scheme",
                                        "quantization_status", "global_compression_ratio", "version",
-                                       "sparsity_config", "transform_config", NULL};
+                                       "sparsity_config", "moe_sparsity_config", "transform_config", NULL};
     if (check_keys(qc, "", KEYS, err))
         return -1;
-    static const char *const OFF[] = {"sparsity_config", "transform_config"};
-    for (int i = 0; i < 2; i++) {
+    static const char *const OFF[] = {"sparsity_config", "moe_sparsity_config", "transform_config"};
+    for (int i = 0; i < 3; i++) {
         json_t *v = json_object_get(qc, OFF[i]);
         if (!absent(v) && !(json_is_object(v) && !json_object_size(v)))
             return lg_fail(err, "config.json quantization_config: %s is set, which loragate does not implement", OFF[i]);
@@ -446,10 +454,23 @@ static int parse_awq(lg_hfquant *h, json_t *qc, lg_err *err)
 {
     static const char *const KEYS[] = {"quant_method", "version", "bits", "w_bit", "group_size", "q_group_size",
                                        "zero_point", "modules_to_not_convert", "do_fuse", "fuse_max_seq_len",
-                                       "backend", "exllama_config", NULL};
+                                       "backend", "exllama_config", /* GPTQModel's AWQ: */ "checkpoint_format",
+                                       "format", "desc_act", "lm_head", "meta", "method", "pack_dtype", "sym", NULL};
     if (check_keys(qc, "", KEYS, err))
         return -1;
     const char *ver = str_of(qc, "version") ? str_of(qc, "version") : "gemm";
+    static const char *const SAME[] = {"checkpoint_format", "format"};
+    for (int i = 0; i < 2; i++)
+        if (str_of(qc, SAME[i]) && strcasecmp(str_of(qc, SAME[i]), ver))
+            return lg_fail(err, "config.json quantization_config: awq %s '%s' is not supported (supported: %s)", SAME[i],
+                           str_of(qc, SAME[i]), SUPPORTED);
+    const char *pd = str_of(qc, "pack_dtype");
+    if (pd && strcmp(pd, "int32") && strcmp(pd, "torch.int32"))
+        return lg_fail(err, "config.json quantization_config: awq pack_dtype '%s' is not supported (expected int32)", pd);
+    if (json_is_true(json_object_get(qc, "desc_act")) || json_is_true(json_object_get(qc, "lm_head")))
+        return lg_fail(err, "config.json quantization_config: awq with desc_act or a quantized lm_head is not supported");
+    if (str_of(qc, "method") && strcmp(str_of(qc, "method"), "awq"))
+        return lg_fail(err, "config.json quantization_config: awq \"method\" '%s' is not supported", str_of(qc, "method"));
     int bits = int_of(qc, "bits", int_of(qc, "w_bit", 4));
     int group = int_of(qc, "group_size", int_of(qc, "q_group_size", 128));
     if (strcasecmp(ver, "gemm"))
@@ -458,8 +479,7 @@ static int parse_awq(lg_hfquant *h, json_t *qc, lg_err *err)
     if (bits != 4)
         return lg_fail(err, "config.json quantization_config: awq with %d bits is not supported (supported: %s)", bits,
                        SUPPORTED);
-    if (json_is_false(json_object_get(qc, "zero_point")))
-        return lg_fail(err, "config.json quantization_config: awq without zero_point is not supported");
+    /* zero_point false (symmetric): the GEMM format still stores qzeros (all 8), read as they are */
     if (!absent(json_object_get(qc, "exllama_config")))
         return lg_fail(err, "config.json quantization_config: awq exllama_config is not supported (supported: %s)",
                        SUPPORTED);
@@ -481,11 +501,15 @@ static int parse_gptq(lg_hfquant *h, json_t *qc, lg_err *err)
         "tokenizer", "dataset", "batch_size", "use_exllama", "exllama_config", "max_input_length",
         "cache_block_outputs", "module_name_preceding_first_block", "modules_in_block_to_quantize", "use_cuda_fp16",
         "backend", "modules_to_not_convert", "quantizer", "pack_impl", "adapter", "rotation", "offload_to_disk",
-        "offload_to_disk_path", "failsafe", "fail_safe", "gar", "gptaq", "foem", "zero_point", "moe",
-        "quant_method", NULL};
+        "offload_to_disk_path", "failsafe", "fail_safe", "gar", "gptaq", "foem", "zero_point", "moe", "method",
+        NULL};
     if (check_keys(qc, "", KEYS, err))
         return -1;
     int bits = int_of(qc, "bits", 4), group = int_of(qc, "group_size", 128);
+    const char *meth = str_of(qc, "method");
+    if (meth && strcmp(meth, "gptq"))
+        return lg_fail(err, "config.json quantization_config: gptq \"method\" '%s' is not supported (supported: %s)",
+                       meth, SUPPORTED);
     const char *fmt = str_of(qc, "checkpoint_format") ? str_of(qc, "checkpoint_format") : str_of(qc, "format");
     if (!fmt)
         fmt = "gptq";
@@ -868,10 +892,13 @@ static int i4_emit(lg_hfquant *h, lg_weights *w, const char *mod, const i4src *s
     if (!trivial || !maps) {
         char name[600];
         snprintf(name, sizeof name, "%s.weight", mod);
-        fprintf(stderr, "notice: %s: %s; expanded to %s at load (correct, slower than int4)\n", name,
-                !trivial ? "act-order g_idx (desc_act) does not map onto groups of 128"
-                         : "int4 groups smaller than 128 do not map onto groups of 128",
-                lg_dtype_name(h->deq_dt));
+        if (!h->expand_noticed)
+            fprintf(stderr, "notice: %s and every such tensor: %s; expanded to %s at load (correct, slower than "
+                            "int4)\n", name,
+                    !trivial ? "act-order g_idx (desc_act) does not map onto groups of 128"
+                             : "int4 groups smaller than 128 do not map onto groups of 128",
+                    lg_dtype_name(h->deq_dt));
+        h->expand_noticed = true;
         float *f = malloc((size_t)N * (size_t)K * 4);
         void *o = malloc((size_t)N * (size_t)K * lg_dtype_size(h->deq_dt));
         if (!f || !o) {

@@ -161,9 +161,10 @@ def _rms(x, w, eps):
     return w * (x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps))
 
 
-def forward(cfg, W, ids):
+def forward(cfg, W, ids, act_quant=None):
     """Logits [len(ids), vocab] in float64 for one sequence starting at position 0.
-    cfg: config.json dict. W: {HF tensor name: float64 array}."""
+    cfg: config.json dict. W: {HF tensor name: float64 array}. act_quant(x, name), if given, rounds the
+    input of each linear layer `name` (e.g. "model.layers.0.self_attn.q_proj") as a W8A8 matmul does."""
     d, nh, nkv, hd = dims(cfg)
     mt = cfg.get("model_type", "llama")
     gemma = mt in ("gemma2", "gemma3_text")
@@ -192,6 +193,8 @@ def forward(cfg, W, ids):
         return _rms(x, 1.0 + w if gemma else w, eps)
 
     def lin(x, name):
+        if act_quant is not None and name.startswith("model.layers."):
+            x = act_quant(x, name)
         y = x @ W[name + ".weight"].T
         b = W.get(name + ".bias")
         return y if b is None else y + b
