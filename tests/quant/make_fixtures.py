@@ -13,7 +13,7 @@ NOT run in CI (it needs torch): run it by hand in a separate venv, e.g.
 Versions used for the committed fixtures: torch 2.15.0, transformers 5.24.0, compressed-tensors 0.20.1,
 llmcompressor 0.14.0.1, gptqmodel 7.7.0, autoawq 0.2.9 (their dequantize_gemm only).
 
-Every fixture: a random Llama (hidden 128, 2 layers, 4 heads / 2 KV heads, head_dim 32, d_ff 256, vocab 64,
+Every fixture: a random Llama (hidden 128, 1 layer, 4 heads / 2 KV heads, head_dim 32, d_ff 256, vocab 64,
 untied lm_head; the *_k192 ones hidden 192 and d_ff 128, so K = 192 is not a multiple of 128) quantized by the package:
     tests/fixtures/quant/hf/<case>/config.json, model.safetensors   the checkpoint as the package saved it
     tests/fixtures/quant/hf/<case>/reference.safetensors            "<module>.weight" [out, in] float32: the
@@ -21,7 +21,8 @@ untied lm_head; the *_k192 ones hidden 192 and d_ff 128, so K = 192 is not a mul
         scale * code exactly as the package computes them)
     tests/fixtures/quant/hf/<case>/meta.json                        writer, versions, the layout loragate must
         pick, the activation scheme (for the logits test's fake quantization)
-The shape is smaller than a real model's so that every fixture stays ~1 MB with its float32 reference.
+The shape is smaller than a real model's (one layer) so that every fixture stays under 1 MB with its float32
+reference; d_ff 256 keeps a K of two groups of 128 (down_proj), where group indexing and act-order show.
 """
 import json
 import os
@@ -49,7 +50,7 @@ def versions(*pkgs):
 
 def make_base(path, hidden=128, d_ff=256, dtype=torch.bfloat16, seed=0):
     torch.manual_seed(seed)
-    cfg = transformers.LlamaConfig(hidden_size=hidden, intermediate_size=d_ff, num_hidden_layers=2,
+    cfg = transformers.LlamaConfig(hidden_size=hidden, intermediate_size=d_ff, num_hidden_layers=1,
                                    num_attention_heads=4, num_key_value_heads=2, vocab_size=VOCAB,
                                    max_position_embeddings=256, tie_word_embeddings=False, bos_token_id=1,
                                    eos_token_id=2, rms_norm_eps=1e-5)
