@@ -21,9 +21,8 @@
  *          max(0, max w), d = f16((hi - lo) / 15), z = clamp(round(-lo / d),
  *          0, 15), q = clamp(round(w / d) + z, 0, 15) with the f16 d.
  *
- * Workload: once per tensor at load or upload; single-threaded (a 7B
- * model's linear layers quantize in tens of seconds on one core: the
- * benchmarks' cost, not the serving path's).
+ * Workload: once per tensor at load or upload; single-threaded per tensor
+ * (weights_quantize.c runs tensors in parallel).
  */
 #include "engine/model/quant.h"
 
