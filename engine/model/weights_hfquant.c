@@ -399,9 +399,15 @@ static int parse_ct(lg_hfquant *h, json_t *qc, lg_err *err)
 static int parse_fp8(lg_hfquant *h, json_t *qc, lg_err *err)
 {
     static const char *const KEYS[] = {"quant_method", "activation_scheme", "weight_block_size",
-                                       "modules_to_not_convert", "ignored_layers", "fmt", "dequantize", NULL};
+                                       "modules_to_not_convert", "ignored_layers", "fmt", "dequantize",
+                                       "modules_to_convert", "scale_fmt", "expert_dtype", NULL};
     if (check_keys(qc, "", KEYS, err))
         return -1;
+    const char *sf = str_of(qc, "scale_fmt");
+    if (sf && strcmp(sf, "float"))
+        return lg_fail(err, "config.json quantization_config: fp8 scale_fmt '%s' is not supported (expected float)", sf);
+    if (!absent(json_object_get(qc, "modules_to_convert")))
+        return lg_fail(err, "config.json quantization_config: fp8 \"modules_to_convert\" is not supported");
     const char *fmt = str_of(qc, "fmt"), *as = str_of(qc, "activation_scheme");
     if (fmt && strcmp(fmt, "e4m3"))
         return lg_fail(err, "config.json quantization_config: fp8 fmt '%s' is not supported (expected e4m3)", fmt);
@@ -621,7 +627,7 @@ static bool quant_suffix(const char *s)
 {
     static const char *const S[] = {"weight_scale", "weight_scale_inv", "input_scale", "input_scale_ub", "qweight",
                                     "qzeros", "scales", "g_idx", "weight_packed", "weight_zero_point",
-                                    "weight_shape", "weight_g_idx", "k_scale", "v_scale", "kv_scale", NULL};
+                                    "weight_shape", "weight_g_idx", "k_scale", "v_scale", "kv_scale", "activation_scale", NULL};
     for (int i = 0; S[i]; i++)
         if (!strcmp(S[i], s))
             return true;
@@ -797,8 +803,8 @@ static int do_f8(lg_hfquant *h, lg_weights *w, const char *mod, held *wt, lg_err
         ws = get(h, mod, h->block ? "weight_scale_inv" : "weight_scale");
         if (!ws && !h->block)
             ws = get(h, mod, "weight_scale_inv");
-        if (q == LG_QF8_A8S)
-            is = get(h, mod, "input_scale");
+        if (q == LG_QF8_A8S && !(is = get(h, mod, "input_scale")))
+            is = get(h, mod, "activation_scale"); /* transformers' name */
     } else {
         q = LG_QF8_A8S;
         strategy = 1;

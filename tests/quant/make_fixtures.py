@@ -165,6 +165,55 @@ def ct_cases():
                                               "versions": versions("compressed-tensors", "llmcompressor")})
 
 
+# ---- quant_method fp8 (written by transformers' FineGrainedFP8 quantize op) -----------------------------------
+
+
+def hf_fp8_case(case, block):
+    """transformers' own Fp8Quantize op (what FineGrainedFP8Config runs at load on a GPU) on each Linear, run
+    here on the CPU; the reference is its Fp8Dequantize. MHA (4 KV heads) so that every weight's rows are a
+    multiple of 128, which the op needs to quantize a weight."""
+    import types
+    from transformers import FineGrainedFP8Config
+    from transformers.integrations.finegrained_fp8 import Fp8Dequantize, Fp8Quantize
+    base = os.path.join(TMP, "base_" + case)
+    m = make_base(base)
+    del m
+    cfg = json.load(open(os.path.join(base, "config.json")))
+    cfg["num_key_value_heads"] = 4
+    torch.manual_seed(3)
+    sd = load_file(os.path.join(base, "model.safetensors"))
+    for l in range(cfg["num_hidden_layers"]):
+        for p in ("self_attn.k_proj", "self_attn.v_proj"):
+            sd[f"model.layers.{l}.{p}.weight"] = (0.05 * torch.randn(128, cfg["hidden_size"])).to(torch.bfloat16)
+    qcfg = FineGrainedFP8Config(weight_block_size=[128, 128] if block else None)
+    hq = types.SimpleNamespace(quantization_config=qcfg)
+    quant, deq = Fp8Quantize(hq), Fp8Dequantize(hq)
+    out, ref = {}, {}
+    for k, v in sd.items():
+        if k.startswith("model.layers.") and k.endswith("_proj.weight"):
+            r = quant._quantize_one(k, v)
+            out.update(r)
+            sk = k[: -len("weight")] + "weight_scale_inv"
+            ref[k] = deq._dequantize_one(r[k], r[sk], torch.float32)
+        else:
+            out[k] = v
+    qd = qcfg.to_dict()
+    qd["quant_method"] = str(getattr(qd["quant_method"], "value", qd["quant_method"]))
+    cfg["quantization_config"] = qd
+    d = os.path.join(TMP, case)
+    os.makedirs(d)
+    json.dump(cfg, open(os.path.join(d, "config.json"), "w"), indent=1)
+    save_file(out, os.path.join(d, "model.safetensors"), metadata={"format": "pt"})
+    finish(d, case, ref, {"writer": "transformers FineGrainedFP8 Fp8Quantize / Fp8Dequantize",
+                          "layout": "F8_A8G" if block else "F8_A8", "activations": "group128" if block else "token",
+                          "versions": versions()})
+
+
+def hf_fp8_cases():
+    hf_fp8_case("hf_fp8_block", True)
+    hf_fp8_case("hf_fp8_tensor", False)
+
+
 # ---- GPTQ and AWQ (written by GPTQModel) -------------------------------------------------------------------
 
 
@@ -240,11 +289,14 @@ if __name__ == "__main__":
     if sys.argv[1:2] == ["refs"]:
         refs_again(sys.argv[2:])
         sys.exit(0)
-    which = sys.argv[1:] or ["ct", "gptq"]  # or case names of gptq_cases
+    which = sys.argv[1:] or ["ct", "hf_fp8", "gptq"]  # or case names of gptq_cases
     if "ct" in which:
         ct_cases()
+    if "hf_fp8" in which:
+        hf_fp8_cases()
     if "gptq" in which:
         gptq_cases()
-    elif [w for w in which if w != "ct"]:
-        gptq_cases([w for w in which if w != "ct"])
+    rest = [w for w in which if w not in ("ct", "hf_fp8", "gptq")]
+    if rest:
+        gptq_cases(rest)
     shutil.rmtree(TMP, ignore_errors=True)

@@ -4,6 +4,7 @@ real_smollm2.py — quantized checkpoints of a real model through loragate (figu
 tests/quant/make_fixtures.py) and takes minutes.
 
     GPTQMODEL_CPU_WORKERS=2 /tmp/qref/bin/python tests/quant/real_smollm2.py [--lg build/loragate] [--work DIR]
+        [--gguf .models/SmolLM2-135M-Instruct.Q4_1.gguf]
 
 1. The 16-bit model: the default model's GGUF (SmolLM2-135M-Instruct Q4_1, deploy/fetch-default-model.sh)
    dequantized by the `gguf` package, q/k rows un-permuted back to HF's layout, saved as an HF bf16
@@ -173,7 +174,9 @@ def main():
     ap.add_argument("--lg", default=os.path.join(ROOT, "build", "loragate"))
     ap.add_argument("--work", default="/tmp/lg_real_smollm2")
     ap.add_argument("--only", default="")
+    ap.add_argument("--gguf", default=GGUF, help="the default model's GGUF (deploy/fetch-default-model.sh)")
     a = ap.parse_args()
+    globals()["GGUF"] = a.gguf
     os.makedirs(a.work, exist_ok=True)
     base = os.path.join(a.work, "bf16")
     if not os.path.exists(os.path.join(base, "model.safetensors")):

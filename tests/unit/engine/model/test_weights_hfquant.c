@@ -4,8 +4,9 @@
  * against the dequantization of the package that wrote them.
  *
  * Fixtures: tests/fixtures/quant/hf/<case>/ from tests/quant/make_fixtures.py
- * (llm-compressor / compressed-tensors, GPTQModel, AutoAWQ's dequantize_gemm;
- * versions in each meta.json). reference.safetensors holds the package's
+ * (llm-compressor / compressed-tensors, GPTQModel, AutoAWQ's dequantize_gemm,
+ * transformers' FineGrainedFP8 quantize/dequantize ops; versions in each
+ * meta.json). reference.safetensors holds the package's
  * float32 dequantization of every quantized Linear.
  *
  * Bound: the planar tensors decode to the reference EXACTLY (0 difference):
@@ -56,6 +57,8 @@ static const qcase CASES[] = {
     {"gptq_act_order", LG_QI4, "gptq", "down_proj"},
     {"gptq_g32", LG_QNONE, "gptq", NULL},
     {"awq_g128", LG_QI4, "awq", NULL},
+    {"hf_fp8_block", LG_QF8_A8G, "fp8-block", NULL},
+    {"hf_fp8_tensor", LG_QF8_A8, "fp8", NULL},
 };
 
 static bool exists(const char *p)
