@@ -47,6 +47,8 @@ lg_weights *lg_weights_new(void)
     if (w) {
         w->cfg.bos_id = -1;
         w->cfg.weight_dtype = LG_F16;
+        snprintf(w->cfg.quant_method, sizeof w->cfg.quant_method, "none");
+        snprintf(w->cfg.quant_desc, sizeof w->cfg.quant_desc, "none");
     }
     return w;
 }
