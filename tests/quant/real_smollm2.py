@@ -10,8 +10,8 @@ tests/quant/make_fixtures.py) and takes minutes.
    dequantized by the `gguf` package, q/k rows un-permuted back to HF's layout, saved as an HF bf16
    checkpoint with tests/tokenizer/fixtures/smollm2/tokenizer.json.
 2. Quantized from it by the packages: llm-compressor FP8_DYNAMIC (compressed-tensors, W8A8 per-channel,
-   dynamic per-token), llm-compressor W4A16 (RTN, group 128), GPTQModel GPTQ (4 bits, g128, sym) and AWQ
-   (GEMM, g128), calibrated on the first 32 windows of 64 tokens of the calibration text below; plus
+   dynamic per-token), llm-compressor int4 per channel (RTN, asymmetric), GPTQModel GPTQ (4 bits, g128, sym)
+   and AWQ (GEMM, g64: neither llm-compressor nor AWQ take group 128 on K = 576), calibrated on the first 32 windows of 64 tokens of the calibration text below; plus
    loragate's own `--quantization fp8|int4` on the bf16 checkpoint.
 3. Each through `loragate generate` on the CPU backend: perplexity of the fixed evaluation text (the
    next-token log-likelihood at every position, teacher forced: one run per position with --logits), and
@@ -134,7 +134,11 @@ def llmc(base, out, scheme):
     from llmcompressor.modifiers.quantization import QuantizationModifier
     m = transformers.AutoModelForCausalLM.from_pretrained(base, torch_dtype=torch.bfloat16)
     m.config._name_or_path = base
-    oneshot(model=m, recipe=QuantizationModifier(targets="Linear", scheme=scheme, ignore=["lm_head"]))
+    if isinstance(scheme, dict):
+        recipe = QuantizationModifier(config_groups={"group_0": scheme}, ignore=["lm_head"])
+    else:
+        recipe = QuantizationModifier(targets="Linear", scheme=scheme, ignore=["lm_head"])
+    oneshot(model=m, recipe=recipe)
     m.save_pretrained(out, save_compressed=True)
     shutil.copy(TOKENIZER, os.path.join(out, "tokenizer.json"))
 
@@ -187,10 +191,13 @@ def main():
     from gptqmodel.quantization import FORMAT, METHOD
     makers = {
         "ct-fp8-dynamic": lambda o: llmc(qbase, o, "FP8_DYNAMIC"),
-        "ct-w4a16-rtn": lambda o: llmc(qbase, o, "W4A16"),
+        # group 128 does not divide K = 576 for llm-compressor and AWQ: int4 per channel (RTN) and AWQ g64 (which
+        # loragate expands to 16 bits at load); GPTQModel's GPTQ takes ceil(576 / 128) groups
+        "ct-w4a16-channel-rtn": lambda o: llmc(qbase, o, {"targets": ["Linear"], "weights": {
+            "num_bits": 4, "type": "int", "symmetric": False, "strategy": "channel"}}),
         "gptq-g128": lambda o: gptqmodel_q(qbase, o, bits=4, group_size=128, desc_act=False, sym=True),
-        "awq-g128": lambda o: gptqmodel_q(qbase, o, bits=4, group_size=128, quant_method=METHOD.AWQ,
-                                          format=FORMAT.GEMM),
+        "awq-g64": lambda o: gptqmodel_q(qbase, o, bits=4, group_size=64, quant_method=METHOD.AWQ,
+                                         format=FORMAT.GEMM),
     }
     runs = [("bf16", base, [])]
     runs += [("--quantization fp8", base, ["--quantization", "fp8"]),

@@ -8,7 +8,8 @@ activations of W8A8 layouts fake-quantized to e4m3 by ml_dtypes exactly as the f
     group128  per token and group of 128 along K:     s = amax(|x[t, k0:k0+128]|) / 448
     none      W8A16 / W4A16: activations as they are
 
-Runs `loragate generate --json --logits` on the CPU backend (LG_BIN, LG_BACKEND as in tests/golden).
+Runs `loragate generate --json --logits` on the CPU backend (LG_BIN, LG_BACKEND as in tests/golden); the
+weight-only cases also with a LoRA adapter (test_logits_lora).
 Tolerances (relative L2 of the last position's logits):
     W8A16 / W4A16, --dequant-dtype f32 (weights exact, f32 compute)         1e-4  (as the golden f32 fixtures)
     W8A16 / W4A16, default (planar on a backend that takes the layout;
@@ -218,3 +219,38 @@ def test_refused_cli(qc, want):
     assert p.returncode != 0, p.stdout
     lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and want in lines[0] and "supported:" in lines[0], p.stderr
+
+
+# ---- with a LoRA adapter -----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("case", [c for c in cases() if json.load(open(os.path.join(FIX, c, "meta.json")))["activations"] == "none"])
+def test_logits_lora(case):
+    """W8A16 / W4A16 checkpoint + a q,v LoRA adapter (tests/e2e/synth_adapter.py): the reference folds
+    B @ A (alpha / r = 1) into the package's dequantized weights (exact for weight-only schemes; a W8A8 scheme
+    rounds the base matmul's input but not the adapter's, so it is not folded and not tested here)."""
+    need_bin()
+    sys.path.insert(0, os.path.join(ROOT, "tests", "e2e"))
+    import synth_adapter
+    d = os.path.join(FIX, case)
+    cfg = json.load(open(os.path.join(d, "config.json")))
+    hd = cfg["hidden_size"] // cfg["num_attention_heads"]
+    shape = {"layers": cfg["num_hidden_layers"], "hidden": cfg["hidden_size"], "q_out": cfg["hidden_size"],
+             "v_out": cfg["num_key_value_heads"] * hd}
+    with tempfile.TemporaryDirectory() as ad:
+        synth_adapter.write_adapter(ad, seed=7, rank=4, scale=0.2, shape=shape)
+        A = read_tensors(os.path.join(ad, "adapter_model.safetensors"))
+        W = read_tensors(os.path.join(d, "model.safetensors"), lambda k: not k.endswith("_scale"))
+        W.update(read_tensors(os.path.join(d, "reference.safetensors")))
+        for k in list(A):
+            if k.endswith(".lora_A.weight"):
+                mod = k[len("base_model.model."): -len(".lora_A.weight")]
+                W[mod + ".weight"] = W[mod + ".weight"] + A[k.replace("lora_A", "lora_B")] @ A[k]
+        want = np_llama.forward(cfg, W, PROMPTS[0])[-1]
+        base = np_llama.forward(cfg, read_tensors(os.path.join(d, "reference.safetensors")) | {
+            k: v for k, v in read_tensors(os.path.join(d, "model.safetensors"), lambda k: not k.endswith("_scale")).items()},
+            PROMPTS[0])[-1]
+        assert np_llama.rel_l2(base, want) > 10 * TOL_EXACT  # the adapter changes the logits
+        for extra, tol in ((["--dequant-dtype", "f32"], TOL_EXACT), ([], TOL_16)):  # expanded at load; as loaded
+            got, _ = run_lg(d, PROMPTS[0], *extra, "--lora", f"a={ad}", "--use-lora", "a")
+            err = np_llama.rel_l2(got, want)
+            assert err < tol, f"{case} + LoRA {' '.join(extra)}: rel L2 {err:.3e} >= {tol:g}"
