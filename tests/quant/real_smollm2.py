@@ -177,7 +177,9 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--lg", default=os.path.join(ROOT, "build", "loragate"))
     ap.add_argument("--work", default="/tmp/lg_real_smollm2")
-    ap.add_argument("--only", default="")
+    ap.add_argument("--only", default="", help="measure only the runs whose name contains this")
+    ap.add_argument("--writers", default="ct-fp8-dynamic,ct-w4a16-channel-rtn,gptq-g128,awq-g64",
+                    help="the package-written checkpoints to make and measure (AWQ takes ~30 min on 2 cores)")
     ap.add_argument("--gguf", default=GGUF, help="the default model's GGUF (deploy/fetch-default-model.sh)")
     a = ap.parse_args()
     globals()["GGUF"] = a.gguf
@@ -203,6 +205,8 @@ def main():
     runs += [("--quantization fp8", base, ["--quantization", "fp8"]),
              ("--quantization int4", base, ["--quantization", "int4"])]
     for name, make in makers.items():
+        if name not in a.writers.split(","):
+            continue
         out = os.path.join(a.work, name)
         if not os.path.exists(os.path.join(out, "model.safetensors")):
             try:
