@@ -9,7 +9,9 @@
  *     tensor or per output channel, or 128x128 blocks): input_activations
  *     null -> F8; dynamic per token -> F8_A8; static per tensor -> F8_A8S
  *     (a = input_scale); dynamic per group of 128 with block weights ->
- *     F8_A8G. Tensors weight, weight_scale, input_scale.
+ *     F8_A8G. Tensors weight, weight_scale, input_scale. (naive-quantized
+ *     with 8-bit float weights, as llm-compressor writes weight-only FP8,
+ *     stores the same tensors and is read the same way.)
  *   compressed-tensors, format pack-quantized (int4, symmetric or not, group
  *     or channel): weight_packed int32 [N, K/8] (value + 8, element k in
  *     nibble k % 8), weight_scale [N, groups], weight_zero_point (int32
@@ -17,8 +19,10 @@
  *   quant_method fp8 (transformers' FineGrainedFP8): weight_block_size
  *     [128, 128], weight_scale_inv [ceil(N/128), ceil(K/128)], dynamic
  *     activations -> F8_A8G; without a block size (vLLM / AutoFP8): per
- *     tensor weight_scale -> F8_A8 (dynamic) or F8_A8S with input_scale
- *     (static).
+ *     tensor weight_scale (transformers: weight_scale_inv [1, 1]) -> F8_A8
+ *     (dynamic: rounded per token, finer than vLLM's per-tensor dynamic
+ *     scale) or F8_A8S with input_scale / activation_scale (static).
+ *     scale_fmt ue8m0 is refused.
  *   fbgemm_fp8: weight_scale [N, 1], activations dynamic per token with the
  *     upper bound activation_scale_ub (tensor input_scale_ub, else the
  *     config's) -> F8_A8S with a = -ub.

@@ -11,7 +11,8 @@ tests/quant/make_fixtures.py) and takes minutes.
    checkpoint with tests/tokenizer/fixtures/smollm2/tokenizer.json.
 2. Quantized from it by the packages: llm-compressor FP8_DYNAMIC (compressed-tensors, W8A8 per-channel,
    dynamic per-token), llm-compressor int4 per channel (RTN, asymmetric), GPTQModel GPTQ (4 bits, g128, sym)
-   and AWQ (GEMM, g64: neither llm-compressor nor AWQ take group 128 on K = 576), calibrated on the first 32 windows of 64 tokens of the calibration text below; plus
+   and AWQ (GEMM, g64: neither llm-compressor nor AWQ take group 128 on K = 576), calibrated on the first --calib-n
+   (32) windows of 64 tokens of the calibration text below; plus
    loragate's own `--quantization fp8|int4` on the bf16 checkpoint.
 3. Each through `loragate generate` on the CPU backend: perplexity of the fixed evaluation text (the
    next-token log-likelihood at every position, teacher forced: one run per position with --logits), and
@@ -116,7 +117,11 @@ def make_bf16(out):
     tok.save_pretrained(os.path.join(out, "hf_tok"))
 
 
-def calib(n=32, T=64):
+CALIB_N = 32
+
+
+def calib(n=None, T=64):
+    n = n or CALIB_N
     ids = tokenizer().encode(CALIB_TEXT).ids
     return [ids[i * T // 2: i * T // 2 + T] for i in range(n) if len(ids[i * T // 2: i * T // 2 + T]) == T]
 
@@ -181,8 +186,10 @@ def main():
     ap.add_argument("--writers", default="ct-fp8-dynamic,ct-w4a16-channel-rtn,gptq-g128,awq-g64",
                     help="the package-written checkpoints to make and measure (AWQ takes ~30 min on 2 cores)")
     ap.add_argument("--gguf", default=GGUF, help="the default model's GGUF (deploy/fetch-default-model.sh)")
+    ap.add_argument("--calib-n", type=int, default=32, help="calibration windows of 64 tokens (GPTQ, AWQ)")
     a = ap.parse_args()
     globals()["GGUF"] = a.gguf
+    globals()["CALIB_N"] = a.calib_n
     os.makedirs(a.work, exist_ok=True)
     base = os.path.join(a.work, "bf16")
     if not os.path.exists(os.path.join(base, "model.safetensors")):
