@@ -223,8 +223,9 @@ def main():
                 continue
         runs.append((name, out, []))
     rows = []
-    ref_cont = None
     tk = tokenizer()
+    # the bf16 model's continuations: what "same_prefix" counts against (also under --only)
+    ref_cont = [lg(a.lg, base, [1] + tk.encode(p).ids, 32)["tokens"] for p in PROMPTS]
     for name, path, extra in runs:
         if a.only and a.only not in name:
             continue
@@ -235,8 +236,6 @@ def main():
             log(f"{name}: {e}")
             rows.append({"model": name, "error": str(e)[-300:]})
             continue
-        if ref_cont is None:
-            ref_cont = conts
         same = [next((i for i, (x, y) in enumerate(zip(c, r)) if x != y), min(len(c), len(r)))
                 for c, r in zip(conts, ref_cont)]
         rows.append({"model": name, "ppl": round(ppl, 3), "tokens": n, "same_prefix": same,
