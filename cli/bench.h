@@ -22,6 +22,7 @@ typedef struct bench_opts {
     int num_seqs, prompt_len, output_len, adapters, threads, budget, max_seqs;
     int ranks[BENCH_MAX_RANKS], n_ranks;          /* --rank or --rank-mix */
     lg_dtype dtype;
+    lg_qtype quantize; /* --quantization fp8|int4 (LG_QNONE: weights as stored) */
     uint64_t seed;
     lg_sampling_params sampling;                  /* --temperature, --top-k, --top-p, --min-p (default greedy) */
     float presence_penalty, frequency_penalty;    /* --presence-penalty, --frequency-penalty */

@@ -43,6 +43,8 @@
 
 #include "adapters/peft.h"
 #include "engine/backend/backend.h"
+#include "engine/model/quant.h"
+#include "engine/model/quant.h"
 #include "cli/bench.h"
 #include "cli/cli.h"
 #include "engine/runtime/engine.h"
@@ -52,6 +54,7 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: loragate bench --model DIR [--load-format dummy|auto] [--backend cpu|cuda] [--dtype f16|bf16|f32]\n"
+            "    [--quantization fp8|int4 (the linear layers quantized at load: W8A8 per-channel / W4A16 RTN g128)]\n"
             "  fixed batch (default):\n"
             "    [--num-seqs N] [--prompt-len P] [--output-len O] [--settle-ms MS (idle between warm-up and batch)]\n"
             "  serving workload:\n"
@@ -545,8 +548,9 @@ int lg_cmd_bench(int argc, char **argv)
     enum { O_MODEL = 1000, O_FMT, O_BACKEND, O_NSEQ, O_PLEN, O_OLEN, O_ADP, O_RANK, O_TGT, O_DT, O_JSON, O_THR,
            O_BUDGET, O_SEED, O_HELP, O_WORKLOAD, O_REQS, O_RATE, O_CLIENTS, O_TRACE, O_PRANGE, O_ORANGE, O_RMIX,
            O_POP, O_PFXLEN, O_PFXFRAC, O_TENANTS, O_TW, O_TSHARE, O_SLOT, O_SLOP, O_POLICY, O_SHARING, O_POOL,
-           O_GPUUTIL, O_HOSTMB, O_CTX, O_MAXSEQS, O_LOADTEST, O_NOPROG, O_WARMUP, O_SETTLE, O_TEMP, O_TOPK, O_TOPP, O_MINP, O_PRES, O_FREQ, O_LOGPROBS, O_SCHEMAS, O_SCHEMA_TOK, O_SPEC, O_SPECK, O_NGMIN, O_NGMAX, O_SPECACC, O_SPECMB, O_SPECMT, O_SPECMA, O_DRAFT, O_KVDT };
+           O_GPUUTIL, O_HOSTMB, O_CTX, O_MAXSEQS, O_LOADTEST, O_NOPROG, O_WARMUP, O_SETTLE, O_TEMP, O_TOPK, O_TOPP, O_MINP, O_PRES, O_FREQ, O_LOGPROBS, O_SCHEMAS, O_SCHEMA_TOK, O_SPEC, O_SPECK, O_NGMIN, O_NGMAX, O_SPECACC, O_SPECMB, O_SPECMT, O_SPECMA, O_DRAFT, O_QUANT, O_KVDT };
     static const struct option lo[] = {
+        {"quantization", 1, 0, O_QUANT},
         {"model", 1, 0, O_MODEL}, {"load-format", 1, 0, O_FMT}, {"backend", 1, 0, O_BACKEND},
         {"num-seqs", 1, 0, O_NSEQ}, {"prompt-len", 1, 0, O_PLEN}, {"output-len", 1, 0, O_OLEN},
         {"adapters", 1, 0, O_ADP}, {"rank", 1, 0, O_RANK}, {"targets", 1, 0, O_TGT}, {"dtype", 1, 0, O_DT},
@@ -606,6 +610,7 @@ int lg_cmd_bench(int argc, char **argv)
         }
         case O_TGT: o.targets = optarg; break;
         case O_DT: if (lg_dtype_parse(optarg, &o.dtype) != 0) goto bad; break;
+        case O_QUANT: if (lg_quantization_parse(optarg, &o.quantize) != 0) goto bad; break;
         case O_KVDT: if (lg_kv_cache_dtype_parse(optarg, &o.kv_fp8) != 0) goto bad; break;
         case O_JSON: o.json = true; break;
         case O_THR: if (!num_ok || v < 1) goto bad; o.threads = (int)v; break;
@@ -713,9 +718,13 @@ int lg_cmd_bench(int argc, char **argv)
     if ((o.adapters || o.adapter_load_test) && parse_targets(o.targets, &targets, &err) != 0)
         goto out;
     lg_load_opts lopts = {.dequant_dtype = o.dtype, .dummy = o.dummy, .dummy_dtype = o.dtype, .dummy_seed = o.seed,
-                          .progress = true};
+                          .progress = true, .quantize = o.quantize};
     if (lg_weights_load(o.model, &lopts, &w, &err) != 0)
         goto out;
+    lopts.quantize = LG_QNONE; /* a draft model loads as stored */
+    if (lg_weights_config(w)->quant_method[0] && strcmp(lg_weights_config(w)->quant_method, "none"))
+        fprintf(stderr, "model %s: quantization %s [%s]\n", o.model, lg_weights_config(w)->quant_desc,
+                lg_weights_config(w)->quant_method);
     if (o.draft_model) {
         lg_load_opts dlo = lopts;
         dlo.dummy_seed = o.seed + 1;

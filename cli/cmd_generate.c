@@ -41,6 +41,7 @@
 #include "engine/backend/backend.h"
 #include "engine/model/chat_template.h"
 #include "cli/cli.h"
+#include "engine/model/quant.h"
 #include "engine/runtime/engine.h"
 #include "engine/model/stop_strings.h"
 #include "engine/model/tokenizer.h"
@@ -62,6 +63,7 @@ typedef struct gen_opts {
     lg_dtype dequant;
     bool dequantize; /* --dequant-dtype given: expand quantized GGUF weights at load */
     bool kv_fp8;     /* --kv-cache-dtype fp8 */
+    lg_qtype quantize; /* --quantization fp8|int4: the linear layers quantized at load */
     const char *loras[MAX_LORAS]; /* NAME=DIR */
     int n_loras;
     const char *use_lora, *batch;
@@ -124,8 +126,11 @@ static void usage(FILE *f)
             "  --stats                print prompt/decode speed to stderr\n"
             "  --threads N            CPU threads (default: all cores)\n"
             "  --ctx N                context length to allocate (default min(model, 4096))\n"
-            "  --dequant-dtype f16|f32  expand quantized GGUF weights to this dtype at load (default: the CPU\n"
-            "                           keeps their blocks; CUDA expands them to f16 at upload)\n"
+            "  --dequant-dtype f16|f32  expand quantized weights (GGUF, FP8/INT4 checkpoints) to this dtype at\n"
+            "                           load (default: a backend that takes their layout keeps them; others\n"
+            "                           expand them at upload)\n"
+            "  --quantization fp8|int4  quantize the linear layers' 16-bit weights at load: fp8 = W8A8 per-channel,\n"
+            "                           dynamic per-token; int4 = W4A16 round-to-nearest, asymmetric, g128\n"
             "  --lora NAME=DIR        load a PEFT LoRA adapter (repeatable)\n"
             "  --use-lora NAME        run the prompt with that adapter\n"
             "  --max-lora-rank N      largest adapter rank accepted (default 64)\n"
@@ -314,7 +319,7 @@ static void on_finish(void *user, int64_t id, lg_finish_reason reason, const lg_
 static int parse_args(int argc, char **argv, gen_opts *o)
 {
     enum { O_MODEL = 1000, O_BACKEND, O_PROMPT, O_PTOK, O_CHAT, O_SYSTEM, O_TMPL, O_MAXTOK, O_TEMP, O_TOPP, O_TOPK,
-           O_MINP, O_PRES, O_FREQ, O_SEED, O_STOP, O_JSON, O_LOGITS, O_STATS, O_THREADS, O_CTX, O_DQ, O_BUDGET, O_HELP, O_LORA, O_USELORA, O_BATCH, O_MAXRANK, O_POOL, O_DTYPE, O_GPUUTIL, O_SHARING, O_SEQ, O_LOGPROBS, O_JSCHEMA, O_JOBJ, O_REGEX, O_GRAMMAR, O_CHOICE, O_SPEC, O_SPECK, O_NGMIN, O_NGMAX, O_SPECACC, O_SPECMB, O_SPECMT, O_SPECMA, O_DRAFT, O_KVDT };
+           O_MINP, O_PRES, O_FREQ, O_SEED, O_STOP, O_JSON, O_LOGITS, O_STATS, O_THREADS, O_CTX, O_DQ, O_QUANT, O_BUDGET, O_HELP, O_LORA, O_USELORA, O_BATCH, O_MAXRANK, O_POOL, O_DTYPE, O_GPUUTIL, O_SHARING, O_SEQ, O_LOGPROBS, O_JSCHEMA, O_JOBJ, O_REGEX, O_GRAMMAR, O_CHOICE, O_SPEC, O_SPECK, O_NGMIN, O_NGMAX, O_SPECACC, O_SPECMB, O_SPECMT, O_SPECMA, O_DRAFT, O_KVDT };
     static const struct option longopts[] = {
         {"model", required_argument, 0, O_MODEL}, {"backend", required_argument, 0, O_BACKEND},
         {"prompt", required_argument, 0, O_PROMPT}, {"prompt-tokens", required_argument, 0, O_PTOK},
@@ -326,7 +331,7 @@ static int parse_args(int argc, char **argv, gen_opts *o)
         {"seed", required_argument, 0, O_SEED}, {"stop", required_argument, 0, O_STOP},
         {"json", no_argument, 0, O_JSON}, {"logits", no_argument, 0, O_LOGITS}, {"stats", no_argument, 0, O_STATS},
         {"threads", required_argument, 0, O_THREADS}, {"ctx", required_argument, 0, O_CTX},
-        {"dequant-dtype", required_argument, 0, O_DQ}, {"step-tokens", required_argument, 0, O_BUDGET},
+        {"dequant-dtype", required_argument, 0, O_DQ}, {"quantization", required_argument, 0, O_QUANT}, {"step-tokens", required_argument, 0, O_BUDGET},
         {"help", no_argument, 0, O_HELP}, {"lora", required_argument, 0, O_LORA},
         {"use-lora", required_argument, 0, O_USELORA}, {"batch", required_argument, 0, O_BATCH},
         {"max-lora-rank", required_argument, 0, O_MAXRANK}, {"pool-mb", required_argument, 0, O_POOL},
@@ -426,6 +431,12 @@ static int parse_args(int argc, char **argv, gen_opts *o)
             o->dequantize = true;
             if (lg_dtype_parse(optarg, &o->dequant) != 0 || o->dequant == LG_I32) {
                 fprintf(stderr, "loragate generate: --dequant-dtype must be f16, bf16 or f32, got '%s'\n", optarg);
+                return 2;
+            }
+            break;
+        case O_QUANT:
+            if (lg_quantization_parse(optarg, &o->quantize) != 0) {
+                fprintf(stderr, "loragate generate: --quantization must be fp8, int4 or none, got '%s'\n", optarg);
                 return 2;
             }
             break;
@@ -950,9 +961,14 @@ int lg_cmd_generate(int argc, char **argv)
     int n_jobs = 0;
     int exit_code = 1;
 
-    lg_load_opts lo = {.dequant_dtype = o.dequant, .dequantize = o.dequantize, .progress = true};
+    lg_load_opts lo = {.dequant_dtype = o.dequant, .dequantize = o.dequantize, .progress = true,
+                       .quantize = o.quantize};
     if (lg_weights_load(o.model, &lo, &w, &err) != 0)
         goto out;
+    lo.quantize = LG_QNONE; /* a draft model loads as stored */
+    if (lg_weights_config(w)->quant_method[0] && strcmp(lg_weights_config(w)->quant_method, "none"))
+        fprintf(stderr, "model %s: quantization %s [%s]\n", o.model, lg_weights_config(w)->quant_desc,
+                lg_weights_config(w)->quant_method);
     if (o.draft_model && lg_weights_load(o.draft_model, &lo, &dw, &err) != 0) {
         lg_err_prefix(&err, "--draft-model %s", o.draft_model);
         goto out;

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/model/quant.h"
 #include "gateway/unix_time.h"
 
 struct lg_app {
@@ -86,6 +87,8 @@ static int load_model(lg_app *app, const lg_serve_config *cfg, lg_err *err)
     lg_load_opts lo = {.progress = false, .dequant_dtype = LG_F16};
     if (cfg->dequant_dtype) /* given: expand at load */
         lo.dequantize = lg_dtype_parse(cfg->dequant_dtype, &lo.dequant_dtype) == 0;
+    if (lg_quantization_parse(cfg->quantization, &lo.quantize) != 0)
+        return lg_fail(err, "--quantization %s: expected fp8, int4 or none", cfg->quantization);
     if (lg_weights_load(cfg->model, &lo, &app->weights, err) != 0)
         return -1;
     const lg_model_config *mc = lg_weights_config(app->weights);

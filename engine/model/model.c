@@ -242,6 +242,7 @@ typedef struct upload_ctx {
     lg_err *err;
     lg_dtype deq_dt; /* what quantized weights expand to first (the config's weight_dtype) */
     const lg_weights *w; /* where the tensors come from: their file pages are dropped once copied */
+    bool w8a8_noticed;   /* the W8A8-expanded notice was printed */
 } upload_ctx;
 
 static void *carve(upload_ctx *u, size_t n)
@@ -265,6 +266,12 @@ static int upload_rows(upload_ctx *u, void *dst, lg_dtype dt, const lg_wtensor *
         lg_weights_drop_pages(u->w, src->data, src->nbytes);
         return rc;
     }
+    if (lg_qtype_is_w8a8(src->q) && !u->w8a8_noticed) {
+        u->w8a8_noticed = true;
+        fprintf(stderr, "notice: backend %s does not take the W8A8 layout %s: its weights are expanded to %s and the "
+                        "model runs W8A16 (no activation rounding)\n", u->be->i.name, lg_qtype_get(src->q).name,
+                lg_dtype_name(u->deq_dt));
+    }
     /* convert in chunks of rows to bound host memory */
     const lg_dtype sdt = src->q != LG_QNONE ? u->deq_dt : src->dtype; /* the rows' dtype before converting */
     const size_t src_row = src->q != LG_QNONE ? src->nbytes / (size_t)rows : (size_t)cols * lg_dtype_size(sdt);
@@ -284,7 +291,10 @@ static int upload_rows(upload_ctx *u, void *dst, lg_dtype dt, const lg_wtensor *
         size_t ne = nr * (size_t)cols;
         const void *rows_in = (const char *)src->data + r * src_row;
         if (deq) {
-            rc = lg_dequant(lg_qtype_ggml(src->q), rows_in, (int64_t)nr, cols, sdt, deq, NULL, 0, u->err);
+            if (lg_qtype_is_planar(src->q)) /* planes, not rows of blocks: decode the row range */
+                rc = lg_dequant_planar_rows(src->q, src->data, rows, cols, (int64_t)r, (int64_t)nr, sdt, deq, u->err);
+            else
+                rc = lg_dequant(lg_qtype_ggml(src->q), rows_in, (int64_t)nr, cols, sdt, deq, NULL, 0, u->err);
             rows_in = deq;
             if (rc == 0 && sdt == dt) {
                 rc = u->be->i.upload(u->be, (char *)dst + r * (size_t)cols * lg_dtype_size(dt), deq,
@@ -350,9 +360,48 @@ static bool takes(const lg_backend *be, lg_qtype q)
     return q != LG_QNONE && be->i.takes_quant && be->i.takes_quant((lg_backend *)be, q);
 }
 
+/* Planar parts (same layout and cols) as one planar tensor: each plane is the parts' planes one after the
+ * other (q planes of all parts, then their d planes, then their a or z planes: backend.h lg_qplanes_of), so the
+ * rows are concatenated. */
+static int upload_planes(upload_ctx *u, lg_tensor *out, lg_qtype q, const lg_wtensor **parts, int n)
+{
+    int64_t rows = 0;
+    const int64_t cols = parts[0]->shape[1];
+    for (int i = 0; i < n; i++)
+        rows += parts[i]->shape[0];
+    const size_t bytes = lg_planar_bytes(q, rows, cols);
+    char *dst = carve(u, bytes);
+    if (!dst)
+        return lg_fail(u->err, "weight buffer overflow (internal size mismatch)");
+    *out = lg_tensor_quant(dst, q, rows, cols);
+    const lg_qplanes all = lg_qplanes_of(*out);
+    const size_t d_el = q == LG_QI4 ? 2 : 4, nb = (size_t)all.nb;
+    /* per plane: its base in the whole tensor and the bytes a row takes (a z plane is followed by its padding) */
+    int64_t r0 = 0;
+    for (int i = 0; i < n; i++) {
+        const lg_qplanes p = lg_qplanes_of(lg_tensor_quant((void *)parts[i]->data, q, parts[i]->shape[0], cols));
+        const size_t pr = (size_t)parts[i]->shape[0];
+        int rc = u->be->i.upload(u->be, all.q + (size_t)r0 * (size_t)all.q_row, p.q, pr * (size_t)p.q_row);
+        rc = rc ? rc : u->be->i.upload(u->be, (char *)all.d + (size_t)r0 * nb * d_el, p.d, pr * nb * d_el);
+        if (!rc && all.a)
+            rc = u->be->i.upload(u->be, all.a + (size_t)r0 * nb, p.a, pr * nb * 4);
+        if (!rc && all.z) { /* z, then its padding (zeros) after all rows */
+            rc = u->be->i.upload(u->be, all.z + (size_t)r0 * nb, p.z, pr * nb);
+            rc = rc ? rc : u->be->i.upload(u->be, all.z + ((size_t)rows + (size_t)r0) * nb, p.z + pr * nb, pr * nb);
+        }
+        if (rc != 0)
+            return lg_fail(u->err, "uploading %s failed", parts[i]->name);
+        lg_weights_drop_pages(u->w, parts[i]->data, parts[i]->nbytes);
+        r0 += parts[i]->shape[0];
+    }
+    return 0;
+}
+
 /* Quantized parts (same cols) in their blocks, rows concatenated, as one backend tensor of layout q. */
 static int upload_blocks(upload_ctx *u, lg_tensor *out, lg_qtype q, const lg_wtensor **parts, int n)
 {
+    if (lg_qtype_is_planar(q))
+        return upload_planes(u, out, q, parts, n);
     int64_t rows = 0;
     size_t bytes = 0;
     for (int i = 0; i < n; i++) {
@@ -379,7 +428,7 @@ static int upload_weight(upload_ctx *u, lg_tensor *out, wsplit *split, lg_dtype 
 {
     bool same = true, each = true;
     for (int i = 0; i < n; i++) {
-        same = same && parts[i]->q == parts[0]->q;
+        same = same && parts[i]->q == parts[0]->q && parts[i]->shape[1] == parts[0]->shape[1];
         each = each && takes(u->be, parts[i]->q);
     }
     if (same && each)
@@ -552,7 +601,7 @@ static int upload_weights(lg_model *m, const lg_weights *w, lg_err *err)
         total += (takes(be, t->q) ? t->nbytes : tensor_elems(t) * 4) + 256;
     }
     total += 2 * ((size_t)hd * 4 + 4096);
-    upload_ctx u = {be, NULL, 0, total, err, c->weight_dtype, w};
+    upload_ctx u = {be, NULL, 0, total, err, c->weight_dtype, w, false};
     if (u.deq_dt != LG_F32 && u.deq_dt != LG_F16 && u.deq_dt != LG_BF16)
         u.deq_dt = LG_F16;
     u.base = be->i.alloc(be, total);
@@ -711,7 +760,7 @@ static int alloc_activations(lg_model *m, lg_err *err)
                        S * V, T2 * d, c->post_norms ? T * d : 0};
     size_t tot = 0;
     for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) tot += ((size_t)sizes[i] * es + 255) & ~(size_t)255;
-    upload_ctx ua = {be, be->i.alloc(be, tot), 0, tot, err, LG_F16, NULL};
+    upload_ctx ua = {be, be->i.alloc(be, tot), 0, tot, err, LG_F16, NULL, false};
     if (!ua.base)
         return lg_fail(err, "cannot allocate %zu bytes of activations", tot);
     m->abuf = ua.base;

@@ -73,6 +73,11 @@ typedef struct lg_model_config {
     int n_rope_factors;   /* LongRoPE: rot_dim / 2 */
     float rope_short[LG_MAX_ROPE_FACTORS], rope_long[LG_MAX_ROPE_FACTORS];
     lg_dtype weight_dtype; /* dtype of the weights as stored (after dequantization) */
+    /* The base model's quantization, for /v1/models, /metrics and the load log: a machine name ("none", "fp8",
+     * "fp8-block", "fbgemm_fp8", "awq", "gptq", "compressed-tensors-int4", "gguf"; `--quantization`: "fp8" or
+     * "int4-rtn") and a short human description ("awq int4 g128", "gguf Q4_1"; "none"). */
+    char quant_method[24];
+    char quant_desc[96];
     int bos_id;           /* -1 if none */
     int eos_ids[LG_MAX_EOS];
     int n_eos;

@@ -82,4 +82,24 @@ int lg_dequant_row(uint32_t type, const void *src, float *dst, int64_t n, lg_err
 int lg_dequant(uint32_t type, const void *src, int64_t n_rows, int64_t row_len, lg_dtype dt,
                void *dst, const int64_t *row_map, int n_threads, lg_err *err);
 
+/* --- the planar checkpoint layouts (quant_planar.c; backend.h LG_QF8 .. LG_QI4) --- */
+
+/* Bytes of a [rows, cols] tensor of planar layout q (all its planes). */
+size_t lg_planar_bytes(lg_qtype q, int64_t rows, int64_t cols);
+/* Decodes a planar [rows, cols] tensor of layout q to dst [rows, cols] of dt (F32, F16, BF16): w = d * e4m3(q)
+ * or d * (q - z), in f32, then one rounding to dt. For a W8A8 layout this drops the activation rounding (the
+ * caller prints the notice: the model then runs W8A16). */
+int lg_dequant_planar(lg_qtype q, const void *src, int64_t rows, int64_t cols, lg_dtype dt, void *dst, lg_err *err);
+/* Rows [r0, r0 + n_rows) of it only, to dst [n_rows, cols]. */
+int lg_dequant_planar_rows(lg_qtype q, const void *src, int64_t rows, int64_t cols, int64_t r0, int64_t n_rows,
+                           lg_dtype dt, void *dst, lg_err *err);
+/* Quantizes a float matrix src [rows, cols] of dtype st to layout q (LG_QF8_A8: per-row d = amax / 448; LG_QI4:
+ * round to nearest, asymmetric, groups of 128). *out (malloc'd, lg_planar_bytes(q, rows, cols) = *nbytes bytes)
+ * is the caller's to free. */
+int lg_quantize_planar(lg_qtype q, const void *src, lg_dtype st, int64_t rows, int64_t cols, void **out,
+                       size_t *nbytes, lg_err *err);
+
+/* `--quantization` spelled "fp8" (LG_QF8_A8), "int4" (LG_QI4) or "none"/NULL (LG_QNONE); -1 for anything else. */
+int lg_quantization_parse(const char *s, lg_qtype *out);
+
 #endif

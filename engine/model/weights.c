@@ -47,6 +47,8 @@ lg_weights *lg_weights_new(void)
     if (w) {
         w->cfg.bos_id = -1;
         w->cfg.weight_dtype = LG_F16;
+        snprintf(w->cfg.quant_method, sizeof w->cfg.quant_method, "none");
+        snprintf(w->cfg.quant_desc, sizeof w->cfg.quant_desc, "none");
     }
     return w;
 }
@@ -175,11 +177,13 @@ int lg_weights_add_quant(lg_weights *w, const char *name, lg_qtype q, const int6
     if (q <= LG_QNONE || q >= LG_QTYPE_COUNT)
         return lg_fail(err, "tensor '%s': quantized layout %d, expected one of backend.h's lg_qtype", name ? name : "",
                        (int)q);
-    if (shape[0] < 0 || shape[1] <= 0 || shape[1] % qi.block_elems)
+    const bool planar = lg_qtype_is_planar(q); /* planar: ceil(cols / 128) groups a row (backend.h) */
+    if (shape[0] < 0 || shape[1] <= 0 || (!planar && shape[1] % qi.block_elems))
         return lg_fail(err, "tensor '%s': %s rows of %lld elements, expected a positive multiple of %d",
                        name ? name : "", qi.name, (long long)shape[1], qi.block_elems);
     size_t row_bytes, nbytes;
-    if (!lg_mul_ok((size_t)(shape[1] / qi.block_elems), (size_t)qi.block_bytes, &row_bytes) ||
+    const int64_t n_blocks = planar ? (shape[1] + qi.block_elems - 1) / qi.block_elems : shape[1] / qi.block_elems;
+    if (!lg_mul_ok((size_t)n_blocks, (size_t)qi.block_bytes, &row_bytes) ||
         (uint64_t)shape[0] > SIZE_MAX || !lg_mul_ok(row_bytes, (size_t)shape[0], &nbytes))
         return lg_fail(err, "tensor '%s': byte size overflows", name ? name : "");
     if (lg_weights_add(w, name, LG_F32, 0, NULL, data ? data : "", owned_buf, err))
@@ -191,6 +195,21 @@ int lg_weights_add_quant(lg_weights *w, const char *name, lg_qtype q, const int6
     t->data = data;
     t->nbytes = nbytes;
     t->q = q;
+    return 0;
+}
+
+int lg_weights_set_quant(lg_weights *w, int i, lg_qtype q, const void *data, size_t nbytes, void *owned_buf,
+                         lg_err *err)
+{
+    if (i < 0 || i >= w->n || w->t[i].n_dims != 2 || !lg_qtype_is_planar(q))
+        return lg_fail(err, "replacing tensor %d: expected a 2-D tensor and a planar layout", i);
+    lg_wtensor *t = &w->t[i];
+    free(w->owned[i]);
+    w->owned[i] = owned_buf;
+    t->data = data;
+    t->nbytes = nbytes;
+    t->q = q;
+    t->dtype = LG_F32;
     return 0;
 }
 

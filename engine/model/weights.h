@@ -65,6 +65,10 @@ typedef struct lg_load_opts {
     bool progress;
     /* Load only config, tokenizer and chat template: no tensors. */
     bool vocab_only;
+    /* `--quantization`: LG_QNONE (off), LG_QF8_A8 (fp8: per-channel weights, dynamic per-token activations) or
+     * LG_QI4 (int4: round-to-nearest, asymmetric, groups of 128): the linear layers' 16-bit weights (q, k, v, o,
+     * gate, up, down; not embeddings or lm_head) are quantized at load (weights_quantize.c). */
+    lg_qtype quantize;
 } lg_load_opts;
 
 /* --- loading (weights_load.c, weights_hf.c, weights_gguf.c) --- */
@@ -76,6 +80,10 @@ int lg_weights_load(const char *path, const lg_load_opts *opts, lg_weights **out
 /* One format each, for callers that know it (weights_hf.c, weights_gguf.c). */
 int lg_weights_load_hf(const char *dir, const lg_load_opts *opts, lg_weights **out, lg_err *err);
 int lg_weights_load_gguf(const char *path, const lg_load_opts *opts, lg_weights **out, lg_err *err);
+
+/* Quantizes w's linear-layer weights to q (LG_QF8_A8 or LG_QI4) in place (weights_quantize.c; what
+ * lg_weights_load does for opts->quantize). Refuses a model whose linear weights are already quantized. */
+int lg_weights_quantize(lg_weights *w, lg_qtype q, lg_err *err);
 
 /* --- a loaded model (weights.c) --- */
 
@@ -99,9 +107,14 @@ lg_weights *lg_weights_new(void);
 int lg_weights_add(lg_weights *w, const char *name, lg_dtype dt, int n_dims, const int64_t *shape,
                    const void *data, void *owned_buf, lg_err *err);
 /* Adds a quantized 2-D tensor of layout q (shape[1] a multiple of its
- * block); otherwise as lg_weights_add. */
+ * block for ggml's layouts; any width for the planar ones, whose rows take
+ * ceil(shape[1] / 128) groups); otherwise as lg_weights_add. */
 int lg_weights_add_quant(lg_weights *w, const char *name, lg_qtype q, const int64_t shape[2], const void *data,
                          void *owned_buf, lg_err *err);
+/* Replaces tensor i (2-D, [rows, cols] kept) by data of planar layout q (nbytes = lg_planar_bytes); its old
+ * heap buffer, if any, is freed; owned_buf as in lg_weights_add. For `--quantization`. */
+int lg_weights_set_quant(lg_weights *w, int i, lg_qtype q, const void *data, size_t nbytes, void *owned_buf,
+                         lg_err *err);
 /* Tells the kernel that this process no longer needs the resident pages of
  * [data, data + n) (the whole pages inside it) when that range lies in one
  * of w's file mappings (madvise MADV_DONTNEED; the model has copied the

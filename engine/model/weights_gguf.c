@@ -762,6 +762,18 @@ int lg_weights_load_gguf(const char *path, const lg_load_opts *opts, lg_weights 
             goto fail;
         if (lg_weights_check_llama(w, err))
             goto fail;
+        /* the base model's quantization for the config (model_config.h): the layout of the first quantized
+         * layer weight, e.g. "gguf Q4_1" */
+        snprintf(cfg->quant_method, sizeof cfg->quant_method, "none");
+        snprintf(cfg->quant_desc, sizeof cfg->quant_desc, "none");
+        for (int i = 0; i < lg_weights_count(w); i++) {
+            const lg_wtensor *t = lg_weights_at(w, i);
+            if (t->q != LG_QNONE && !strncmp(t->name, "model.layers.", 13)) {
+                snprintf(cfg->quant_method, sizeof cfg->quant_method, "gguf");
+                snprintf(cfg->quant_desc, sizeof cfg->quant_desc, "gguf %s", lg_qtype_get(t->q).name);
+                break;
+            }
+        }
         /* Zero-copy tensors point into the mapping: it now lives with w. */
         lg_mmap m;
         lg_gguf_take_mmap(g, &m);

@@ -22,8 +22,11 @@
  * rms_norm_eps 1e-6, tie_word_embeddings false). Anything the engine cannot
  * run exactly (o_proj / mlp biases, rope types other than default, linear,
  * llama3 and longrope, activations other than silu and gelu_pytorch_tanh,
- * the features of REFUSED_KEYS: experts, quantization, ...) is refused with a
- * message naming it. Gemma 3 text configs come in two forms (transformers 5's
+ * the features of REFUSED_KEYS: experts, ...) is refused with a message
+ * naming it. A quantization_config is read by weights_hfquant.c: the tensors
+ * of quantized modules are held there while the files load and repacked
+ * into backend.h's planar layouts after (what loads and what is refused:
+ * that file's note). Gemma 3 text configs come in two forms (transformers 5's
  * rope_parameters per layer type, or rope_theta + rope_local_base_freq +
  * rope_scaling); both are read.
  *
@@ -33,6 +36,7 @@
 #include "engine/model/model_arch.h"
 #include "engine/model/safetensors.h"
 #include "engine/model/weights.h"
+#include "engine/model/weights_hfquant.h"
 
 #include <jansson.h>
 #include <limits.h>
@@ -325,7 +329,7 @@ static int parse_window(json_t *j, const lg_arch *A, lg_model_config *c, lg_err 
  * null, false, 0 or an empty value (the test tests/golden/test_config_keys.py walks transformers' config
  * classes against this list and the keys parse_config reads). */
 static const char *const REFUSED_KEYS[] = {
-    "quantization_config", "num_experts", "num_local_experts", "num_experts_per_tok", "moe_intermediate_size",
+    "num_experts", "num_local_experts", "num_experts_per_tok", "moe_intermediate_size",
     "decoder_sparse_step", "mlp_only_layers", "use_bidirectional_attention",
     "rope_local_base_freq_scaling", "altup_num_inputs", "laurel_rank", "num_kv_shared_layers", "hidden_size_per_layer_input",
     "vision_config", "audio_config", "text_config", "logits_scaling", "embedding_multiplier", "residual_multiplier",
@@ -429,7 +433,7 @@ static int parse_rope(json_t *j, const lg_arch *A, lg_model_config *c, lg_err *e
     return 0;
 }
 
-static int parse_config(const char *dir, lg_weights *w, lg_err *err)
+static int parse_config(const char *dir, lg_weights *w, const lg_load_opts *opts, lg_hfquant **hq, lg_err *err)
 {
     lg_model_config *c = lg_weights_config_mut(w);
     json_t *j = NULL, *gen = NULL;
@@ -463,6 +467,14 @@ static int parse_config(const char *dir, lg_weights *w, lg_err *err)
     const char *arch = A->model_type;
     if (refuse_unimplemented(j, err))
         goto done;
+    snprintf(c->quant_method, sizeof c->quant_method, "none");
+    snprintf(c->quant_desc, sizeof c->quant_desc, "none");
+    json_t *qc = json_object_get(j, "quantization_config");
+    if (!absent(qc)) {
+        if (lg_hfquant_open(qc, opts, hq, err))
+            goto done;
+        lg_hfquant_describe(*hq, c);
+    }
 
     if (get_int(j, "hidden_size", true, 0, &c->d_model, err) ||
         get_int(j, "intermediate_size", true, 0, &c->d_ff, err) ||
@@ -664,11 +676,11 @@ static bool ends_with(const char *s, const char *suffix)
 }
 
 /* Adds one safetensors tensor under its normalised name. */
-static int add_tensor(lg_weights *w, const lg_st_tensor *t, const char *file, lg_err *err)
+static int add_tensor(lg_weights *w, lg_hfquant *hq, const lg_st_tensor *t, const char *file, lg_err *err)
 {
     if (ends_with(t->name, "rotary_emb.inv_freq"))
         return 0;
-    if (!t->has_lg_dtype || t->dtype == LG_I32)
+    if (!hq && (!t->has_lg_dtype || t->dtype == LG_I32))
         return lg_fail(err, "%s: tensor '%s' has dtype %s, expected F32, F16 or BF16", file, t->name, t->dtype_name);
     if (t->n_dims > 4)
         return lg_fail(err, "%s: tensor '%s' has rank %d, expected at most 4", file, t->name, t->n_dims);
@@ -677,6 +689,13 @@ static int add_tensor(lg_weights *w, const lg_st_tensor *t, const char *file, lg
     int n = snprintf(name, sizeof name, "%s%s", prefixed ? "" : "model.", t->name);
     if (n < 0 || (size_t)n >= sizeof name)
         return lg_fail(err, "%s: tensor name '%.64s...' is longer than %zu bytes", file, t->name, sizeof name - 1);
+    if (hq) { /* a quantized module's tensor: held for lg_hfquant_finish */
+        int took = lg_hfquant_take(hq, name, t, err);
+        if (took)
+            return took < 0 ? -1 : 0;
+        if (!t->has_lg_dtype || t->dtype == LG_I32)
+            return lg_fail(err, "%s: tensor '%s' has dtype %s, expected F32, F16 or BF16", file, t->name, t->dtype_name);
+    }
     const void *data = t->data;
     void *copy = NULL;
     if ((uintptr_t)data % lg_dtype_size(t->dtype)) { /* writer did not pad: copy to aligned memory */
@@ -696,8 +715,8 @@ static int add_tensor(lg_weights *w, const lg_st_tensor *t, const char *file, lg
 
 /* Opens one file, adds its tensors (only those the index maps to it when
  * weight_map is given) and hands its mapping to w. */
-static int load_file(lg_weights *w, const char *dir, const char *fname, json_t *weight_map, progress *pg,
-                     lg_err *err)
+static int load_file(lg_weights *w, lg_hfquant *hq, const char *dir, const char *fname, json_t *weight_map,
+                     progress *pg, lg_err *err)
 {
     char path[4096];
     if (join(path, sizeof path, dir, fname, err))
@@ -724,7 +743,7 @@ static int load_file(lg_weights *w, const char *dir, const char *fname, json_t *
             if (!s || strcmp(s, fname))
                 continue;
         }
-        if (add_tensor(w, t, fname, err))
+        if (add_tensor(w, hq, t, fname, err))
             goto done;
     }
     lg_mmap m = {0};
@@ -751,7 +770,7 @@ static size_t file_size(const char *dir, const char *name)
     return (size_t)st.st_size;
 }
 
-static int load_tensors(const char *dir, lg_weights *w, bool want_progress, lg_err *err)
+static int load_tensors(const char *dir, lg_weights *w, lg_hfquant *hq, bool want_progress, lg_err *err)
 {
     progress pg = {.on = want_progress && isatty(2), .t0 = lg_now()};
     char path[4096];
@@ -766,7 +785,7 @@ static int load_tensors(const char *dir, lg_weights *w, bool want_progress, lg_e
                                 "neither%s", bin ? " (pytorch_model.bin is not supported: convert to safetensors)" : "");
         }
         pg.total = file_size(dir, "model.safetensors");
-        if (load_file(w, dir, "model.safetensors", NULL, &pg, err))
+        if (load_file(w, hq, dir, "model.safetensors", NULL, &pg, err))
             return -1;
         progress_draw(&pg, true);
         return 0;
@@ -813,7 +832,7 @@ static int load_tensors(const char *dir, lg_weights *w, bool want_progress, lg_e
             lg_fail(err, "shard %s listed in model.safetensors.index.json is missing", shards[i]);
             goto done;
         }
-        if (load_file(w, dir, shards[i], wm, &pg, err))
+        if (load_file(w, hq, dir, shards[i], wm, &pg, err))
             goto done;
     }
     progress_draw(&pg, true);
@@ -835,14 +854,20 @@ int lg_weights_load_hf(const char *dir, const lg_load_opts *opts, lg_weights **o
     lg_weights *w = lg_weights_new();
     if (!w)
         return lg_fail(err, "out of memory");
-    if (parse_config(dir, w, err) || load_tokenizer(dir, w, err) || load_chat_template(dir, w, err))
+    lg_hfquant *hq = NULL;
+    if (parse_config(dir, w, opts, &hq, err) || load_tokenizer(dir, w, err) || load_chat_template(dir, w, err))
         goto fail;
     if (!opts->vocab_only) {
         if (opts->dummy) {
+            if (hq) {
+                lg_fail(err, "dummy weights of a quantized checkpoint (%s) are not implemented: use --quantization "
+                             "on its 16-bit config", lg_weights_config(w)->quant_desc);
+                goto fail;
+            }
             if (lg_weights_fill_dummy(w, opts->dummy_dtype, opts->dummy_seed, opts->progress, err))
                 goto fail;
         } else {
-            if (load_tensors(dir, w, opts->progress, err))
+            if (load_tensors(dir, w, hq, opts->progress, err) || (hq && lg_hfquant_finish(hq, w, err)))
                 goto fail;
             const lg_wtensor *e = lg_weights_get(w, "model.embed_tokens.weight");
             if (e)
@@ -851,9 +876,11 @@ int lg_weights_load_hf(const char *dir, const lg_load_opts *opts, lg_weights **o
         if (lg_weights_check_llama(w, err))
             goto fail;
     }
+    lg_hfquant_free(hq);
     *out = w;
     return 0;
 fail:
+    lg_hfquant_free(hq);
     lg_err_prefix(err, "loading %s", dir);
     lg_weights_free(w);
     return -1;

@@ -6,6 +6,9 @@
  *   a file named *.gguf, or with GGUF magic  -> lg_weights_load_gguf (weights_gguf.c)
  *   anything else                            -> refused, naming what was found
  *
+ * then, for opts->quantize (`--quantization`), lg_weights_quantize
+ * (weights_quantize.c) over whatever was loaded (dummy weights included).
+ *
  * The only file of the model's weights that knows every format. Calls point
  * one way: weights_load.c -> weights_hf.c, weights_gguf.c -> weights.c (the
  * format-independent container); nothing calls back into this file.
@@ -19,7 +22,22 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+static int load_any(const char *path, const lg_load_opts *opts, lg_weights **out, lg_err *err);
+
 int lg_weights_load(const char *path, const lg_load_opts *opts, lg_weights **out, lg_err *err)
+{
+    if (load_any(path, opts, out, err))
+        return -1;
+    if (opts && opts->quantize != LG_QNONE && !opts->vocab_only && lg_weights_quantize(*out, opts->quantize, err)) {
+        lg_err_prefix(err, "--quantization");
+        lg_weights_free(*out);
+        *out = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+static int load_any(const char *path, const lg_load_opts *opts, lg_weights **out, lg_err *err)
 {
     *out = NULL;
     struct stat st;

@@ -47,6 +47,7 @@ typedef struct lg_serve_config {
     long max_lora_rank;               /* default 64 */
     const char *dtype;                /* auto|f32|f16|bf16 */
     const char *kv_cache_dtype;       /* auto|fp8, NULL: auto */
+    const char *quantization;         /* fp8|int4|none, or NULL: weights as stored */
     const char *dequant_dtype;        /* f16|f32, or NULL: quantized weights keep their blocks where the backend takes them */
     const char *chat_template;        /* chatml|llama3|llama2|mistral or a Jinja file, NULL: the model's */
     const char *tool_call_parser;     /* hermes|llama3_json|mistral|granite, NULL: from the template */

@@ -161,11 +161,13 @@ def _rms(x, w, eps):
     return w * (x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps))
 
 
-def forward(cfg, W, ids, kv_cache=None):
+def forward(cfg, W, ids, kv_cache=None, act_quant=None):
     """Logits [len(ids), vocab] in float64 for one sequence starting at position 0.
     cfg: config.json dict. W: {HF tensor name: float64 array}.
     kv_cache: None, or f(layer, k, v) -> (k, v) applied to each layer's K (after RoPE)
-    and V [T, n_kv_heads, head_dim] as a KV cache would store them (e.g. rounded to e4m3)."""
+    and V [T, n_kv_heads, head_dim] as a KV cache would store them (e.g. rounded to e4m3).
+    act_quant(x, name), if given, rounds the input of each linear layer `name`
+    (e.g. "model.layers.0.self_attn.q_proj") as a W8A8 matmul does."""
     d, nh, nkv, hd = dims(cfg)
     mt = cfg.get("model_type", "llama")
     gemma = mt in ("gemma2", "gemma3_text")
@@ -194,6 +196,8 @@ def forward(cfg, W, ids, kv_cache=None):
         return _rms(x, 1.0 + w if gemma else w, eps)
 
     def lin(x, name):
+        if act_quant is not None and name.startswith("model.layers."):
+            x = act_quant(x, name)
         y = x @ W[name + ".weight"].T
         b = W.get(name + ".bias")
         return y if b is None else y + b
