@@ -46,8 +46,9 @@
  * (bitsandbytes, hqq, eetq, ...), other bit widths, awq gemv / marlin /
  * exllama, gptq marlin / bitblas, per-module overrides (gptq dynamic),
  * sparsity or transforms, and any key of a known method that this file does
- * not know (never served wrong). compressed-tensors' kv_cache_scheme and
- * the k_scale / v_scale tensors are skipped with a notice: the KV cache's
+ * not know (never served wrong). compressed-tensors' kv_cache_scheme is
+ * accepted and its k_scale / v_scale tensors are kept as plain f32 values
+ * (model.c uses them for an e4m3 cache, --kv-cache-dtype fp8): the KV cache's
  * dtype is the engine's own option (`--kv-cache-dtype`), not the
  * checkpoint's.
  *
@@ -104,7 +105,6 @@ struct lg_hfquant {
     int n_ignore;
     held *h;
     int n_h, cap_h;
-    bool kv_notice;
     bool expand_noticed;  /* the int4-expanded-to-16-bit notice was printed */
     char method[24], desc[96];
 };
@@ -379,8 +379,6 @@ static int parse_ct(lg_hfquant *h, json_t *qc, lg_err *err)
                             "not supported");
     if (read_ignore(h, qc, "ignore", err))
         return -1;
-    if (!absent(json_object_get(qc, "kv_cache_scheme")))
-        h->kv_notice = true;
     const ct_group *g = &h->g[0];
     if (h->fmt == QF_CT_FLOAT) {
         snprintf(h->method, sizeof h->method, "%s", g->strategy == 3 ? "fp8-block" : "fp8");
@@ -585,9 +583,6 @@ int lg_hfquant_open(json_t *qc, const lg_load_opts *opts, lg_hfquant **out, lg_e
         lg_hfquant_free(h);
         return -1;
     }
-    if (h->kv_notice)
-        fprintf(stderr, "notice: the checkpoint's kv_cache_scheme and k/v scales are not used: the KV cache dtype is "
-                        "loragate's --kv-cache-dtype\n");
     *out = h;
     return 0;
 }
@@ -1123,11 +1118,19 @@ int lg_hfquant_finish(lg_hfquant *h, lg_weights *w, lg_err *err)
         char mod[600];
         snprintf(mod, sizeof mod, "%.*s", (int)(suf - e->name - (suf > e->name ? 1 : 0)), e->name);
         if (!strcmp(suf, "k_scale") || !strcmp(suf, "v_scale") || !strcmp(suf, "kv_scale")) {
+            /* KV cache scales: kept as one f32 each under their own name, for an e4m3 cache
+             * (--kv-cache-dtype fp8; model.c read_kv_scales); a 16-bit cache ignores them */
             e->used = true;
-            if (!h->kv_notice) {
-                h->kv_notice = true;
-                fprintf(stderr, "notice: the checkpoint's k/v cache scales are not used: the KV cache dtype is "
-                                "loragate's --kv-cache-dtype\n");
+            if (e->t.n_elems != 1)
+                return lg_fail(err, "tensor %s: a KV cache scale must be one value, got %zu", e->name, e->t.n_elems);
+            float *v = malloc(sizeof *v);
+            const int64_t one = 1;
+            if (!v)
+                return lg_fail(err, "out of memory");
+            *v = (float)num_at(&e->t, 0);
+            if (lg_weights_add(w, e->name, LG_F32, 1, &one, v, v, err)) {
+                free(v);
+                return -1;
             }
             continue;
         }

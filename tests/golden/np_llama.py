@@ -161,7 +161,7 @@ def _rms(x, w, eps):
     return w * (x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps))
 
 
-def forward(cfg, W, ids, kv_cache=None, act_quant=None):
+def forward(cfg, W, ids, act_quant=None, kv_cache=None):
     """Logits [len(ids), vocab] in float64 for one sequence starting at position 0.
     cfg: config.json dict. W: {HF tensor name: float64 array}.
     kv_cache: None, or f(layer, k, v) -> (k, v) applied to each layer's K (after RoPE)
