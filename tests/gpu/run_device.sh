@@ -350,9 +350,20 @@ if [ "$WHAT" = quant ]; then
     grep -E "^FAILED" "$OUT/golden_kvfp8_cuda.log" | head -10
   }
   [ -x build-cuda/test_cuda_qmatmul ] && { late "bench qmatmul" || build-cuda/test_cuda_qmatmul --bench 2>&1 | tee "$OUT/bench_qmatmul.txt" | tail -40; }
+  late "quant logits on cuda" || {
+    LG_BIN=$BIN LG_BACKEND=cuda python3 -m pytest -q tests/quant/test_quant_logits.py >"$OUT/quant_logits_cuda.log" 2>&1
+    note "quantized checkpoints' logits on cuda: $(tail -1 "$OUT/quant_logits_cuda.log")"
+    grep -E "^E  .*rel L2" "$OUT/quant_logits_cuda.log" | head -20
+  }
   for c in ${QCASES:-b1 b1_fp8 b1_int4 w1_lora w1_fp8 w1_int4 w1_fp8kv pf2048 pf2048_fp8 pf2048_int4 w1_lora}; do
     bench new "LG_STEP_TIMING=1" $c
   done
+  # QLT=T: W1 in FP8 once more with F8_A8 matmuls of T or more rows on cuBLASLt's FP8 GEMM (LG_QMM_LT_MIN_T), and the
+  # kernel table under it
+  if [ -n "${QLT:-}" ]; then
+    bench "lt$QLT" "LG_STEP_TIMING=1 LG_QMM_LT_MIN_T=$QLT" w1_fp8
+    late "bench qmatmul lt" || LG_QMM_LT_MIN_T=$QLT build-cuda/test_cuda_qmatmul --bench 2>&1 | tee "$OUT/bench_qmatmul_lt$QLT.txt" | grep -A8 'T = 32'
+  fi
   if [ "${QW2:-0}" = 1 ]; then
     for rate in ${QW2_RATES:-16 24 32}; do
       n=$(( rate * 25 ))
