@@ -28,8 +28,8 @@ Tolerances (relative L2 of the last position's logits):
     with bf16 weights x[k] / amax is a ratio of products of bf16 values (RMSNorm's factor cancels), so x / s can
     be a midpoint exactly (token 33's q_proj input: 232 = 448 x 29/56). So the test takes the reference closest
     to the engine over the ways at most 3 such elements round (as tests/golden/test_kv_fp8.py does).
-The W8A8 cases need a CPU matmul that takes the W8A8 layouts (engine/backend); until it exists the backend
-expands those weights at upload and runs W8A16, and these cases fail by design.
+The W8A8 cases hold the CPU backend's planar matmuls (engine/backend/cpu_ckptq.c, cpu_fp8act.c): a backend that
+expanded those weights at upload would run W8A16, 3-7% away, and fail them.
 Refusals of unsupported checkpoints: the C unit test test_weights_hfquant.c, and test_refused_cli here.
 """
 import json
@@ -55,6 +55,14 @@ TIMEOUT = float(os.environ.get("LG_GOLDEN_TIMEOUT", "60"))
 PROMPTS = [[1, 5, 9, 33, 17, 60, 2, 41], [1, 12]]
 E4M3 = ml_dtypes.float8_e4m3fn
 TOL_EXACT, TOL_16, TOL_W8A8 = 1e-4, 2e-2, 3e-3
+# A backend that computes in 16 bits (CUDA; LG_BACKEND=cuda) holds no logits to f32's bounds: there every case is held to
+# the 16-bit golden bound, and the W8A8 ones to TOL_W8A8_16. In f16 the activations reach a W8A8 matmul moved by
+# their own rounding, and an element near an e4m3 midpoint then rounds one step (1/16) away from the oracle's; on
+# these one-layer models that moves the logits by 2-5% (H200, 2026-11-28: 3.4e-2 to 5.3e-2), the size of the
+# activation rounding itself, so whole-model tests cannot tell W8A8 from W8A16 there. The GPU's activation rounding
+# is held exactly by the op test instead (tests/gpu/test_cuda_qmatmul.c, against float64 with the same rounding).
+if LG_BACKEND != "cpu":
+    TOL_EXACT, TOL_W8A8 = TOL_16, 6e-2
 AMBIGUOUS = 2e-6  # relative distance of x / s to an e4m3 midpoint within which f32 and float64 x may round apart
 
 
