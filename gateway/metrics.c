@@ -529,6 +529,11 @@ static void render_engine(lg_strbuf *b, const lg_engine_stats *es)
     gauge(b, "loragate_pool_page_bytes", "Bytes per pool page.", (double)es->page_bytes);
     gauge(b, "loragate_kv_cache_tokens_capacity", "Tokens of KV cache the pool holds when every page is KV.",
           (double)es->kv_tokens_capacity);
+    head(b, "loragate_model_quantization_info", "gauge",
+         "The base model's weight quantization (none, fp8, fp8-block, awq, gptq, compressed-tensors-int4, fbgemm_fp8, "
+         "int4-rtn, gguf), as a label.");
+    lg_strbuf_printf(b, "loragate_model_quantization_info{quantization=\"%s\"} 1\n",
+                     es->weights_quant ? es->weights_quant : "none");
     head(b, "loragate_kv_cache_info", "gauge", "The KV cache's element type (f32, f16, bf16, f8e4m3), as a label.");
     lg_strbuf_printf(b, "loragate_kv_cache_info{dtype=\"%s\"} 1\n", es->kv_dtype ? es->kv_dtype : "?");
     gauge(b, "loragate_prefix_cache_pages", "KV pages held by the prefix cache (in use or cached).",

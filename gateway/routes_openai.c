@@ -1389,8 +1389,9 @@ static int completions(lg_request *r, void *d) { return generate(r, d, LG_OAI_CO
 static json_t *model_obj(const lg_served_model *m, const lg_tenant_adapter *a, const char *owner)
 {
     if (!a)
-        return json_pack("{s:s,s:s,s:I,s:s}", "id", m->id, "object", "model", "created", (json_int_t)m->created_at,
-                         "owned_by", "loragate");
+        return json_pack("{s:s,s:s,s:I,s:s,s:s,s:s}", "id", m->id, "object", "model", "created",
+                         (json_int_t)m->created_at, "owned_by", "loragate", "quantization", m->quantization,
+                         "quantization_description", m->quantization_desc);
     return json_pack("{s:s,s:s,s:I,s:s,s:s,s:s}", "id", a->name, "object", "model", "created",
                      (json_int_t)(a->created_at / 1000), "owned_by", owner, "parent", m->id, "root", m->id);
 }

@@ -53,6 +53,11 @@ int lg_served_model_init(lg_served_model *m, const lg_weights *w, const lg_serve
     memset(m, 0, sizeof *m);
     m->created_at = created_at;
     m->vocab_size = lg_weights_config(w)->vocab_size;
+    {
+        const lg_model_config *qc = lg_weights_config(w);
+        snprintf(m->quantization, sizeof m->quantization, "%s", qc->quant_method[0] ? qc->quant_method : "none");
+        snprintf(m->quantization_desc, sizeof m->quantization_desc, "%s", qc->quant_desc[0] ? qc->quant_desc : "none");
+    }
     m->max_context = max_context;
     m->default_max_tokens = (int)cfg->default_max_tokens;
     m->tok = lg_weights_tokenizer(w);

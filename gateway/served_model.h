@@ -26,6 +26,9 @@ typedef struct lg_served_model {
      * teaches (tool_calls.h); NULL: no parser (such output is plain text) */
     const lg_tc_parser *tool_parser;
     int vocab_size;
+    /* the weights' quantization: lg_model_config quant_method ("none", "fp8", "awq", ...) and its description */
+    char quantization[24];
+    char quantization_desc[96];
     int max_context;              /* the engine's, in tokens */
     int max_token_bytes;          /* longest vocabulary entry in bytes (an upper bound per token) */
     int default_max_tokens;       /* --default-max-tokens */

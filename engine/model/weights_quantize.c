@@ -87,7 +87,9 @@ int lg_weights_quantize(lg_weights *w, lg_qtype q, lg_err *err)
     if (q != LG_QF8_A8 && q != LG_QI4)
         return lg_fail(err, "layout %s, expected fp8 (F8_A8) or int4 (I4)", lg_qtype_get(q).name);
     lg_model_config *c = lg_weights_config_mut(w);
-    if (c->quant_method[0] && strcmp(c->quant_method, "none"))
+    /* a GGUF file's blocks expanded at load (--dequant-dtype) are 16-bit weights again (the tensor check below
+     * refuses blocks that were kept); a quantized checkpoint is refused whatever was expanded */
+    if (c->quant_method[0] && strcmp(c->quant_method, "none") && strcmp(c->quant_method, "gguf"))
         return lg_fail(err, "the model is already quantized (%s); drop --quantization", c->quant_desc);
     const int n_all = lg_weights_count(w);
     qjob j = {.w = w, .q = q, .idx = calloc((size_t)n_all + 1, sizeof(int)),
@@ -102,7 +104,7 @@ int lg_weights_quantize(lg_weights *w, lg_qtype q, lg_err *err)
         if (!is_linear(t->name))
             continue;
         if (t->q != LG_QNONE) {
-            lg_fail(err, "tensor %s is already quantized (%s); drop --quantization", t->name, lg_qtype_get(t->q).name);
+            lg_fail(err, "tensor %s is already quantized (%s): drop --quantization, or expand a GGUF file's blocks with --dequant-dtype first", t->name, lg_qtype_get(t->q).name);
             goto done;
         }
         if (t->n_dims != 2) {

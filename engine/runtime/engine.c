@@ -224,6 +224,7 @@ int lg_engine_create(lg_backend *be, const lg_weights *w, const lg_engine_opts *
     e->stats.page_tokens = e->page_tokens;
     e->stats.max_step_adapters = e->adapters ? e->max_seqs : 0;
     e->stats.kv_dtype = lg_dtype_name(lg_model_kv_dtype(e->model));
+    e->stats.weights_quant = lg_model_cfg(e->model)->quant_method[0] ? lg_model_cfg(e->model)->quant_method : "none";
     e->stats.kv_tokens_capacity = (int64_t)n_pages * e->page_tokens;
     e->pub = e->stats;
     *out = e;

@@ -381,6 +381,9 @@ typedef struct lg_engine_stats {
     /* the KV cache: its dtype (lg_dtype_name: f32, f16, bf16, f8e4m3) and the tokens the pool holds
      * as KV (pages_total x page_tokens) */
     const char *kv_dtype;
+    /* the base model's weights: their quantization (lg_model_config quant_method: none, fp8, fp8-block, awq, gptq,
+     * compressed-tensors-int4, fbgemm_fp8, int4-rtn, gguf) */
+    const char *weights_quant;
     int64_t kv_tokens_capacity;
     int64_t requests_finished;
     int64_t prompt_tokens, cached_tokens; /* summed over admitted requests */
