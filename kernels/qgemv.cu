@@ -28,7 +28,8 @@
  * warp's next row has another scale). Every weight byte is read once a launch for any T <= 4.
  * Elements past K: the weight is 0 (F8) or q = z (I4) and x reads as 0 there (qmm_x8).
  * Limits: T <= 4; N < 2^30; no L2 prefetch (unmeasured; gemv.cu's would fit here).
- * Switch: LG_QGEMV (c->tune->qgemv): 1 (default) on for T <= 4; 0 off (qmm.cuh's kernel).
+ * Switch: LG_QGEMV (c->tune->qgemv): 1 (default) on for T <= 4; 0 off (qmm.cuh's kernel); 10 + m on for
+ * T <= m only (m = 1..4: where the GEMV measures faster at T = 1, 2 but not at 3, 4).
  */
 #include "kernels/ops.cuh"
 #include "kernels/qmm.cuh"
@@ -36,6 +37,10 @@
 #define QGEMV_WARPS 4
 #define QGEMV_R 2 /* rows a warp */
 #define QGEMV_U 4 /* words a row a lane in flight */
+/* blocks an SM must hold (register cap 65536 / (128 * this)): 4 (128 registers) where that spills nothing
+ * (ptxas -v: T = 1 but F8_A8S, and F8 / F8_A8 / F8_A8G at T = 2), so that the 4096-row shapes fit one wave of
+ * 16 warps an SM (2048 warps on the H200's 132 SMs); else 3 (at most 168 registers, no spills) */
+#define QGEMV_MINB(WF, XM, T) (XM != QMM_X_A8S && (T == 1 || (T == 2 && WF == QMM_F8)) ? 4 : 3)
 
 /* two e4m3 bytes (low byte: the first element) -> two exact floats */
 __device__ __forceinline__ float2 qgemv_e4m3x2(uint32_t b)
@@ -90,7 +95,7 @@ __device__ __forceinline__ float qgemv_dot8(const float *w, const float *x, floa
 }
 
 template <int WF, int XM, typename TX, typename TY, int T, int R, int U>
-__global__ void __launch_bounds__(QGEMV_WARPS * 32) qgemv_kernel(const __grid_constant__ qmm_args a)
+__global__ void __launch_bounds__(QGEMV_WARPS * 32, QGEMV_MINB(WF, XM, T)) qgemv_kernel(const __grid_constant__ qmm_args a)
 {
     constexpr int WPG = WF == QMM_F8 ? 8 : 4;   /* 16-byte words a group */
     constexpr int EPW = WF == QMM_F8 ? 16 : 32; /* elements a word */
@@ -291,7 +296,8 @@ template <int WF, int XM> static cudaError_t qgemv_launch_xm(const cuda_ctx *c, 
 
 int cu_qgemv_try(cuda_ctx *c, int wf, int xm, lg_dtype xt, lg_dtype yt, const qmm_args *a)
 {
-    if (c->tune->qgemv == 0 || a->T < 1 || a->T > QGEMV_MAX_T || a->N < 1 || a->N > (1 << 30) || a->nb < 1)
+    const int mode = c->tune->qgemv, max_t = mode >= 11 && mode <= 10 + QGEMV_MAX_T ? mode - 10 : QGEMV_MAX_T;
+    if (mode == 0 || a->T < 1 || a->T > max_t || a->N < 1 || a->N > (1 << 30) || a->nb < 1)
         return 1;
     if ((xt != LG_F16 && xt != LG_BF16) || (yt != LG_F32 && yt != xt) || (wf == QMM_I4 && xm != QMM_X_RAW) ||
         (wf != QMM_F8 && wf != QMM_I4) || (xm != QMM_X_RAW && xm != QMM_X_Q8 && xm != QMM_X_A8S) ||
