@@ -8,6 +8,7 @@
  * of y (after accumulate and bias).
  *
  * How, by T:
+ *   T <= 4: the CUDA-core GEMV of qgemv.cu (after the prepass; LG_QGEMV = 0: the next line).
  *   T <= 128: the tensor-core weight stream of qmm.cuh in launches of up to 32 token rows (each
  *     reads the weight once). F8_A8 / F8_A8G first run the prepass below (x to e4m3 bytes and
  *     scales, once per call, not once per weight tile); F8_A8S's prepass only finds each token's
@@ -204,6 +205,11 @@ int cu_matmul_f8(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tenso
                 a.s = a8s ? s + t0 : NULL;
             }
             const int xm = !a8 ? QMM_X_RAW : a8s ? QMM_X_A8S : QMM_X_Q8;
+            if (T <= QGEMV_MAX_T) { /* the CUDA-core GEMV (qgemv.cu) unless LG_QGEMV = 0 */
+                const int rc = cu_qgemv_try(c, QMM_F8, xm, x.dtype, y.dtype, &a);
+                if (rc <= 0)
+                    return rc;
+            }
             if (f16)
                 e = xm == QMM_X_RAW ? qf8_stream<QMM_X_RAW, __half>(c, y.dtype, a)
                     : xm == QMM_X_Q8 ? qf8_stream<QMM_X_Q8, __half>(c, y.dtype, a)

@@ -4,6 +4,7 @@
  * W[n, k] = d[n, g] * (q[n, k] - z[n, g]) per group g of 128, f32 accumulation.
  *
  * How, by T:
+ *   T <= 4: the CUDA-core GEMV of qgemv.cu (LG_QGEMV = 0: the next line).
  *   T <= 128: qmm.cuh's tensor-core weight stream in launches of up to 32 token rows: 16 bytes of
  *     nibbles a lane, (q - z) made an exact f16 (or bf16) value in registers, multiplied by x as it
  *     is, each group's f32 sum times d: the format's math with f32 sums (d is not folded into the
@@ -46,6 +47,11 @@ int cu_matmul_i4(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tenso
         a.T = T - t0 < QMM_MAX_T ? T - t0 : QMM_MAX_T;
         a.x = (const char *)x.data + (size_t)t0 * (size_t)x.stride * 2;
         a.y = (char *)y.data + (size_t)t0 * (size_t)y.stride * lg_dtype_size(y.dtype);
+        if (T <= QGEMV_MAX_T) { /* the CUDA-core GEMV (qgemv.cu) unless LG_QGEMV = 0 */
+            const int rc = cu_qgemv_try(c, QMM_I4, QMM_X_RAW, x.dtype, y.dtype, &a);
+            if (rc <= 0)
+                return rc;
+        }
         cudaError_t e;
         if (f16)
             e = y.dtype == LG_F32 ? qmm_launch<QMM_I4, __half, QMM_X_RAW, __half, float>(c, a)

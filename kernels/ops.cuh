@@ -105,6 +105,13 @@ int cu_gemv_try(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tensor
 /* For the fused norm + GEMV (norm_matmul.cu) too: how many of `blocks` blocks of rows_per_block rows issue
  * gemv.cu's L2 prefetch (none without programmatic launch) */
 int cu_gemv_pf_blocks(bool pdl, int blocks, int rows_per_block, int K8);
+/* The decode matmul over a planar checkpoint weight for T <= QGEMV_MAX_T token rows on the CUDA cores
+ * (qgemv.cu), with qmm.cuh's arguments (a: one launch's, wf QMM_F8 / QMM_I4, xm its activation mode, xt
+ * the activation dtype, yt y's): 0 done, -1 error, 1 not taken (LG_QGEMV = 0, T, layout or alignment):
+ * use qmm.cuh's kernel. */
+#define QGEMV_MAX_T 4
+struct qmm_args;
+int cu_qgemv_try(cuda_ctx *c, int wf, int xm, lg_dtype xt, lg_dtype yt, const struct qmm_args *a);
 int cu_norm_matmul(lg_backend *be, lg_tensor y, lg_tensor resid, lg_tensor delta, lg_tensor w, float eps,
                    lg_tensor rout, lg_tensor W, lg_tensor bias, bool silu, const lg_rope_kv *rope);
 int cu_matmul_lora(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tensor bias, lg_tensor tmp,

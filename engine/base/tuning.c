@@ -97,6 +97,10 @@ const lg_tuning_switch lg_tuning_table[] = {
         "F8_A8 matmuls (one weight scale a row) of at least this many token rows on cuBLASLt's FP8 GEMM; fewer: "
         "the planar weight stream (qmm.cuh)",
         "kernels/matmul_f8.cu; tests/gpu/test_cuda_qmatmul.c, tests/gpu/run_device.sh"},
+    {"LG_QGEMV", offsetof(lg_tuning, qgemv), 1,
+        "1: decode matmuls of 1..4 token rows over an FP8 / INT4 checkpoint weight on the CUDA-core GEMV; 0 off "
+        "(the tensor-core weight stream, qmm.cuh); 10 + m: the GEMV for 1..m rows only",
+        "kernels/qgemv.cu, kernels/matmul_f8.cu, kernels/matmul_i4.cu; tests/gpu/test_cuda_qmatmul.c"},
     {"LG_DEC_RESIDENT_KB", offsetof(lg_tuning, dec_resident_kb), 200,
         "KB of K/V rows a block of the resident decode attention may hold (0: never the resident form)",
         "kernels/attention_decode.cu; tests/gpu/test_cuda_ops.c"},

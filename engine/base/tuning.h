@@ -63,6 +63,7 @@ typedef struct lg_tuning {
     int streamk;           /* LG_STREAMK */
     int gemv;              /* LG_GEMV */
     int qmm_lt_min_t;      /* LG_QMM_LT_MIN_T */
+    int qgemv;             /* LG_QGEMV */
     int dec_resident_kb;   /* LG_DEC_RESIDENT_KB */
     int sgmv_prefill;      /* LG_SGMV_PREFILL */
     int shrink_wide;       /* LG_SHRINK_WIDE */

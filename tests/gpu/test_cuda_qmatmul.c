@@ -11,7 +11,7 @@
  * (s = amax / 448, e4m3(x / s) by lg_f32_to_e4m3), then sums in float64. T = 1, 7, 32, 33, 300,
  * 2048 over small shapes (cols not a multiple of 128, rows not a multiple of 32) and the 7B
  * shapes; f32 and 16-bit outputs; bias and accumulate; F8_A8S with fused rows of different a
- * (static and dynamic-bounded); F8_A8 weights with one d a row (cuBLASLt's FP8 prefill). y's padding columns must be left as they were, every output
+ * (static and dynamic-bounded); T = 1..4 with LG_QGEMV on (qgemv.cu) and off; F8_A8 weights with one d a row (cuBLASLt's FP8 prefill). y's padding columns must be left as they were, every output
  * written (y poisoned with NaN first).
  * Tolerance (relative L2 over y): the weight stream (T <= 128, and F8_A8S at any T) computes the
  * format's math exactly up to f32 summation order, so the error is y's rounding: f32 1e-4
@@ -239,6 +239,7 @@ static void run_tests(lg_dtype dt)
     const float a_static[3] = {0.0018f, 0.0025f, 0.004f}; /* x / a saturates at 448 for |x| > ~0.8 in the first */
     const float a_dyn[3] = {-0.8f, -2.0f, -8.0f};          /* amax bounded by 0.8 .. 8 */
     const int rows3b[3] = {256, 32, 32};
+    const int rows3odd[3] = {37, 27, 16};                 /* parts that split a GEMV warp's row pair */
     /* small shapes: cols not a multiple of 128 (nor of 8 for one), rows not a multiple of 32 */
     const int smallT[] = {1, 7, 32, 33, 300};
     for (size_t i = 0; i < sizeof qs / sizeof *qs; i++) {
@@ -255,6 +256,30 @@ static void run_tests(lg_dtype dt)
         test_case(dt, qs[i], 300, 512, 4096, dt, 0, 0, NULL, NULL);
         test_case(dt, qs[i], 2048, 256, 4096, dt, 0, 0, NULL, NULL);
     }
+    /* T = 1..4: the CUDA-core GEMV (qgemv.cu, LG_QGEMV = 1) and, with LG_QGEMV = 0, the tensor-core stream */
+    const int env_qgemv = G->tune.qgemv;
+    for (int on = 1; on >= 0; on--) {
+        G->tune.qgemv = on;
+        for (size_t i = 0; i < sizeof qs / sizeof *qs; i++)
+            for (int T = 1; T <= 4; T++) {
+                test_case(dt, qs[i], T, 72, 200, dt, T & 1, 0, NULL, NULL);
+                test_case(dt, qs[i], T, 40, 131, LG_F32, 1, 1, NULL, NULL);
+                test_case(dt, qs[i], T, 4096, 4096, dt, 0, T == 2, NULL, NULL);
+                test_case(dt, qs[i], T, 4096, 11008, T == 3 ? LG_F32 : dt, T == 4, 0, NULL, NULL);
+                if (on && T == 1)
+                    test_case(dt, qs[i], T, 22016, 4096, dt, 0, 0, NULL, NULL);
+                if (on && T == 3)
+                    test_case(dt, qs[i], T, 12288, 4096, dt, 0, 0, NULL, NULL);
+            }
+        for (int dyn = 0; dyn < 2; dyn++)
+            for (int T = 1; T <= 4; T++) {
+                test_case(dt, LG_QF8_A8S, T, 80, 200, dt, 1, 0, rows3, dyn ? a_dyn : a_static);
+                test_case(dt, LG_QF8_A8S, T, 320, 4096, LG_F32, 0, 1, rows3b, dyn ? a_dyn : a_static);
+                if (on) /* fused rows of different a inside one warp's rows (the GEMV rounds x by each row's a) */
+                    test_case(dt, LG_QF8_A8S, T, 80, 131, dt, 0, 0, rows3odd, dyn ? a_dyn : a_static);
+            }
+    }
+    G->tune.qgemv = env_qgemv;
     /* one d a row: F8_A8's prefill takes cuBLASLt's FP8 GEMM (matmul_f8_lt.cu) where the library has it */
     g_rowconst = 1;
     test_case(dt, LG_QF8_A8, 7, 320, 1152, dt, 0, 0, NULL, NULL);
