@@ -503,7 +503,7 @@ static void dummy_progress(dummy_job *j, double t0, bool final)
     fprintf(stderr, "\rdummy weights [%s] %3d%% %.1fs%s", bar, pct, lg_now() - t0, final ? "\n" : "");
 }
 
-int lg_weights_fill_dummy(lg_weights *w, lg_dtype dt, uint64_t seed, bool progress, lg_err *err)
+int lg_weights_fill_dummy(lg_weights *w, lg_dtype dt, uint64_t seed, bool progress, bool skip_linear, lg_err *err)
 {
     if (dt != LG_F32 && dt != LG_F16 && dt != LG_BF16)
         return lg_fail(err, "dummy weights: dtype %s, expected f32, f16 or bf16", lg_dtype_name(dt));
@@ -539,6 +539,8 @@ int lg_weights_fill_dummy(lg_weights *w, lg_dtype dt, uint64_t seed, bool progre
                 lg_fail(err, "dummy weights: tensor '%s' size overflows", s[i].name);
                 goto done;
             }
+        if (skip_linear && lg_weights_is_linear(s[i].name))
+            ne = 0; /* added without data: lg_weights_dummy_quantized fills it */
         if (!lg_mul_ok(ne, j->esize, &nb) || !lg_add_ok(nb, 63, &nb) ||
             !lg_add_ok(total, nb & ~(size_t)63, &total)) {
             lg_fail(err, "dummy weights: total size overflows at tensor '%s'", s[i].name);

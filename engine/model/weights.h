@@ -84,6 +84,14 @@ int lg_weights_load_gguf(const char *path, const lg_load_opts *opts, lg_weights 
 /* Quantizes w's linear-layer weights to q (LG_QF8_A8 or LG_QI4) in place (weights_quantize.c; what
  * lg_weights_load does for opts->quantize). Refuses a model whose linear weights are already quantized. */
 int lg_weights_quantize(lg_weights *w, lg_qtype q, lg_err *err);
+/* Whether a tensor name is one of the linear layers --quantization quantizes (q, k, v, o, gate, up, down). */
+bool lg_weights_is_linear(const char *name);
+/* Dummy weights already quantized (weights_quantize.c): every linear-layer tensor of w (added by
+ * lg_weights_fill_dummy with skip_linear) gets pseudo-random planar q (F8_A8: e4m3 codes of ~N(0, 64); I4:
+ * uniform nibbles, z = 8) and group scales that make the weights ~N(0, 0.02) like the 16-bit dummy ones, a
+ * function of seed only, generated in place: a model whose 16-bit weights would not fit the host (a 70B
+ * shape) loads in FP8 or INT4. */
+int lg_weights_dummy_quantized(lg_weights *w, lg_qtype q, uint64_t seed, lg_err *err);
 
 /* --- a loaded model (weights.c) --- */
 
@@ -135,6 +143,8 @@ int lg_weights_check_llama(const lg_weights *w, lg_err *err);
 /* Adds every tensor the config needs (names and shapes as check_llama expects),
  * filled with deterministic pseudo-random values (~N(0, 0.02); norms 1.0) of
  * dtype dt, a function of seed only. For loaders honouring opts->dummy. */
-int lg_weights_fill_dummy(lg_weights *w, lg_dtype dt, uint64_t seed, bool progress, lg_err *err);
+/* skip_linear: the linear layers' tensors (lg_weights_is_linear) are added with their shapes but no data, for
+ * lg_weights_dummy_quantized to fill. */
+int lg_weights_fill_dummy(lg_weights *w, lg_dtype dt, uint64_t seed, bool progress, bool skip_linear, lg_err *err);
 
 #endif

@@ -864,7 +864,9 @@ int lg_weights_load_hf(const char *dir, const lg_load_opts *opts, lg_weights **o
                              "on its 16-bit config", lg_weights_config(w)->quant_desc);
                 goto fail;
             }
-            if (lg_weights_fill_dummy(w, opts->dummy_dtype, opts->dummy_seed, opts->progress, err))
+            const bool q = opts->quantize != LG_QNONE; /* quantized in place: lg_weights_load skips lg_weights_quantize */
+            if (lg_weights_fill_dummy(w, opts->dummy_dtype, opts->dummy_seed, opts->progress, q, err) ||
+                (q && lg_weights_dummy_quantized(w, opts->quantize, opts->dummy_seed, err)))
                 goto fail;
         } else {
             if (load_tensors(dir, w, hq, opts->progress, err) || (hq && lg_hfquant_finish(hq, w, err)))

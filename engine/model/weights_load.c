@@ -28,7 +28,9 @@ int lg_weights_load(const char *path, const lg_load_opts *opts, lg_weights **out
 {
     if (load_any(path, opts, out, err))
         return -1;
-    if (opts && opts->quantize != LG_QNONE && !opts->vocab_only && lg_weights_quantize(*out, opts->quantize, err)) {
+    /* dummy weights were made quantized (lg_weights_dummy_quantized) */
+    if (opts && opts->quantize != LG_QNONE && !opts->vocab_only && !opts->dummy &&
+        lg_weights_quantize(*out, opts->quantize, err)) {
         lg_err_prefix(err, "--quantization");
         lg_weights_free(*out);
         *out = NULL;

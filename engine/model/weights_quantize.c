@@ -31,7 +31,7 @@
 #include <string.h>
 #include <unistd.h>
 
-static bool is_linear(const char *name)
+bool lg_weights_is_linear(const char *name)
 {
     static const char *const S[] = {".self_attn.q_proj.weight", ".self_attn.k_proj.weight", ".self_attn.v_proj.weight",
                                     ".self_attn.o_proj.weight", ".self_attn.qkv_proj.weight", ".mlp.gate_proj.weight",
@@ -101,7 +101,7 @@ int lg_weights_quantize(lg_weights *w, lg_qtype q, lg_err *err)
     }
     for (int i = 0; i < n_all; i++) {
         const lg_wtensor *t = lg_weights_at(w, i);
-        if (!is_linear(t->name))
+        if (!lg_weights_is_linear(t->name))
             continue;
         if (t->q != LG_QNONE) {
             lg_fail(err, "tensor %s is already quantized (%s): drop --quantization, or expand a GGUF file's blocks with --dequant-dtype first", t->name, lg_qtype_get(t->q).name);
@@ -143,6 +143,126 @@ int lg_weights_quantize(lg_weights *w, lg_qtype q, lg_err *err)
     snprintf(c->quant_desc, sizeof c->quant_desc, "%s",
              q == LG_QI4 ? "int4 (--quantization: RTN asymmetric g128, W4A16)"
                          : "fp8 (--quantization: W8A8 per-channel, dynamic per-token)");
+    rc = 0;
+done:
+    for (int k = 0; j.buf && k < j.n; k++)
+        free(j.buf[k]);
+    free(j.idx);
+    free(j.buf);
+    free(j.nb);
+    return rc;
+}
+
+/* ---- dummy weights made quantized ---------------------------------------------------------- */
+
+typedef struct djob {
+    lg_weights *w;
+    lg_qtype q;
+    uint64_t seed;
+    int *idx, n, next;
+    void **buf;
+    size_t *nb;
+    uint8_t codes[256]; /* F8: e4m3 codes of ~N(0, 64) */
+    pthread_mutex_t mu;
+} djob;
+
+static uint64_t dsplit(uint64_t *x)
+{
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static void *dworker(void *arg)
+{
+    djob *j = arg;
+    for (;;) {
+        pthread_mutex_lock(&j->mu);
+        const int k = j->next++;
+        pthread_mutex_unlock(&j->mu);
+        if (k >= j->n)
+            return NULL;
+        const lg_wtensor *t = lg_weights_at(j->w, j->idx[k]);
+        const int64_t rows = t->shape[0], cols = t->shape[1], nb = (cols + 127) / 128;
+        const size_t bytes = lg_planar_bytes(j->q, rows, cols);
+        uint8_t *b = malloc(bytes);
+        if (!b)
+            continue; /* reported by the caller (buf NULL) */
+        lg_qplanes p = lg_qplanes_of(lg_tensor_quant(b, j->q, rows, cols));
+        uint64_t x = j->seed ^ (0x9e37ull * (uint64_t)(j->idx[k] + 1));
+        const size_t qbytes = (size_t)rows * (size_t)p.q_row;
+        for (size_t i = 0; i < qbytes; i += 8) { /* 8 random bytes a step */
+            uint64_t r = dsplit(&x);
+            for (size_t c = 0; c < 8 && i + c < qbytes; c++, r >>= 8)
+                b[i + c] = j->q == LG_QI4 ? (uint8_t)r : j->codes[r & 255];
+        }
+        const size_t ng = (size_t)rows * (size_t)nb;
+        if (j->q == LG_QI4) {
+            const uint16_t d = lg_f32_to_f16(0.02f / 4.61f); /* uniform 0..15 minus 8: std 4.61 */
+            for (size_t g = 0; g < ng; g++) {
+                memcpy((uint8_t *)p.d + 2 * g, &d, 2);
+                p.z[g] = 8;
+                p.z[ng + g] = 0;
+            }
+        } else {
+            const float d = 0.02f / 64.0f;
+            for (size_t g = 0; g < ng; g++) memcpy((uint8_t *)p.d + 4 * g, &d, 4);
+        }
+        j->buf[k] = b;
+        j->nb[k] = bytes;
+    }
+}
+
+int lg_weights_dummy_quantized(lg_weights *w, lg_qtype q, uint64_t seed, lg_err *err)
+{
+    if (q != LG_QF8_A8 && q != LG_QI4)
+        return lg_fail(err, "layout %s, expected fp8 (F8_A8) or int4 (I4)", lg_qtype_get(q).name);
+    const int n_all = lg_weights_count(w);
+    djob j = {.w = w, .q = q, .seed = seed};
+    j.idx = calloc((size_t)n_all + 1, sizeof *j.idx);
+    j.buf = calloc((size_t)n_all + 1, sizeof *j.buf);
+    j.nb = calloc((size_t)n_all + 1, sizeof *j.nb);
+    int rc = -1;
+    if (!j.idx || !j.buf || !j.nb) {
+        lg_fail(err, "out of memory");
+        goto done;
+    }
+    uint64_t ts = seed ^ 0xf8ull;
+    for (int i = 0; i < 256; i++) { /* Irwin-Hall(12) ~ N(0, 1), times 64 */
+        double sum = 0;
+        for (int k = 0; k < 12; k++) sum += (double)(dsplit(&ts) >> 11) * (1.0 / 9007199254740992.0);
+        j.codes[i] = lg_f32_to_e4m3((float)((sum - 6.0) * 64.0));
+    }
+    for (int i = 0; i < n_all; i++) {
+        const lg_wtensor *t = lg_weights_at(w, i);
+        if (lg_weights_is_linear(t->name) && t->n_dims == 2)
+            j.idx[j.n++] = i;
+    }
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    int nt = ncpu < 1 ? 1 : ncpu > 32 ? 32 : (int)ncpu, started = 0;
+    pthread_t th[32];
+    pthread_mutex_init(&j.mu, NULL);
+    for (; started < nt - 1; started++)
+        if (pthread_create(&th[started], NULL, dworker, &j))
+            break;
+    dworker(&j);
+    for (int i = 0; i < started; i++)
+        pthread_join(th[i], NULL);
+    pthread_mutex_destroy(&j.mu);
+    for (int k = 0; k < j.n; k++) {
+        if (!j.buf[k]) {
+            lg_fail(err, "dummy weights: out of memory for %s", lg_weights_at(w, j.idx[k])->name);
+            goto done;
+        }
+        if (lg_weights_set_quant(w, j.idx[k], q, j.buf[k], j.nb[k], j.buf[k], err))
+            goto done;
+        j.buf[k] = NULL; /* owned by w */
+    }
+    lg_model_config *c = lg_weights_config_mut(w);
+    snprintf(c->quant_method, sizeof c->quant_method, "%s", q == LG_QI4 ? "int4-rtn" : "fp8");
+    snprintf(c->quant_desc, sizeof c->quant_desc, "%s",
+             q == LG_QI4 ? "int4 (dummy weights, W4A16 g128)" : "fp8 (dummy weights, W8A8 per-channel, dynamic per-token)");
     rc = 0;
 done:
     for (int k = 0; j.buf && k < j.n; k++)
