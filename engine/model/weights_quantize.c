@@ -47,6 +47,22 @@ bool lg_weights_is_linear(const char *name)
     return false;
 }
 
+/* Tensors are independent: fn(arg) on one worker a core (at most 32, the caller one of them), each
+ * taking the next tensor under the job's mutex until none is left. */
+static void run_workers(void *(*fn)(void *), void *arg)
+{
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    const int nt = ncpu < 1 ? 1 : ncpu > 32 ? 32 : (int)ncpu;
+    pthread_t th[32];
+    int started = 0;
+    for (; started < nt - 1; started++)
+        if (pthread_create(&th[started], NULL, fn, arg))
+            break; /* fewer workers is fine */
+    fn(arg);
+    for (int i = 0; i < started; i++)
+        pthread_join(th[i], NULL);
+}
+
 typedef struct qjob {
     lg_weights *w;
     lg_qtype q;
@@ -117,18 +133,8 @@ int lg_weights_quantize(lg_weights *w, lg_qtype q, lg_err *err)
         lg_fail(err, "the model has no linear-layer weights to quantize");
         goto done;
     }
-    /* tensors are independent: one worker a core (at most 32), each taking the next tensor */
-    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    int nt = ncpu < 1 ? 1 : ncpu > 32 ? 32 : (int)ncpu;
-    pthread_t th[32];
-    int started = 0;
     pthread_mutex_init(&j.mu, NULL);
-    for (; started < nt - 1; started++)
-        if (pthread_create(&th[started], NULL, qworker, &j))
-            break;
-    qworker(&j);
-    for (int i = 0; i < started; i++)
-        pthread_join(th[i], NULL);
+    run_workers(qworker, &j);
     pthread_mutex_destroy(&j.mu);
     if (j.failed) {
         *err = j.err;
@@ -239,16 +245,8 @@ int lg_weights_dummy_quantized(lg_weights *w, lg_qtype q, uint64_t seed, lg_err 
         if (lg_weights_is_linear(t->name) && t->n_dims == 2)
             j.idx[j.n++] = i;
     }
-    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    int nt = ncpu < 1 ? 1 : ncpu > 32 ? 32 : (int)ncpu, started = 0;
-    pthread_t th[32];
     pthread_mutex_init(&j.mu, NULL);
-    for (; started < nt - 1; started++)
-        if (pthread_create(&th[started], NULL, dworker, &j))
-            break;
-    dworker(&j);
-    for (int i = 0; i < started; i++)
-        pthread_join(th[i], NULL);
+    run_workers(dworker, &j);
     pthread_mutex_destroy(&j.mu);
     for (int k = 0; k < j.n; k++) {
         if (!j.buf[k]) {
