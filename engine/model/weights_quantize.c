@@ -63,6 +63,33 @@ static void run_workers(void *(*fn)(void *), void *arg)
         pthread_join(th[i], NULL);
 }
 
+/* The quantized tensors buf[k] (NULL: a worker ran out of memory) become w's tensors idx[k], owned by w; the
+ * config then names the scheme (quant_method fp8 or int4-rtn, quant_desc desc). */
+static int adopt(lg_weights *w, lg_qtype q, const int *idx, void **buf, const size_t *nb, int n, const char *desc,
+                 lg_err *err)
+{
+    for (int k = 0; k < n; k++) {
+        if (!buf[k])
+            return lg_fail(err, "out of memory quantizing %s", lg_weights_at(w, idx[k])->name);
+        if (lg_weights_set_quant(w, idx[k], q, buf[k], nb[k], buf[k], err))
+            return -1;
+        buf[k] = NULL; /* owned by w */
+    }
+    lg_model_config *c = lg_weights_config_mut(w);
+    snprintf(c->quant_method, sizeof c->quant_method, "%s", q == LG_QI4 ? "int4-rtn" : "fp8");
+    snprintf(c->quant_desc, sizeof c->quant_desc, "%s", desc);
+    return 0;
+}
+
+static void free_results(int *idx, void **buf, size_t *nb, int n)
+{
+    for (int k = 0; buf && k < n; k++)
+        free(buf[k]);
+    free(idx);
+    free(buf);
+    free(nb);
+}
+
 typedef struct qjob {
     lg_weights *w;
     lg_qtype q;
@@ -140,22 +167,12 @@ int lg_weights_quantize(lg_weights *w, lg_qtype q, lg_err *err)
         *err = j.err;
         goto done;
     }
-    for (int k = 0; k < j.n; k++) {
-        if (lg_weights_set_quant(w, j.idx[k], q, j.buf[k], j.nb[k], j.buf[k], err))
-            goto done;
-        j.buf[k] = NULL; /* owned by w */
-    }
-    snprintf(c->quant_method, sizeof c->quant_method, "%s", q == LG_QI4 ? "int4-rtn" : "fp8");
-    snprintf(c->quant_desc, sizeof c->quant_desc, "%s",
-             q == LG_QI4 ? "int4 (--quantization: RTN asymmetric g128, W4A16)"
-                         : "fp8 (--quantization: W8A8 per-channel, dynamic per-token)");
-    rc = 0;
+    rc = adopt(w, q, j.idx, j.buf, j.nb, j.n,
+               q == LG_QI4 ? "int4 (--quantization: RTN asymmetric g128, W4A16)"
+                           : "fp8 (--quantization: W8A8 per-channel, dynamic per-token)",
+               err);
 done:
-    for (int k = 0; j.buf && k < j.n; k++)
-        free(j.buf[k]);
-    free(j.idx);
-    free(j.buf);
-    free(j.nb);
+    free_results(j.idx, j.buf, j.nb, j.n);
     return rc;
 }
 
@@ -248,25 +265,10 @@ int lg_weights_dummy_quantized(lg_weights *w, lg_qtype q, uint64_t seed, lg_err 
     pthread_mutex_init(&j.mu, NULL);
     run_workers(dworker, &j);
     pthread_mutex_destroy(&j.mu);
-    for (int k = 0; k < j.n; k++) {
-        if (!j.buf[k]) {
-            lg_fail(err, "dummy weights: out of memory for %s", lg_weights_at(w, j.idx[k])->name);
-            goto done;
-        }
-        if (lg_weights_set_quant(w, j.idx[k], q, j.buf[k], j.nb[k], j.buf[k], err))
-            goto done;
-        j.buf[k] = NULL; /* owned by w */
-    }
-    lg_model_config *c = lg_weights_config_mut(w);
-    snprintf(c->quant_method, sizeof c->quant_method, "%s", q == LG_QI4 ? "int4-rtn" : "fp8");
-    snprintf(c->quant_desc, sizeof c->quant_desc, "%s",
-             q == LG_QI4 ? "int4 (dummy weights, W4A16 g128)" : "fp8 (dummy weights, W8A8 per-channel, dynamic per-token)");
-    rc = 0;
+    rc = adopt(w, q, j.idx, j.buf, j.nb, j.n,
+               q == LG_QI4 ? "int4 (dummy weights, W4A16 g128)" : "fp8 (dummy weights, W8A8 per-channel, dynamic per-token)",
+               err);
 done:
-    for (int k = 0; j.buf && k < j.n; k++)
-        free(j.buf[k]);
-    free(j.idx);
-    free(j.buf);
-    free(j.nb);
+    free_results(j.idx, j.buf, j.nb, j.n);
     return rc;
 }
