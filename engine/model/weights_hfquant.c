@@ -769,6 +769,22 @@ static void w8a8_notice(lg_hfquant *h, lg_qtype q)
     }
 }
 
+/* The compressed-tensors config group whose targets (all Linear layers, a re: pattern or a name) match
+ * module mod; NULL when none does. */
+static const ct_group *group_of(const lg_hfquant *h, const char *mod)
+{
+    for (int i = 0; i < h->n_g; i++) {
+        bool m = h->g[i].all_linear;
+        for (int k = 0; k < h->g[i].n_re && !m; k++)
+            m = module_matches(mod, NULL, &h->g[i].re[k]);
+        for (int k = 0; k < h->g[i].n_names && !m; k++)
+            m = module_matches(mod, h->g[i].names[k], NULL);
+        if (m)
+            return &h->g[i];
+    }
+    return NULL;
+}
+
 static int do_f8(lg_hfquant *h, lg_weights *w, const char *mod, held *wt, lg_err *err)
 {
     if (expect(wt, wt->t.st_dtype == LG_ST_F8_E4M3 && wt->t.n_dims == 2, "F8_E4M3 of rank 2", err))
@@ -779,16 +795,7 @@ static int do_f8(lg_hfquant *h, lg_weights *w, const char *mod, held *wt, lg_err
     held *ws, *is = NULL;
     float ub = 0;
     if (h->fmt == QF_CT_FLOAT) {
-        const ct_group *g = NULL;
-        for (int i = 0; i < h->n_g && !g; i++) {
-            bool m = h->g[i].all_linear;
-            for (int k = 0; k < h->g[i].n_re && !m; k++)
-                m = module_matches(mod, NULL, &h->g[i].re[k]);
-            for (int k = 0; k < h->g[i].n_names && !m; k++)
-                m = module_matches(mod, h->g[i].names[k], NULL);
-            if (m)
-                g = &h->g[i];
-        }
+        const ct_group *g = group_of(h, mod);
         if (!g)
             return lg_fail(err, "tensor '%s.weight' is FP8 but no config group of quantization_config targets it", mod);
         q = g->layout;
@@ -1033,16 +1040,7 @@ done:
 
 static int do_ct_pack(lg_hfquant *h, lg_weights *w, const char *mod, held *wp, lg_err *err)
 {
-    const ct_group *g = NULL;
-    for (int i = 0; i < h->n_g && !g; i++) {
-        bool m = h->g[i].all_linear;
-        for (int k = 0; k < h->g[i].n_re && !m; k++)
-            m = module_matches(mod, NULL, &h->g[i].re[k]);
-        for (int k = 0; k < h->g[i].n_names && !m; k++)
-            m = module_matches(mod, h->g[i].names[k], NULL);
-        if (m)
-            g = &h->g[i];
-    }
+    const ct_group *g = group_of(h, mod);
     if (!g)
         return lg_fail(err, "tensor '%s.weight_packed' has no config group of quantization_config targeting it", mod);
     held *sc = get(h, mod, "weight_scale"), *zp = get(h, mod, "weight_zero_point"), *sh = get(h, mod, "weight_shape"),
