@@ -77,7 +77,7 @@ ctest --test-dir "$BUILD" --output-on-failure || { echo "[run_all] ctest FAILED"
 # --- 6. python suites ------------------------------------------------------------
 step "pytest"
 dirs=()
-for d in tests/golden tests/tokenizer tests/chat tests/constrain tests/cli tests/e2e tests/deploy; do
+for d in tests/golden tests/tokenizer tests/chat tests/constrain tests/quant tests/cli tests/e2e tests/deploy; do
   [ -d "$d" ] && dirs+=("$d")
 done
 export LG_BIN="${LG_BIN:-$ROOT/$BUILD/loragate}"
