@@ -270,6 +270,22 @@ __device__ __forceinline__ float warp_sum(float v)
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
     return v;
 }
+
+/* The warp's R x T sums of per-lane partials acc, each reduced over the warp, returned to lane r * T + t
+ * (the lane that stores output (row r, token t) of a skinny matmul); other lanes get 0. */
+template <int R, int T> __device__ __forceinline__ float warp_sums_to_lanes(const float (&acc)[R][T], int lane)
+{
+    float mine = 0.f;
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int t = 0; t < T; t++) {
+            const float s = warp_sum(acc[r][t]);
+            if (lane == r * T + t)
+                mine = s;
+        }
+    return mine;
+}
 __device__ __forceinline__ float warp_max(float v)
 {
 #pragma unroll

@@ -198,15 +198,7 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32) gemv_kernel(const __grid_cons
             for (int r = 0; r < R; r++) cur[r][u] = nxt[r][u];
     }
 
-    float mine = 0.f;
-#pragma unroll
-    for (int r = 0; r < R; r++)
-#pragma unroll
-        for (int t = 0; t < T; t++) {
-            const float s = warp_sum(acc[r][t]);
-            if (lane == r * T + t)
-                mine = s;
-        }
+    const float mine = warp_sums_to_lanes<R, T>(acc, lane);
     TY *y = (TY *)a.y;
     if (EPI == 2) { /* lane t: row i, lane T + t: row i + hd/2 of token t */
         const float hi = __shfl_sync(0xffffffffu, mine, lane + T);

@@ -241,15 +241,7 @@ __global__ void __launch_bounds__(QGEMV_WARPS * 32, QGEMV_MINB(WF, XM, T)) qgemv
         }
     }
 
-    float mine = 0.f;
-#pragma unroll
-    for (int r = 0; r < R; r++)
-#pragma unroll
-        for (int t = 0; t < T; t++) {
-            const float s = warp_sum(acc[r][t]);
-            if (lane == r * T + t)
-                mine = s;
-        }
+    const float mine = warp_sums_to_lanes<R, T>(acc, lane);
     if (lane < R * T) {
         const int r = lane / T, t = lane - r * T, n = n0 + r;
         if (n < N) {
