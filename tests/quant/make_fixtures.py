@@ -4,11 +4,11 @@ each package's own dequantization of them, for the loader's tests (tests/unit/en
 tests/quant/test_quant_logits.py).
 
 NOT run in CI (it needs torch): run it by hand in a separate venv, e.g.
-    python3 -m venv /tmp/qref
-    /tmp/qref/bin/pip install --no-deps torch==2.15.0 compressed-tensors==0.20.1 llmcompressor==0.14.0.1 \
+    python3 -m venv ../qref
+    ../qref/bin/pip install --no-deps torch==2.15.0 compressed-tensors==0.20.1 llmcompressor==0.14.0.1 \
         gptqmodel==7.7.0 autoawq==0.2.9
-    /tmp/qref/bin/pip install transformers==5.24.0 accelerate safetensors numpy datasets loguru pypcre ...
-    GPTQMODEL_CPU_WORKERS=2 /tmp/qref/bin/python tests/quant/make_fixtures.py
+    ../qref/bin/pip install transformers==5.24.0 accelerate safetensors numpy datasets loguru pypcre ...
+    GPTQMODEL_CPU_WORKERS=2 ../qref/bin/python tests/quant/make_fixtures.py
 (torch from PyPI is the CUDA build; --no-deps skips its CUDA libraries: everything here runs on the CPU.
 GPTQModel writes its logs to ./logs/ of the working directory: run it from a scratch directory or delete them.)
 Versions used for the committed fixtures: torch 2.15.0, transformers 5.24.0, compressed-tensors 0.20.1,

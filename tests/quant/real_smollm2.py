@@ -3,7 +3,7 @@ real_smollm2.py — quantized checkpoints of a real model through loragate (figu
 "Quantized checkpoints"). NOT run in CI: it needs torch and the quantization packages (the venv of
 tests/quant/make_fixtures.py) and takes minutes.
 
-    GPTQMODEL_CPU_WORKERS=2 /tmp/qref/bin/python tests/quant/real_smollm2.py [--lg build/loragate] [--work DIR]
+    GPTQMODEL_CPU_WORKERS=2 ../qref/bin/python tests/quant/real_smollm2.py [--lg build/loragate] [--work DIR]
         [--gguf .models/SmolLM2-135M-Instruct.Q4_1.gguf]
 
 1. The 16-bit model: the default model's GGUF (SmolLM2-135M-Instruct Q4_1, deploy/fetch-default-model.sh)
