@@ -559,6 +559,26 @@ typedef struct lg_backend_i {
     int (*norm_matmul_lora)(lg_backend *be, const lg_norm_in *nm, lg_tensor y, lg_tensor xn, lg_tensor W,
                             lg_tensor bias, lg_tensor tmp, const lg_lora_meta *lm, const int *slots, const int *col0,
                             const int *ncols, int k, const lg_rope_kv *rope);
+
+    /* ---- tensor parallelism (engine/model/model_tp.c; NULL: the backend serves one rank only) ---- */
+
+    /* Joins bes[0 .. n), n >= 2 distinct backends of this kind, into one group in which bes[r] is
+     * rank r (CUDA: one NCCL communicator per device, ncclCommInitAll; the CPU: shared memory).
+     * Called once, through bes[0]->i.group_init, before any op of the group is enqueued; the group
+     * lives until its backends are freed (all of them together). 0, or -1 with err set (CUDA:
+     * NCCL could not be loaded, naming where it looked). */
+    int (*group_init)(lg_backend *const *bes, int n, lg_err *err);
+    /* In place over the group: x = the sum over ranks of x, enqueued on the compute stream after
+     * the ops before it (CUDA: ncclAllReduce, recorded by step graphs). Every rank calls it in the
+     * same order with the same shape. x is contiguous (stride == cols) in the act dtype, F32 or
+     * I32; a 16-bit sum is rounded once per addition, in rank order on the CPU. A backend outside
+     * a group returns x unchanged. */
+    int (*all_reduce)(lg_backend *be, lg_tensor x);
+    /* Makes the calling thread one that may enqueue this backend's ops (CUDA: its device becomes
+     * the thread's current device). A group's ranks are driven by one thread each; the memory
+     * entry points (alloc .. sync, alloc_host, upload_async, upload_done, mem_info) work from any
+     * thread without it. NULL: nothing to do. */
+    int (*bind_thread)(lg_backend *be);
 } lg_backend_i;
 
 #define LG_LORA_MULTI_MAX 3
