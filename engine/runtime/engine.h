@@ -245,6 +245,12 @@ typedef struct lg_engine_opts {
      * step of the batch before its prefill. */
     bool no_decode_bursts;
     lg_spec_opts spec;         /* speculative decoding (engine/runtime/speculate.c); zero: off */
+    /* Tensor parallelism (engine/model/model_tp.c): tp_size >= 2 ranks of one host, tp_backends[r]
+     * the backend of rank r (tp_backends[0] == be; each on its own device, CUDA ordinals in rank
+     * order), joined into one group by lg_engine_create and owned by the caller like be. The weights,
+     * KV heads and adapters are sharded over them; one scheduler, one page table. 0 or 1: be alone. */
+    int tp_size;
+    lg_backend *const *tp_backends;
 } lg_engine_opts;
 
 /* Takes ownership of nothing: be must outlive the engine; w may be freed
