@@ -30,14 +30,14 @@ typedef struct entry {
     /* host tier */
     int hstate;
     lg_pool_entry hpe;
-    int32_t *hpages;          /* [n_pages] host pool pages */
-    unsigned char **hptrs;    /* [n_pages] their addresses, for the loader */
+    int32_t *hpages;          /* [tp * n_pages] host pool pages (the shards, rank after rank) */
+    unsigned char **hptrs;    /* [tp * n_pages] their addresses, for the loader */
     lg_load_job job;
     /* pool tier */
     int dstate;
     lg_pool_entry pe;
     int32_t *pages;           /* [n_pages] pool pages */
-    uint64_t ticket;          /* of the last page's async copy */
+    uint64_t ticket[LG_ADAPTER_MAX_RANKS]; /* of the last page's async copy, a rank */
     lg_lora_w *slots;         /* [n_slots] */
     /* bookkeeping */
     double t_asked;           /* 0: no load in progress */
@@ -50,6 +50,7 @@ struct lg_adapter_cache {
     lg_page_pool *pool;       /* the unified pool (device) */
     lg_page_pool *hpool;      /* the host tier */
     lg_adapter_geom geom;
+    int tp;                   /* the pool's ranks: each gets its shard of an image (adapter_image.h) */
     lg_loader *loader;
     entry **e;                /* [cap] indexed by id; NULL: none */
     int cap;
@@ -81,7 +82,14 @@ int lg_adapter_cache_create(lg_backend *be, lg_page_pool *pool, const lg_model_c
         return lg_fail(err, "out of memory");
     c->be = be;
     c->pool = pool;
-    c->geom = (lg_adapter_geom){.cfg = *cfg, .max_rank = o.max_rank, .dt = be->act_dtype, .page_bytes = pb};
+    c->tp = lg_page_pool_n_ranks(pool);
+    if (c->tp > LG_ADAPTER_MAX_RANKS) {
+        free(c);
+        return lg_fail(err, "adapter cache: %d tensor-parallel ranks (at most %d)", lg_page_pool_n_ranks(pool),
+                       LG_ADAPTER_MAX_RANKS);
+    }
+    c->geom = (lg_adapter_geom){.cfg = *cfg, .max_rank = o.max_rank, .dt = be->act_dtype, .page_bytes = pb,
+                                .tp = c->tp};
     int n_host = (int)(o.host_bytes / pb);
     if (n_host < 1)
         n_host = 1;
@@ -98,6 +106,16 @@ int lg_adapter_cache_create(lg_backend *be, lg_page_pool *pool, const lg_model_c
 static entry *get(const lg_adapter_cache *c, int id)
 {
     return id >= 1 && id < c->cap ? c->e[id] : NULL;
+}
+
+/* Waits for every async copy of e's pages still in flight (a failed start, or the cache going away). */
+static void copies_wait(lg_adapter_cache *c, entry *e)
+{
+    for (int r = 0; r < c->tp; r++) {
+        lg_backend *rb = lg_page_pool_rank_backend(c->pool, r);
+        while (e->ticket[r] && rb->i.upload_done && rb->i.upload_done(rb, e->ticket[r]) == 0)
+            ;
+    }
 }
 
 static void entry_free(entry *e)
@@ -119,8 +137,10 @@ void lg_adapter_cache_free(lg_adapter_cache *c)
         lg_loader_take_done(c->loader); /* jobs live in their entries */
         lg_loader_free(c->loader);
     }
-    if (c->cap)
-        c->be->i.sync(c->be); /* async copies may still read host images */
+    for (int r = 0; c->cap && r < c->tp; r++) { /* async copies may still read host images */
+        lg_backend *rb = lg_page_pool_rank_backend(c->pool, r);
+        rb->i.sync(rb);
+    }
     for (int i = 0; i < c->cap; i++) {
         entry *e = c->e[i];
         if (!e)
@@ -128,8 +148,7 @@ void lg_adapter_cache_free(lg_adapter_cache *c)
         if (e->dstate == D_RESIDENT)
             lg_page_pool_entry_drop(c->pool, &e->pe);
         else if (e->dstate == D_COPYING) {
-            while (c->be->i.upload_done && c->be->i.upload_done(c->be, e->ticket) == 0)
-                ;
+            copies_wait(c, e);
             lg_page_pool_release(c->pool, e->pages, e->spec->n_pages);
         }
         entry_free(e);
@@ -146,8 +165,13 @@ int lg_adapter_cache_add(lg_adapter_cache *c, int id, lg_adapter_spec *spec, lg_
         lg_adapter_spec_free(spec);
         return lg_fail(err, "adapter id %d is invalid or in use", id);
     }
-    if (spec->n_pages > lg_page_pool_n_pages(c->hpool) || spec->n_pages > lg_page_pool_n_pages(c->pool)) {
-        int np = spec->n_pages;
+    if (spec->tp != c->tp) {
+        lg_fail(err, "adapter '%s' was laid out for %d ranks, the pool has %d", spec->name, spec->tp, c->tp);
+        lg_adapter_spec_free(spec);
+        return -1;
+    }
+    if (spec->n_pages * c->tp > lg_page_pool_n_pages(c->hpool) || spec->n_pages > lg_page_pool_n_pages(c->pool)) {
+        int np = spec->n_pages * c->tp;
         lg_fail(err, "adapter '%s' needs %d pages of %zu bytes: more than the %s holds (%d)", spec->name, np,
                 c->geom.page_bytes, np > lg_page_pool_n_pages(c->hpool) ? "adapter host tier" : "page pool",
                 np > lg_page_pool_n_pages(c->hpool) ? lg_page_pool_n_pages(c->hpool) : lg_page_pool_n_pages(c->pool));
@@ -167,10 +191,10 @@ int lg_adapter_cache_add(lg_adapter_cache *c, int id, lg_adapter_spec *spec, lg_
         c->cap = cap;
     }
     entry *e = calloc(1, sizeof *e);
-    int n = spec->n_pages;
+    int n = spec->n_pages, nh = n * c->tp;
     if (e) {
-        e->hpages = malloc((size_t)n * sizeof *e->hpages);
-        e->hptrs = malloc((size_t)n * sizeof *e->hptrs);
+        e->hpages = malloc((size_t)nh * sizeof *e->hpages);
+        e->hptrs = malloc((size_t)nh * sizeof *e->hptrs);
         e->pages = malloc((size_t)n * sizeof *e->pages);
         e->slots = calloc((size_t)spec->n_slots, sizeof *e->slots);
     }
@@ -222,14 +246,14 @@ static void on_host_evict(void *owner, lg_pool_entry *pe)
     entry *e = (entry *)((char *)pe - offsetof(entry, hpe));
     e->hstate = H_NONE;
     c->st.host_images--;
-    c->st.host_bytes -= (size_t)e->spec->n_pages * c->geom.page_bytes;
+    c->st.host_bytes -= (size_t)e->spec->n_pages * (size_t)c->tp * c->geom.page_bytes;
     c->st.host_evictions++;
 }
 
 /* Starts the loader on e. Returns false when the host tier has no room now. */
 static bool start_host_load(lg_adapter_cache *c, entry *e)
 {
-    int n = e->spec->n_pages;
+    int n = e->spec->n_pages * c->tp;
     if (lg_page_pool_alloc(c->hpool, LG_PAGE_ADAPTER, n, e->hpages) != 0)
         return false;
     unsigned char *base = lg_page_pool_base(c->hpool);
@@ -299,24 +323,27 @@ static int start_copy(lg_adapter_cache *c, entry *e)
     if (lg_page_pool_alloc(c->pool, LG_PAGE_ADAPTER, s->n_pages, e->pages) != 0)
         return 1;
     lg_page_pool_pin(c->hpool, &e->hpe); /* the image must stay while it is read */
-    char *base = lg_page_pool_base(c->pool);
     size_t pb = c->geom.page_bytes;
     lg_backend *be = c->be;
-    for (int p = 0; p < s->n_pages; p++) {
-        void *dst = base + (size_t)e->pages[p] * pb;
-        int rc = be->i.upload_async ? be->i.upload_async(be, dst, e->hptrs[p], s->page_used[p], &e->ticket)
-                                    : be->i.upload(be, dst, e->hptrs[p], s->page_used[p]);
-        if (rc != 0) {
-            /* copies already queued may still write into the pages: wait for them */
-            if (be->i.upload_async && p > 0)
-                while (be->i.upload_done(be, e->ticket) == 0)
-                    ;
-            lg_page_pool_release(c->pool, e->pages, s->n_pages);
-            lg_page_pool_unpin(c->hpool, &e->hpe);
-            e->failed = true;
-            snprintf(e->error, sizeof e->error, "copying adapter '%s' into the page pool failed", s->name);
-            c->st.load_failures++;
-            return -1;
+    memset(e->ticket, 0, sizeof e->ticket);
+    for (int r = 0; r < c->tp; r++) { /* rank r's shard into rank r's arena, the same page ids */
+        lg_backend *rb = lg_page_pool_rank_backend(c->pool, r);
+        char *base = lg_page_pool_rank_base(c->pool, r);
+        for (int p = 0; p < s->n_pages; p++) {
+            void *dst = base + (size_t)e->pages[p] * pb;
+            const unsigned char *src = e->hptrs[(size_t)r * (size_t)s->n_pages + (size_t)p];
+            int rc = rb->i.upload_async ? rb->i.upload_async(rb, dst, src, s->page_used[p], &e->ticket[r])
+                                        : rb->i.upload(rb, dst, src, s->page_used[p]);
+            if (rc != 0) {
+                /* copies already queued may still write into the pages: wait for them */
+                copies_wait(c, e);
+                lg_page_pool_release(c->pool, e->pages, s->n_pages);
+                lg_page_pool_unpin(c->hpool, &e->hpe);
+                e->failed = true;
+                snprintf(e->error, sizeof e->error, "copying adapter '%s' into the page pool failed", s->name);
+                c->st.load_failures++;
+                return -1;
+            }
         }
     }
     if (be->i.upload_async) {
@@ -333,7 +360,11 @@ static int start_copy(lg_adapter_cache *c, entry *e)
  * one pin; -1 failed (e->failed, its pool pages freed). */
 static int finish_copy(lg_adapter_cache *c, entry *e)
 {
-    int d = c->be->i.upload_done(c->be, e->ticket);
+    int d = 1;
+    for (int r = 0; r < c->tp && d > 0; r++) {
+        lg_backend *rb = lg_page_pool_rank_backend(c->pool, r);
+        d = e->ticket[r] && rb->i.upload_done ? rb->i.upload_done(rb, e->ticket[r]) : 1;
+    }
     if (d == 0)
         return 1;
     if (d > 0) {
@@ -366,7 +397,7 @@ static void try_free(lg_adapter_cache *c, entry *e)
         lg_page_pool_entry_drop(c->hpool, &e->hpe);
         e->hstate = H_NONE;
         c->st.host_images--;
-        c->st.host_bytes -= (size_t)e->spec->n_pages * c->geom.page_bytes;
+        c->st.host_bytes -= (size_t)e->spec->n_pages * (size_t)c->tp * c->geom.page_bytes;
     }
     c->e[e->id] = NULL;
     c->st.registered--;
@@ -460,7 +491,7 @@ void lg_adapter_cache_poll(lg_adapter_cache *c)
             lg_page_pool_entry_drop(c->hpool, &e->hpe);
             e->hstate = H_NONE;
             c->st.host_images--;
-            c->st.host_bytes -= (size_t)e->spec->n_pages * c->geom.page_bytes;
+            c->st.host_bytes -= (size_t)e->spec->n_pages * (size_t)c->tp * c->geom.page_bytes;
             e->failed = true;
             e->t_asked = 0;
             snprintf(e->error, sizeof e->error, "%s", j->error);
@@ -507,7 +538,7 @@ void lg_adapter_cache_evict(lg_adapter_cache *c, int id, bool host_too)
         lg_page_pool_entry_drop(c->hpool, &e->hpe);
         e->hstate = H_NONE;
         c->st.host_images--;
-        c->st.host_bytes -= (size_t)e->spec->n_pages * c->geom.page_bytes;
+        c->st.host_bytes -= (size_t)e->spec->n_pages * (size_t)c->tp * c->geom.page_bytes;
     }
 }
 

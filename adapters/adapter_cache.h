@@ -47,6 +47,7 @@
 typedef struct lg_adapter_cache lg_adapter_cache;
 
 #define LG_ADAPTER_LOAD_SAMPLES 4096
+#define LG_ADAPTER_MAX_RANKS 16 /* tensor-parallel ranks a pool may span */
 
 typedef struct lg_adapter_cache_opts {
     int max_rank;              /* largest rank accepted (default 64) */

@@ -49,6 +49,7 @@ static lg_adapter_spec *spec_new(const lg_adapter_geom *g, const char *name)
     if (!s)
         return NULL;
     s->geom = *g;
+    s->tp = g->tp > 1 ? g->tp : 1;
     s->n_slots = g->cfg.n_layers * LG_LORA_N_MODULES;
     size_t n = (size_t)s->n_slots;
     s->name = strdup(name);
@@ -86,6 +87,13 @@ static int add_slot(lg_adapter_spec *s, int layer, int module, int rank, float s
     int slot = layer * LG_LORA_N_MODULES + module;
     int in, out;
     lg_lora_target_dims(&s->geom.cfg, (lg_lora_target)module, &in, &out);
+    if (s->tp > 1) { /* a shard's shapes (adapter_image.h) */
+        int *split = lg_lora_module_row_parallel(module) ? &in : &out;
+        if (*split % s->tp != 0)
+            return lg_fail(err, "adapter '%s': module %d's %d features do not split over %d ranks", s->name, module,
+                           *split, s->tp);
+        *split /= s->tp;
+    }
     size_t es = lg_dtype_size(s->geom.dt);
     size_t ab = (size_t)rank * (size_t)in * es, bb = (size_t)out * (size_t)rank * es;
     if (ab > s->geom.page_bytes || bb > s->geom.page_bytes)
@@ -176,37 +184,74 @@ static uint64_t splitmix(uint64_t *x)
     return z ^ (z >> 31);
 }
 
-/* n values with random sign and mantissa and magnitude in [2^-7, 2^-6),
- * built directly as bits of dt (fast: a 1,000-adapter benchmark makes
- * gigabytes of these). */
-static void fill_random(void *dst, lg_dtype dt, size_t n, uint64_t seed)
+/* Values with random sign and mantissa and magnitude in [2^-7, 2^-6), built
+ * directly as bits of dt (fast: a 1,000-adapter benchmark makes gigabytes of
+ * these): elements [first, first + n) of the sequence of `seed`, each a
+ * function of its index (the 64-bit word i / per of a counter-based
+ * generator, part i % per), so a shard's slice is the unsharded values. */
+static uint64_t rand_word(uint64_t seed, uint64_t w)
 {
-    uint64_t st = seed;
-    if (dt == LG_F32) {
-        uint32_t *d = dst;
-        for (size_t i = 0; i < n; i += 2) {
-            uint64_t r = splitmix(&st);
-            for (int k = 0; k < 2 && i + k < n; k++) {
-                uint32_t b = (uint32_t)(r >> (32 * k));
-                d[i + k] = (b & 0x80000000u) | (120u << 23) | (b & 0x7FFFFFu);
-            }
-        }
-        return;
-    }
-    uint16_t *d = dst;
-    for (size_t i = 0; i < n; i += 4) {
-        uint64_t r = splitmix(&st);
-        for (int k = 0; k < 4 && i + k < n; k++) {
-            uint16_t b = (uint16_t)(r >> (16 * k));
-            d[i + k] = dt == LG_BF16 ? (uint16_t)((b & 0x8000u) | (120u << 7) | (b & 0x7Fu))
-                                     : (uint16_t)((b & 0x8000u) | (8u << 10) | (b & 0x3FFu));
+    uint64_t st = seed + w * 0x9E3779B97F4A7C15ull;
+    return splitmix(&st);
+}
+
+static void fill_random(void *dst, lg_dtype dt, size_t n, uint64_t seed, size_t first)
+{
+    const unsigned per = dt == LG_F32 ? 2 : 4;
+    uint64_t r = 0;
+    for (size_t k = 0; k < n; k++) {
+        const size_t i = first + k;
+        if (k == 0 || i % per == 0)
+            r = rand_word(seed, i / per);
+        if (dt == LG_F32) {
+            uint32_t b = (uint32_t)(r >> (32 * (i % 2)));
+            ((uint32_t *)dst)[k] = (b & 0x80000000u) | (120u << 23) | (b & 0x7FFFFFu);
+        } else {
+            uint16_t b = (uint16_t)(r >> (16 * (i % 4)));
+            ((uint16_t *)dst)[k] = dt == LG_BF16 ? (uint16_t)((b & 0x8000u) | (120u << 7) | (b & 0x7Fu))
+                                                 : (uint16_t)((b & 0x8000u) | (8u << 10) | (b & 0x3FFu));
         }
     }
 }
 
-static void *at(const lg_adapter_spec *s, unsigned char *const *pages, lg_adapter_place p)
+static void *at(const lg_adapter_spec *s, unsigned char *const *pages, int shard, lg_adapter_place p)
 {
-    return pages[p.page] + p.off;
+    return pages[(size_t)shard * (size_t)s->n_pages + (size_t)p.page] + p.off;
+}
+
+/* Shard r of slot's A [rank, in] and B [out, rank] (adapter_image.h): the element runs of the unsharded
+ * tensors that make it, as (first index, count) handed to put(ctx, which, first, count, dst) in order;
+ * dst advances by count elements. */
+typedef void (*put_fn)(void *ctx, int which, size_t first, size_t count, void *dst);
+
+static void shard_runs(const lg_adapter_spec *s, int slot, int r, unsigned char *const *pages, put_fn put, void *ctx)
+{
+    const int rank = s->rank[slot], m = slot % LG_LORA_N_MODULES;
+    const size_t in = (size_t)s->in_dim[slot], out = (size_t)s->out_dim[slot], es = lg_dtype_size(s->geom.dt);
+    unsigned char *a = at(s, pages, r, s->pa[slot]), *b = at(s, pages, r, s->pb[slot]);
+    if (s->tp > 1 && lg_lora_module_row_parallel(m)) { /* A's columns [r in, (r + 1) in) of each row */
+        const size_t full_in = in * (size_t)s->tp;
+        for (int i = 0; i < rank; i++)
+            put(ctx, 0, (size_t)i * full_in + (size_t)r * in, in, a + (size_t)i * in * es);
+        put(ctx, 1, 0, out * (size_t)rank, b);
+    } else { /* A whole; B's rows [r out, (r + 1) out) (all of them with tp 1) */
+        put(ctx, 0, 0, (size_t)rank * in, a);
+        put(ctx, 1, (size_t)r * out * (size_t)rank, out * (size_t)rank, b);
+    }
+}
+
+typedef struct dir_put {
+    const lg_lora_module *m;
+    lg_dtype src_dt, dt;
+    float *tmp; /* [largest run] */
+} dir_put;
+
+static void put_from_dir(void *ctx, int which, size_t first, size_t count, void *dst)
+{
+    dir_put *d = ctx;
+    const void *src = which ? d->m->B : d->m->A;
+    lg_to_f32(d->tmp, (const char *)src + first * lg_dtype_size(d->src_dt), d->src_dt, count);
+    lg_from_f32(dst, d->dt, d->tmp, count);
 }
 
 static int fill_from_dir(const lg_adapter_spec *s, unsigned char *const *pages, lg_err *err)
@@ -241,14 +286,24 @@ static int fill_from_dir(const lg_adapter_spec *s, unsigned char *const *pages, 
             tmp = t;
             tmp_n = mx;
         }
-        lg_to_f32(tmp, m->A, lg_adapter_dtype(a), na);
-        lg_from_f32(at(s, pages, s->pa[slot]), s->geom.dt, tmp, na);
-        lg_to_f32(tmp, m->B, lg_adapter_dtype(a), nb);
-        lg_from_f32(at(s, pages, s->pb[slot]), s->geom.dt, tmp, nb);
+        dir_put d = {m, lg_adapter_dtype(a), s->geom.dt, tmp};
+        for (int r = 0; r < s->tp; r++)
+            shard_runs(s, slot, r, pages, put_from_dir, &d);
     }
     free(tmp);
     lg_adapter_free(a);
     return rc;
+}
+
+typedef struct synth_put {
+    uint64_t base;
+    lg_dtype dt;
+} synth_put;
+
+static void put_random(void *ctx, int which, size_t first, size_t count, void *dst)
+{
+    synth_put *p = ctx;
+    fill_random(dst, p->dt, count, p->base + (uint64_t)which, first);
 }
 
 int lg_adapter_image_fill(const lg_adapter_spec *s, unsigned char *const *pages, lg_err *err)
@@ -256,12 +311,11 @@ int lg_adapter_image_fill(const lg_adapter_spec *s, unsigned char *const *pages,
     if (s->dir)
         return fill_from_dir(s, pages, err);
     for (int slot = 0; slot < s->n_slots; slot++) {
-        int r = s->rank[slot];
-        if (!r)
+        if (!s->rank[slot])
             continue;
-        uint64_t base = s->synth.seed * 0x9E3779B97F4A7C15ull + (uint64_t)slot * 2;
-        fill_random(at(s, pages, s->pa[slot]), s->geom.dt, (size_t)r * s->in_dim[slot], base);
-        fill_random(at(s, pages, s->pb[slot]), s->geom.dt, (size_t)s->out_dim[slot] * r, base + 1);
+        synth_put p = {s->synth.seed * 0x9E3779B97F4A7C15ull + (uint64_t)slot * 2, s->geom.dt};
+        for (int r = 0; r < s->tp; r++)
+            shard_runs(s, slot, r, pages, put_random, &p);
     }
     return 0;
 }

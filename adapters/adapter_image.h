@@ -18,6 +18,21 @@
  * a synthetic adapter's values are generated from its seed (the same seed
  * gives the same bytes). Values are converted to the compute dtype.
  *
+ * Tensor parallelism (geom.tp = N >= 2 ranks; engine/model/model_tp.c): the
+ * image is N shards, S-LoRA's split. Modules of column-parallel layers (q, k,
+ * v, gate, up: their output rows are split over the ranks) keep A [rank, in]
+ * whole (the shrink runs on the replicated input) and split B by rows, rank
+ * r's [out / N] block; modules of row-parallel layers (o, down: their input
+ * is split) split A by columns, rank r's [rank, in / N] block, and keep B
+ * whole (the partial expands are summed by the layer's all-reduce). Every
+ * rank's shard has the same shapes, so one layout (in_dim / out_dim are a
+ * shard's) serves all: the host image holds N * n_pages pages, rank r's
+ * shard at pages [r * n_pages, (r + 1) * n_pages), and the pool holds
+ * n_pages page ids that mean rank r's arena on rank r. No padding; every
+ * rank and target module. A synthetic adapter's shards are slices of the
+ * values it has unsharded (values are a function of their index), so a
+ * sharded model computes what the unsharded one does.
+ *
  * A spec is immutable after creation and may be read from any thread.
  */
 #ifndef LG_ADAPTER_IMAGE_H
@@ -33,7 +48,12 @@ typedef struct lg_adapter_geom {
     int max_rank;            /* largest rank accepted */
     lg_dtype dt;             /* compute dtype of the image */
     size_t page_bytes;       /* a multiple of 256, >= the largest tensor at max_rank */
+    int tp;                  /* tensor-parallel ranks the image is sharded over (0 or 1: none) */
 } lg_adapter_geom;
+
+/* Whether LoRA module m's layer is row-parallel (o, down: A split by columns) rather than
+ * column-parallel (q, k, v, gate, up: B split by rows) under tensor parallelism. */
+static inline bool lg_lora_module_row_parallel(int m) { return m == 3 || m == 6; }
 
 /* A synthetic adapter: random weights from a seed (benchmarks). targets:
  * bit m set for LoRA module m (q, k, v, o, gate, up, down). */
@@ -58,9 +78,10 @@ typedef struct lg_adapter_spec {
     int n_slots;             /* n_layers * LG_LORA_N_MODULES */
     int32_t *rank;           /* [n_slots] 0 = not adapted */
     float *scale;            /* [n_slots] */
-    int32_t *in_dim, *out_dim; /* [n_slots] */
+    int32_t *in_dim, *out_dim; /* [n_slots]: a shard's (the module's with tp 1) */
     lg_adapter_place *pa, *pb; /* [n_slots] */
-    int n_pages;
+    int n_pages;             /* pages of one shard (of the image with tp 1); the pool holds this many */
+    int tp;                  /* shards (geom.tp, at least 1): the host image is tp * n_pages pages */
     size_t *page_used;       /* [n_pages] bytes used per page */
     int max_rank;            /* largest module rank */
     size_t weight_bytes;     /* A and B in the compute dtype, no padding */
@@ -76,8 +97,9 @@ int lg_adapter_spec_synthetic(const lg_adapter_geom *g, const char *name, const 
                               lg_adapter_spec **out, lg_err *err);
 void lg_adapter_spec_free(lg_adapter_spec *s); /* NULL is a no-op */
 
-/* Fills the image into pages[0 .. s->n_pages), each page_bytes of host
- * memory (bytes beyond page_used[p] are left alone). Thread-safe. */
+/* Fills the image into pages[0 .. s->tp * s->n_pages), each page_bytes of host memory (bytes
+ * beyond page_used[p % n_pages] are left alone): shard r into pages [r * n_pages, ...).
+ * Thread-safe. */
 int lg_adapter_image_fill(const lg_adapter_spec *s, unsigned char *const *pages, lg_err *err);
 
 #endif

@@ -16,6 +16,7 @@
  */
 #include "engine/backend/backend.h"
 #include "engine/backend/cpu_ckptq.h"
+#include "engine/backend/cpu_group.h"
 #include "engine/backend/cpu_matmul.h"
 #include "engine/backend/cpu_qmatmul.h"
 #include "engine/backend/sampling.h"
@@ -44,6 +45,8 @@ typedef struct cpu_ctx {
     const lg_qkern *qk;  /* quantized-weight kernels for this machine's instruction set */
     lg_qmm_scratch qs;   /* the quantized matmul's activations */
     lg_ckptq_scratch cs; /* the checkpoint layouts' rounded activations (W8A8) */
+    lg_cpu_group *group; /* tensor parallelism: the group and this backend's rank in it, or NULL */
+    int rank;
 } cpu_ctx;
 
 #define CTX(be) ((cpu_ctx *)(be)->ctx)
@@ -724,10 +727,39 @@ static int cpu_lora_expand(lg_backend *be, lg_tensor y, lg_tensor tmp, const lg_
     return 0;
 }
 
+/* backend.h group_init: CPU backends of one process, each driven by its own thread (cpu_group.h). */
+static int cpu_group_init(lg_backend *const *bes, int n, lg_err *err)
+{
+    for (int r = 0; r < n; r++) {
+        if (!bes[r] || strcmp(bes[r]->i.name, "cpu") != 0)
+            return lg_fail(err, "cpu group: rank %d is not a CPU backend", r);
+        if (CTX(bes[r])->group)
+            return lg_fail(err, "cpu group: rank %d's backend is in a group already", r);
+        for (int k = 0; k < r; k++)
+            if (bes[k] == bes[r])
+                return lg_fail(err, "cpu group: ranks %d and %d are the same backend", k, r);
+    }
+    lg_cpu_group *g;
+    if (lg_cpu_group_new(n, &g, err) != 0)
+        return -1;
+    for (int r = 0; r < n; r++) {
+        CTX(bes[r])->group = g;
+        CTX(bes[r])->rank = r;
+    }
+    return 0;
+}
+
+static int cpu_all_reduce(lg_backend *be, lg_tensor x)
+{
+    cpu_ctx *c = CTX(be);
+    return c->group ? lg_cpu_group_all_reduce(c->group, c->rank, x) : 0;
+}
+
 static void cpu_free(lg_backend *be)
 {
     cpu_ctx *c = CTX(be);
     if (c) {
+        lg_cpu_group_release(c->group);
         lg_threadpool_free(c->tp);
         for (int i = 0; i < c->nt; i++) {
             free(c->panels[i]);
@@ -798,6 +830,8 @@ int lg_backend_cpu_create(const lg_backend_opts *opts, lg_backend **out, lg_err 
         .lora_shrink = cpu_lora_shrink,
         .lora_expand = cpu_lora_expand,
         .takes_quant = cpu_takes_quant,
+        .group_init = cpu_group_init,
+        .all_reduce = cpu_all_reduce,
     };
     if (be->tune.cpu_device_sample) { /* the device-sampling paths without a GPU (tests) */
         be->i.sample = cpu_sample;

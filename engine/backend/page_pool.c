@@ -12,10 +12,16 @@
 
 enum { PG_FREE = 0, PG_RAW = 1, PG_ENTRY = 2 };
 
+#define POOL_MAX_RANKS 16
+
 struct lg_page_pool {
     lg_backend *be;
     bool host;                /* base from alloc_host (or malloc), not alloc */
     void *base;
+    /* a tensor-parallel pool: one arena a rank, the same page ids in each (rank 0's is be / base) */
+    int n_ranks;
+    lg_backend *rank_be[POOL_MAX_RANKS];
+    void *rank_base[POOL_MAX_RANKS];
     size_t page_bytes;
     int n_pages;
     int32_t *free_stack;
@@ -60,7 +66,34 @@ static int pool_create(lg_backend *be, bool host, size_t page_bytes, int n_pages
 
 int lg_page_pool_create(lg_backend *be, size_t page_bytes, int n_pages, lg_page_pool **out, lg_err *err)
 {
-    return pool_create(be, false, page_bytes, n_pages, out, err);
+    if (pool_create(be, false, page_bytes, n_pages, out, err) != 0)
+        return -1;
+    (*out)->n_ranks = 1;
+    (*out)->rank_be[0] = be;
+    (*out)->rank_base[0] = (*out)->base;
+    return 0;
+}
+
+int lg_page_pool_create_ranks(lg_backend *const *bes, int n_ranks, size_t page_bytes, int n_pages,
+                              lg_page_pool **out, lg_err *err)
+{
+    if (n_ranks < 1 || n_ranks > POOL_MAX_RANKS)
+        return lg_fail(err, "page pool: %d ranks (1..%d)", n_ranks, POOL_MAX_RANKS);
+    if (lg_page_pool_create(bes[0], page_bytes, n_pages, out, err) != 0)
+        return -1;
+    lg_page_pool *p = *out;
+    for (int r = 1; r < n_ranks; r++) {
+        p->rank_be[r] = bes[r];
+        p->rank_base[r] = bes[r]->i.alloc(bes[r], page_bytes * (size_t)n_pages);
+        p->n_ranks = r + 1;
+        if (!p->rank_base[r]) {
+            lg_page_pool_free(p);
+            *out = NULL;
+            return lg_fail(err, "page pool: cannot allocate %zu bytes (%d pages of %zu) on rank %d",
+                           page_bytes * (size_t)n_pages, n_pages, page_bytes, r);
+        }
+    }
+    return 0;
 }
 
 int lg_page_pool_create_host(lg_backend *be, size_t page_bytes, int n_pages, lg_page_pool **out, lg_err *err)
@@ -72,6 +105,9 @@ void lg_page_pool_free(lg_page_pool *p)
 {
     if (!p)
         return;
+    for (int r = 1; r < p->n_ranks; r++)
+        if (p->rank_base[r])
+            p->rank_be[r]->i.dealloc(p->rank_be[r], p->rank_base[r]);
     if (p->base) {
         if (p->host && p->be && p->be->i.alloc_host)
             p->be->i.free_host(p->be, p->base);
@@ -87,6 +123,9 @@ void lg_page_pool_free(lg_page_pool *p)
 }
 
 void *lg_page_pool_base(const lg_page_pool *p) { return p->base; }
+int lg_page_pool_n_ranks(const lg_page_pool *p) { return p->n_ranks > 0 ? p->n_ranks : 1; }
+void *lg_page_pool_rank_base(const lg_page_pool *p, int rank) { return rank == 0 ? p->base : p->rank_base[rank]; }
+lg_backend *lg_page_pool_rank_backend(const lg_page_pool *p, int rank) { return rank == 0 ? p->be : p->rank_be[rank]; }
 size_t lg_page_pool_page_bytes(const lg_page_pool *p) { return p->page_bytes; }
 int lg_page_pool_n_pages(const lg_page_pool *p) { return p->n_pages; }
 int lg_page_pool_n_free(const lg_page_pool *p) { return p->n_free; }

@@ -64,7 +64,18 @@ int lg_page_pool_create(lg_backend *be, size_t page_bytes, int n_pages, lg_page_
 int lg_page_pool_create_host(lg_backend *be, size_t page_bytes, int n_pages, lg_page_pool **out, lg_err *err);
 void lg_page_pool_free(lg_page_pool *p); /* NULL is a no-op */
 
+/* A tensor-parallel pool (engine/model/model_tp.c): one arena of n_pages pages of page_bytes on each
+ * rank's backend, bes[r] rank r (bes[0] is the pool's backend, as lg_page_pool_create's be). Page p
+ * means the same slot on every rank (rank r's page p holds rank r's shard: its KV heads, its slice of
+ * an adapter), so the allocator, the prefix cache and the scheduler see one pool. */
+int lg_page_pool_create_ranks(lg_backend *const *bes, int n_ranks, size_t page_bytes, int n_pages,
+                              lg_page_pool **out, lg_err *err);
 void *lg_page_pool_base(const lg_page_pool *p);
+/* Ranks of the pool (1 unless made by lg_page_pool_create_ranks), and rank r's arena and backend
+ * (rank 0: lg_page_pool_base and the pool's backend). */
+int lg_page_pool_n_ranks(const lg_page_pool *p);
+void *lg_page_pool_rank_base(const lg_page_pool *p, int rank);
+lg_backend *lg_page_pool_rank_backend(const lg_page_pool *p, int rank);
 size_t lg_page_pool_page_bytes(const lg_page_pool *p);
 int lg_page_pool_n_pages(const lg_page_pool *p);
 int lg_page_pool_n_free(const lg_page_pool *p);

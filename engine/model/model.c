@@ -73,6 +73,8 @@
 #include "engine/model/model.h"
 #include "engine/model/model_arch.h"
 #include "engine/model/quant.h"
+#include "engine/model/model_tp.h"
+#include "engine/model/weights_shard.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -166,9 +168,15 @@ struct lg_model {
     size_t meta_cap;     /* int32 elements */
     size_t page_bytes;
     bool no_graphs;      /* step graphs off: backend lacks them, LG_NO_GRAPHS is set, or recording failed */
+    /* tensor parallelism (model_tp.c): rank tp_rank of tp_size; cfg is the rank's shard (heads, KV heads
+     * and d_ff divided by tp_size), full_cfg the model's; rank 0 drives the others through tp */
+    int tp_rank, tp_size;
+    lg_model_config full_cfg;
+    lg_tp *tp;
+    lg_lora_w *lora_moved; /* [n_slots], rank > 0: a segment's table moved into this rank's arena */
 };
 
-const lg_model_config *lg_model_cfg(const lg_model *m) { return &m->cfg; }
+const lg_model_config *lg_model_cfg(const lg_model *m) { return &m->full_cfg; }
 const lg_model_opts *lg_model_options(const lg_model *m) { return &m->opts; }
 size_t lg_model_kv_page_bytes(const lg_model *m) { return m->page_bytes; }
 lg_dtype lg_model_kv_dtype(const lg_model *m) { return m->kv_dtype; }
@@ -583,12 +591,61 @@ static lg_model_opts model_opts(const lg_model_opts *opts, const lg_model_config
     return o;
 }
 
+/* A rank's slices of one layer's weights (tensor parallelism) and the copies that back them. */
+typedef struct tp_slices {
+    lg_wtensor t[7];
+    void *owned[7];
+    int n;
+} tp_slices;
+
+static void tp_slices_free(tp_slices *ts)
+{
+    for (int i = 0; i < ts->n; i++) free(ts->owned[i]);
+    ts->n = 0;
+}
+
+/* This rank's block of src, into ts: of rows [row0, row0 + n), rows [row0 + rank n / size, +n / size);
+ * by_cols: of all columns, columns [rank cols / size, +cols / size). */
+static const lg_wtensor *tp_slice(const lg_model *m, tp_slices *ts, const lg_wtensor *src, bool by_cols, int64_t row0,
+                                  int64_t n, lg_err *err)
+{
+    const int i = ts->n;
+    const int64_t k = (by_cols ? src->shape[1] : n) / m->tp_size;
+    if (lg_wtensor_slice(src, by_cols, (by_cols ? 0 : row0) + k * m->tp_rank, k, &ts->t[i], &ts->owned[i], err) != 0)
+        return NULL;
+    ts->n++;
+    return &ts->t[i];
+}
+
+/* Tensor parallelism: replaces a layer's q, k, v and gate, up parts by this rank's output rows (one part
+ * each, also from a fused tensor) and o, down by its input columns (model_tp.h). */
+static int tp_shard_layer(const lg_model *m, tp_slices *ts, const lg_wtensor **qkv, int *n_qkv, const lg_wtensor **gu,
+                          int *n_gu, const lg_wtensor **wo, const lg_wtensor **dn, lg_err *err)
+{
+    const lg_model_config *f = &m->full_cfg;
+    const int64_t hd = f->head_dim, qd = (int64_t)f->n_heads * hd, kvd = (int64_t)f->n_kv_heads * hd;
+    const int64_t qkv_rows[3] = {qd, kvd, kvd}, ff = f->d_ff;
+    const bool fq = *n_qkv == 1, fg = *n_gu == 1;
+    const lg_wtensor *q0 = qkv[0], *g0 = gu[0];
+    for (int i = 0, r0 = 0; i < 3; r0 += (int)qkv_rows[i], i++)
+        if (!(qkv[i] = tp_slice(m, ts, fq ? q0 : qkv[i], false, fq ? r0 : 0, qkv_rows[i], err)))
+            return -1;
+    for (int i = 0; i < 2; i++)
+        if (!(gu[i] = tp_slice(m, ts, fg ? g0 : gu[i], false, fg ? i * ff : 0, ff, err)))
+            return -1;
+    if (!(*wo = tp_slice(m, ts, *wo, true, 0, 0, err)) || !(*dn = tp_slice(m, ts, *dn, true, 0, 0, err)))
+        return -1;
+    *n_qkv = 3;
+    *n_gu = 2;
+    return 0;
+}
+
 /* The weights into one backend allocation (m->wbuf): embed, lm_head (unless tied), the final norm, each
  * layer's norms and fused q,k,v and gate,up matrices, and the RoPE frequencies. */
 static int upload_weights(lg_model *m, const lg_weights *w, lg_err *err)
 {
     lg_backend *be = m->be;
-    const lg_model_config *c = &m->cfg;
+    const lg_model_config *c = &m->full_cfg; /* the files' shapes: a rank's shard is cut from them */
     const int hd = c->head_dim;
     const lg_wtensor *emb = lg_weights_get(w, "model.embed_tokens.weight");
     const lg_wtensor *head = c->tie_embeddings ? NULL : lg_weights_get(w, "lm_head.weight");
@@ -601,7 +658,8 @@ static int upload_weights(lg_model *m, const lg_weights *w, lg_err *err)
         total += (takes(be, t->q) ? t->nbytes : tensor_elems(t) * 4) + 256;
     }
     total += 2 * ((size_t)hd * 4 + 4096);
-    upload_ctx u = {be, NULL, 0, total, err, c->weight_dtype, w, false};
+    /* another rank still reads the file pages of a tensor this rank uploaded a slice of: only the last drops them */
+    upload_ctx u = {be, NULL, 0, total, err, c->weight_dtype, m->tp_rank == m->tp_size - 1 ? w : NULL, false};
     if (u.deq_dt != LG_F32 && u.deq_dt != LG_F16 && u.deq_dt != LG_BF16)
         u.deq_dt = LG_F16;
     u.base = be->i.alloc(be, total);
@@ -650,6 +708,7 @@ static int upload_weights(lg_model *m, const lg_weights *w, lg_err *err)
         const lg_wtensor *dn = need(w, err, "model.layers.%d.mlp.down_proj.weight", l);
         if (!ln1 || !ln2 || !qkv[0] || !qkv[1] || !qkv[2] || !wo || !gu[0] || !gu[1] || !dn)
             return -1;
+        tp_slices ts = {0};
         /* partial rotary / LongRoPE: q and k rows in the engine's RoPE layout (lg_arch_qk_row) */
         lg_wtensor tq[3];
         const lg_wtensor *pq[3] = {qkv[0], qkv[1], qkv[2]};
@@ -667,14 +726,18 @@ static int upload_weights(lg_model *m, const lg_weights *w, lg_err *err)
             pq[0] = &tq[0];
         }
         lg_dtype wdt = WDT(qkv[0]);
+        const lg_wtensor *pgu[2] = {gu[0], gu[1]};
+        if (!rc && m->tp_size > 1) /* this rank's rows of q, k, v, gate, up and columns of o, down */
+            rc = tp_shard_layer(m, &ts, pq, &n_qkv, pgu, &n_gu, &wo, &dn, err);
         if (!rc)
             rc = upload_norm(&u, &lw->ln1, c, ln1, false) || upload_norm(&u, &lw->ln2, c, ln2, false) ||
                  upload_weight(&u, &lw->wqkv, &lw->qkv_split, wdt, pq, n_qkv) ||
                  upload_weight(&u, &lw->wo, NULL, wdt, &wo, 1) ||
-                 upload_weight(&u, &lw->wgu, &lw->gu_split, wdt, gu, n_gu) ||
+                 upload_weight(&u, &lw->wgu, &lw->gu_split, wdt, pgu, n_gu) ||
                  upload_weight(&u, &lw->wdown, NULL, wdt, &dn, 1);
         free(bq);
         free(bk);
+        tp_slices_free(&ts);
         if (rc)
             return -1;
         if (pn) {
@@ -708,7 +771,16 @@ static int upload_weights(lg_model *m, const lg_weights *w, lg_err *err)
                 b[0] = &tb[0];
                 b[1] = &tb[1];
             }
-            rc = upload_cat(&u, &lw->bqkv, LG_F32, b, 3);
+            lg_wtensor sb[3];
+            void *own[3] = {NULL, NULL, NULL};
+            rc = 0;
+            for (int i = 0; i < 3 && m->tp_size > 1 && rc == 0; i++) { /* this rank's heads' biases */
+                const int64_t n = b[i]->shape[0] / m->tp_size;
+                rc = lg_wtensor_slice(b[i], true, n * m->tp_rank, n, &sb[i], &own[i], err);
+                b[i] = &sb[i];
+            }
+            rc = rc ? rc : upload_cat(&u, &lw->bqkv, LG_F32, b, 3);
+            for (int i = 0; i < 3; i++) free(own[i]);
             free(bb0);
             free(bb1);
             if (rc != 0)
@@ -865,9 +937,10 @@ static int alloc_lora(lg_model *m, lg_err *err)
     m->lora_seg_mods = malloc(S * sizeof(unsigned));
     m->lora_seg_rank = malloc(S * sizeof(int));
     m->lora_w_zero = calloc(n_slots, sizeof(lg_lora_w));
+    m->lora_moved = m->tp_rank > 0 ? malloc(n_slots * sizeof(lg_lora_w)) : NULL;
     m->lora_tmp = lg_tensor_2d(tmp, LG_F32, m->opts.max_step_tokens, LG_LORA_MULTI_MAX * m->opts.lora_max_rank);
     if (!tmp || !m->lora_w_dev || !m->lora_w_host || !m->lora_seg_dev || !m->lora_seg_host || !m->lora_seg_mods ||
-        !m->lora_seg_rank || !m->lora_w_zero)
+        !m->lora_seg_rank || !m->lora_w_zero || (m->tp_rank > 0 && !m->lora_moved))
         return lg_fail(err, "cannot allocate LoRA step buffers");
     if (!be->i.lora_shrink || !be->i.lora_expand)
         return lg_fail(err, "backend %s has no LoRA ops", be->i.name);
@@ -875,6 +948,14 @@ static int alloc_lora(lg_model *m, lg_err *err)
 }
 
 int lg_model_create(lg_backend *be, const lg_weights *w, const lg_model_opts *opts, lg_model **out, lg_err *err)
+{
+    return lg_model_create_rank(be, w, opts, 0, 1, out, err);
+}
+
+void lg_model_attach_tp(lg_model *m, lg_tp *tp) { m->tp = tp; }
+
+int lg_model_create_rank(lg_backend *be, const lg_weights *w, const lg_model_opts *opts, int tp_rank, int tp_size,
+                         lg_model **out, lg_err *err)
 {
     *out = NULL;
     const lg_model_config *c = lg_weights_config(w);
@@ -890,6 +971,14 @@ int lg_model_create(lg_backend *be, const lg_weights *w, const lg_model_opts *op
         return lg_fail(err, "out of memory");
     m->be = be;
     m->cfg = *c;
+    m->full_cfg = *c;
+    m->tp_rank = tp_rank;
+    m->tp_size = tp_size > 1 ? tp_size : 1;
+    if (m->tp_size > 1) { /* the rank's shard: its heads, KV heads and MLP features (model_tp.c) */
+        m->cfg.n_heads /= m->tp_size;
+        m->cfg.n_kv_heads /= m->tp_size;
+        m->cfg.d_ff /= m->tp_size;
+    }
     m->opts = model_opts(opts, c);
     m->layers = calloc((size_t)c->n_layers, sizeof(layer_w));
     m->kv_scales = malloc(2 * (size_t)c->n_layers * sizeof(float));
@@ -932,6 +1021,7 @@ void lg_model_free(lg_model *m)
 {
     if (!m)
         return;
+    lg_tp_free(m->tp); /* the other ranks first: their steps end with this rank's */
     lg_backend *be = m->be;
     if (m->timing && m->t_steps > 0) {
         const int n = m->t_steps < STEP_T_MAX ? (int)m->t_steps : STEP_T_MAX;
@@ -975,6 +1065,7 @@ void lg_model_free(lg_model *m)
     free(m->lora_seg_mods);
     free(m->lora_seg_rank);
     free(m->lora_w_zero);
+    free(m->lora_moved);
     free(m->layers);
     free(m->kv_scales);
     free(m);
@@ -1218,6 +1309,8 @@ static int forward(lg_model *m, const lg_kv_view *kv0, const lg_step_meta *meta,
         }
         TRY(be->i.attention(be, attn, q, kv, meta, c->n_heads, scale));
         TRY(linear(be, o, attn, lw->wo, NULL, none, tmp, lora, &o, 3, 1, sl, lora_mods, NULL, NULL));
+        if (m->tp_size > 1) /* row-parallel: each rank has a partial sum of the heads it holds */
+            TRY(be->i.all_reduce(be, o));
         lg_tensor attn_out = o;
         if (c->post_norms) { /* Gemma: the attention output normed before the residual add */
             TRY(be->i.add_rmsnorm(be, o, none, lw->post_attn, pn, c->rms_eps));
@@ -1229,6 +1322,8 @@ static int forward(lg_model *m, const lg_kv_view *kv0, const lg_step_meta *meta,
         if (!silu)
             TRY(be->i.gelu_mul(be, act, gu));
         TRY(linear(be, mlp, act, lw->wdown, NULL, none, tmp, lora, &mlp, 6, 1, sl, lora_mods, NULL, NULL));
+        if (m->tp_size > 1)
+            TRY(be->i.all_reduce(be, mlp));
         delta = mlp;
         if (c->post_norms) {
             TRY(be->i.add_rmsnorm(be, mlp, none, lw->post_ff, pn, c->rms_eps));
@@ -1407,8 +1502,10 @@ static int upload_meta(lg_model *m, const lg_step_seq *seqs, int n_seqs, const s
     if (sample)
         memcpy(h + *rows_at, sample_rows, (size_t)n_logits * sizeof(lg_sample_row));
     TRY(be->i.upload(be, m->meta_dev, h, need * 4));
-    if (from_dev) /* ordered after the previous step's sampler and its download, before this step's sampler */
+    if (from_dev && m->tp_rank == 0) /* ordered after the previous step's sampler and its download, before this step's sampler */
         TRY(be->i.copy(be, m->meta_dev, m->sample_ids_dev, (size_t)n_seqs * sizeof(int32_t)));
+    if (from_dev && m->tp_size > 1) /* rank 0 sampled them; the others hold zeros: the sum is rank 0's */
+        TRY(be->i.all_reduce(be, lg_tensor_2d(m->meta_dev, LG_I32, 1, n_seqs)));
     int32_t *dv = m->meta_dev;
     *meta = (lg_step_meta){
         .n_tokens = T, .n_seqs = n_seqs, .max_q_len = sh->max_q,
@@ -1439,7 +1536,25 @@ typedef struct lora_step {
  * W2's 128 segments are 688 KB). So segment s's rows are compared with what the device holds
  * (lora_synced) and only a changed range is copied and uploaded. The comparison is of the contents, not
  * of adapter identities: a table at a reused address with other pages is a change. */
-static int upload_lora_table(lg_model *m, const lg_step_seq *seqs, int n_seqs, lora_step *ls, lg_err *err)
+/* A slot table of rank 0's arena (the adapter cache's) as rank m->tp_rank sees it: the same pages and offsets
+ * in its own arena (page_pool.h lg_page_pool_create_ranks), into m->lora_moved. */
+static const lg_lora_w *moved_table(lg_model *m, lg_page_pool *pool, const lg_lora_w *src)
+{
+    const int n_slots = m->cfg.n_layers * LG_LORA_N_MODULES;
+    const char *b0 = lg_page_pool_base(pool), *br = lg_page_pool_rank_base(pool, m->tp_rank);
+    for (int k = 0; k < n_slots; k++) {
+        lg_lora_w w = src[k];
+        if (w.rank > 0) {
+            w.A = br + ((const char *)w.A - b0);
+            w.B = br + ((const char *)w.B - b0);
+        }
+        m->lora_moved[k] = w;
+    }
+    return m->lora_moved;
+}
+
+static int upload_lora_table(lg_model *m, lg_page_pool *pool, const lg_step_seq *seqs, int n_seqs, lora_step *ls,
+                             lg_err *err)
 {
     lg_backend *be = m->be;
     *ls = (lora_step){0};
@@ -1459,7 +1574,8 @@ static int upload_lora_table(lg_model *m, const lg_step_seq *seqs, int n_seqs, l
         if (s == 0 || seqs[s].lora != seqs[s - 1].lora) {
             m->lora_seg_host[ns] = tt;
             lg_lora_w *dst = m->lora_w_host + (size_t)ns * n_slots;
-            const lg_lora_w *src = seqs[s].lora ? seqs[s].lora : m->lora_w_zero;
+            const lg_lora_w *src = !seqs[s].lora ? m->lora_w_zero
+                                   : m->tp_rank > 0 ? moved_table(m, pool, seqs[s].lora) : seqs[s].lora;
             if (ns >= synced || memcmp(dst, src, seg_bytes) != 0) {
                 memcpy(dst, src, seg_bytes);
                 unsigned mods = 0;
@@ -1542,7 +1658,7 @@ static int run_forward(lg_model *m, lg_page_pool *pool, const lg_step_meta *meta
     lg_backend *be = m->be;
     const lg_lora_meta *lora = ls->lm.n_segs > 0 ? &ls->lm : NULL;
     lg_kv_view kv = {
-        .base = lg_page_pool_base(pool), .page_bytes = lg_page_pool_page_bytes(pool),
+        .base = lg_page_pool_rank_base(pool, m->tp_rank), .page_bytes = lg_page_pool_page_bytes(pool),
         .page_tokens = m->opts.page_tokens, .n_kv_heads = m->cfg.n_kv_heads, .head_dim = m->cfg.head_dim, .dtype = m->kv_dtype,
     };
     if (meta->max_q_len == 1 && !m->no_graphs && n_plog == 0) {
@@ -1610,15 +1726,24 @@ int lg_model_launch(lg_model *m, lg_page_pool *pool, const lg_step_seq *seqs, in
     lg_step_meta meta;
     size_t rows_at;
     const int32_t *plog_rows = NULL;
-    if (upload_penalties(m, sample_rows, sh.n_logits, sample, pen, n_pen, err) != 0 ||
-        upload_meta(m, seqs, n_seqs, &sh, from_dev, sample_rows, sample, &meta, &rows_at, &plog_rows, err) != 0)
+    if (upload_penalties(m, sample_rows, sh.n_logits, sample, pen, n_pen, err) != 0)
         return -1;
+    /* tensor parallelism: the step is valid (the checks above are every rank's), so the other ranks start
+     * it now and meet this one in its all-reduces; they have enqueued it when this returns */
+    if (m->tp && lg_tp_post(m->tp, pool, seqs, n_seqs) != 0)
+        return lg_fail(err, "tensor parallelism: the other ranks could not be started");
+    int rc = upload_meta(m, seqs, n_seqs, &sh, from_dev, sample_rows, sample, &meta, &rows_at, &plog_rows, err);
     const double t1 = m->timing ? lg_now() : 0;
     lora_step ls;
-    if (upload_lora_table(m, seqs, n_seqs, &ls, err) != 0)
-        return -1;
+    rc = rc ? rc : upload_lora_table(m, pool, seqs, n_seqs, &ls, err);
     const double t2 = m->timing ? lg_now() : 0;
-    if (run_forward(m, pool, &meta, &ls, plog_rows, sh.n_plog, err) != 0)
+    rc = rc ? rc : run_forward(m, pool, &meta, &ls, plog_rows, sh.n_plog, err);
+    if (m->tp) {
+        lg_err perr;
+        if (lg_tp_wait(m->tp, &perr) != 0 && rc == 0)
+            rc = lg_fail(err, "%s", perr.msg);
+    }
+    if (rc != 0)
         return -1;
     const double t3 = m->timing ? lg_now() : 0;
     struct inflight *f = &m->fl[m->n_fl];
@@ -1676,4 +1801,22 @@ int lg_model_collect(lg_model *m, int32_t *ids, lg_logprob_row *lp, float *logit
         m->t_steps++;
     }
     return 0;
+}
+
+int lg_model_launch_peer(lg_model *m, lg_page_pool *pool, const lg_step_seq *seqs, int n_seqs, lg_err *err)
+{
+    const bool from_dev = seqs[0].tokens == NULL; /* rank 0 checked the step (check_launch) */
+    step_shape sh;
+    if (shape_of(m, seqs, n_seqs, &sh, err) != 0)
+        return -1;
+    lg_step_meta meta;
+    size_t rows_at;
+    const int32_t *plog_rows = NULL;
+    if (upload_meta(m, seqs, n_seqs, &sh, from_dev, NULL, false, &meta, &rows_at, &plog_rows, err) != 0)
+        return -1;
+    meta.n_logits = 0; /* rank 0 computes the logits from the same residual stream */
+    lora_step ls;
+    if (upload_lora_table(m, pool, seqs, n_seqs, &ls, err) != 0)
+        return -1;
+    return run_forward(m, pool, &meta, &ls, NULL, 0, err);
 }

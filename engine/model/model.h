@@ -52,10 +52,18 @@ typedef struct lg_model_opts {
 
 int lg_model_create(lg_backend *be, const lg_weights *w, const lg_model_opts *opts, lg_model **out, lg_err *err);
 void lg_model_free(lg_model *m); /* NULL is a no-op */
+/* Tensor parallelism (engine/model/model_tp.c): the model sharded over n ranks, bes[r] rank r's backend
+ * (n distinct backends of one kind; they are joined into one group here, once). The model returned is
+ * rank 0's and is used as any model: its launches run every rank; its free stops them. n <= 1: as
+ * lg_model_create(bes[0], ...). Its lg_model_cfg is the whole model's. A step's pool must span the
+ * ranks (page_pool.h lg_page_pool_create_ranks). */
+int lg_model_create_tp(lg_backend *const *bes, int n, const lg_weights *w, const lg_model_opts *opts,
+                       lg_model **out, lg_err *err);
 
 const lg_model_config *lg_model_cfg(const lg_model *m);
 const lg_model_opts *lg_model_options(const lg_model *m);
-/* Bytes one KV page needs: page_tokens x n_layers x (K + V) x kv_dim x the KV dtype's size. */
+/* Bytes one KV page needs: page_tokens x n_layers x (K + V) x kv_dim x the KV dtype's size (kv_dim of a
+ * rank's KV heads under tensor parallelism: the same on every rank). */
 size_t lg_model_kv_page_bytes(const lg_model *m);
 /* The KV cache's dtype: the backend's act dtype, or LG_F8E4M3 (opts.kv_fp8). */
 lg_dtype lg_model_kv_dtype(const lg_model *m);

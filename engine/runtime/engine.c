@@ -130,7 +130,16 @@ int lg_engine_create(lg_backend *be, const lg_weights *w, const lg_engine_opts *
     e->sharing = opts->prefix_sharing;
     const lg_tuning *tune = lg_backend_tuning(be);
     e->burst = !opts->no_decode_bursts && tune->burst != 0; /* LG_BURST=0: no decode bursts (comparisons) */
-    if (lg_model_create(be, w, &opts->model, &e->model, err) != 0) {
+    /* tensor parallelism (engine/model/model_tp.c): the model and the pool span the ranks; the rest of the
+     * engine sees one model and one page table */
+    const int tp = opts->tp_size > 1 ? opts->tp_size : 1;
+    lg_backend *const one[1] = {be};
+    lg_backend *const *bes = tp > 1 ? opts->tp_backends : one;
+    if (tp > 1 && (!bes || bes[0] != be)) {
+        lg_engine_free(e);
+        return lg_fail(err, "tensor parallelism: tp_backends[0] must be the engine's backend");
+    }
+    if (lg_model_create_tp(bes, tp, w, &opts->model, &e->model, err) != 0) {
         lg_engine_free(e);
         return -1;
     }
@@ -167,7 +176,7 @@ int lg_engine_create(lg_backend *be, const lg_weights *w, const lg_engine_opts *
     int min_pages = (e->max_context + e->page_tokens - 1) / e->page_tokens + 1;
     if (n_pages < min_pages)
         n_pages = min_pages;
-    if (lg_page_pool_create(be, pb, n_pages, &e->pool, err) != 0) {
+    if (lg_page_pool_create_ranks(bes, tp, pb, n_pages, &e->pool, err) != 0) {
         lg_err_prefix(err, "the page pool (%d pages of %zu bytes; set a smaller --pool-mb or "
                            "--gpu-memory-utilization)", n_pages, pb);
         lg_engine_free(e);
@@ -227,6 +236,8 @@ int lg_engine_create(lg_backend *be, const lg_weights *w, const lg_engine_opts *
     e->stats.weights_quant = lg_model_cfg(e->model)->quant_method[0] ? lg_model_cfg(e->model)->quant_method : "none";
     e->stats.kv_tokens_capacity = (int64_t)n_pages * e->page_tokens;
     e->pub = e->stats;
+    if (be->i.bind_thread) /* callers that step on their own thread step on the engine's device */
+        be->i.bind_thread(be);
     *out = e;
     return 0;
 }
@@ -1703,6 +1714,9 @@ void lg_engine_wait(lg_engine *e, double timeout_s)
 static void *engine_main(void *arg)
 {
     lg_engine *e = arg;
+    /* this thread enqueues the engine's ops (CUDA: on the engine's device, which need not be device 0) */
+    if (e->be->i.bind_thread && e->be->i.bind_thread(e->be) != 0)
+        lg_log("loragate engine: cannot bind the engine thread to backend %s", e->be->i.name);
     for (;;) {
         pthread_mutex_lock(&e->mu);
         if (!e->stop && e->last_step_idle) {
