@@ -88,6 +88,13 @@ def compare_tokens(ref, prompt, got):
     return None
 
 
+def skip_unsplittable(p):
+    """A model that tensor parallelism cannot split (LG_GENERATE_EXTRA="--tensor-parallel-size N" with heads,
+    KV heads or MLP features that N does not divide) is refused by name: such a fixture is skipped there."""
+    if p.returncode != 0 and "KV-head replication is not implemented" in p.stderr:
+        pytest.skip("not split by --tensor-parallel-size: " + p.stderr.strip().splitlines()[-1][:200])
+
+
 def run_lg(model_dir, ids, n):
     cmd = [LG_BIN, "generate", "--model", model_dir, "--backend", LG_BACKEND,
            "--prompt-tokens", ",".join(map(str, ids)), "--max-tokens", str(n),
@@ -97,6 +104,7 @@ def run_lg(model_dir, ids, n):
     except subprocess.TimeoutExpired as e:
         err = e.stderr.decode(errors="replace") if isinstance(e.stderr, bytes) else (e.stderr or "")
         pytest.fail(f"{' '.join(cmd)}\ntimed out after {TIMEOUT:g} s (LG_GOLDEN_TIMEOUT)\nstderr:\n{err[-2000:]}")
+    skip_unsplittable(p)
     assert p.returncode == 0, f"{' '.join(cmd)}\nexit {p.returncode}\nstderr:\n{p.stderr[-4000:]}"
     out = p.stdout.strip()
     try:
@@ -155,6 +163,7 @@ def _run_sampled_batch(tmp_path, model_dir, lines, env, extra=(), whole=False):
     cmd = [LG_BIN, "generate", "--model", model_dir, "--backend", LG_BACKEND, "--batch", str(path),
            "--max-tokens", "16", "--top-p", "0.9", "--top-k", "40", "--min-p", "0.02", *extra, *LG_GENERATE_EXTRA]
     p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=TIMEOUT, env={**os.environ, **env})
+    skip_unsplittable(p)
     assert p.returncode == 0, f"{' '.join(cmd)}\nexit {p.returncode}\nstderr:\n{p.stderr[-4000:]}"
     objs = [json.loads(s) for s in p.stdout.splitlines() if s.strip().startswith("{")]
     assert len(objs) == len(lines), f"{len(objs)} results for {len(lines)} lines:\n{p.stdout[-2000:]}"
@@ -223,6 +232,7 @@ def test_logprobs_match_reference(name):
            "--prompt-tokens", ",".join(map(str, prompt["ids"])), "--max-tokens", "4", "--temperature", "0",
            "--json", "--logits", "--logprobs", "5", *LG_GENERATE_EXTRA]
     p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=TIMEOUT)
+    skip_unsplittable(p)
     assert p.returncode == 0, f"{' '.join(cmd)}\nexit {p.returncode}\nstderr:\n{p.stderr[-4000:]}"
     res = json.loads(p.stdout.strip().splitlines()[-1])
     toks, lps = res["tokens"], res["logprobs"]

@@ -39,6 +39,7 @@ FIX = os.path.join(HERE, "lora_fixtures")
 REF_PATH = os.path.join(FIX, "reference.json")
 sys.path.insert(0, HERE)
 import np_llama  # noqa: E402
+from test_golden import skip_unsplittable  # noqa: E402
 from make_lora_fixtures import adapter_modules, np_lora_merge  # noqa: E402  (numpy only)
 
 LG_BIN = os.path.abspath(os.environ.get("LG_BIN", os.path.join(ROOT, "build", "loragate")))
@@ -113,6 +114,7 @@ def _run_batch(tmp_path_factory, extra, env=None):
     except subprocess.TimeoutExpired as e:
         err = e.stderr.decode(errors="replace") if isinstance(e.stderr, bytes) else (e.stderr or "")
         pytest.fail(f"{' '.join(cmd)}\ntimed out after {TIMEOUT:g} s (LG_GOLDEN_TIMEOUT)\nstderr:\n{err[-2000:]}")
+    skip_unsplittable(p)
     assert p.returncode == 0, f"{' '.join(cmd)}\nexit {p.returncode}\nstderr:\n{p.stderr[-4000:]}"
     objs = []
     for line in p.stdout.splitlines():

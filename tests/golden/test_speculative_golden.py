@@ -36,6 +36,7 @@ def _run(model, lines, extra, tmp_path, tag):
     cmd = [tg.LG_BIN, "generate", "--model", model, "--backend", tg.LG_BACKEND, "--batch", str(path),
            "--max-tokens", str(N_TOKENS), "--temperature", "0", "--json", "--stats", *tg.LG_GENERATE_EXTRA, *extra]
     p = subprocess.run(cmd, cwd=tg.ROOT, capture_output=True, text=True, timeout=max(tg.TIMEOUT, 120))
+    tg.skip_unsplittable(p)
     assert p.returncode == 0, f"{' '.join(cmd)}\nexit {p.returncode}\nstderr:\n{p.stderr[-4000:]}"
     objs = [json.loads(s) for s in p.stdout.splitlines() if s.strip().startswith("{")]
     assert len(objs) == len(lines), p.stdout[-2000:]
