@@ -13,6 +13,11 @@
  * cached tokens; synthetic adapters give the same logits sharded and not
  * (their shards are slices of the same values); a model whose KV heads do
  * not divide by the ranks, and a bad rank list, are refused by name.
+ * Quantized weights (--quantization, dummy weights of a small shape whose
+ * shards fall on the 128-element groups): INT4 (weight-only) gives the same
+ * logits sharded; FP8 W8A8 rounds each row-parallel layer's activations with
+ * the amax of the rank's columns (as vLLM does), not of the whole row, so it
+ * is held to the activation rounding's scale instead.
  * (The sharded engine against the HF/peft float64 fixtures: tests/golden
  * with LG_GENERATE_EXTRA="--tensor-parallel-size 2".)
  */
@@ -20,6 +25,8 @@
 #include "tests/unit/test.h"
 
 #include <math.h>
+#include <stdlib.h>
+#include <unistd.h>
 
 #define FIX "tests/golden/lora_fixtures/"
 #define NREQ 8
@@ -195,6 +202,68 @@ int main(void)
     lg_engine_free(e1);
     lg_engine_free(e2);
     lg_weights_free(w);
+
+    /* quantized linear layers: dummy weights of a shape whose shards are whole 128-element groups */
+    char dir[] = "/tmp/lg_tp_quant_XXXXXX";
+    if (mkdtemp(dir)) {
+        char cfgp[64];
+        snprintf(cfgp, sizeof cfgp, "%s/config.json", dir);
+        FILE *f = fopen(cfgp, "w");
+        fputs("{\"architectures\": [\"LlamaForCausalLM\"], \"model_type\": \"llama\", \"hidden_size\": 256, "
+              "\"intermediate_size\": 512, \"num_hidden_layers\": 2, \"num_attention_heads\": 4, "
+              "\"num_key_value_heads\": 2, \"vocab_size\": 320, \"max_position_embeddings\": 256, "
+              "\"rms_norm_eps\": 1e-5, \"torch_dtype\": \"float32\", \"eos_token_id\": 2}\n", f);
+        fclose(f);
+        const lg_qtype qs[2] = {LG_QI4, LG_QF8_A8};
+        const double tol[2] = {1e-5, 0.1}; /* W8A8: 0.033-0.049 measured (2026-11-28), the rounding noise itself */
+        for (int k = 0; k < 2; k++) {
+            lg_load_opts dq = {.dummy = true, .dummy_dtype = LG_F32, .dummy_seed = 5, .quantize = qs[k]};
+            lg_weights *wd = NULL;
+            if (lg_weights_load(dir, &dq, &wd, &err) != 0) {
+                CHECK_MSG(0, "dummy %s: %s", lg_qtype_get(qs[k]).name, err.msg);
+                continue;
+            }
+            lg_backend *q1[1] = {NULL}, *q2[2] = {NULL, NULL};
+            lg_backend_create("cpu", &bo, &q1[0], &err);
+            lg_backend_create("cpu", &bo, &q2[0], &err);
+            lg_backend_create("cpu", &bo, &q2[1], &err);
+            lg_engine_opts o = {.model = {.max_step_tokens = 256, .max_seqs = 16, .page_tokens = 16, .max_context = 128},
+                                .n_pages = 64};
+            lg_engine *ea = NULL, *eb = NULL;
+            CHECK_MSG(lg_engine_create(q1[0], wd, &o, &ea, &err) == 0, "tp 1 %s: %s", lg_qtype_get(qs[k]).name, err.msg);
+            o.tp_size = 2;
+            o.tp_backends = q2;
+            CHECK_MSG(lg_engine_create(q2[0], wd, &o, &eb, &err) == 0, "tp 2 %s: %s", lg_qtype_get(qs[k]).name, err.msg);
+            if (ea && eb) {
+                treq qa[3], qb[3];
+                for (int i = 0; i < 3; i++) {
+                    memset(&qa[i], 0, sizeof qa[i]);
+                    qa[i].tenant = "q";
+                    qa[i].n_prompt = 10 + 7 * i;
+                    for (int t = 0; t < qa[i].n_prompt; t++) qa[i].prompt[t] = (int32_t)(3 + (t * 37 + i * 11) % 300);
+                    qb[i] = qa[i];
+                }
+                run(ea, NULL, NULL, qa, 3);
+                run(eb, NULL, NULL, qb, 3);
+                for (int i = 0; i < 3; i++) {
+                    double d = qa[i].logits && qb[i].logits ? rel_l2(qb[i].logits, qa[i].logits, qa[i].n_vocab) : 1;
+                    printf("%s: request %d: tp 2 vs tp 1 logits rel. L2 %.3g\n", lg_qtype_get(qs[k]).name, i, d);
+                    CHECK_MSG(d < tol[k], "%s request %d: tp 2 logits differ from tp 1 by %.3g", lg_qtype_get(qs[k]).name,
+                              i, d);
+                    free(qa[i].logits);
+                    free(qb[i].logits);
+                }
+            }
+            lg_engine_free(ea);
+            lg_engine_free(eb);
+            lg_backend_free(q1[0]);
+            lg_backend_free(q2[0]);
+            lg_backend_free(q2[1]);
+            lg_weights_free(wd);
+        }
+        remove(cfgp);
+        rmdir(dir);
+    }
 
     /* refusals: 1 KV head over 2 ranks; a rank list that does not start with the engine's backend */
     lg_backend *bq[2] = {NULL, NULL};
