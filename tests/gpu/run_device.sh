@@ -4,7 +4,7 @@
 # HF/peft fixtures end to end on the CUDA backend, and every GPU figure of
 # docs/benchmarks.md next to its reference.
 #
-#   bash tests/gpu/run_device.sh [all|test|serving|bench|profile|kernels|structured|models|spec|quant]     (from the repo root)
+#   bash tests/gpu/run_device.sh [all|test|serving|bench|profile|kernels|structured|models|spec|quant|multi]     (from the repo root)
 #
 # kernels: quick loop for kernel work — builds only test_cuda_ops,
 # bench_kernels and test_cuda_qmatmul (unless TARGETS says otherwise), runs the op tests of the
@@ -377,6 +377,11 @@ if [ "$WHAT" = quant ]; then
       done
     done
   fi
+fi
+
+# multi: the two-GPU checks and figures (tensor and data parallelism; tests/gpu/multi_gpu.sh)
+if [ "$WHAT" = multi ]; then
+  . tests/gpu/multi_gpu.sh
 fi
 
 if want profile; then
