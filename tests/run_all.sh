@@ -84,6 +84,12 @@ export LG_BIN="${LG_BIN:-$ROOT/$BUILD/loragate}"
 if [ ${#dirs[@]} -gt 0 ]; then
   "$PY" -m pytest -q "${dirs[@]}" || { echo "[run_all] pytest FAILED"; status=1; }
 fi
+# tensor parallelism on the CPU: the golden HF/peft fixtures again with every model split over two ranks
+# (engine/model/model_tp.c; a fixture whose heads do not split is refused by name and skipped)
+step "pytest: golden fixtures at --tensor-parallel-size 2"
+LG_GENERATE_EXTRA="${LG_GENERATE_EXTRA:-} --tensor-parallel-size 2" "$PY" -m pytest -q tests/golden/test_golden.py \
+  tests/golden/test_lora_golden.py tests/golden/test_prefix_golden.py tests/golden/test_arch_lora_golden.py \
+  || { echo "[run_all] pytest (tensor parallel) FAILED"; status=1; }
 
 if [ $status -ne 0 ]; then
   step "FAILED"

@@ -9,8 +9,7 @@ completions through a tenant's URL reproduce HF/peft's greedy tokens and
 first-token log-probability, per adapter, with the adapters imported and
 uploaded (multipart) while the server runs: an adapter that arrives at run
 time reaches every rank before the first request that uses it. A repeated
-prompt reports cached tokens (one page table over the ranks), and the
-usage ledger records each request once.
+prompt reports cached tokens (one page table over the ranks).
 """
 import json
 import math
