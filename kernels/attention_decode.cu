@@ -583,19 +583,22 @@ static dec_cfg dec_pick_dt(lg_dtype qdt, lg_dtype kdt, int gmax, bool res)
     return qdt == LG_F16 ? dec_pick<__half, __half>(gmax, res) : dec_pick<__nv_bfloat16, __nv_bfloat16>(gmax, res);
 }
 
-/* Resident blocks per SM of (kernel, dynamic shared memory), cached; a kernel not seen yet first gets the
- * shared-memory opt-in. -1: the opt-in failed. */
+/* Resident blocks per SM of (kernel, dynamic shared memory), cached per device (the opt-in is the current
+ * device's: cuda_common.cuh, CU_MAX_DEVICES); a kernel not seen yet first gets the shared-memory opt-in. -1:
+ * the opt-in failed. */
 static int dec_resident(cuda_ctx *c, dec_fn f, int nt, size_t smem)
 {
     static struct {
         dec_fn f;
         size_t smem;
         int n;
-    } cache[64];
-    static int n_cache = 0;
-    for (int i = 0; i < n_cache; i++)
-        if (cache[i].f == f && cache[i].smem == smem)
-            return cache[i].n;
+    } cache[CU_MAX_DEVICES][64];
+    static int n_cache[CU_MAX_DEVICES];
+    const int d = cu_dev_slot(c); /* -1: a device past the table, not cached */
+    if (d >= 0)
+        for (int i = 0; i < n_cache[d]; i++)
+            if (cache[d][i].f == f && cache[d][i].smem == smem)
+                return cache[d][i].n;
     if (cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)c->max_smem_optin) != cudaSuccess) {
         cudaGetLastError();
         return -1;
@@ -605,8 +608,10 @@ static int dec_resident(cuda_ctx *c, dec_fn f, int nt, size_t smem)
         cudaGetLastError();
         n = 1;
     }
-    if (n_cache < 64) /* else: asked again next time (only many head layouts get here) */
-        cache[n_cache].f = f, cache[n_cache].smem = smem, cache[n_cache].n = n, n_cache++;
+    if (d >= 0 && n_cache[d] < 64) { /* else: asked again next time (only many head layouts get here) */
+        cache[d][n_cache[d]].f = f, cache[d][n_cache[d]].smem = smem, cache[d][n_cache[d]].n = n;
+        n_cache[d]++;
+    }
     return n;
 }
 

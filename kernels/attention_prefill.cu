@@ -198,11 +198,13 @@ __global__ void __launch_bounds__(PF_THREADS) attn_prefill_kernel(pf_args a)
 
 template <typename T> static int launch(cuda_ctx *c, const pf_args &a, const lg_step_meta *m, size_t smem)
 {
-    static bool attr_set = false;
-    if (!attr_set) {
+    static bool attr_set[CU_MAX_DEVICES]; /* per device: the opt-in is the current device's (cuda_common.cuh) */
+    const int d = cu_dev_slot(c);
+    if (d < 0 || !attr_set[d]) {
         CU_TRY(c, cudaFuncSetAttribute(attn_prefill_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        (int)c->max_smem_optin));
-        attr_set = true;
+        if (d >= 0)
+            attr_set[d] = true;
     }
     dim3 grid((unsigned)(((int64_t)m->max_q_len * a.group + PF_BM - 1) / PF_BM), (unsigned)m->n_seqs,
               (unsigned)a.nkv);

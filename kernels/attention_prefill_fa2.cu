@@ -372,11 +372,13 @@ template <typename T, typename KT, class C> static int launch(cuda_ctx *c, const
     const size_t smem = C::BYTES;
     if (smem > c->max_smem_optin)
         return 1;
-    static bool attr_set = false; /* per instantiation */
-    if (!attr_set) {
+    static bool attr_set[CU_MAX_DEVICES]; /* per instantiation and device (the opt-in is the current device's) */
+    const int d = cu_dev_slot(c);
+    if (d < 0 || !attr_set[d]) {
         CU_TRY(c, cudaFuncSetAttribute(attn_prefill_fa2_kernel<T, KT, C>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        (int)smem));
-        attr_set = true;
+        if (d >= 0)
+            attr_set[d] = true;
     }
     const int64_t n_qt = ((int64_t)m->max_q_len * a.group + C::BM - 1) / C::BM;
     if (n_qt > 65535)

@@ -16,6 +16,14 @@
  *
  * Activation dtype: F16, or BF16 when opts->act_dtype_hint == LG_BF16.
  *
+ * Devices and threads: create makes its device the calling thread's current
+ * one (and leaves it so); the ops launch on the calling thread's current
+ * device, so they run on a thread bound to the backend (create, or the
+ * bind_thread slot: group.cu). The memory slots here and in host_mem.cu,
+ * graph_reset and free work from any thread: each opens a cu_device_scope
+ * (below), which makes the backend's device current for the call and puts
+ * the caller's back after.
+ *
  * Switches: lg_tuning_read fills be->tune from the environment here, once;
  * the optional slots below (LG_FUSE_*), programmatic launch (LG_PDL) and
  * every kernel's choices (c->tune) come from it (engine/base/tuning.h).
@@ -23,6 +31,7 @@
 #include "kernels/ops.cuh"
 #include "kernels/sample_ops.cuh" /* optional slots: sample.cu, host_mem.cu */
 
+#include <cuda.h> /* CUcontext, CUresult: cuCtxGetCurrent's types (cu_device_scope); no libcuda link */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -71,23 +80,71 @@ int cu_carve_for(const cuda_ctx *c, size_t smem, int blocks)
 /* the op tests' view of cu_carve_for on this backend's device */
 extern "C" int lg_cuda_carve_for(lg_backend *be, size_t smem, int blocks) { return cu_carve_for(CU_CTX(be), smem, blocks); }
 
-int cu_resident_blocks(const void *f, int threads, size_t smem)
+int cu_resident_blocks(const cuda_ctx *c, const void *f, int threads, size_t smem)
 {
-    static const void *keys[128];
-    static int vals[128];
+    /* per device: the attribute is set on the current device only (a device's ops come from one thread) */
+    static const void *keys[CU_MAX_DEVICES][128];
+    static int vals[CU_MAX_DEVICES][128];
+    const int d = cu_dev_slot(c);
     int i = 0;
-    for (; i < 128 && keys[i]; i++)
-        if (keys[i] == f)
-            return vals[i];
+    if (d >= 0)
+        for (; i < 128 && keys[d][i]; i++)
+            if (keys[d][i] == f)
+                return vals[d][i];
     int n = 0;
     if ((smem > 0 && cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess) ||
         cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, f, threads, smem) != cudaSuccess) {
         cudaGetLastError();
         n = 0;
     }
-    if (i < 128)
-        keys[i] = f, vals[i] = n;
+    if (d >= 0 && i < 128)
+        vals[d][i] = n, keys[d][i] = f;
     return n;
+}
+
+/* ---- the calling thread's device (cu_device_scope, cuda_common.cuh) ------------------ */
+
+/* cuCtxGetCurrent, through the runtime (the library links no libcuda); resolved once, at the first create */
+typedef CUresult (*ctx_get_current_fn)(CUcontext *);
+static ctx_get_current_fn ctx_get_current(void)
+{
+    static const ctx_get_current_fn f = [] {
+        void *p = NULL;
+        cudaDriverEntryPointQueryResult q;
+        if (cudaGetDriverEntryPointByVersion("cuCtxGetCurrent", &p, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+            q != cudaDriverEntryPointSuccess) {
+            cudaGetLastError();
+            p = NULL;
+        }
+        return (ctx_get_current_fn)p;
+    }();
+    return f;
+}
+
+cu_device_scope::cu_device_scope(int device) : prev(-1)
+{
+    int cur = -1;
+    if (cudaGetDevice(&cur) != cudaSuccess) {
+        cudaGetLastError();
+        cur = -1;
+    }
+    if (cur == device)
+        return;
+    /* a thread without a context (never used CUDA) keeps the backend's device */
+    CUcontext ctx = NULL;
+    const ctx_get_current_fn f = ctx_get_current();
+    const bool had_context = cur >= 0 && (!f || (f(&ctx) == CUDA_SUCCESS && ctx != NULL));
+    if (cudaSetDevice(device) != cudaSuccess) {
+        cudaGetLastError(); /* the guarded call fails and says so */
+        return;
+    }
+    prev = had_context ? cur : -1;
+}
+
+cu_device_scope::~cu_device_scope()
+{
+    if (prev >= 0 && cudaSetDevice(prev) != cudaSuccess)
+        cudaGetLastError();
 }
 
 void *cu_workspace(cuda_ctx *c, size_t n)
@@ -121,6 +178,7 @@ void *cu_workspace(cuda_ctx *c, size_t n)
 
 static void *cuda_alloc(lg_backend *be, size_t size)
 {
+    CU_ON_DEVICE(CU_CTX(be));
     void *p = NULL;
     if (cudaMalloc(&p, size ? size : 256) != cudaSuccess) {
         cudaGetLastError(); /* clear the (non-sticky) allocation error */
@@ -133,6 +191,7 @@ static void *cuda_alloc(lg_backend *be, size_t size)
 static void cuda_dealloc(lg_backend *be, void *p)
 {
     if (p) {
+        CU_ON_DEVICE(CU_CTX(be));
         cudaFree(p);
         cu_qf8_forget(CU_CTX(be)); /* what matmul_f8_lt.cu learned of weights by their addresses */
     }
@@ -150,6 +209,7 @@ static bool is_pinned(const void *p)
 
 static int cuda_mem_info(lg_backend *be, size_t *free_bytes, size_t *total_bytes)
 {
+    CU_ON_DEVICE(CU_CTX(be));
     cudaError_t e = cudaMemGetInfo(free_bytes, total_bytes);
     if (e != cudaSuccess)
         return CU_FAIL(CU_CTX(be), "cudaMemGetInfo failed: %s", cudaGetErrorString(e));
@@ -161,6 +221,7 @@ static int cuda_upload(lg_backend *be, void *dst, const void *src, size_t n)
     cuda_ctx *c = CU_CTX(be);
     if (!n)
         return 0;
+    CU_ON_DEVICE(c);
     if (is_pinned(src) && n > STAGE_BYTES) {
         /* large pinned source: direct DMA; the caller keeps src until sync */
         CU_TRY(c, cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, c->stream));
@@ -183,6 +244,7 @@ static int cuda_download(lg_backend *be, void *dst, const void *src, size_t n)
     cuda_ctx *c = CU_CTX(be);
     if (!n)
         return 0;
+    CU_ON_DEVICE(c);
     if (n < DOWN_CHUNK || is_pinned(dst)) {
         cu_step_timing_mark(c);
         CU_TRY(c, cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, c->stream));
@@ -222,6 +284,7 @@ static int cuda_download_async(lg_backend *be, void *dst, const void *src, size_
     if (c->down_issued - c->down_waited >= LG_DOWNLOAD_IN_FLIGHT)
         return CU_FAIL(c, "download_async: %d copies already in flight (at most %d)",
                        (int)(c->down_issued - c->down_waited), LG_DOWNLOAD_IN_FLIGHT);
+    CU_ON_DEVICE(c);
     cu_step_timing_mark(c);
     if (n)
         CU_TRY(c, cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, c->stream));
@@ -238,6 +301,7 @@ static int cuda_download_wait(lg_backend *be, uint64_t ticket)
         return CU_FAIL(c, "download_wait: expected ticket %llu (waits in ticket order), found %llu",
                        (unsigned long long)(c->down_waited + 1), (unsigned long long)ticket);
     c->down_waited = ticket;
+    CU_ON_DEVICE(c);
     CU_TRY(c, cudaEventSynchronize(c->down_ev[ticket % LG_DOWNLOAD_IN_FLIGHT]));
     cu_step_timing_done(c);
     return 0;
@@ -248,6 +312,7 @@ static int cuda_copy(lg_backend *be, void *dst, const void *src, size_t n)
     cuda_ctx *c = CU_CTX(be);
     if (!n)
         return 0;
+    CU_ON_DEVICE(c);
     CU_TRY(c, cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, c->stream));
     return 0;
 }
@@ -255,6 +320,7 @@ static int cuda_copy(lg_backend *be, void *dst, const void *src, size_t n)
 static int cuda_sync(lg_backend *be)
 {
     cuda_ctx *c = CU_CTX(be);
+    CU_ON_DEVICE(c);
     CU_TRY(c, cudaStreamSynchronize(c->stream));
     CU_TRY(c, cudaGetLastError());
     return 0;
@@ -266,15 +332,25 @@ static void cuda_free(lg_backend *be)
         return;
     cuda_ctx *c = CU_CTX(be);
     if (c) {
-        cudaSetDevice(c->device);
+        CU_ON_DEVICE(c);
+        if (c->capturing) { /* freed while recording (an op failed and the caller gave up): drop the recording */
+            cudaGraph_t g = NULL;
+            if (cudaStreamEndCapture(c->stream, &g) == cudaSuccess && g)
+                cudaGraphDestroy(g);
+            cudaGetLastError();
+            c->capturing = 0;
+        }
         if (c->stream)
             cudaStreamSynchronize(c->stream);
+        /* the recordings first: NCCL's communicator waits, when the group's last one is destroyed, until no
+         * graph holds a collective of it (group.cu) */
+        cu_graph_reset_ctx(c);
+        cu_group_leave(c);
         if (c->blas)
             cublasDestroy(c->blas);
         cu_qf8_lt_free(c);
         cudaFree(c->blas_ws);
         cudaFree(c->sem);
-        cu_graph_reset_ctx(c);
         cu_step_timing_free(c);
         cudaFree(c->ws);
         for (int i = 0; i < c->n_ws_retired; i++) cudaFree(c->ws_retired[i]);
@@ -333,6 +409,7 @@ extern "C" int lg_backend_cuda_create(const lg_backend_opts *opts, lg_backend **
     }
     be->ctx = c;
     c->device = dev;
+    c->tp_size = 1; /* one rank until group_init */
     lg_tuning_read(&be->tune);
     c->tune = &be->tune;
 #define CREATE_TRY(call)                                                                          \
@@ -342,6 +419,7 @@ extern "C" int lg_backend_cuda_create(const lg_backend_opts *opts, lg_backend **
             return create_fail(err, be, "cuda backend: %s failed: %s", #call, cudaGetErrorString(e_)); \
     } while (0)
     CREATE_TRY(cudaSetDevice(dev));
+    (void)ctx_get_current(); /* resolved once, here (cu_device_scope) */
     cudaDeviceProp prop;
     CREATE_TRY(cudaGetDeviceProperties(&prop, dev));
     if (prop.major < 8)
@@ -413,6 +491,10 @@ extern "C" int lg_backend_cuda_create(const lg_backend_opts *opts, lg_backend **
     i->decode_kv_key = cu_decode_kv_key;
     i->graph_reset = cu_graph_reset;
     i->mem_info = cuda_mem_info;
+    /* tensor parallelism (group.cu): NCCL, loaded at run time (nccl.cu) */
+    i->group_init = cu_group_init;
+    i->all_reduce = cu_all_reduce;
+    i->bind_thread = cu_bind_thread;
     /* LG_FUSE_ROPE_KV=0: rope and kv_write as two ops (comparisons) */
     i->rope_kv_write = c->tune->fuse_rope_kv ? cu_rope_kv_write : NULL;
     /* the matmul_lora slot (matmul_lora.cu: prefill expands before the matmul); LG_FUSE_LORA=0: off, model.c

@@ -90,6 +90,10 @@ typedef struct cuda_ctx {
         float busy[CU_ST_SAMPLES], gap[CU_ST_SAMPLES]; /* the first CU_ST_SAMPLES of each, for quantiles */
     } *st;
     void *qf8;                /* matmul_f8_lt.cu's state (cuBLASLt handle, weights seen), NULL until used */
+    /* tensor parallelism (group.cu): this rank's NCCL communicator (an ncclComm_t), its rank and the group's
+     * size; NULL, 0, 1 outside a group. Destroyed by cuda_free (cu_group_leave). */
+    void *nccl_comm;
+    int tp_rank, tp_size;
     char last_err[512];
 } cuda_ctx;
 
@@ -100,6 +104,33 @@ void cu_step_timing_done(cuda_ctx *c);
 void cu_step_timing_free(cuda_ctx *c);
 
 #define CU_CTX(be) ((cuda_ctx *)(be)->ctx)
+
+/* The entry points that any thread may call (backend.h: alloc .. sync, alloc_host, free_host, upload_async,
+ * upload_done, download_async, download_wait, mem_info, graph_reset, free; a group's engine thread allocates
+ * and copies for every rank) open one of these first: for its scope the backend's device is the calling
+ * thread's current one, and the caller's device comes back after. One cudaGetDevice when the device is already
+ * current; a cudaSetDevice each way when not. A thread that had no CUDA context yet keeps the backend's device
+ * (setting "device 0" back would create a context on a GPU the process may not use). The ops do not take it:
+ * they run on a thread whose device is the backend's (create leaves its device current; bind_thread).
+ * backend_cuda.cu. */
+struct cu_device_scope {
+    int prev; /* the caller's device, set back at the end of the scope; -1: none */
+    explicit cu_device_scope(int device);
+    ~cu_device_scope();
+    cu_device_scope(const cu_device_scope &) = delete;
+    cu_device_scope &operator=(const cu_device_scope &) = delete;
+};
+#define CU_ON_DEVICE(c) cu_device_scope cu_on_device_((c)->device)
+
+/* Per-kernel settings that the launchers cache (the dynamic shared-memory opt-in, occupancy) are kept per device
+ * ordinal below this: cudaFuncSetAttribute applies to the current device only, and a group's ranks launch the
+ * same kernels on different devices, each from its own thread. A device at or past it is not cached (asked at
+ * every launch). cu_dev_slot: c's index into such caches, or -1. */
+#define CU_MAX_DEVICES 32
+static inline int cu_dev_slot(const cuda_ctx *c)
+{
+    return c->device >= 0 && c->device < CU_MAX_DEVICES ? c->device : -1;
+}
 
 /* Formats into ctx->last_err (ctx may be NULL) and stderr; returns -1. */
 int cu_fail_at(cuda_ctx *c, const char *file, int line, const char *fmt, ...)
@@ -124,9 +155,9 @@ void *cu_workspace(cuda_ctx *c, size_t n);
  * dynamic) each with their reserve: the fewest, rounded up; 100 when they need more than the SM has. */
 int cu_carve_for(const cuda_ctx *c, size_t smem, int blocks);
 
-/* Resident blocks per SM of kernel f at `threads` threads and `smem` dynamic shared memory
- * (raising its dynamic shared memory limit first), cached per kernel; 0 when it cannot run. */
-int cu_resident_blocks(const void *f, int threads, size_t smem);
+/* Resident blocks per SM of kernel f at `threads` threads and `smem` dynamic shared memory on c's device
+ * (raising its dynamic shared memory limit there first), cached per device and kernel; 0 when it cannot run. */
+int cu_resident_blocks(const cuda_ctx *c, const void *f, int threads, size_t smem);
 
 /* Arrival counters for in-kernel split reductions (gemm_tma.cu, attention_decode.cu): each kernel waits (pdl_wait)
  * before touching them and leaves them zero. */

@@ -411,7 +411,7 @@ int cu_tma_try(lg_backend *be, lg_tensor y, lg_tensor x, lg_tensor W, lg_tensor 
         cu_by_mm_types(x.dtype, y.dtype, [&](auto tx, auto ty) { return pick_n<decltype(tx), decltype(ty)>(T, v); });
     if (k.smem > c->max_smem_optin)
         return 1;
-    const int per_sm = cu_resident_blocks((const void *)k.f, k.threads, k.smem);
+    const int per_sm = cu_resident_blocks(c, (const void *)k.f, k.threads, k.smem);
     if (per_sm < 1)
         return 1;
     tma_args ta;

@@ -43,7 +43,12 @@ void cu_graph_reset_ctx(cuda_ctx *c)
     for (int i = 0; i < LG_GRAPH_CACHE; i++) drop_entry(c, &c->graphs[i]);
 }
 
-void cu_graph_reset(lg_backend *be) { cu_graph_reset_ctx(CU_CTX(be)); }
+/* the slot: any thread (cu_device_scope) */
+void cu_graph_reset(lg_backend *be)
+{
+    CU_ON_DEVICE(CU_CTX(be));
+    cu_graph_reset_ctx(CU_CTX(be));
+}
 
 int cu_graph_begin(lg_backend *be, const void *key, size_t key_len, bool *replayed)
 {

@@ -22,6 +22,8 @@
  * be->i.free it wraps. TODO: once cuda_common.cuh can change, a pointer in
  * cuda_ctx and a call in cuda_free replace the table and the wrap.
  * Not thread-safe per backend (like every slot); the table itself is locked.
+ * Any thread may call these (each makes the backend's device current for
+ * the call: cu_device_scope, cuda_common.cuh).
  */
 #include "kernels/sample_ops.cuh"
 
@@ -58,6 +60,7 @@ static upload_ring *ring_of(lg_backend *be)
 
 static void *cu_alloc_host(lg_backend *be, size_t size)
 {
+    CU_ON_DEVICE(CU_CTX(be));
     void *p = NULL;
     if (cudaHostAlloc(&p, size ? size : 1, cudaHostAllocPortable) != cudaSuccess) {
         cudaGetLastError(); /* non-sticky */
@@ -70,7 +73,10 @@ static void *cu_alloc_host(lg_backend *be, size_t size)
 /* May synchronise the device (cudaFreeHost): not on the step path. */
 static void cu_free_host(lg_backend *be, void *p)
 {
-    if (p && cudaFreeHost(p) != cudaSuccess) {
+    if (!p)
+        return;
+    CU_ON_DEVICE(CU_CTX(be));
+    if (cudaFreeHost(p) != cudaSuccess) {
         cudaGetLastError();
         CU_FAIL(CU_CTX(be), "cudaFreeHost(%p) failed", p);
     }
@@ -86,6 +92,7 @@ static int cu_upload_async(lg_backend *be, void *dst, const void *src, size_t n,
         return CU_FAIL(c, "upload_async: expected an attached backend and a ticket pointer");
     if (n && (!dst || !src))
         return CU_FAIL(c, "upload_async: expected dst and src, found dst=%p src=%p", dst, src);
+    CU_ON_DEVICE(c);
     cudaPointerAttributes at;
     if (n && (cudaPointerGetAttributes(&at, src) != cudaSuccess || at.type != cudaMemoryTypeHost)) {
         cudaGetLastError();
@@ -114,6 +121,7 @@ static int cu_upload_done(lg_backend *be, uint64_t ticket)
                        (unsigned long long)(r ? r->issued : 0), (unsigned long long)ticket);
     if (ticket <= r->done)
         return 1;
+    CU_ON_DEVICE(c);
     cudaError_t e = cudaEventQuery(r->ev[ticket % UPLOAD_RING]);
     if (e == cudaErrorNotReady) {
         cudaGetLastError();
@@ -147,9 +155,14 @@ static void host_mem_free(lg_backend *be)
     if (!r) /* not attached (cannot happen): nothing of ours to release */
         return;
     void (*inner)(lg_backend *) = r->inner_free;
-    if (CU_CTX(be) && CU_CTX(be)->upload_stream)
-        cudaStreamSynchronize(CU_CTX(be)->upload_stream);
-    ring_release(r);
+    if (CU_CTX(be)) {
+        CU_ON_DEVICE(CU_CTX(be));
+        if (CU_CTX(be)->upload_stream)
+            cudaStreamSynchronize(CU_CTX(be)->upload_stream);
+        ring_release(r);
+    } else {
+        ring_release(r);
+    }
     if (inner)
         inner(be);
 }

@@ -422,7 +422,7 @@ static bool launch_norm(cuda_ctx *c, lg_tensor tmp, const lg_norm_in *nm, lg_ten
         nch <= SH_THREADS       ? lora_shrink_norm_kernel<T, TT_, 1>
         : nch <= 2 * SH_THREADS ? lora_shrink_norm_kernel<T, TT_, 2>
                                 : lora_shrink_norm_kernel<T, TT_, 4>;
-    if ((int64_t)grid.y * grid.z > (int64_t)cu_resident_blocks((const void *)f, SH_THREADS, 0) * c->n_sm)
+    if ((int64_t)grid.y * grid.z > (int64_t)cu_resident_blocks(c, (const void *)f, SH_THREADS, 0) * c->n_sm)
         return false;
     (void)cu_launch(c, f, grid, SH_THREADS, 0, (TT_ *)tmp.data, tmp.stride, a, in, lm->seg_indptr, lm->w,
                     lm->n_slots, sl);

@@ -73,6 +73,12 @@ int cu_graph_begin(lg_backend *be, const void *key, size_t key_len, bool *replay
 int cu_graph_end(lg_backend *be, bool ok);
 void cu_graph_reset(lg_backend *be);
 void cu_graph_reset_ctx(cuda_ctx *c); /* syncs the stream, destroys every recording */
+/* tensor parallelism (group.cu): backend.h's group_init, all_reduce, bind_thread; cu_group_leave: cuda_free's
+ * end of the rank's membership (destroys its NCCL communicator; nothing outside a group) */
+int cu_group_init(lg_backend *const *bes, int n, lg_err *err);
+int cu_all_reduce(lg_backend *be, lg_tensor x);
+int cu_bind_thread(lg_backend *be);
+void cu_group_leave(cuda_ctx *c);
 
 /* The two attention paths behind cu_attention (attention.cu picks one):
  * decode: any q length, split-K over the context, CUDA cores, any head_dim % 8 == 0;

@@ -756,7 +756,10 @@ int cu_sample(lg_backend *be, int32_t *out_ids, float *logits, int n, int V, con
     cudaLaunchAttribute attr[1];
     attr[0].id = cudaLaunchAttributeClusterDimension;
     cfg.attrs = attr;
-    static int fits[SM_MAX_CLUSTER + 1]; /* cudaOccupancyMaxActiveClusters > 0, by C; 0: not asked */
+    /* cudaOccupancyMaxActiveClusters > 0, by device and C; 0: not asked (a device past the table: always asked) */
+    static int fits_by_dev[CU_MAX_DEVICES][SM_MAX_CLUSTER + 1];
+    int fits_none[SM_MAX_CLUSTER + 1] = {0};
+    int *fits = cu_dev_slot(c) >= 0 ? fits_by_dev[cu_dev_slot(c)] : fits_none;
     for (; C > 1; C /= 2) {
         attr[0].val.clusterDim.x = C;
         attr[0].val.clusterDim.y = 1;

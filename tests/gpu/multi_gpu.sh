@@ -10,6 +10,7 @@
 #   w2      W2 (1,000 adapters, Zipf 1.0, Poisson) at DP=1 and DP=2: rates W2_DP1_RATES / W2_DP2_RATES
 #   70b     Llama-3-70B shape in bf16 (dummy weights) at TP=2: batch 1 and W1, then batch 1 under the
 #           CUPTI tracer (the all-reduce kernels' share of a step)
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1  # the machine's rule: no NVLink multicast
 mpart() { [ -z "${MULTI_ONLY:-}" ] || [[ $1 =~ $MULTI_ONLY ]]; }
 note "GPUs: $(nvidia-smi --query-gpu=index,name --format=csv,noheader | tr '\n' ';')"
 note "NCCL: $(python3 -c 'import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__))' 2>&1 | tail -1)"

@@ -4,7 +4,15 @@
 # HF/peft fixtures end to end on the CUDA backend, and every GPU figure of
 # docs/benchmarks.md next to its reference.
 #
-#   bash tests/gpu/run_device.sh [all|test|serving|bench|profile|kernels|structured|models|spec|quant|multi]     (from the repo root)
+#   bash tests/gpu/run_device.sh [all|test|serving|bench|profile|kernels|structured|models|spec|quant|group|multi]     (from the repo root)
+#
+# group: builds only test_cuda_group and runs it: the tensor-parallel group on 2 GPUs (NCCL all-reduce from a
+# thread a rank, in a step graph, rank 1's memory from device 0; NCCL from the nvidia-nccl wheel or
+# LG_NCCL_LIBRARY; NVLink multicast kept off). test runs it too (it skips on one GPU).
+#
+# multi: the two-GPU checks and figures (tests/gpu/multi_gpu.sh: the group test, the golden fixtures at
+# --tensor-parallel-size 2, TP=2 vs TP=1 and graphs vs eager, W1 at TP=1/2, W2 at DP=1/2, the 70B shape at
+# TP=2); MULTI_ONLY=REGEX picks parts.
 #
 # kernels: quick loop for kernel work — builds only test_cuda_ops,
 # bench_kernels and test_cuda_qmatmul (unless TARGETS says otherwise), runs the op tests of the
@@ -74,6 +82,7 @@ if [ $built = 0 ]; then
   t0=$SECONDS
   cmake -S . -B build-cuda -DCMAKE_BUILD_TYPE=Release >"$OUT/cmake.log" 2>&1 || { tail -20 "$OUT/cmake.log"; exit 1; }
   [ "$WHAT" = kernels ] && TARGETS=${TARGETS:-"test_cuda_ops bench_kernels test_cuda_qmatmul"}
+  [ "$WHAT" = group ] && TARGETS=${TARGETS:-test_cuda_group}
   cmake --build build-cuda -j"$(nproc)" --target ${TARGETS:-all} >"$OUT/build.log" 2>&1 || { grep -E "error" "$OUT/build.log" | head -30; exit 1; }
   note "build: $((SECONDS - t0)) s"
 fi
@@ -105,6 +114,12 @@ if [ "$WHAT" = kernels ]; then
   fi
   # ATTN_REF=1: PyTorch's SDPA (FlashAttention-2, cuDNN) at bench_kernels' prefill lengths
   [ "${ATTN_REF:-0}" = 1 ] && timeout "${KTIMEOUT:-240}" python3 tests/bench/attn_ref.py 2>&1 | tee "$OUT/attn_ref.txt"
+fi
+
+if [ "$WHAT" = group ] || { want test && [ -x build-cuda/test_cuda_group ]; }; then
+  NCCL_NVLS_ENABLE=0 timeout "${KTIMEOUT:-300}" build-cuda/test_cuda_group >"$OUT/test_cuda_group.log" 2>&1
+  note "tensor-parallel group (NCCL, 2 GPUs): rc=$? $(tail -1 "$OUT/test_cuda_group.log")"
+  grep -E "FAIL|NCCL" "$OUT/test_cuda_group.log" | head -20
 fi
 
 if want test; then
