@@ -9,7 +9,7 @@
 #ifndef LG_BENCH_H
 #define LG_BENCH_H
 
-#include "engine/runtime/engine.h"
+#include "engine/runtime/dp_router.h"
 
 #include <stdio.h>
 
@@ -51,10 +51,12 @@ typedef struct bench_opts {
     int n_constraints;
     lg_spec_opts spec; /* --speculative ... (engine/runtime/speculate.c) */
     const char *draft_model; /* --draft-model (with --load-format dummy: random weights too) */
+    int dp, tp;              /* --data-parallel-size (workloads), --tensor-parallel-size */
 } bench_opts;
 
-/* Serving workload mode (--workload poisson|closed|burst|trace). */
-int bench_run_workload(lg_engine *e, lg_backend *be, const bench_opts *o, const int *adapter_ids, lg_err *err);
+/* Serving workload mode (--workload poisson|closed|burst|trace), on the engines behind dp (be: engine 0's
+ * backend, for the report). */
+int bench_run_workload(lg_dp *dp, lg_backend *be, const bench_opts *o, const int *adapter_ids, lg_err *err);
 
 /* The request's sampling: o->sampling, seeded per request i, and o's penalties. */
 void bench_sampling(const bench_opts *o, uint64_t i, lg_request_params *rp);

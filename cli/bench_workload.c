@@ -53,7 +53,7 @@ typedef struct wreq {
 } wreq;
 
 typedef struct wctx {
-    lg_engine *e;
+    lg_dp *e;                /* the engines (one unless --data-parallel-size) */
     const bench_opts *o;
     const int *adapter_ids;
     char tenant_names[BENCH_MAX_TENANTS][16];
@@ -178,7 +178,7 @@ static int submit(wctx *c, wreq *r, lg_err *err)
                             .tenant = c->tenant_names[r->tenant], .cb = {on_token, on_finish}, .user = r};
     bench_sampling(c->o, (uint64_t)(r - c->reqs), &rp);
     r->ctx = c;
-    return lg_engine_submit(c->e, &rp, NULL, err);
+    return lg_dp_submit(c->e, &rp, NULL, err);
 }
 
 /* ---- generation ------------------------------------------------------------------------ */
@@ -329,7 +329,7 @@ static json_t *pct(double *v, int n, bool p90)
 static void progress(const wctx *c, double now)
 {
     lg_engine_stats s;
-    lg_engine_get_stats(c->e, &s);
+    lg_dp_get_stats(c->e, &s);
     fprintf(stderr, "\r[bench] %d/%d done  %.1f s  running %d  queued %d  pages kv %d adapter %d prefix %d/%d   ",
             c->n_done, c->n, now - c->t0, s.running, s.queued, s.pages_kv - s.pages_prefix, s.pages_adapter,
             s.pages_prefix, s.pages_total);
@@ -350,7 +350,7 @@ static int warm_up(const wctx *c, int vocab, lg_err *err)
     int rc = wc.reqs ? 0 : lg_fail(err, "out of memory"), submitted = 0;
     for (int i = 0; rc == 0 && i < nw; i++, submitted++) {
         /* small enough for the shortest context a workload may configure */
-        int ctx = lg_engine_max_context(c->e), np = ctx / 2 < 32 ? ctx / 2 : 32;
+        int ctx = lg_dp_max_context(c->e), np = ctx / 2 < 32 ? ctx / 2 : 32;
         wc.reqs[i] = (wreq){.adapter = -1, .n_prompt = np, .n_out = ctx - np - 1 < 8 ? ctx - np - 1 : 8, .prompt = tok};
         rc = submit(&wc, &wc.reqs[i], err);
     }
@@ -364,23 +364,25 @@ static int warm_up(const wctx *c, int vocab, lg_err *err)
     return rc;
 }
 
-int bench_run_workload(lg_engine *e, lg_backend *be, const bench_opts *o, const int *adapter_ids, lg_err *err)
+int bench_run_workload(lg_dp *e, lg_backend *be, const bench_opts *o, const int *adapter_ids, lg_err *err)
 {
     wctx c = {.e = e, .o = o, .adapter_ids = adapter_ids};
+    const int n_eng = lg_dp_size(e);
+    lg_engine_stats es0[LG_MAX_DP], es1[LG_MAX_DP]; /* per engine, before and after the run */
     pthread_mutex_init(&c.mu, NULL);
     pthread_cond_init(&c.cv, NULL);
     int rc = -1;
-    const lg_model_config *cfg = lg_engine_config(e);
+    const lg_model_config *cfg = lg_dp_config(e);
     for (int t = 0; t < o->tenants; t++)
         if (o->tenant_weights[t] > 0) {
             char name[16];
             snprintf(name, sizeof name, "t%d", t);
-            if (lg_engine_set_tenant_weight(e, name, o->tenant_weights[t], err) != 0)
+            if (lg_dp_set_tenant_weight(e, name, o->tenant_weights[t], err) != 0)
                 return -1;
         }
     if (generate(&c, cfg->vocab_size, err) != 0)
         goto out;
-    if (lg_engine_start(e, err) != 0)
+    if (lg_dp_start(e, err) != 0)
         goto out;
 
     /* warm-up: base-model requests of the workload's shape (graphs, cuBLAS
@@ -388,10 +390,13 @@ int bench_run_workload(lg_engine *e, lg_backend *be, const bench_opts *o, const 
     if (warm_up(&c, cfg->vocab_size, err) != 0)
         goto out;
     lg_engine_stats s0;
-    lg_engine_get_stats(e, &s0);
+    lg_dp_get_stats(e, &s0);
+    for (int k = 0; k < n_eng; k++) lg_engine_get_stats(lg_dp_engine(e, k), &es0[k]);
+    lg_dp_routing rt0[LG_MAX_DP];
+    for (int k = 0; k < n_eng; k++) lg_dp_routing_get(e, k, &rt0[k]);
     lg_tenant_stats ts0[BENCH_MAX_TENANTS];
     for (int t = 0; t < o->tenants; t++)
-        if (lg_engine_tenant_stats(e, c.tenant_names[t], &ts0[t]) != 0)
+        if (lg_dp_tenant_stats(e, c.tenant_names[t], &ts0[t]) != 0)
             memset(&ts0[t], 0, sizeof ts0[t]);
 
     bool tty = o->progress && isatty(2);
@@ -439,13 +444,14 @@ int bench_run_workload(lg_engine *e, lg_backend *be, const bench_opts *o, const 
         }
     }
     pthread_mutex_unlock(&c.mu);
-    lg_engine_stop(e);
+    lg_dp_stop(e);
     if (tty)
         fputc('\n', stderr);
 
     /* ---- metrics ---- */
     lg_engine_stats s1;
-    lg_engine_get_stats(e, &s1);
+    lg_dp_get_stats(e, &s1);
+    for (int k = 0; k < n_eng; k++) lg_engine_get_stats(lg_dp_engine(e, k), &es1[k]);
     int n = c.n, n_ok = 0, n_good = 0, n_tpot = 0;
     double *ttft = malloc((size_t)n * sizeof *ttft), *tpot = malloc((size_t)n * sizeof *tpot),
            *e2e = malloc((size_t)n * sizeof *e2e);
@@ -485,7 +491,7 @@ int bench_run_workload(lg_engine *e, lg_backend *be, const bench_opts *o, const 
     /* the run's adapter loads are the latest samples */
     int64_t loads = s1.adapter_loads - s0.adapter_loads;
     float *lms = malloc(LG_ADAPTER_LOAD_SAMPLES * sizeof *lms);
-    int tot = lms ? lg_engine_adapter_load_times(e, lms, LG_ADAPTER_LOAD_SAMPLES) : 0;
+    int tot = lms ? lg_dp_adapter_load_times(e, lms, LG_ADAPTER_LOAD_SAMPLES) : 0;
     int n_l = tot < loads ? tot : (int)loads;
     double *lm = malloc(((size_t)n_l + 1) * sizeof *lm);
     if (!lm)
@@ -540,7 +546,7 @@ int bench_run_workload(lg_engine *e, lg_backend *be, const bench_opts *o, const 
             tout += r->got;
         }
         lg_tenant_stats ts1 = {0};
-        lg_engine_tenant_stats(e, c.tenant_names[t], &ts1);
+        lg_dp_tenant_stats(e, c.tenant_names[t], &ts1);
         json_t *x = json_object();
         json_object_set_new(x, "tenant", json_string(c.tenant_names[t]));
         json_object_set_new(x, "completed", json_integer(k));
@@ -551,6 +557,29 @@ int bench_run_workload(lg_engine *e, lg_backend *be, const bench_opts *o, const 
         free(tt);
     }
     json_object_set_new(j, "tenants", tj);
+    /* --data-parallel-size: each engine's share of the run (and the router's placement) */
+    json_object_set_new(j, "data_parallel_size", json_integer(n_eng));
+    json_t *ej = json_array();
+    for (int k = 0; k < n_eng; k++) {
+        const lg_engine_stats *a = &es0[k], *b = &es1[k];
+        lg_dp_routing rt;
+        lg_dp_routing_get(e, k, &rt);
+        json_t *x = json_object();
+        json_object_set_new(x, "engine", json_integer(k));
+        json_object_set_new(x, "adapter_loads", json_integer(b->adapter_loads - a->adapter_loads));
+        json_object_set_new(x, "adapter_evictions", json_integer(b->adapter_evictions - a->adapter_evictions));
+        json_object_set_new(x, "adapters_resident", json_integer(b->adapters_resident));
+        json_object_set_new(x, "steps", json_integer(b->steps - a->steps));
+        json_object_set_new(x, "prefill_steps", json_integer(b->prefill_steps - a->prefill_steps));
+        json_object_set_new(x, "decode_steps", json_integer(b->decode_steps - a->decode_steps));
+        json_object_set_new(x, "requests_finished", json_integer(b->requests_finished - a->requests_finished));
+        json_object_set_new(x, "prefix_hits", json_integer(b->prefix_hits - a->prefix_hits));
+        json_object_set_new(x, "preemptions", json_integer(b->preemptions - a->preemptions));
+        json_object_set_new(x, "routed", json_integer(rt.routed - rt0[k].routed));
+        json_object_set_new(x, "spilled", json_integer(rt.spilled - rt0[k].spilled));
+        json_array_append_new(ej, x);
+    }
+    json_object_set_new(j, "engines", ej);
     if (o->json) {
         char *txt = json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(6));
         puts(txt);
@@ -564,7 +593,7 @@ int bench_run_workload(lg_engine *e, lg_backend *be, const bench_opts *o, const 
     free(ttft), free(tpot), free(e2e), free(lm);
     rc = 0;
 out:
-    lg_engine_stop(e);
+    lg_dp_stop(e);
     for (int i = 0; c.reqs && i < c.n; i++) free(c.reqs[i].prompt);
     free(c.reqs);
     pthread_cond_destroy(&c.cv);

@@ -47,7 +47,7 @@
 #include "engine/model/quant.h"
 #include "cli/bench.h"
 #include "cli/cli.h"
-#include "engine/runtime/engine.h"
+#include "engine/runtime/dp_router.h"
 #include "engine/model/weights.h"
 
 static void usage(FILE *f)
@@ -71,6 +71,8 @@ static void usage(FILE *f)
             "    [--step-tokens T] [--max-seqs S] [--ctx N] [--pool-mb N] [--gpu-memory-utilization F]\n"
             "    [--kv-cache-dtype auto|fp8 (fp8: OCP e4m3 KV cache, twice the tokens a page pool holds)]\n"
             "    [--adapter-host-mb N] [--threads N] [--seed S] [--json] [--no-progress]\n"
+            "    [--data-parallel-size N (workloads: N engines behind the router, per-engine figures in the report)]\n"
+            "    [--tensor-parallel-size M (each engine split over M devices)]\n"
             "  sampling (default greedy; each request seeded from --seed):\n"
             "    [--temperature T] [--top-k K] [--top-p P] [--min-p P]\n"
             "    [--presence-penalty P] [--frequency-penalty F] [--logprobs N (each token's logprob, N alternatives)]\n"
@@ -196,13 +198,13 @@ static int write_random_adapter(const char *dir, const lg_model_config *c, unsig
 
 /* Registers o->adapters synthetic adapters "a0".."aK-1" (ranks cycling
  * through the rank mix); ids[i] receives each id. */
-static int register_adapters(lg_engine *e, const bench_opts *o, unsigned targets, int *ids, lg_err *err)
+static int register_adapters(lg_dp *dp, const bench_opts *o, unsigned targets, int *ids, lg_err *err)
 {
     for (int i = 0; i < o->adapters; i++) {
         char name[32];
         snprintf(name, sizeof name, "a%d", i);
         lg_synth_adapter s = {.rank = o->ranks[i % o->n_ranks], .targets = targets, .seed = o->seed + 1 + (uint64_t)i};
-        if (lg_engine_add_synthetic_adapter(e, name, &s, &ids[i], err) != 0)
+        if (lg_dp_add_synthetic_adapter(dp, name, &s, &ids[i], err) != 0)
             return -1;
     }
     return 0;
@@ -548,7 +550,7 @@ int lg_cmd_bench(int argc, char **argv)
     enum { O_MODEL = 1000, O_FMT, O_BACKEND, O_NSEQ, O_PLEN, O_OLEN, O_ADP, O_RANK, O_TGT, O_DT, O_JSON, O_THR,
            O_BUDGET, O_SEED, O_HELP, O_WORKLOAD, O_REQS, O_RATE, O_CLIENTS, O_TRACE, O_PRANGE, O_ORANGE, O_RMIX,
            O_POP, O_PFXLEN, O_PFXFRAC, O_TENANTS, O_TW, O_TSHARE, O_SLOT, O_SLOP, O_POLICY, O_SHARING, O_POOL,
-           O_GPUUTIL, O_HOSTMB, O_CTX, O_MAXSEQS, O_LOADTEST, O_NOPROG, O_WARMUP, O_SETTLE, O_TEMP, O_TOPK, O_TOPP, O_MINP, O_PRES, O_FREQ, O_LOGPROBS, O_SCHEMAS, O_SCHEMA_TOK, O_SPEC, O_SPECK, O_NGMIN, O_NGMAX, O_SPECACC, O_SPECMB, O_SPECMT, O_SPECMA, O_DRAFT, O_QUANT, O_KVDT };
+           O_GPUUTIL, O_HOSTMB, O_CTX, O_MAXSEQS, O_LOADTEST, O_NOPROG, O_WARMUP, O_SETTLE, O_TEMP, O_TOPK, O_TOPP, O_MINP, O_PRES, O_FREQ, O_LOGPROBS, O_SCHEMAS, O_SCHEMA_TOK, O_SPEC, O_SPECK, O_NGMIN, O_NGMAX, O_SPECACC, O_SPECMB, O_SPECMT, O_SPECMA, O_DRAFT, O_QUANT, O_KVDT, O_DP, O_TP };
     static const struct option lo[] = {
         {"quantization", 1, 0, O_QUANT},
         {"model", 1, 0, O_MODEL}, {"load-format", 1, 0, O_FMT}, {"backend", 1, 0, O_BACKEND},
@@ -572,6 +574,7 @@ int lg_cmd_bench(int argc, char **argv)
         {"ngram-max", 1, 0, O_NGMAX}, {"speculative-accept-rate", 1, 0, O_SPECACC},
         {"speculative-max-batch", 1, 0, O_SPECMB}, {"speculative-max-tokens", 1, 0, O_SPECMT},
         {"speculative-min-accept", 1, 0, O_SPECMA}, {"draft-model", 1, 0, O_DRAFT},
+        {"data-parallel-size", 1, 0, O_DP}, {"tensor-parallel-size", 1, 0, O_TP},
         {0, 0, 0, 0},
     };
     bench_opts o = {.backend = "cpu", .targets = "q,k,v,o", .num_seqs = 32, .prompt_len = 128, .output_len = 64,
@@ -679,6 +682,8 @@ int lg_cmd_bench(int argc, char **argv)
             o.spec.bench_accept = (float)d;
             break;
         case O_DRAFT: o.draft_model = optarg; break;
+        case O_DP: if (!num_ok || v < 1 || v > LG_MAX_DP) goto bad; o.dp = (int)v; break;
+        case O_TP: if (!num_ok || v < 1 || v > LG_MAX_TP) goto bad; o.tp = (int)v; break;
         case O_SPECMA: if (!real_ok || d > 1) goto bad; o.spec.min_accept = d > 0 ? (float)d : -1.0f; break;
         default:
         bad:
@@ -703,13 +708,21 @@ int lg_cmd_bench(int argc, char **argv)
         fprintf(stderr, "loragate bench: --settle-ms applies to the fixed batch only\n");
         return 2;
     }
+    if (!o.dp) o.dp = 1;
+    if (!o.tp) o.tp = 1;
+    if (o.dp > 1 && !o.workload) {
+        fprintf(stderr, "loragate bench: --data-parallel-size applies to --workload runs (the engines run their own "
+                        "threads)\n");
+        return 2;
+    }
     if (!o.prompt_min) o.prompt_min = o.prompt_max = o.prompt_len;
     if (!o.output_min) o.output_min = o.output_max = o.output_len;
 
     lg_err err = {{0}};
     lg_weights *w = NULL, *dw = NULL;
-    lg_backend *be = NULL;
-    lg_engine *e = NULL;
+    lg_placement pl = {0};
+    lg_dp *dp = NULL;
+    lg_engine *e = NULL; /* one engine (fixed batch, adapter load test): the router's only one */
     int *ids = NULL;
     lg_cvocab *cvocab = NULL;
     lg_tokenizer *schema_tok = NULL;
@@ -738,8 +751,14 @@ int lg_cmd_bench(int argc, char **argv)
     if (o.json_schemas && compile_schemas(&o, w, &cvocab, &schema_tok, &err) != 0)
         goto out;
     lg_backend_opts bo = {.n_threads = o.threads, .act_dtype_hint = o.dtype == LG_BF16 ? LG_BF16 : LG_F16};
-    if (lg_backend_create(o.backend, &bo, &be, &err) != 0)
+    if (lg_placement_create(o.backend, &bo, o.dp, o.tp, &pl, &err) != 0)
         goto out;
+    lg_backend *be = lg_placement_backend(&pl, 0);
+    if (o.dp * o.tp > 1 && !o.json) {
+        char where[160];
+        lg_placement_describe(&pl, o.backend, where, sizeof where);
+        fprintf(stderr, "%s\n", where);
+    }
 
     /* engine shape: the fixed batch sizes everything to the batch; workloads
      * to the longest request, with the budget and sequence count of a server */
@@ -774,8 +793,9 @@ int lg_cmd_bench(int argc, char **argv)
         .policy = o.policy,
         .spec = o.spec,
     };
-    if (lg_engine_create(be, w, &eo, &e, &err) != 0)
+    if (lg_dp_create_engines(&pl, w, &eo, &dp, &err) != 0)
         goto out;
+    e = lg_dp_engine(dp, 0);
     lg_weights_free(w); /* copied to the backend */
     w = NULL;
     lg_weights_free(dw);
@@ -794,23 +814,23 @@ int lg_cmd_bench(int argc, char **argv)
         goto out;
     }
     double tr = lg_now();
-    if (register_adapters(e, &o, targets, ids, &err) != 0)
+    if (register_adapters(dp, &o, targets, ids, &err) != 0)
         goto out;
     if (o.adapters && !o.json)
         fprintf(stderr, "registered %d synthetic adapters in %.2f s\n", o.adapters, lg_now() - tr);
-    if (o.workload ? bench_run_workload(e, be, &o, ids, &err) : run_batch(e, be, &o, ids, &err))
+    if (o.workload ? bench_run_workload(dp, be, &o, ids, &err) : run_batch(e, be, &o, ids, &err))
         goto out;
     exit_code = 0;
 out:
     if (exit_code)
         fprintf(stderr, "loragate bench: %s\n", err.msg[0] ? err.msg : "failed");
-    lg_engine_free(e);
+    lg_dp_free(dp);
     for (int i = 0; i < o.n_constraints; i++)
         lg_constraint_unref(o.constraints[i]);
     free(o.constraints);
     lg_cvocab_free(cvocab);
     lg_tokenizer_free(schema_tok);
-    lg_backend_free(be);
+    lg_placement_free(&pl);
     lg_weights_free(w);
     lg_weights_free(dw);
     free(ids);

@@ -43,6 +43,7 @@
 #include "cli/cli.h"
 #include "engine/model/quant.h"
 #include "engine/runtime/engine.h"
+#include "engine/runtime/placement.h"
 #include "engine/model/stop_strings.h"
 #include "engine/model/tokenizer.h"
 #include "engine/model/weights.h"
@@ -55,6 +56,7 @@ typedef struct gen_opts {
     const char *model, *backend, *prompt, *prompt_tokens, *system, *chat_template;
     bool chat, json, logits, stats;
     int max_tokens, top_k, threads, ctx, budget;
+    int tp; /* --tensor-parallel-size */
     int logprobs; /* -1: off; else each token's logprob and this many alternatives */
     float temperature, top_p, min_p, presence_penalty, frequency_penalty;
     uint64_t seed;
@@ -124,7 +126,8 @@ static void usage(FILE *f)
             "  --logprobs N           with --json: add logprobs, each generated token's log-softmax and its\n"
             "                         N (0..%d) most likely alternatives\n"
             "  --stats                print prompt/decode speed to stderr\n"
-            "  --threads N            CPU threads (default: all cores)\n"
+            "  --threads N            CPU threads (default: all cores; split over the tensor-parallel ranks)\n"
+            "  --tensor-parallel-size M  split the model over M devices (CUDA devices 0..M-1; CPU: M backends)\n"
             "  --ctx N                context length to allocate (default min(model, 4096))\n"
             "  --dequant-dtype f16|f32  expand quantized weights (GGUF, FP8/INT4 checkpoints) to this dtype at\n"
             "                           load (default: a backend that takes their layout keeps them; others\n"
@@ -319,7 +322,7 @@ static void on_finish(void *user, int64_t id, lg_finish_reason reason, const lg_
 static int parse_args(int argc, char **argv, gen_opts *o)
 {
     enum { O_MODEL = 1000, O_BACKEND, O_PROMPT, O_PTOK, O_CHAT, O_SYSTEM, O_TMPL, O_MAXTOK, O_TEMP, O_TOPP, O_TOPK,
-           O_MINP, O_PRES, O_FREQ, O_SEED, O_STOP, O_JSON, O_LOGITS, O_STATS, O_THREADS, O_CTX, O_DQ, O_QUANT, O_BUDGET, O_HELP, O_LORA, O_USELORA, O_BATCH, O_MAXRANK, O_POOL, O_DTYPE, O_GPUUTIL, O_SHARING, O_SEQ, O_LOGPROBS, O_JSCHEMA, O_JOBJ, O_REGEX, O_GRAMMAR, O_CHOICE, O_SPEC, O_SPECK, O_NGMIN, O_NGMAX, O_SPECACC, O_SPECMB, O_SPECMT, O_SPECMA, O_DRAFT, O_KVDT };
+           O_MINP, O_PRES, O_FREQ, O_SEED, O_STOP, O_JSON, O_LOGITS, O_STATS, O_THREADS, O_CTX, O_DQ, O_QUANT, O_BUDGET, O_HELP, O_LORA, O_USELORA, O_BATCH, O_MAXRANK, O_POOL, O_DTYPE, O_GPUUTIL, O_SHARING, O_SEQ, O_LOGPROBS, O_JSCHEMA, O_JOBJ, O_REGEX, O_GRAMMAR, O_CHOICE, O_SPEC, O_SPECK, O_NGMIN, O_NGMAX, O_SPECACC, O_SPECMB, O_SPECMT, O_SPECMA, O_DRAFT, O_KVDT, O_TP };
     static const struct option longopts[] = {
         {"model", required_argument, 0, O_MODEL}, {"backend", required_argument, 0, O_BACKEND},
         {"prompt", required_argument, 0, O_PROMPT}, {"prompt-tokens", required_argument, 0, O_PTOK},
@@ -349,6 +352,7 @@ static int parse_args(int argc, char **argv, gen_opts *o)
         {"speculative-max-tokens", required_argument, 0, O_SPECMT},
         {"speculative-min-accept", required_argument, 0, O_SPECMA},
         {"draft-model", required_argument, 0, O_DRAFT},
+        {"tensor-parallel-size", required_argument, 0, O_TP},
         {0, 0, 0, 0},
     };
     *o = (gen_opts){.backend = "cpu", .max_tokens = 256, .top_p = 1.0f, .dequant = LG_F16, .budget = 512,
@@ -503,6 +507,7 @@ static int parse_args(int argc, char **argv, gen_opts *o)
         case O_SPECMB: if (parse_int(optarg, "--speculative-max-batch", 1, 1 << 20, &v)) return 2; o->spec.max_batch = (int)v; break;
         case O_SPECMT: if (parse_int(optarg, "--speculative-max-tokens", 1, 1 << 20, &v)) return 2; o->spec.max_tokens = (int)v; break;
         case O_DRAFT: o->draft_model = optarg; break;
+        case O_TP: if (parse_int(optarg, "--tensor-parallel-size", 1, LG_MAX_TP, &v)) return 2; o->tp = (int)v; break;
         case O_SPECMA:
             if (parse_float(optarg, "--speculative-min-accept", &o->spec.min_accept)) return 2;
             if (!(o->spec.min_accept >= 0 && o->spec.min_accept <= 1)) {
@@ -953,7 +958,7 @@ int lg_cmd_generate(int argc, char **argv)
         return rc;
     lg_err err = {{0}};
     lg_weights *w = NULL, *dw = NULL;
-    lg_backend *be = NULL;
+    lg_placement pl = {0}; /* --tensor-parallel-size ranks: one backend each */
     lg_engine *e = NULL;
     lg_cvocab *cvocab = NULL;
     lg_constraint *constraint = NULL;
@@ -982,8 +987,9 @@ int lg_cmd_generate(int argc, char **argv)
     lg_backend_opts bo = {.n_threads = o.threads, .act_dtype_hint = cfg->weight_dtype};
     if (o.act_dtype && strcmp(o.act_dtype, "auto"))
         lg_dtype_parse(o.act_dtype, &bo.act_dtype_hint);
-    if (lg_backend_create(o.backend, &bo, &be, &err) != 0)
+    if (lg_placement_create(o.backend, &bo, 1, o.tp > 0 ? o.tp : 1, &pl, &err) != 0)
         goto out;
+    lg_backend *be = lg_placement_backend(&pl, 0);
     int ctx = o.ctx ? o.ctx : (cfg->max_pos < 4096 ? cfg->max_pos : 4096);
     if (ctx > cfg->max_pos)
         ctx = cfg->max_pos;
@@ -995,6 +1001,7 @@ int lg_cmd_generate(int argc, char **argv)
         .prefix_sharing = o.sharing,
         .spec = o.spec,
     };
+    lg_placement_engine_opts(&pl, 0, &eo);
     if (lg_engine_create(be, w, &eo, &e, &err) != 0)
         goto out;
     for (int i = 0; i < o.n_loras; i++) {
@@ -1104,7 +1111,7 @@ out:
         lg_constraint_unref(jobs[i].constraint);
     }
     free(jobs);
-    lg_backend_free(be);
+    lg_placement_free(&pl);
     lg_weights_free(w);
     lg_weights_free(dw);
     return exit_code;

@@ -17,8 +17,8 @@ struct lg_app {
     const lg_serve_config *cfg;
     /* the model and the engine */
     lg_weights *weights;
-    lg_backend *backend;
-    lg_engine *engine;
+    lg_placement place; /* the engines' backends (engine/runtime/placement.h) */
+    lg_dp *engine;      /* the engines behind the router */
     lg_served_model model;
     /* the store */
     lg_store_writer *store;
@@ -34,7 +34,7 @@ struct lg_app {
 
 bool lg_app_ready(const lg_app *app) { return app && app->ready; }
 const lg_served_model *lg_app_model(const lg_app *app) { return &app->model; }
-lg_engine *lg_app_engine(const lg_app *app) { return app->engine; }
+lg_dp *lg_app_engine(const lg_app *app) { return app->engine; }
 lg_ledger *lg_app_ledger(const lg_app *app) { return app->ledger; }
 lg_store_writer *lg_app_store(const lg_app *app) { return app->store; }
 lg_tenants *lg_app_tenants(const lg_app *app) { return app->tenants; }
@@ -58,8 +58,8 @@ int lg_app_reload_tenants(lg_app *app, lg_store *st, lg_err *err)
     if (rc == 0 && app->engine)
         for (int i = 0; i < n; i++) {
             char key[LG_TENANT_KEY_MAX]; /* the engine knows a tenant by its id, never reused */
-            lg_engine_set_tenant_weight(app->engine, lg_tenant_key(rows[i].id, key), rows[i].weight > 0 ? rows[i].weight : 1,
-                                        NULL);
+            lg_dp_set_tenant_weight(app->engine, lg_tenant_key(rows[i].id, key), rows[i].weight > 0 ? rows[i].weight : 1,
+                                    NULL);
         }
     free(rows);
     if (rc == 0 && app->keys)
@@ -75,7 +75,7 @@ void lg_app_forget_tenant(lg_app *app, int64_t id, const char *name)
      * this name starts with an empty cache whatever happens here */
     char key[LG_TENANT_KEY_MAX];
     lg_err err = {{0}};
-    if (app->engine && lg_engine_purge_tenant(app->engine, lg_tenant_key(id, key), &err) != 0)
+    if (app->engine && lg_dp_purge_tenant(app->engine, lg_tenant_key(id, key), &err) != 0)
         fprintf(stderr, "loragate serve: purging tenant %s's prefix cache: %s\n", name, err.msg);
     lg_tenant_adapters_uninstall_tenant(app->adapters, id);
 }
@@ -95,8 +95,16 @@ static int load_model(lg_app *app, const lg_serve_config *cfg, lg_err *err)
     lg_backend_opts bo = {.n_threads = (int)cfg->engine_threads, .act_dtype_hint = mc->weight_dtype};
     if (cfg->dtype && strcmp(cfg->dtype, "auto"))
         lg_dtype_parse(cfg->dtype, &bo.act_dtype_hint);
-    if (lg_backend_create(cfg->backend, &bo, &app->backend, err) != 0)
+    /* N engines x M ranks: engine k's rank r on CUDA device k x M + r, or N x M CPU backends splitting the threads */
+    int dp = cfg->data_parallel_size > 0 ? (int)cfg->data_parallel_size : 1;
+    int tp = cfg->tensor_parallel_size > 0 ? (int)cfg->tensor_parallel_size : 1;
+    if (lg_placement_create(cfg->backend, &bo, dp, tp, &app->place, err) != 0)
         return -1;
+    if (dp * tp > 1) {
+        char where[160];
+        lg_placement_describe(&app->place, cfg->backend, where, sizeof where);
+        fprintf(stderr, "loragate serve: %s\n", where);
+    }
     int ctx = cfg->ctx ? (int)cfg->ctx : (mc->max_pos < 4096 ? mc->max_pos : 4096);
     if (ctx > mc->max_pos)
         ctx = mc->max_pos;
@@ -123,7 +131,7 @@ static int load_model(lg_app *app, const lg_serve_config *cfg, lg_err *err)
         return -1;
     }
     eo.spec.draft = dw;
-    int rc = lg_engine_create(app->backend, app->weights, &eo, &app->engine, err);
+    int rc = lg_dp_create_engines(&app->place, app->weights, &eo, &app->engine, err);
     lg_weights_free(dw);
     return rc;
 }
@@ -181,7 +189,7 @@ static int build_views(lg_app *app, const lg_serve_config *cfg, lg_err *err)
     lg_store *st = lg_store_writer_acquire(app->store);
     int rc = lg_app_reload_tenants(app, st, err);
     if (rc == 0)
-        rc = lg_engine_start(app->engine, err);
+        rc = lg_dp_start(app->engine, err);
     if (rc == 0)
         rc = load_adapters(app, st, err);
     lg_store_writer_release(app->store);
@@ -198,7 +206,7 @@ int lg_app_create(const lg_serve_config *cfg, lg_app **out, lg_err *err)
     int64_t started_at = lg_unix_now();
     if (load_model(app, cfg, err) != 0)
         return -1;
-    if (lg_served_model_init(&app->model, app->weights, cfg, lg_engine_max_context(app->engine), started_at, err) != 0)
+    if (lg_served_model_init(&app->model, app->weights, cfg, lg_dp_max_context(app->engine), started_at, err) != 0)
         return -1;
     if (open_store(app, cfg, err) != 0 || build_views(app, cfg, err) != 0)
         return -1;
@@ -213,7 +221,7 @@ int lg_app_shutdown(lg_app *app)
     app->shut_down = true;
     app->ready = false;
     if (app->engine)
-        lg_engine_stop(app->engine);
+        lg_dp_stop(app->engine);
     if (app->ledger) {
         lg_err err = {{0}};
         /* the drain bound also bounds how long unwritable records are retried */
@@ -231,9 +239,9 @@ void lg_app_free(lg_app *app)
     if (!app)
         return;
     lg_app_shutdown(app);
-    lg_engine_free(app->engine);
+    lg_dp_free(app->engine); /* the engines, then their backends */
     lg_served_model_dispose(&app->model);
-    lg_backend_free(app->backend);
+    lg_placement_free(&app->place);
     lg_weights_free(app->weights);
     lg_ledger_close(app->ledger);
     lg_key_cache_free(app->keys);

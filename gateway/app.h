@@ -6,7 +6,9 @@
  * file's dependencies are the handles it is given:
  *
  *   lg_app_model     served_model.h    id, tokenizer, chat template, context
- *   lg_app_engine    engine.h          the engine thread (submit, cancel, stats)
+ *   lg_app_engine    dp_router.h       the engines (--data-parallel-size N of them,
+ *                                      one by default) behind one router: submit,
+ *                                      cancel, stats
  *   lg_app_ledger    db/ledger.h       the usage ledger's writer
  *   lg_app_store     store_writer.h    the store's writer handle (worker pool)
  *   lg_app_tenants   tenants.h         the tenant view
@@ -33,7 +35,7 @@
 
 #include "db/ledger.h"
 #include "db/store.h"
-#include "engine/runtime/engine.h"
+#include "engine/runtime/dp_router.h"
 #include "gateway/http/serve.h"
 #include "gateway/served_model.h"
 #include "gateway/store_writer.h"
@@ -43,8 +45,9 @@
 
 typedef struct lg_app lg_app;
 
-/* Loads the model and starts the engine, opens the store, the key cache and
- * the ledger, builds the views and registers every live adapter with the
+/* Loads the model and starts the engines (--data-parallel-size, each of
+ * --tensor-parallel-size ranks: engine/runtime/placement.h), opens the
+ * store, the key cache and the ledger, builds the views and registers every live adapter with the
  * engine. Slow (model load): called from setup before the server starts.
  * On failure *out may hold what was made: lg_app_free it. */
 int lg_app_create(const lg_serve_config *cfg, lg_app **out, lg_err *err);
@@ -60,7 +63,7 @@ bool lg_app_ready(const lg_app *app);
 
 /* ---- the handles ---- */
 const lg_served_model *lg_app_model(const lg_app *app);
-lg_engine *lg_app_engine(const lg_app *app);
+lg_dp *lg_app_engine(const lg_app *app);
 lg_ledger *lg_app_ledger(const lg_app *app);
 lg_store_writer *lg_app_store(const lg_app *app);
 lg_tenants *lg_app_tenants(const lg_app *app);

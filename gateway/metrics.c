@@ -37,6 +37,16 @@
  *     name, without the tenant: two tenants' adapters of one name are one
  *     entry) of the requests running / waiting; max_lora is the most
  *     adapters one engine step serves (each sequence may have its own).
+ * With several engines (--data-parallel-size, engine/runtime/dp_router.h)
+ * every series above is for the server as a whole: counts, pages and
+ * seconds summed over the engines (so kv_cache_usage_perc is over all
+ * their pages, num_gpu_blocks their pages in all, max_lora the adapters
+ * all their steps serve at once), the adapter lists merged. Per engine,
+ * with an engine="k" label (render_per_engine): loragate_dp_queue_depth,
+ * _running_sequences, _pool_pages{kind}, _pool_pages_capacity,
+ * _kv_cache_usage_perc, _adapters_resident, _adapter_loads_total,
+ * _steps_total, _requests_finished_total, and with more than one engine the
+ * router's _routed_requests_total and _spilled_requests_total.
  * Adapter names are label values here: /metrics shows every tenant's
  * adapters in use to whoever may read it (docs/operations.md).
  *
@@ -614,7 +624,7 @@ static void label_list(lg_strbuf *b, char **names, int n)
 }
 
 /* vLLM's names for the endpoint picker (see the note at the top). */
-static void render_vllm(lg_strbuf *b, lg_engine *engine, const lg_engine_stats *es, const lg_adapter_activity *act,
+static void render_vllm(lg_strbuf *b, lg_dp *engine, const lg_engine_stats *es, const lg_adapter_activity *act,
                         int n_act, double now)
 {
     gauge(b, "vllm:num_requests_waiting",
@@ -641,7 +651,7 @@ static void render_vllm(lg_strbuf *b, lg_engine *engine, const lg_engine_stats *
     if (run && wait && names)
         for (int i = 0; i < n_act; i++) {
             lg_adapter_info info;
-            if (lg_engine_adapter_info(engine, act[i].adapter_id, &info) != 0)
+            if (lg_dp_adapter_info(engine, act[i].adapter_id, &info) != 0)
                 continue; /* the version finished since the snapshot */
             snprintf(names[i], sizeof names[i], "%s", request_name(info.name));
             if (act[i].running)
@@ -667,7 +677,7 @@ static void render_vllm(lg_strbuf *b, lg_engine *engine, const lg_engine_stats *
 }
 
 /* Adapters in the engine's pool: loads, evictions, residency, load latency. */
-static void render_adapters(lg_strbuf *b, lg_engine *engine, const lg_engine_stats *es)
+static void render_adapters(lg_strbuf *b, lg_dp *engine, const lg_engine_stats *es)
 {
     counter(b, "loragate_adapter_loads_total", "Adapter loads into the device pool.", (uint64_t)es->adapter_loads);
     counter(b, "loragate_adapter_evictions_total", "Adapter evictions from the device pool.",
@@ -678,7 +688,7 @@ static void render_adapters(lg_strbuf *b, lg_engine *engine, const lg_engine_sta
           es->adapters_registered);
     gauge(b, "loragate_adapters_resident", "Adapters resident in the device pool.", es->adapters_resident);
     float ms[512];
-    int n = lg_engine_adapter_load_times(engine, ms, 512);
+    int n = lg_dp_adapter_load_times(engine, ms, 512);
     qsort(ms, (size_t)n, sizeof ms[0], cmp_float);
     head(b, "loragate_adapter_load_seconds", "summary",
          "Adapter load latency (asked for to resident in the pool); quantiles over the most recent loads.");
@@ -692,6 +702,61 @@ static void render_adapters(lg_strbuf *b, lg_engine *engine, const lg_engine_sta
     fmt_num(sum, sizeof sum, es->adapter_load_seconds);
     lg_strbuf_printf(b, "loragate_adapter_load_seconds_sum %s\nloragate_adapter_load_seconds_count %" PRId64 "\n", sum,
               es->adapter_loads);
+}
+
+/* The engines one by one (engine="k"; --data-parallel-size), from the
+ * snapshots the sums above were made of; the router's own figures only
+ * with several engines (one engine is not routed). */
+static void render_per_engine(lg_strbuf *b, lg_dp *dp, const lg_engine_stats *per, int n)
+{
+    gauge(b, "loragate_dp_engines", "Engines behind this server (--data-parallel-size).", n);
+#define PER(name, type, help, fmt, expr)                                                        \
+    do {                                                                                        \
+        head(b, name, type, help);                                                              \
+        for (int k = 0; k < n; k++) {                                                           \
+            const lg_engine_stats *s = &per[k];                                                 \
+            (void)s;                                                                            \
+            lg_strbuf_printf(b, name "{engine=\"%d\"} " fmt "\n", k, expr);                     \
+        }                                                                                       \
+    } while (0)
+    PER("loragate_dp_queue_depth", "gauge", "Requests waiting for admission, per engine.", "%d", s->queued);
+    PER("loragate_dp_running_sequences", "gauge", "Sequences admitted and running, per engine.", "%d", s->running);
+    head(b, "loragate_dp_pool_pages", "gauge",
+         "Pages of each engine's pool by kind: kv (KV cache in use), adapter, cached (evictable prefix-cache "
+         "pages), free.");
+    for (int k = 0; k < n; k++)
+        lg_strbuf_printf(b,
+                         "loragate_dp_pool_pages{engine=\"%d\",kind=\"kv\"} %d\n"
+                         "loragate_dp_pool_pages{engine=\"%d\",kind=\"adapter\"} %d\n"
+                         "loragate_dp_pool_pages{engine=\"%d\",kind=\"cached\"} %d\n"
+                         "loragate_dp_pool_pages{engine=\"%d\",kind=\"free\"} %d\n",
+                         k, per[k].pages_kv, k, per[k].pages_adapter, k, per[k].pages_cached, k, per[k].pages_free);
+    PER("loragate_dp_pool_pages_capacity", "gauge", "Pages of each engine's pool.", "%d", s->pages_total);
+    head(b, "loragate_dp_kv_cache_usage_perc", "gauge",
+         "Per engine, as vllm:kv_cache_usage_perc: pages in use by KV and adapters over the pool's pages, 0 to 1.");
+    for (int k = 0; k < n; k++) {
+        char v[40];
+        int used = per[k].pages_total - per[k].pages_free - per[k].pages_cached;
+        fmt_num(v, sizeof v, per[k].pages_total > 0 ? (double)used / (double)per[k].pages_total : 0);
+        lg_strbuf_printf(b, "loragate_dp_kv_cache_usage_perc{engine=\"%d\"} %s\n", k, v);
+    }
+    PER("loragate_dp_adapters_resident", "gauge", "Adapters resident in each engine's pool.", "%d",
+        s->adapters_resident);
+    PER("loragate_dp_adapter_loads_total", "counter", "Adapter loads into each engine's pool.", "%" PRId64,
+        s->adapter_loads);
+    PER("loragate_dp_steps_total", "counter", "Steps each engine ran.", "%" PRId64, s->steps);
+    PER("loragate_dp_requests_finished_total", "counter", "Requests each engine finished.", "%" PRId64,
+        s->requests_finished);
+    if (n > 1) {
+        lg_dp_routing rt[LG_MAX_DP];
+        for (int k = 0; k < n; k++) lg_dp_routing_get(dp, k, &rt[k]);
+        PER("loragate_dp_routed_requests_total", "counter", "Requests the router sent to each engine.", "%" PRId64,
+            rt[k].routed);
+        PER("loragate_dp_spilled_requests_total", "counter",
+            "Requests sent to an engine past a busier preferred one (dp_router.h, the spill rule).", "%" PRId64,
+            rt[k].spilled);
+    }
+#undef PER
 }
 
 static void render_ledger(lg_strbuf *b, lg_ledger *ledger)
@@ -755,14 +820,21 @@ static char *render(lg_metrics *m, size_t *len)
     if (m->src.engine) {
         lg_engine_stats es;
         lg_adapter_activity *act = NULL;
-        int n_act = lg_engine_adapter_activity(m->src.engine, &es, &act); /* one snapshot for both */
+        int n_eng = lg_dp_size(m->src.engine);
+        lg_engine_stats *per = malloc((size_t)n_eng * sizeof *per);
+        /* one snapshot of each engine for the sums, the lists and the per-engine series */
+        int n_act = per ? lg_dp_adapter_activity(m->src.engine, &es, per, &act) : -1;
         if (n_act < 0) {
             b.oom = true;
             n_act = 0;
         }
-        render_engine(&b, &es);
-        render_adapters(&b, m->src.engine, &es);
-        render_vllm(&b, m->src.engine, &es, act, n_act, wall_now());
+        if (per) {
+            render_engine(&b, &es);
+            render_adapters(&b, m->src.engine, &es);
+            render_vllm(&b, m->src.engine, &es, act, n_act, wall_now());
+            render_per_engine(&b, m->src.engine, per, n_eng);
+        }
+        free(per);
         free(act);
     }
     if (m->src.ledger)

@@ -17,7 +17,7 @@
 #include <stdint.h>
 
 #include "db/ledger.h"
-#include "engine/runtime/engine.h"
+#include "engine/runtime/dp_router.h"
 #include "gateway/http/access_log.h"
 #include "gateway/http/admin_key.h"
 #include "gateway/http/router.h"
@@ -29,7 +29,7 @@ typedef struct lg_metrics lg_metrics;
  * value is accepted from a request, only from the feeders' own tenants). */
 typedef struct lg_metrics_sources {
     lg_tenants *tenants;       /* request tenant labels must name a live tenant */
-    lg_engine *engine;         /* queue, pool, prefix cache, adapters */
+    lg_dp *engine;             /* the engines: queue, pool, prefix cache, adapters (summed, and per engine) */
     lg_ledger *ledger;         /* commit latency, backlog, health */
     lg_access_log *access_log; /* dropped lines */
     int64_t started_at;        /* Unix seconds; 0: no loragate_start_time_seconds */

@@ -22,7 +22,7 @@
  * the ones it uses). */
 typedef struct lg_admin_key lg_admin_key;             /* gateway/http/admin_key.h */
 typedef struct lg_serve_env lg_serve_env;             /* gateway/http/serve.h */
-typedef struct lg_engine lg_engine;                   /* engine/runtime/engine.h */
+typedef struct lg_dp lg_dp;                           /* engine/runtime/dp_router.h */
 typedef struct lg_ledger lg_ledger;                   /* db/ledger.h */
 typedef struct lg_app lg_app;                         /* app.h */
 typedef struct lg_served_model lg_served_model;       /* served_model.h */
@@ -39,14 +39,14 @@ typedef struct lg_store_writer lg_store_writer;       /* store_writer.h */
  * /v1/responses, /v1/responses/{id} (tenant keys with the `inference` scope) */
 typedef struct lg_openai_deps {
     const lg_served_model *model;  /* tokenizer, chat template, context, id */
-    lg_engine *engine;             /* submit, cancel, queue depth */
+    lg_dp *engine;                 /* the engines: submit, cancel, queue depth */
     lg_tenant_auth *auth;          /* the auth hook's keys and tenants */
     lg_tenants *tenants;           /* per request: the tenant's limits and prices */
     lg_tenant_adapters *adapters;  /* the `model` a request names */
     lg_limits *limits;             /* admit before submit, finish once */
     lg_metrics *metrics;           /* generations, 429s */
     lg_ledger *ledger;             /* one usage record per request that reached the engine */
-    long max_queue;                /* 503 while the engine has this many queued */
+    long max_queue;                /* 503 while the engines have this many queued */
     lg_store_writer *store;        /* /v1/responses: stored responses are written with it (worker pool) */
     const char *data_dir;          /* /v1/responses: a reader connection per lookup (worker pool) */
     long responses_retention_h;    /* how long a stored response is kept; 0: none is stored */

@@ -74,6 +74,7 @@
 
 #include "db/ledger.h"
 #include "engine/model/stop_strings.h"
+#include "engine/runtime/dp_router.h"
 #include "engine/runtime/engine.h"
 #include "gateway/http/sse.h"
 #include "gateway/http/stream.h"
@@ -590,7 +591,7 @@ static void release_text(gen *g, int i, const char *piece, size_t n, json_t *lp)
     emit_text(g, i, piece, n, lp);
     if (matched) {
         c->stop_matched = true;
-        lg_engine_cancel(g->d->engine, g->j->ids[i], LG_FINISH_STOP);
+        lg_dp_cancel(g->d->engine, g->j->ids[i], LG_FINISH_STOP);
         if (stop)
             emit_text(g, i, stop, strlen(stop), NULL);
     }
@@ -842,7 +843,7 @@ static void on_cancel(lg_request *r, void *ctx)
     job *j = g->j;
     atomic_store(&j->client_gone, true);
     for (int i = 0; i < j->submitted; i++)
-        lg_engine_cancel(g->d->engine, j->ids[i], LG_FINISH_CANCELLED);
+        lg_dp_cancel(g->d->engine, j->ids[i], LG_FINISH_CANCELLED);
     gen_cleanup(g);
 }
 
@@ -1044,7 +1045,7 @@ static int admit(const lg_openai_deps *d, lg_request *r, const lg_tenant_obj *t,
     if (!lg_ledger_healthy(d->ledger, reason, sizeof reason))
         return lg_respond_unavailable(r, 5, "The usage ledger cannot write right now; try again later."), -1;
     lg_engine_stats es;
-    lg_engine_get_stats(d->engine, &es);
+    lg_dp_get_stats(d->engine, &es); /* summed over the engines */
     if (es.queued >= d->max_queue)
         return lg_respond_unavailable(r, 1, "The server is overloaded; try again shortly."), -1;
     lg_tenant row;
@@ -1212,7 +1213,7 @@ static int submit_choices(const lg_openai_deps *d, job *j, const lg_oai_request 
         p.sampling.top_k = q->top_k;
         p.sampling.min_p = q->min_p;
         p.sampling.seed = base_seed + (uint64_t)i;
-        if (lg_engine_submit(d->engine, &p, &j->ids[i], err) != 0)
+        if (lg_dp_submit(d->engine, &p, &j->ids[i], err) != 0)
             return i;
         j->submitted = i + 1;
     }
@@ -1374,7 +1375,7 @@ static int run(lg_request *r, const lg_openai_deps *d, lg_oai_kind kind, lg_oai_
         snprintf(j->error, sizeof j->error, "The engine refused part of this request: %s", err.msg);
         j->any_error = true;
         for (int i = 0; i < failed_at; i++)
-            lg_engine_cancel(d->engine, j->ids[i], LG_FINISH_CANCELLED);
+            lg_dp_cancel(d->engine, j->ids[i], LG_FINISH_CANCELLED);
     }
     /* drop the guard and the choices never submitted; the last one out finalizes */
     int drop = 1 + (j->n_choices - j->submitted);

@@ -20,7 +20,7 @@
 #include "gateway/adapter_template.h"
 
 struct lg_tenant_adapters {
-    lg_engine *engine;
+    lg_dp *engine;
     const lg_model_config *base;
     int max_lora_rank;
     const char *data_dir;
@@ -35,7 +35,7 @@ typedef struct entry {
     lg_adapter_chat *chat; /* one reference; NULL: the base model's template */
 } entry;
 
-int lg_tenant_adapters_create(lg_engine *engine, const lg_model_config *base, int max_lora_rank, const char *data_dir,
+int lg_tenant_adapters_create(lg_dp *engine, const lg_model_config *base, int max_lora_rank, const char *data_dir,
                               lg_tenant_adapters **out, lg_err *err)
 {
     lg_tenant_adapters *ta = calloc(1, sizeof *ta);
@@ -253,11 +253,11 @@ int lg_tenant_adapters_install(lg_tenant_adapters *ta, int64_t tenant_id, const 
     /* the map first under the write lock so no request can pick the new
      * engine id before the map says it is current (and vice versa) */
     pthread_rwlock_wrlock(&ta->lock);
-    int rc = lg_engine_add_adapter(ta->engine, key, dir, &a->engine_id, err);
+    int rc = lg_dp_add_adapter(ta->engine, key, dir, &a->engine_id, err); /* every engine, one id */
     if (rc == 0) {
         entry *old = lg_strmap_get(ta->map, key);
         if (lg_strmap_put(ta->map, key, e) != 0) {
-            lg_engine_remove_adapter(ta->engine, key, NULL);
+            lg_dp_remove_adapter(ta->engine, key, NULL);
             rc = lg_fail(err, "out of memory");
         } else {
             entry_free(old);
@@ -276,7 +276,7 @@ void lg_tenant_adapters_uninstall(lg_tenant_adapters *ta, int64_t tenant_id, con
     pthread_rwlock_wrlock(&ta->lock);
     entry *e = lg_strmap_del(ta->map, key);
     if (e)
-        lg_engine_remove_adapter(ta->engine, key, NULL);
+        lg_dp_remove_adapter(ta->engine, key, NULL);
     pthread_rwlock_unlock(&ta->lock);
     entry_free(e);
 }

@@ -28,7 +28,7 @@
 
 #include "db/store.h"
 #include "engine/model/model_config.h"
-#include "engine/runtime/engine.h"
+#include "engine/runtime/dp_router.h"
 #include "gateway/adapter_template.h"
 
 typedef struct lg_tenant_adapters lg_tenant_adapters;
@@ -41,10 +41,10 @@ typedef struct lg_tenant_adapter {
     int64_t created_at;         /* the adapter's (first version's) creation time, Unix ms (the store's unit) */
 } lg_tenant_adapter;
 
-/* engine: where adapters are installed; base and max_lora_rank: what an
- * adapter must fit (the `--lora` checks); data_dir: the root of the
+/* engine: where adapters are installed (every engine behind the router,
+ * one version id); base and max_lora_rank: what an adapter must fit (the `--lora` checks); data_dir: the root of the
  * versions' paths. All must outlive the registry. */
-int lg_tenant_adapters_create(lg_engine *engine, const lg_model_config *base, int max_lora_rank, const char *data_dir,
+int lg_tenant_adapters_create(lg_dp *engine, const lg_model_config *base, int max_lora_rank, const char *data_dir,
                               lg_tenant_adapters **out, lg_err *err);
 /* What adapters' templates see as bos_token / eos_token (the base model's
  * texts, may be NULL), and templates_off: --chat-template overrides them

@@ -1807,3 +1807,10 @@ int lg_engine_tenant_stats(lg_engine *e, const char *tenant, lg_tenant_stats *ou
     *out = (lg_tenant_stats){.service = fs.service, .counter = fs.counter, .queued = fs.queued, .running = fs.running};
     return 0;
 }
+
+/* ---- several engines ------------------------------------------------------------------------ */
+
+int lg_engine_share_fairness(lg_engine *e, lg_engine *with, lg_err *err)
+{
+    return lg_fair_join(e->fair, with->fair, err);
+}

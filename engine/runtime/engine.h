@@ -433,4 +433,15 @@ typedef struct lg_tenant_stats {
 } lg_tenant_stats;
 int lg_engine_tenant_stats(lg_engine *e, const char *tenant, lg_tenant_stats *out);
 
+/* ---- several engines (engine/runtime/dp_router.h) ------------------------------ */
+
+/* Makes e admit by the tenant counters of `with` (engine/runtime/fairness.h,
+ * lg_fair_join): the weights, the service and the VTC counters become one
+ * table for every engine joined to it, so a tenant's service on any of them
+ * counts toward its share on all. Each engine keeps its own queue.
+ * lg_engine_tenant_stats then reports the shared service and counter (and
+ * e's own queued and running). Call once, after creating e and before any
+ * submit or weight on it; both engines of the same policy. -1 otherwise. */
+int lg_engine_share_fairness(lg_engine *e, lg_engine *with, lg_err *err);
+
 #endif

@@ -25,6 +25,17 @@
  * it never owns a request. Thread-safety: one engine thread drives it; the
  * read-side functions for metrics (lg_fair_tenant_stats) and
  * lg_fair_set_weight may be called from any thread (an internal mutex).
+ *
+ * Several engines, one share (engine/runtime/dp_router.h). What VTC orders
+ * by — each tenant's weight, service and counter, and which tenants are
+ * backlogged for the lift — lives in a table of its own; each lg_fair has a
+ * private one, and lg_fair_join makes another lg_fair use the same table.
+ * The queues stay per lg_fair (an engine admits only its own requests), but
+ * every charge counts in the one counter, so a tenant served on engine 0
+ * comes after the others on engine 1 too, and the lift looks at the tenants
+ * backlogged on any engine (a tenant is idle when no engine holds a request
+ * of it). With a private table this is exactly the single queue above. The
+ * table has its own mutex, taken after the queue's (never the other way).
  */
 #ifndef LG_FAIRNESS_H
 #define LG_FAIRNESS_H
@@ -82,7 +93,14 @@ typedef struct lg_fair_stats {
     int queued, running;
 } lg_fair_stats;
 /* -1 if no tenant of that name. */
+/* service, counter and weight are the table's (every joined lg_fair's);
+ * queued and running this lg_fair's. -1 if the table has no tenant of that name. */
 int lg_fair_tenant_stats(lg_fair *f, const char *name, lg_fair_stats *out);
 int lg_fair_queued(lg_fair *f); /* waiting requests over all tenants */
+
+/* f gives up its own table and uses with's (shared with every lg_fair
+ * joined to it; freed with the last of them). Only before f knows any
+ * tenant (no request, no weight) and with the same policy; -1 otherwise. */
+int lg_fair_join(lg_fair *f, lg_fair *with, lg_err *err);
 
 #endif

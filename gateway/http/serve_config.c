@@ -49,7 +49,9 @@ static const opt opts[] = {
     {"chat-template", K_STR, O(chat_template), 0, 0, NULL, "FILE|NAME", "the chat template: a Jinja file (instead of the model's own), or a built-in family (chatml|llama3|llama2|mistral)"},
     {"tool-call-parser", K_CHOICE, O(tool_call_parser), 0, 0, "hermes|llama3_json|mistral|granite", "NAME", "how tool calls are read from tool_choice auto output: hermes|llama3_json|mistral|granite (default: the format the chat template teaches)"},
     {"responses-retention", K_INT, O(responses_retention_h), 0, 24 * 3650, NULL, "HOURS", "how long /v1/responses keeps stored responses (store, previous_response_id) (default 720; 0: none are stored)"},
-    {"engine-threads", K_INT, O(engine_threads), 1, 1024, NULL, "N", "CPU backend threads (default: all cores)"},
+    {"engine-threads", K_INT, O(engine_threads), 1, 1024, NULL, "N", "CPU backend threads (default: all cores; split over the engines and ranks)"},
+    {"data-parallel-size", K_INT, O(data_parallel_size), 1, 64, NULL, "N", "engines behind this server, each on its own device (CUDA: engine k on devices k x M ..; CPU: N engines), one router, store and usage ledger (default 1)"},
+    {"tensor-parallel-size", K_INT, O(tensor_parallel_size), 1, 64, NULL, "M", "devices each engine is split over (tensor parallelism; CUDA device k x M + r for engine k's rank r) (default 1)"},
     {"max-queue", K_INT, O(max_queue), 1, 1 << 20, NULL, "N", "requests waiting for the engine before 503 (default 256)"},
     {"default-max-tokens", K_INT, O(default_max_tokens), 1, 1 << 20, NULL, "N", "max_tokens when a request gives none (default 256)"},
     {"gpu-memory-utilization", K_STR, O(gpu_memory_utilization), 0, 0, NULL, "F", "fraction of GPU memory for weights + pool (default 0.90)"},
@@ -306,6 +308,10 @@ int lg_serve_config_parse(lg_serve_config *c, int argc, char **argv, lg_err *err
         c->max_lora_rank = 64;
     if (!c->max_queue)
         c->max_queue = 256;
+    if (!c->data_parallel_size)
+        c->data_parallel_size = 1;
+    if (!c->tensor_parallel_size)
+        c->tensor_parallel_size = 1;
     if (!c->prefix_sharing)
         c->prefix_sharing = "tenant";
     if (!c->scheduler)

@@ -52,7 +52,9 @@ typedef struct lg_serve_config {
     const char *chat_template;        /* chatml|llama3|llama2|mistral or a Jinja file, NULL: the model's */
     const char *tool_call_parser;     /* hermes|llama3_json|mistral|granite, NULL: from the template */
     long responses_retention_h;       /* stored /v1/responses kept this many hours, default 720; 0: none stored */
-    long engine_threads;              /* CPU backend threads, 0: all cores */
+    long engine_threads;              /* CPU backend threads, 0: all cores (split over engines x ranks) */
+    long data_parallel_size;          /* engines behind the router, default 1 */
+    long tensor_parallel_size;        /* ranks (devices) per engine, default 1 */
     long max_queue;                   /* requests waiting for the engine before 503, default 256 */
     long default_max_tokens;          /* when a request gives none, default 256 */
     const char *gpu_memory_utilization; /* text of a fraction in (0, 1]; NULL: engine default 0.90 */
