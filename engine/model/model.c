@@ -650,18 +650,25 @@ static int upload_weights(lg_model *m, const lg_weights *w, lg_err *err)
     const lg_wtensor *emb = lg_weights_get(w, "model.embed_tokens.weight");
     const lg_wtensor *head = c->tie_embeddings ? NULL : lg_weights_get(w, "lm_head.weight");
 
-    /* sizes first: one allocation */
+    lg_dtype deq_dt = c->weight_dtype;
+    if (deq_dt != LG_F32 && deq_dt != LG_F16 && deq_dt != LG_BF16)
+        deq_dt = LG_F16;
+    /* sizes first: one allocation. A quantized tensor the backend takes: its blocks; else its elements in the
+     * dtype it is uploaded as (1-D norms and biases: f32); a linear layer's tensor under tensor parallelism: this
+     * rank's 1/N of it; each carve (up to three a tensor: a split fused weight) is aligned to 256 bytes */
     size_t total = 0;
     for (int i = 0; i < lg_weights_count(w); i++) {
         const lg_wtensor *t = lg_weights_at(w, i);
-        /* a quantized tensor the backend takes: its blocks; else an upper bound of 4 bytes an element */
-        total += (takes(be, t->q) ? t->nbytes : tensor_elems(t) * 4) + 256;
+        size_t b = takes(be, t->q) ? t->nbytes
+                   : tensor_elems(t) * (t->n_dims == 1 ? 4 : lg_dtype_size(backend_wdtype(be, t->q != LG_QNONE ? deq_dt
+                                                                                                         : t->dtype)));
+        if (m->tp_size > 1 && lg_weights_is_linear(t->name))
+            b = b / (size_t)m->tp_size + 1;
+        total += b + 3 * 256;
     }
     total += 2 * ((size_t)hd * 4 + 4096);
     /* another rank still reads the file pages of a tensor this rank uploaded a slice of: only the last drops them */
-    upload_ctx u = {be, NULL, 0, total, err, c->weight_dtype, m->tp_rank == m->tp_size - 1 ? w : NULL, false};
-    if (u.deq_dt != LG_F32 && u.deq_dt != LG_F16 && u.deq_dt != LG_BF16)
-        u.deq_dt = LG_F16;
+    upload_ctx u = {be, NULL, 0, total, err, deq_dt, m->tp_rank == m->tp_size - 1 ? w : NULL, false};
     u.base = be->i.alloc(be, total);
     if (!u.base)
         return lg_fail(err, "cannot allocate %zu bytes of weights on backend %s", total, be->i.name);
