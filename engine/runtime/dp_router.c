@@ -21,6 +21,7 @@
  */
 #include "engine/runtime/dp_router.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -73,7 +74,7 @@ struct lg_dp {
     lg_strmap *tenants;
     dp_tenant **tl;
     int n_t, cap_t;
-    double *scratch; /* [cap_t] tenant counters, under tmu */
+    double *scratch; /* [cap_t] tenant counters (NaN: no request in flight), under tmu */
     pthread_mutex_t amu;
     bool ids_broken;
 };
@@ -428,7 +429,7 @@ static void fair_scores(lg_dp *dp, dp_tenant *t, const int *load, double *score)
         dp_tenant *u = dp->tl[i];
         int tot = 0;
         for (int k = 0; k < n; k++) tot += atomic_load_explicit(&u->out[k], memory_order_relaxed);
-        dp->scratch[i] = tot > 0 && lg_engine_tenant_stats(dp->e[0], u->name, &ts) == 0 ? ts.counter : -1;
+        dp->scratch[i] = tot > 0 && lg_engine_tenant_stats(dp->e[0], u->name, &ts) == 0 ? ts.counter : NAN;
         if (tot > 0 && (!any || dp->scratch[i] < mn)) {
             mn = dp->scratch[i];
             any = true;
@@ -437,7 +438,7 @@ static void fair_scores(lg_dp *dp, dp_tenant *t, const int *load, double *score)
     if (!t_active && any && ct < mn)
         ct = mn; /* VTC's lift at enqueue */
     for (int i = 0; i < dp->n_t; i++) {
-        if (dp->scratch[i] < 0 || dp->scratch[i] > ct)
+        if (isnan(dp->scratch[i]) || dp->scratch[i] > ct) /* idle, or admitted after t */
             continue;
         for (int k = 0; k < n; k++) score[k] += atomic_load_explicit(&dp->tl[i]->out[k], memory_order_relaxed);
     }
