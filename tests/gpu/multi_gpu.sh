@@ -13,7 +13,7 @@
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1  # the machine's rule: no NVLink multicast
 mpart() { [ -z "${MULTI_ONLY:-}" ] || [[ $1 =~ $MULTI_ONLY ]]; }
 note "GPUs: $(nvidia-smi --query-gpu=index,name --format=csv,noheader | tr '\n' ';')"
-note "NCCL: $(python3 -c 'import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__))' 2>&1 | tail -1)"
+note "NCCL: $(python3 -c 'import nvidia.nccl; print(list(nvidia.nccl.__path__)[0])' 2>&1 | tail -1)"
 
 if mpart group && [ -x build-cuda/test_cuda_group ]; then
   late "group test" || {
