@@ -22,9 +22,9 @@ Outside references:
   - SmolLM2-135M-Instruct (the default model) with two synthetic adapters
     uploaded: chat and completions on the base model and both adapters,
     streamed output equal to the non-streamed one token for token.
-Also: `--tensor-parallel-size 2` is accepted (the engine runs it as one rank
-until its tensor-parallel side exists) and serves the HF/peft tokens; bad
-values of either flag exit 2 with one line.
+Also: `--tensor-parallel-size 2` with `--data-parallel-size 2` (two engines
+of two CPU ranks each) serves the HF/peft tokens; bad values of either flag
+exit 2 with one line.
 """
 import json
 import os
@@ -35,6 +35,7 @@ import time
 import numpy as np
 import pytest
 
+from lora_reference import REF, check_greedy, ref_case
 from metering_util import metric, metric_sum, parse_metrics, promtool, promtool_check
 from serve_fixture import LORA_FIX, LORAGATE, SMOLLM2, TINY, Serve
 from synth_adapter import smollm2_adapter
@@ -42,15 +43,7 @@ from synth_adapter import smollm2_adapter
 openai = pytest.importorskip("openai")
 pytestmark = pytest.mark.skipif(not os.access(LORAGATE, os.X_OK), reason="build/loragate not built")
 
-with open(os.path.join(LORA_FIX, "reference.json")) as f:
-    REF = json.load(f)
 ADAPTERS = ["r8_rslora_attn", "r16_all_linear"]
-
-
-def ref_case(adapter, prompt):
-    for c in REF["cases"]:
-        if (c["adapter"] or None) == adapter and int(c["prompt"]) == prompt:
-            return c
 
 
 def upload(s, tenant, name, cfg, w):
@@ -83,18 +76,6 @@ def wait_ledger(s, n, timeout=15):
         time.sleep(0.05)
         rows = s.ledger()
     return rows
-
-
-def check_greedy(r_tokens, r_first_lp, c):
-    """The reference's greedy path while its steps are clear (test_golden.py's rule), its first logprob."""
-    want = c["greedy"]
-    for i, (g, w) in enumerate(zip(r_tokens, want)):
-        if c["margins"][i] <= 1e-3 * max(1.0, abs(c["top_logits"][i])):
-            break
-        assert g == w, f"step {i}: {r_tokens} vs HF/peft {want}"
-    logits = np.asarray(c["last_logits"], dtype=np.float64)
-    ref_lp = logits[want[0]] - (logits.max() + np.log(np.exp(logits - logits.max()).sum()))
-    assert abs(r_first_lp - ref_lp) < 1e-3
 
 
 @pytest.fixture(scope="module")
@@ -273,17 +254,22 @@ def test_adapters_change_the_output(smol):
 
 # ---- --tensor-parallel-size, bad values ----
 
-def test_tensor_parallel_flag_serves(tmp_path):
-    s = Serve(tmp_path, TINY, "--tensor-parallel-size", "2", "--pool-mb", "64")
+def test_data_and_tensor_parallel_together(tmp_path):
+    """Two engines of two CPU ranks each: both engines serve the HF/peft tokens."""
+    s = Serve(tmp_path, TINY, "--tensor-parallel-size", "2", "--data-parallel-size", "2", "--pool-mb", "64")
     try:
-        s.tenant("acme")
-        key = s.key("acme")
-        c = s.openai(key, tenant="acme")
-        case = ref_case(None, 1)
-        r = c.completions.create(model="base", prompt=case["ids"], max_tokens=REF["n_greedy"], temperature=0,
-                                 logprobs=2)
-        check_greedy([int(t.split(":")[1]) for t in r.choices[0].logprobs.tokens],
-                     r.choices[0].logprobs.token_logprobs[0], case)
+        for t in ("acme", "beta", "gamma", "delta"):  # four namespaces: the router spreads them over the engines
+            s.tenant(t)
+            c = s.openai(s.key(t), tenant=t)
+            case = ref_case(None, 1)
+            r = c.completions.create(model="base", prompt=case["ids"], max_tokens=REF["n_greedy"], temperature=0,
+                                     logprobs=2)
+            check_greedy([int(t.split(":")[1]) for t in r.choices[0].logprobs.tokens],
+                         r.choices[0].logprobs.token_logprobs[0], case)
+        m, _ = parse_metrics(scrape(s))
+        assert metric(m, "loragate_dp_engines") == 2
+        for k in ("0", "1"):
+            assert metric_sum(m, "loragate_dp_requests_finished_total", engine=k) >= 1, k
     finally:
         assert s.stop() == 0, s.stderr()[-3000:]
 

@@ -21,20 +21,13 @@ import os
 import numpy as np
 import pytest
 
+from lora_reference import REF, check_greedy, ref_case
 from serve_fixture import LORA_FIX, LORAGATE, TINY, Serve, smol_server
 
 openai = pytest.importorskip("openai")
 pytestmark = pytest.mark.skipif(not os.access(LORAGATE, os.X_OK), reason="build/loragate not built")
 
-with open(os.path.join(LORA_FIX, "reference.json")) as f:
-    REF = json.load(f)
 ADAPTERS = ["r8_rslora_attn", "r16_all_linear"]
-
-
-def ref_case(adapter, prompt):
-    for c in REF["cases"]:
-        if (c["adapter"] or None) == adapter and int(c["prompt"]) == prompt:
-            return c
 
 
 @pytest.fixture(scope="module")
@@ -71,15 +64,7 @@ def test_completions_match_hf_peft(tiny, adapter):
                                   temperature=0, logprobs=2)
     ch = r.choices[0]
     got = [int(t.split(":")[1]) for t in ch.logprobs.tokens]
-    want = c["greedy"]
-    # the reference's greedy path, while its steps are clear (test_golden.py's rule)
-    for i, (g, w) in enumerate(zip(got, want)):
-        if c["margins"][i] <= 1e-3 * max(1.0, abs(c["top_logits"][i])):
-            break
-        assert g == w, f"step {i}: {got} vs HF/peft {want}"
-    logits = np.asarray(c["last_logits"], dtype=np.float64)
-    ref_lp = logits[want[0]] - (logits.max() + math.log(np.exp(logits - logits.max()).sum()))
-    assert abs(ch.logprobs.token_logprobs[0] - ref_lp) < 1e-3
+    check_greedy(got, ch.logprobs.token_logprobs[0], c)
     assert r.usage.prompt_tokens == len(c["ids"]) and r.usage.completion_tokens == len(got)
     assert r.usage.prompt_tokens_details.cached_tokens >= 0
 

@@ -11,27 +11,18 @@ uploaded (multipart) while the server runs: an adapter that arrives at run
 time reaches every rank before the first request that uses it. A repeated
 prompt reports cached tokens (one page table over the ranks).
 """
-import json
-import math
 import os
 
 import numpy as np
 import pytest
 
+from lora_reference import REF, check_greedy, ref_case
 from serve_fixture import LORA_FIX, LORAGATE, TINY, Serve
 
 openai = pytest.importorskip("openai")
 pytestmark = pytest.mark.skipif(not os.access(LORAGATE, os.X_OK), reason="build/loragate not built")
 
-with open(os.path.join(LORA_FIX, "reference.json")) as f:
-    REF = json.load(f)
 ADAPTERS = ["r8_rslora_attn", "r16_all_linear", "r64_mlp"]
-
-
-def ref_case(adapter, prompt):
-    for c in REF["cases"]:
-        if (c["adapter"] or None) == adapter and int(c["prompt"]) == prompt:
-            return c
 
 
 @pytest.fixture(scope="module")
@@ -53,15 +44,7 @@ def _check_reference(srv, adapter, prompt=1):
     r = client.completions.create(model=adapter or "base", prompt=c["ids"], max_tokens=REF["n_greedy"],
                                   temperature=0, logprobs=2)
     ch = r.choices[0]
-    got = [int(t.split(":")[1]) for t in ch.logprobs.tokens]
-    want = c["greedy"]
-    for i, (g, w) in enumerate(zip(got, want)):
-        if c["margins"][i] <= 1e-3 * max(1.0, abs(c["top_logits"][i])):
-            break
-        assert g == w, f"{adapter} step {i}: {got} vs HF/peft {want}"
-    logits = np.asarray(c["last_logits"], dtype=np.float64)
-    ref_lp = logits[want[0]] - (logits.max() + math.log(np.exp(logits - logits.max()).sum()))
-    assert abs(ch.logprobs.token_logprobs[0] - ref_lp) < 1e-3
+    check_greedy([int(t.split(":")[1]) for t in ch.logprobs.tokens], ch.logprobs.token_logprobs[0], c)
     return r
 
 
