@@ -10,7 +10,9 @@
  * lg_backend_cuda_create) fills its lg_backend.tune with lg_tuning_read, and
  * code reads the switches from there: the CUDA kernels through their
  * cuda_ctx (c->tune), the model and the runtime through
- * lg_backend_tuning(be). Nothing else calls getenv for an LG_* variable, and
+ * lg_backend_tuning(be). Nothing else calls getenv for an LG_* variable
+ * (one exception, a path rather than a switch: LG_NCCL_LIBRARY, the NCCL
+ * library a tensor-parallel CUDA group opens, read by kernels/nccl.cu), and
  * no file caches a switch of its own. LG_* variables that the table does not
  * name are ignored.
  *
