@@ -89,6 +89,7 @@ fi
 step "pytest: golden fixtures at --tensor-parallel-size 2"
 LG_GENERATE_EXTRA="${LG_GENERATE_EXTRA:-} --tensor-parallel-size 2" "$PY" -m pytest -q tests/golden/test_golden.py \
   tests/golden/test_lora_golden.py tests/golden/test_prefix_golden.py tests/golden/test_arch_lora_golden.py \
+  tests/golden/test_speculative_golden.py tests/golden/test_kv_fp8.py \
   || { echo "[run_all] pytest (tensor parallel) FAILED"; status=1; }
 
 if [ $status -ne 0 ]; then
