@@ -197,6 +197,8 @@ int lg_model_create_tp(lg_backend *const *bes, int n, const lg_weights *w, const
                            bes[r]->i.name, bes[0]->i.name);
     if (bes[0]->i.group_init(bes, n, err) != 0)
         return -1;
+    if (bes[0]->i.bind_thread && bes[0]->i.bind_thread(bes[0]) != 0) /* rank 0's model is made on this thread */
+        return lg_fail(err, "tensor parallelism: cannot bind rank 0's backend to this thread");
     lg_tp *tp = calloc(1, sizeof *tp);
     if (!tp)
         return lg_fail(err, "out of memory");
