@@ -38,7 +38,7 @@ typedef struct entry {
     lg_pool_entry pe;
     int32_t *pages;           /* [n_pages] pool pages */
     uint64_t ticket[LG_ADAPTER_MAX_RANKS]; /* of the last page's async copy, a rank */
-    lg_lora_w *slots;         /* [n_slots] */
+    lg_lora_w *slots;         /* [tp * n_slots]: rank r's table at r * n_slots (its arena's pointers) */
     /* bookkeeping */
     double t_asked;           /* 0: no load in progress */
     bool failed, removed, inflight;
@@ -196,7 +196,7 @@ int lg_adapter_cache_add(lg_adapter_cache *c, int id, lg_adapter_spec *spec, lg_
         e->hpages = malloc((size_t)nh * sizeof *e->hpages);
         e->hptrs = malloc((size_t)nh * sizeof *e->hptrs);
         e->pages = malloc((size_t)n * sizeof *e->pages);
-        e->slots = calloc((size_t)spec->n_slots, sizeof *e->slots);
+        e->slots = calloc((size_t)spec->n_slots * (size_t)c->tp, sizeof *e->slots);
     }
     if (!e || !e->hpages || !e->hptrs || !e->pages || !e->slots) {
         if (e) {
@@ -296,14 +296,16 @@ static void record_load(lg_adapter_cache *c, entry *e)
 static void make_resident(lg_adapter_cache *c, entry *e)
 {
     const lg_adapter_spec *s = e->spec;
-    char *base = lg_page_pool_base(c->pool);
     size_t pb = c->geom.page_bytes;
-    for (int k = 0; k < s->n_slots; k++) {
-        lg_lora_w *w = &e->slots[k];
-        w->rank = s->rank[k];
-        w->scale = s->scale[k];
-        w->A = w->rank ? base + (size_t)e->pages[s->pa[k].page] * pb + s->pa[k].off : NULL;
-        w->B = w->rank ? base + (size_t)e->pages[s->pb[k].page] * pb + s->pb[k].off : NULL;
+    for (int r = 0; r < c->tp; r++) { /* one table a rank: the same pages and offsets in its own arena */
+        char *base = lg_page_pool_rank_base(c->pool, r);
+        for (int k = 0; k < s->n_slots; k++) {
+            lg_lora_w *w = &e->slots[(size_t)r * (size_t)s->n_slots + (size_t)k];
+            w->rank = s->rank[k];
+            w->scale = s->scale[k];
+            w->A = w->rank ? base + (size_t)e->pages[s->pa[k].page] * pb + s->pa[k].off : NULL;
+            w->B = w->rank ? base + (size_t)e->pages[s->pb[k].page] * pb + s->pb[k].off : NULL;
+        }
     }
     e->pe = (lg_pool_entry){.kind = LG_PAGE_ADAPTER, .pages = e->pages, .n_pages = s->n_pages, .evict = on_evict,
                             .owner = c};

@@ -89,7 +89,8 @@ void lg_adapter_cache_remove(lg_adapter_cache *c, int id);
 const lg_adapter_spec *lg_adapter_cache_spec(const lg_adapter_cache *c, int id);
 
 /* Makes version id resident and pins it once. Returns 0 with *slots set
- * (valid while pinned); 1 if not ready yet (loading into host, copying into
+ * (valid while pinned; with a pool over several tensor-parallel ranks, rank
+ * r's table, pointing into rank r's arena, follows at *slots + r * n_slots); 1 if not ready yet (loading into host, copying into
  * the pool, or the pool/host tier is full of pinned data: call again on a
  * later step); -1 when it cannot be served (err set: the files changed, an
  * unknown id). */

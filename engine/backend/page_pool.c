@@ -18,7 +18,7 @@ struct lg_page_pool {
     lg_backend *be;
     bool host;                /* base from alloc_host (or malloc), not alloc */
     void *base;
-    /* a tensor-parallel pool: one arena a rank, the same page ids in each (rank 0's is be / base) */
+    /* one arena a rank (a tensor-parallel pool), the same page ids in each; rank 0's is be / base */
     int n_ranks;
     lg_backend *rank_be[POOL_MAX_RANKS];
     void *rank_base[POOL_MAX_RANKS];
@@ -44,6 +44,8 @@ static int pool_create(lg_backend *be, bool host, size_t page_bytes, int n_pages
     if (!p)
         return lg_fail(err, "page pool: out of memory");
     p->be = be;
+    p->n_ranks = 1;
+    p->rank_be[0] = be;
     p->host = host;
     p->page_bytes = page_bytes;
     p->n_pages = n_pages;
@@ -66,12 +68,7 @@ static int pool_create(lg_backend *be, bool host, size_t page_bytes, int n_pages
 
 int lg_page_pool_create(lg_backend *be, size_t page_bytes, int n_pages, lg_page_pool **out, lg_err *err)
 {
-    if (pool_create(be, false, page_bytes, n_pages, out, err) != 0)
-        return -1;
-    (*out)->n_ranks = 1;
-    (*out)->rank_be[0] = be;
-    (*out)->rank_base[0] = (*out)->base;
-    return 0;
+    return pool_create(be, false, page_bytes, n_pages, out, err);
 }
 
 int lg_page_pool_create_ranks(lg_backend *const *bes, int n_ranks, size_t page_bytes, int n_pages,
@@ -123,9 +120,9 @@ void lg_page_pool_free(lg_page_pool *p)
 }
 
 void *lg_page_pool_base(const lg_page_pool *p) { return p->base; }
-int lg_page_pool_n_ranks(const lg_page_pool *p) { return p->n_ranks > 0 ? p->n_ranks : 1; }
+int lg_page_pool_n_ranks(const lg_page_pool *p) { return p->n_ranks; }
 void *lg_page_pool_rank_base(const lg_page_pool *p, int rank) { return rank == 0 ? p->base : p->rank_base[rank]; }
-lg_backend *lg_page_pool_rank_backend(const lg_page_pool *p, int rank) { return rank == 0 ? p->be : p->rank_be[rank]; }
+lg_backend *lg_page_pool_rank_backend(const lg_page_pool *p, int rank) { return p->rank_be[rank]; }
 size_t lg_page_pool_page_bytes(const lg_page_pool *p) { return p->page_bytes; }
 int lg_page_pool_n_pages(const lg_page_pool *p) { return p->n_pages; }
 int lg_page_pool_n_free(const lg_page_pool *p) { return p->n_free; }

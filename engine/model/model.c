@@ -173,7 +173,6 @@ struct lg_model {
     int tp_rank, tp_size;
     lg_model_config full_cfg;
     lg_tp *tp;
-    lg_lora_w *lora_moved; /* [n_slots], rank > 0: a segment's table moved into this rank's arena */
 };
 
 const lg_model_config *lg_model_cfg(const lg_model *m) { return &m->full_cfg; }
@@ -944,10 +943,9 @@ static int alloc_lora(lg_model *m, lg_err *err)
     m->lora_seg_mods = malloc(S * sizeof(unsigned));
     m->lora_seg_rank = malloc(S * sizeof(int));
     m->lora_w_zero = calloc(n_slots, sizeof(lg_lora_w));
-    m->lora_moved = m->tp_rank > 0 ? malloc(n_slots * sizeof(lg_lora_w)) : NULL;
     m->lora_tmp = lg_tensor_2d(tmp, LG_F32, m->opts.max_step_tokens, LG_LORA_MULTI_MAX * m->opts.lora_max_rank);
     if (!tmp || !m->lora_w_dev || !m->lora_w_host || !m->lora_seg_dev || !m->lora_seg_host || !m->lora_seg_mods ||
-        !m->lora_seg_rank || !m->lora_w_zero || (m->tp_rank > 0 && !m->lora_moved))
+        !m->lora_seg_rank || !m->lora_w_zero)
         return lg_fail(err, "cannot allocate LoRA step buffers");
     if (!be->i.lora_shrink || !be->i.lora_expand)
         return lg_fail(err, "backend %s has no LoRA ops", be->i.name);
@@ -1072,7 +1070,6 @@ void lg_model_free(lg_model *m)
     free(m->lora_seg_mods);
     free(m->lora_seg_rank);
     free(m->lora_w_zero);
-    free(m->lora_moved);
     free(m->layers);
     free(m->kv_scales);
     free(m);
@@ -1543,25 +1540,7 @@ typedef struct lora_step {
  * W2's 128 segments are 688 KB). So segment s's rows are compared with what the device holds
  * (lora_synced) and only a changed range is copied and uploaded. The comparison is of the contents, not
  * of adapter identities: a table at a reused address with other pages is a change. */
-/* A slot table of rank 0's arena (the adapter cache's) as rank m->tp_rank sees it: the same pages and offsets
- * in its own arena (page_pool.h lg_page_pool_create_ranks), into m->lora_moved. */
-static const lg_lora_w *moved_table(lg_model *m, lg_page_pool *pool, const lg_lora_w *src)
-{
-    const int n_slots = m->cfg.n_layers * LG_LORA_N_MODULES;
-    const char *b0 = lg_page_pool_base(pool), *br = lg_page_pool_rank_base(pool, m->tp_rank);
-    for (int k = 0; k < n_slots; k++) {
-        lg_lora_w w = src[k];
-        if (w.rank > 0) {
-            w.A = br + ((const char *)w.A - b0);
-            w.B = br + ((const char *)w.B - b0);
-        }
-        m->lora_moved[k] = w;
-    }
-    return m->lora_moved;
-}
-
-static int upload_lora_table(lg_model *m, lg_page_pool *pool, const lg_step_seq *seqs, int n_seqs, lora_step *ls,
-                             lg_err *err)
+static int upload_lora_table(lg_model *m, const lg_step_seq *seqs, int n_seqs, lora_step *ls, lg_err *err)
 {
     lg_backend *be = m->be;
     *ls = (lora_step){0};
@@ -1581,8 +1560,7 @@ static int upload_lora_table(lg_model *m, lg_page_pool *pool, const lg_step_seq 
         if (s == 0 || seqs[s].lora != seqs[s - 1].lora) {
             m->lora_seg_host[ns] = tt;
             lg_lora_w *dst = m->lora_w_host + (size_t)ns * n_slots;
-            const lg_lora_w *src = !seqs[s].lora ? m->lora_w_zero
-                                   : m->tp_rank > 0 ? moved_table(m, pool, seqs[s].lora) : seqs[s].lora;
+            const lg_lora_w *src = seqs[s].lora ? seqs[s].lora + (size_t)m->tp_rank * (size_t)n_slots : m->lora_w_zero;
             if (ns >= synced || memcmp(dst, src, seg_bytes) != 0) {
                 memcpy(dst, src, seg_bytes);
                 unsigned mods = 0;
@@ -1742,7 +1720,7 @@ int lg_model_launch(lg_model *m, lg_page_pool *pool, const lg_step_seq *seqs, in
     int rc = upload_meta(m, seqs, n_seqs, &sh, from_dev, sample_rows, sample, &meta, &rows_at, &plog_rows, err);
     const double t1 = m->timing ? lg_now() : 0;
     lora_step ls;
-    rc = rc ? rc : upload_lora_table(m, pool, seqs, n_seqs, &ls, err);
+    rc = rc ? rc : upload_lora_table(m, seqs, n_seqs, &ls, err);
     const double t2 = m->timing ? lg_now() : 0;
     rc = rc ? rc : run_forward(m, pool, &meta, &ls, plog_rows, sh.n_plog, err);
     if (m->tp) {
@@ -1823,7 +1801,7 @@ int lg_model_launch_peer(lg_model *m, lg_page_pool *pool, const lg_step_seq *seq
         return -1;
     meta.n_logits = 0; /* rank 0 computes the logits from the same residual stream */
     lora_step ls;
-    if (upload_lora_table(m, pool, seqs, n_seqs, &ls, err) != 0)
+    if (upload_lora_table(m, seqs, n_seqs, &ls, err) != 0)
         return -1;
     return run_forward(m, pool, &meta, &ls, NULL, 0, err);
 }

@@ -79,8 +79,10 @@ typedef struct lg_step_seq {
     int n_pages;
     bool want_logits;      /* logits at the last new token */
     /* LoRA slot table of this sequence's adapter ([n_layers * LG_LORA_N_MODULES],
-     * device pointers into pool pages) or NULL for the base model. Sequences
-     * with the same table should be adjacent: each run is one SGMV segment. */
+     * device pointers into pool pages) or NULL for the base model; under tensor
+     * parallelism one such table a rank, rank r's at lora + r * n_slots (the
+     * adapter cache's). Sequences with the same table should be adjacent: each
+     * run is one SGMV segment. */
     const lg_lora_w *lora;
     /* logits also at tokens[lp_first, lp_first + lp_count) (prompt
      * logprobs), into the step's prompt-logit rows after those of the

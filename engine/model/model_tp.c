@@ -22,11 +22,12 @@
  * Memory. The pool spans the ranks (page_pool.h lg_page_pool_create_ranks):
  * page p means the same slot on every rank, so the scheduler, the prefix
  * cache and the adapter cache keep one page table, and the pool and the
- * prefix cache are consistent across ranks by construction. An adapter's
- * slot table names rank 0's arena; each rank moves it to its own
- * (model.c moved_table). Adapters uploaded at run time reach every rank
- * before any request uses them: the adapter cache copies every shard and
- * reports the adapter resident only when all copies are done.
+ * prefix cache are consistent across ranks by construction. The adapter
+ * cache keeps one slot table a rank, each naming that rank's arena (a
+ * step's sequence carries rank 0's; rank r reads the one r tables on).
+ * Adapters uploaded at run time reach every rank before any request uses
+ * them: the adapter cache copies every shard and reports the adapter
+ * resident only when all copies are done.
  *
  * Threads. Rank 0 is the caller's model (the engine thread drives it as it
  * drives a single-device model); ranks 1..N-1 each get a thread that
