@@ -103,6 +103,16 @@ def promtool():
 _VLLM_COLON = re.compile(r"^vllm:[a-zA-Z0-9_]+ metric names should not contain ':'$")
 
 
+def scrape_checked(srv):
+    """The server's /metrics, checked by promtool where it is installed, parsed (parse_metrics' samples)."""
+    with srv.client() as c:
+        text = c.get("/metrics").text
+    if promtool():
+        rc, out = promtool_check(text)
+        assert rc == 0, out
+    return parse_metrics(text)[0]
+
+
 def promtool_check(text):
     p = subprocess.run([promtool(), "check", "metrics"], input=text, capture_output=True, text=True, timeout=60)
     out = p.stdout + p.stderr

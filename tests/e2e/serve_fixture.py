@@ -139,14 +139,11 @@ class Serve:
 
 
 @contextlib.contextmanager
-def smol_server(tmp_path_factory, name, tenants=("acme",), env=None, args=()):
-    """`loragate serve` on the default model (served as "smollm2", more
-    options in args) with the given tenants and a key each (s.keys); stopped,
-    and its exit status checked, on leaving. Skips when the model is not
-    downloaded."""
-    if not os.path.exists(SMOLLM2):
-        pytest.skip("default model not downloaded (tests/run_all.sh fetches it)")
-    s = Serve(tmp_path_factory.mktemp(name), SMOLLM2, "--served-model-name", "smollm2", *args, env=env)
+def server(tmp_path_factory, name, model, tenants=("acme",), env=None, args=()):
+    """`loragate serve` on `model` (more options in args) with the given
+    tenants and a key each (s.keys); stopped, and its exit status checked, on
+    leaving."""
+    s = Serve(tmp_path_factory.mktemp(name), model, *args, env=env)
     try:
         for t in tenants:
             s.tenant(t)
@@ -154,3 +151,23 @@ def smol_server(tmp_path_factory, name, tenants=("acme",), env=None, args=()):
         yield s
     finally:
         assert s.stop() == 0, s.stderr()[-3000:]
+
+
+@contextlib.contextmanager
+def smol_server(tmp_path_factory, name, tenants=("acme",), env=None, args=()):
+    """server() on the default model, served as "smollm2". Skips when the model
+    is not downloaded."""
+    if not os.path.exists(SMOLLM2):
+        pytest.skip("default model not downloaded (tests/run_all.sh fetches it)")
+    with server(tmp_path_factory, name, SMOLLM2, tenants, env, ("--served-model-name", "smollm2", *args)) as s:
+        yield s
+
+
+def generate_json(*args, timeout=300):
+    """`loragate generate --json` on the default model (2 threads, more options in args): its last JSON line,
+    and its stderr."""
+    import json
+    p = subprocess.run([LORAGATE, "generate", "--model", SMOLLM2, "--threads", "2", "--json", *args],
+                       capture_output=True, text=True, timeout=timeout)
+    assert p.returncode == 0, p.stderr[-2000:]
+    return json.loads(p.stdout.strip().splitlines()[-1]), p.stderr

@@ -7,14 +7,12 @@ and the tokens the pool holds (loragate_kv_cache_tokens_capacity = pages x
 16) in an exposition promtool accepts. The cache's numerics are held to an
 outside reference in tests/golden/test_kv_fp8.py.
 """
-import json
 import os
-import subprocess
 
 import pytest
 
-from metering_util import metric, parse_metrics, promtool, promtool_check
-from serve_fixture import LORAGATE, SMOLLM2, smol_server
+from metering_util import metric, scrape_checked
+from serve_fixture import LORAGATE, generate_json, smol_server
 
 pytestmark = pytest.mark.skipif(not os.access(LORAGATE, os.X_OK), reason="build/loragate not built")
 
@@ -31,18 +29,9 @@ def test_fp8_chat_equals_generate_and_metrics(srv):
     client = srv.openai(srv.keys["acme"], tenant="acme")
     r = client.chat.completions.create(model="smollm2", messages=[{"role": "user", "content": TEXT}],
                                        max_tokens=32, temperature=0)
-    p = subprocess.run([LORAGATE, "generate", "--model", SMOLLM2, "--chat", "--prompt", TEXT, "--max-tokens", "32",
-                        "--threads", "2", "--json", "--kv-cache-dtype", "fp8"],
-                       capture_output=True, text=True, timeout=300)
-    assert p.returncode == 0, p.stderr[-2000:]
-    want = json.loads(p.stdout.strip().splitlines()[-1])
+    want, _ = generate_json("--chat", "--prompt", TEXT, "--max-tokens", "32", "--kv-cache-dtype", "fp8")
     assert r.choices[0].message.content == want["text"]
-    with srv.client() as c:
-        text = c.get("/metrics").text
-    if promtool():
-        rc, out = promtool_check(text)
-        assert rc == 0, out
-    m, _ = parse_metrics(text)
+    m = scrape_checked(srv)
     assert metric(m, "loragate_kv_cache_info", dtype="f8e4m3") == 1
     pages = metric(m, "loragate_pool_pages_capacity")
     assert pages and metric(m, "loragate_kv_cache_tokens_capacity") == 16 * pages

@@ -8,14 +8,13 @@ exposition promtool accepts. The quantized matmuls' numerics are held to
 outside references in tests/quant (checkpoints written by llm-compressor,
 GPTQModel and transformers; float64 logits) and tests/unit/engine/backend.
 """
-import json
 import os
 import subprocess
 
 import pytest
 
-from metering_util import metric, parse_metrics, promtool, promtool_check
-from serve_fixture import LORAGATE, SMOLLM2, smol_server
+from metering_util import metric, scrape_checked
+from serve_fixture import LORAGATE, SMOLLM2, generate_json, smol_server
 
 pytestmark = pytest.mark.skipif(not os.access(LORAGATE, os.X_OK), reason="build/loragate not built")
 
@@ -32,21 +31,13 @@ def test_fp8_chat_equals_generate_models_and_metrics(srv):
     client = srv.openai(srv.keys["acme"], tenant="acme")
     r = client.chat.completions.create(model="smollm2", messages=[{"role": "user", "content": TEXT}],
                                        max_tokens=24, temperature=0)
-    p = subprocess.run([LORAGATE, "generate", "--model", SMOLLM2, "--chat", "--prompt", TEXT, "--max-tokens", "24",
-                        "--threads", "2", "--json", "--dequant-dtype", "f16", "--quantization", "fp8"],
-                       capture_output=True, text=True, timeout=300)
-    assert p.returncode == 0, p.stderr[-2000:]
-    assert "quantization fp8" in p.stderr
-    want = json.loads(p.stdout.strip().splitlines()[-1])
+    want, stderr = generate_json("--chat", "--prompt", TEXT, "--max-tokens", "24", "--dequant-dtype", "f16",
+                                 "--quantization", "fp8")
+    assert "quantization fp8" in stderr
     assert r.choices[0].message.content == want["text"]
     base = [m for m in client.models.list().data if m.id == "smollm2"]
     assert base and base[0].model_extra.get("quantization") == "fp8", client.models.list()
-    with srv.client() as c:
-        text = c.get("/metrics").text
-    if promtool():
-        rc, out = promtool_check(text)
-        assert rc == 0, out
-    m, _ = parse_metrics(text)
+    m = scrape_checked(srv)
     assert metric(m, "loragate_model_quantization_info", quantization="fp8") == 1
 
 

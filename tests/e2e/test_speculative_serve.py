@@ -5,14 +5,12 @@ a chat completion that copies its input gives the text `loragate generate
 and /metrics shows proposals and acceptances (loragate_spec_*) in an
 exposition promtool accepts.
 """
-import json
 import os
-import subprocess
 
 import pytest
 
-from metering_util import metric, parse_metrics, promtool, promtool_check
-from serve_fixture import LORAGATE, SMOLLM2, smol_server
+from metering_util import metric, scrape_checked
+from serve_fixture import LORAGATE, generate_json, smol_server
 
 pytestmark = pytest.mark.skipif(not os.access(LORAGATE, os.X_OK), reason="build/loragate not built")
 
@@ -30,18 +28,10 @@ def test_speculative_chat_equals_generate_and_counts(srv):
     client = srv.openai(srv.keys["acme"], tenant="acme")
     r = client.chat.completions.create(model="smollm2", messages=[{"role": "user", "content": TEXT}],
                                        max_tokens=40, temperature=0)
-    p = subprocess.run([LORAGATE, "generate", "--model", SMOLLM2, "--chat", "--prompt", TEXT, "--max-tokens", "40",
-                        "--threads", "2", "--json"], capture_output=True, text=True, timeout=300)
-    assert p.returncode == 0, p.stderr[-2000:]
-    want = json.loads(p.stdout.strip().splitlines()[-1])
+    want, _ = generate_json("--chat", "--prompt", TEXT, "--max-tokens", "40")
     assert r.choices[0].message.content == want["text"]
     assert r.usage.completion_tokens == len(want["tokens"])
-    with srv.client() as c:
-        text = c.get("/metrics").text
-    if promtool():
-        rc, out = promtool_check(text)
-        assert rc == 0, out
-    m, _ = parse_metrics(text)
+    m = scrape_checked(srv)
     proposed = metric(m, "loragate_spec_proposed_tokens_total")
     accepted = metric(m, "loragate_spec_accepted_tokens_total")
     assert proposed > 0 and 0 < accepted <= proposed

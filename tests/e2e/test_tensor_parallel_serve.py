@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from lora_reference import REF, check_greedy, ref_case
-from serve_fixture import LORA_FIX, LORAGATE, TINY, Serve
+from serve_fixture import LORA_FIX, LORAGATE, TINY, server
 
 openai = pytest.importorskip("openai")
 pytestmark = pytest.mark.skipif(not os.access(LORAGATE, os.X_OK), reason="build/loragate not built")
@@ -27,13 +27,8 @@ ADAPTERS = ["r8_rslora_attn", "r16_all_linear", "r64_mlp"]
 
 @pytest.fixture(scope="module")
 def tp2(tmp_path_factory):
-    s = Serve(tmp_path_factory.mktemp("tp2"), TINY, "--max-lora-rank", "64", "--tensor-parallel-size", "2")
-    try:
-        s.tenant("acme")
-        s.keys = {"acme": s.key("acme")}
+    with server(tmp_path_factory, "tp2", TINY, args=("--max-lora-rank", "64", "--tensor-parallel-size", "2")) as s:
         yield s
-    finally:
-        assert s.stop() == 0, s.stderr()[-3000:]
 
 
 def _check_reference(srv, adapter, prompt=1):
